@@ -1,0 +1,1 @@
+"""aos benchmarks: `make bench` (quick) and `make bench-full`."""

@@ -1,0 +1,1 @@
+"""The `aos` command line."""

@@ -1,0 +1,4 @@
+import click
+@click.group()
+def main() -> None:
+    """aos"""

@@ -1,0 +1,1 @@
+"""The aos kernel: canonical encoding, content store, manifests, stepping."""

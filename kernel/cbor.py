@@ -1,0 +1,553 @@
+"""Canonical CBOR: the one encoding of everything aos journals, stores or hashes.
+
+The rules (spec/01-encoding.md):
+
+* the data model is `None | bool | int | float | str | bytes | list | dict`, with integers in
+  the CBOR range [-2**64, 2**64 - 1] and map keys that are text or integers;
+* definite lengths only; integers, lengths and floats in their shortest form (a float in the
+  narrowest of half/single/double that keeps its value), and one NaN (`f9 7e00`);
+* map keys sorted by the length of their encoding, then bytewise; no duplicate keys;
+* no tags inside a value; a stored or hashed value starts with the self-describe tag 55799
+  (`d9 d9 f7`).
+
+cbor2 does the byte work. The rules are ours: values are checked before encoding, and the
+strict decoder checks structure while decoding (cbor2 options and hooks) and canonical form
+afterwards by re-encoding and comparing bytes, so there is exactly one accepted encoding of
+each value.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+from collections.abc import Iterator, Mapping
+from typing import Any, NoReturn, TypeAlias
+
+import cbor2
+
+from aos.kernel.errors import AosError
+
+SELF_DESCRIBE_TAG = 55799
+SELF_DESCRIBE_PREFIX = b"\xd9\xd9\xf7"
+
+# Bounds on what the decoder accepts from outside. Both can be lowered or raised per call.
+NESTING_DEPTH_MAX_DEFAULT = 64
+INPUT_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+
+INT_MIN = -(2**64)
+INT_MAX = 2**64 - 1
+
+Value: TypeAlias = (
+    "None | bool | int | float | str | bytes | list[Value] | dict[str | int, Value]"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+
+class CborError(AosError):
+    """Base of the canonical-CBOR errors."""
+
+    code = "cbor.error"
+
+
+class CborMalformedError(CborError):
+    code = "cbor.malformed"
+    hint = "the bytes are not well-formed CBOR"
+
+
+class CborTruncatedError(CborError):
+    code = "cbor.truncated"
+    hint = "the input ends in the middle of a data item"
+
+
+class CborTrailingBytesError(CborError):
+    code = "cbor.trailing_bytes"
+    hint = "one data item was expected; more bytes follow it"
+
+
+class CborIndefiniteLengthError(CborError):
+    code = "cbor.indefinite_length"
+    hint = "aos accepts definite-length strings, arrays and maps only"
+
+
+class CborDuplicateKeyError(CborError):
+    code = "cbor.duplicate_key"
+    hint = "a map names the same key twice"
+
+
+class CborKeyTypeError(CborError):
+    code = "cbor.key_type"
+    hint = "map keys must be text strings or integers"
+
+
+class CborUnknownTagError(CborError):
+    code = "cbor.unknown_tag"
+    hint = "values may not carry CBOR tags; only a leading self-describe tag 55799 is allowed"
+
+
+class CborUnsupportedValueError(CborError):
+    code = "cbor.unsupported_value"
+    hint = "values are null, booleans, integers, floats, text, bytes, arrays and maps"
+
+
+class CborIntegerRangeError(CborError):
+    code = "cbor.integer_range"
+    hint = "integers must fit CBOR major types 0/1: -2**64 .. 2**64-1"
+
+
+class CborDepthError(CborError):
+    code = "cbor.depth_exceeded"
+    hint = "nesting is deeper than the configured limit"
+
+
+class CborTooLargeError(CborError):
+    code = "cbor.too_large"
+    hint = "the input is larger than the configured limit"
+
+
+class CborNonCanonicalError(CborError):
+    code = "cbor.non_canonical"
+    hint = "the bytes decode, but are not the canonical encoding of their value"
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+
+
+def encode(
+    value: Any,
+    *,
+    self_describe: bool = True,
+    depth_max: int = NESTING_DEPTH_MAX_DEFAULT,
+) -> bytes:
+    """Encode `value` canonically. With `self_describe` (the default) the bytes start with tag
+    55799, which is the form that is stored and hashed."""
+    _check_value(value, depth_max, "$")
+    body = cbor2.dumps(value, canonical=True)
+    return SELF_DESCRIBE_PREFIX + body if self_describe else body
+
+
+def _check_value(value: Any, depth_left: int, path: str) -> None:
+    # Exact type checks: subclasses (IntEnum, OrderedDict, str subclasses) would let
+    # cbor2 pick encodings we never reviewed.
+    kind = type(value)
+    if value is None or kind is bool or kind is str or kind is bytes:
+        return
+    if kind is int:
+        if not INT_MIN <= value <= INT_MAX:
+            raise CborIntegerRangeError(f"integer {value} is outside -2**64 .. 2**64-1", path=path)
+        return
+    if kind is float:
+        return
+    if depth_left <= 0:
+        raise CborDepthError("nesting is deeper than the limit", path=path)
+    if kind is list or kind is tuple:
+        for index, item in enumerate(value):
+            _check_value(item, depth_left - 1, f"{path}[{index}]")
+        return
+    if kind is dict:
+        for key, item in value.items():
+            key_kind = type(key)
+            if key_kind is str:
+                child = f"{path}.{key}"
+            elif key_kind is int:
+                if not INT_MIN <= key <= INT_MAX:
+                    raise CborIntegerRangeError(f"map key {key} is out of range", path=path)
+                child = f"{path}[{key}]"
+            else:
+                raise CborKeyTypeError(
+                    f"map key of type {key_kind.__name__} (keys are text or integers)", path=path
+                )
+            _check_value(item, depth_left - 1, child)
+        return
+    raise CborUnsupportedValueError(f"cannot encode a value of type {kind.__name__}", path=path)
+
+
+# --------------------------------------------------------------------------------------------
+# Strict decoding
+
+
+class _TagRejected(Exception):
+    def __init__(self, tag: int) -> None:
+        super().__init__(tag)
+        self.tag = tag
+
+
+class _RejectEveryTag(Mapping[int, Any]):
+    """A `semantic_decoders` table that claims every tag number, so that cbor2 never applies
+    its own meaning (datetimes, bignums, sets...) to a tag and every tag reaches us."""
+
+    def __getitem__(self, tag: int) -> Any:
+        def reject(_decoder: Any, _value: Any) -> NoReturn:
+            raise _TagRejected(tag)
+
+        return reject
+
+    def __contains__(self, tag: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_REJECT_EVERY_TAG = _RejectEveryTag()
+
+
+def decode(
+    data: bytes | bytearray | memoryview,
+    *,
+    canonical: bool = True,
+    depth_max: int = NESTING_DEPTH_MAX_DEFAULT,
+    bytes_max: int = INPUT_BYTES_MAX_DEFAULT,
+) -> Value:
+    """Decode bytes from outside, strictly.
+
+    Always rejected: malformed or truncated data, trailing bytes, indefinite lengths, duplicate
+    keys, keys that are not text or integers, any tag (but a leading 55799), simple values other
+    than false/true/null, and nesting deeper than `depth_max`. With `canonical` (the default)
+    the bytes must also be exactly `encode(value)`, self-describe prefix included.
+    """
+    raw = bytes(data)
+    if len(raw) > bytes_max:
+        raise CborTooLargeError(f"input is {len(raw)} bytes; the limit is {bytes_max}")
+    start = 3 if raw.startswith(SELF_DESCRIBE_PREFIX) else 0
+    if canonical and start == 0:
+        raise CborNonCanonicalError("canonical bytes start with the self-describe tag d9d9f7")
+    value = _decode_structure(raw, start, depth_max)
+    _check_decoded(value, depth_max, "$")
+    if canonical:
+        expected = SELF_DESCRIBE_PREFIX + cbor2.dumps(value, canonical=True)
+        if expected != raw:
+            offset = _first_difference(expected, raw)
+            raise CborNonCanonicalError(
+                f"not the canonical encoding (first difference at byte {offset})", offset=offset
+            )
+    return value
+
+
+def is_canonical(data: bytes) -> bool:
+    """True when `data` is the canonical, self-described encoding of some value."""
+    try:
+        decode(data)
+    except CborError:
+        return False
+    return True
+
+
+def _decode_structure(raw: bytes, start: int, depth_max: int) -> Any:
+    stream = io.BytesIO(raw)
+    stream.seek(start)
+    if start == len(raw):
+        raise CborTruncatedError("no data item", offset=start)
+    decoder = cbor2.CBORDecoder(
+        stream,
+        semantic_decoders=_REJECT_EVERY_TAG,
+        max_depth=depth_max,
+        allow_indefinite=False,
+        allow_duplicate_keys=False,
+        strict_hashable_types=True,
+    )
+    try:
+        value = decoder.decode()
+    except _TagRejected as exc:  # raised directly on some paths
+        raise CborUnknownTagError(f"tag {exc.tag} is not allowed") from None
+    except cbor2.CBORDecodeEOF:
+        raise CborTruncatedError("input ends inside a data item") from None
+    except cbor2.CBORDecodeError as exc:
+        raise _translate(exc) from None
+    except RecursionError:
+        raise CborDepthError("nesting is too deep to decode") from None
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        raise CborMalformedError(f"malformed CBOR: {exc}") from None
+    end = stream.tell()
+    if end != len(raw):
+        raise CborTrailingBytesError(
+            f"{len(raw) - end} bytes follow the data item (it ends at byte {end})", offset=end
+        )
+    return value
+
+
+def _translate(exc: cbor2.CBORDecodeError) -> CborError:
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, _TagRejected):
+        return CborUnknownTagError(f"tag {cause.tag} is not allowed")
+    if isinstance(cause, CborError):
+        return cause
+    text = str(exc)
+    if "indefinite" in text:
+        return CborIndefiniteLengthError(text)
+    if "uplicate" in text:
+        return CborDuplicateKeyError(text)
+    if "nesting depth" in text:
+        return CborDepthError(text)
+    if "unhashable" in text or "hashable" in text:
+        return CborKeyTypeError(text)
+    return CborMalformedError(text)
+
+
+def _check_decoded(value: Any, depth_left: int, path: str) -> None:
+    kind = type(value)
+    if value is None or kind is bool or kind is str or kind is bytes:
+        return
+    if kind is int:
+        return  # cbor2 produces out-of-range ints only through bignum tags, rejected above
+    if kind is float:
+        return
+    if kind is list:
+        for index, item in enumerate(value):
+            _check_decoded(item, depth_left - 1, f"{path}[{index}]")
+        return
+    if kind is dict:
+        for key, item in value.items():
+            key_kind = type(key)
+            if key_kind is not str and key_kind is not int:
+                raise CborKeyTypeError(
+                    f"map key of type {key_kind.__name__} (keys are text or integers)", path=path
+                )
+            _check_decoded(item, depth_left - 1, f"{path}.{key}")
+        return
+    if isinstance(value, cbor2.CBORSimpleValue) or value is cbor2.undefined:
+        raise CborUnsupportedValueError(
+            "simple values other than false, true and null are not allowed", path=path
+        )
+    raise CborMalformedError(f"unexpected decoded item {kind.__name__}", path=path)
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
+
+
+# --------------------------------------------------------------------------------------------
+# Lenient decoding and diagnostic notation (for inspection tools, never for input)
+
+
+def decode_generic(data: bytes, *, depth_max: int = NESTING_DEPTH_MAX_DEFAULT) -> Any:
+    """Decode any well-formed CBOR item without applying aos's rules: tags come back as
+    `cbor2.CBORTag`, indefinite items are accepted. For inspection and conformance tests only;
+    input from outside goes through `decode`."""
+    stream = io.BytesIO(bytes(data))
+    decoder = cbor2.CBORDecoder(
+        stream, semantic_decoders=_KEEP_EVERY_TAG, max_depth=depth_max
+    )
+    try:
+        value = decoder.decode()
+    except cbor2.CBORDecodeEOF:
+        raise CborTruncatedError("input ends inside a data item") from None
+    except cbor2.CBORDecodeError as exc:
+        raise _translate(exc) from None
+    except RecursionError:
+        raise CborDepthError("nesting is too deep to decode") from None
+    end = stream.tell()
+    if end != len(data):
+        raise CborTrailingBytesError(f"{len(data) - end} bytes follow the data item", offset=end)
+    return value
+
+
+class _KeepEveryTag(Mapping[int, Any]):
+    def __getitem__(self, tag: int) -> Any:
+        def keep(_decoder: Any, value: Any) -> cbor2.CBORTag:
+            return cbor2.CBORTag(tag, value)
+
+        return keep
+
+    def __contains__(self, tag: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_KEEP_EVERY_TAG = _KeepEveryTag()
+
+
+def diagnostic(data: bytes, *, depth_max: int = NESTING_DEPTH_MAX_DEFAULT) -> str:
+    """RFC 8949 §8 diagnostic notation of one CBOR item, read from the bytes themselves, so
+    it shows what is really there: tags, indefinite lengths, simple values."""
+    parts: list[str] = []
+    end = _diag_item(bytes(data), 0, parts, depth_max)
+    if end != len(data):
+        raise CborTrailingBytesError(f"{len(data) - end} bytes follow the data item", offset=end)
+    return "".join(parts)
+
+
+def _diag_head(data: bytes, offset: int) -> tuple[int, int, int | None, int]:
+    """Read an item head: (major type, additional info, argument or None, next offset)."""
+    if offset >= len(data):
+        raise CborTruncatedError("input ends inside a data item", offset=offset)
+    initial = data[offset]
+    major, info = initial >> 5, initial & 0x1F
+    offset += 1
+    if info < 24:
+        return major, info, info, offset
+    if info in (24, 25, 26, 27):
+        size = 1 << (info - 24)
+        if offset + size > len(data):
+            raise CborTruncatedError("input ends inside an item head", offset=offset)
+        return major, info, int.from_bytes(data[offset : offset + size], "big"), offset + size
+    if info == 31 and major in (2, 3, 4, 5, 7):
+        return major, info, None, offset
+    raise CborMalformedError(f"reserved additional information {info}", offset=offset - 1)
+
+
+def _diag_item(data: bytes, offset: int, out: list[str], depth_left: int) -> int:
+    if depth_left < 0:
+        raise CborDepthError("nesting is deeper than the limit", offset=offset)
+    start = offset
+    major, info, arg, offset = _diag_head(data, offset)
+    if major == 0:
+        out.append(str(arg))
+        return offset
+    if major == 1:
+        assert arg is not None
+        out.append(str(-1 - arg))
+        return offset
+    if major in (2, 3):
+        if arg is None:
+            return _diag_indefinite_string(data, offset, major, out)
+        end = offset + arg
+        if end > len(data):
+            raise CborTruncatedError("input ends inside a string", offset=start)
+        out.append(_diag_string(major, data[offset:end], start))
+        return end
+    if major == 4:
+        out.append("[_ " if arg is None else "[")
+        offset = _diag_sequence(data, offset, arg, out, depth_left, pairs=False)
+        out.append("]")
+        return offset
+    if major == 5:
+        out.append("{_ " if arg is None else "{")
+        offset = _diag_sequence(data, offset, arg, out, depth_left, pairs=True)
+        out.append("}")
+        return offset
+    if major == 6:
+        out.append(f"{arg}(")
+        offset = _diag_item(data, offset, out, depth_left - 1)
+        out.append(")")
+        return offset
+    return _diag_simple(data, start, info, arg, offset, out)
+
+
+def _diag_string(major: int, chunk: bytes, offset: int) -> str:
+    if major == 2:
+        return f"h'{chunk.hex()}'"
+    try:
+        text = chunk.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CborMalformedError("text string is not valid UTF-8", offset=offset) from None
+    import json
+
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _diag_indefinite_string(data: bytes, offset: int, major: int, out: list[str]) -> int:
+    chunks: list[str] = []
+    while True:
+        if offset >= len(data):
+            raise CborTruncatedError("input ends inside an indefinite string", offset=offset)
+        if data[offset] == 0xFF:
+            offset += 1
+            break
+        chunk_major, _, length, body = _diag_head(data, offset)
+        if chunk_major != major or length is None:
+            raise CborMalformedError("bad chunk in an indefinite-length string", offset=offset)
+        if body + length > len(data):
+            raise CborTruncatedError("input ends inside a string chunk", offset=offset)
+        chunks.append(_diag_string(major, data[body : body + length], offset))
+        offset = body + length
+    out.append("(_ " + ", ".join(chunks) + ")" if chunks else ("''_" if major == 2 else '""_'))
+    return offset
+
+
+def _diag_sequence(
+    data: bytes, offset: int, count: int | None, out: list[str], depth_left: int, *, pairs: bool
+) -> int:
+    index = 0
+    while True:
+        if count is None:
+            if offset >= len(data):
+                raise CborTruncatedError("input ends inside an indefinite container", offset=offset)
+            if data[offset] == 0xFF:
+                return offset + 1
+        elif index == count:
+            return offset
+        if index:
+            out.append(", ")
+        offset = _diag_item(data, offset, out, depth_left - 1)
+        if pairs:
+            out.append(": ")
+            offset = _diag_item(data, offset, out, depth_left - 1)
+        index += 1
+
+
+def _diag_simple(
+    data: bytes, start: int, info: int, arg: int | None, offset: int, out: list[str]
+) -> int:
+    if info < 24:
+        names = {20: "false", 21: "true", 22: "null", 23: "undefined"}
+        out.append(names.get(info, f"simple({info})"))
+    elif info == 24:
+        assert arg is not None
+        if arg < 32:
+            raise CborMalformedError("two-byte simple value below 32", offset=start)
+        out.append(f"simple({arg})")
+    elif info == 25:
+        out.append(_diag_float(struct.unpack(">e", data[start + 1 : start + 3])[0]))
+    elif info == 26:
+        out.append(_diag_float(struct.unpack(">f", data[start + 1 : start + 5])[0]))
+    elif info == 27:
+        out.append(_diag_float(struct.unpack(">d", data[start + 1 : start + 9])[0]))
+    else:
+        raise CborMalformedError("unexpected break code", offset=start)
+    return offset
+
+
+def _diag_float(number: float) -> str:
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    return repr(number)
+
+
+# --------------------------------------------------------------------------------------------
+# JSON views (for the CLI and HTTP API)
+
+
+def from_json(value: Any, path: str = "$") -> Value:
+    """Map parsed JSON onto the CBOR data model. `{"$bytes": "<hex>"}` stands for a byte
+    string; everything else maps one to one."""
+    if isinstance(value, dict):
+        if set(value) == {"$bytes"} and isinstance(value["$bytes"], str):
+            try:
+                return bytes.fromhex(value["$bytes"])
+            except ValueError:
+                raise CborUnsupportedValueError("$bytes is not hex", path=path) from None
+        return {str(k): from_json(v, f"{path}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_json(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise CborUnsupportedValueError(f"no CBOR form for {type(value).__name__}", path=path)
+
+
+def to_json(value: Any) -> Any:
+    """The inverse of `from_json` (integer map keys become their decimal text)."""
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_json(v) for v in value]
+    return value

@@ -1,0 +1,1 @@
+"""Guest SDK for aos workflows (standard library only)."""
