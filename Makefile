@@ -7,7 +7,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-fast lint bench bench-full clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(VENV)/mypy-path/aos
+
+$(VENV)/mypy-path/aos: $(STAMP)
+	@mkdir -p $@
+	@ln -sfn ../../../kernel $@/kernel
+	@ln -sfn ../../../cli $@/cli
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +26,7 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check kernel cli modules tests bench
 	$(BIN)/ruff format --check kernel cli modules tests bench
-	$(BIN)/mypy
+	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos.kernel -p aos.cli
 
 test: lint
 	$(BIN)/python -m pytest

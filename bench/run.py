@@ -1,8 +1,8 @@
 """Run every `bench/bench_*.py` module, print a Markdown table, write bench/results/latest.json.
 
-    python -m bench.run --quick     # make bench
-    python -m bench.run --full      # make bench-full
-    python -m bench.run --quick --only cbor,store
+python -m bench.run --quick     # make bench
+python -m bench.run --full      # make bench-full
+python -m bench.run --quick --only cbor,store
 """
 
 from __future__ import annotations

@@ -1,4 +1,23 @@
+"""The `aos` command: a group per noun, each in its own module."""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+
 import click
-@click.group()
+
+# Each module defines `register(group)`; the order here is the order in `aos --help`.
+_COMMAND_MODULES = [
+    "aos.cli.cbor_cmd",
+]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(metadata.version("aos"), "--version", prog_name="aos")
 def main() -> None:
-    """aos"""
+    """aos: a deterministic, event-sourced workflow kernel."""
+
+
+for _name in _COMMAND_MODULES:
+    importlib.import_module(_name).register(main)

@@ -38,9 +38,7 @@ INPUT_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 INT_MIN = -(2**64)
 INT_MAX = 2**64 - 1
 
-Value: TypeAlias = (
-    "None | bool | int | float | str | bytes | list[Value] | dict[str | int, Value]"
-)
+Value: TypeAlias = "bool | int | float | str | bytes | list[Value] | dict[str | int, Value] | None"
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,7 +168,7 @@ def _check_value(value: Any, depth_left: int, path: str) -> None:
 # Strict decoding
 
 
-class _TagRejected(Exception):
+class _TagRejectedError(Exception):
     def __init__(self, tag: int) -> None:
         super().__init__(tag)
         self.tag = tag
@@ -181,8 +179,8 @@ class _RejectEveryTag(Mapping[int, Any]):
     its own meaning (datetimes, bignums, sets...) to a tag and every tag reaches us."""
 
     def __getitem__(self, tag: int) -> Any:
-        def reject(_decoder: Any, _value: Any) -> NoReturn:
-            raise _TagRejected(tag)
+        def reject(_value: Any, _immutable: bool) -> NoReturn:
+            raise _TagRejectedError(tag)
 
         return reject
 
@@ -216,10 +214,12 @@ def decode(
     raw = bytes(data)
     if len(raw) > bytes_max:
         raise CborTooLargeError(f"input is {len(raw)} bytes; the limit is {bytes_max}")
+    if not raw:
+        raise CborTruncatedError("no data item", offset=0)
     start = 3 if raw.startswith(SELF_DESCRIBE_PREFIX) else 0
     if canonical and start == 0:
         raise CborNonCanonicalError("canonical bytes start with the self-describe tag d9d9f7")
-    value = _decode_structure(raw, start, depth_max)
+    value: Value = _decode_structure(raw, start, depth_max)
     _check_decoded(value, depth_max, "$")
     if canonical:
         expected = SELF_DESCRIBE_PREFIX + cbor2.dumps(value, canonical=True)
@@ -251,11 +251,10 @@ def _decode_structure(raw: bytes, start: int, depth_max: int) -> Any:
         max_depth=depth_max,
         allow_indefinite=False,
         allow_duplicate_keys=False,
-        strict_hashable_types=True,
     )
     try:
         value = decoder.decode()
-    except _TagRejected as exc:  # raised directly on some paths
+    except _TagRejectedError as exc:  # raised directly on some paths
         raise CborUnknownTagError(f"tag {exc.tag} is not allowed") from None
     except cbor2.CBORDecodeEOF:
         raise CborTruncatedError("input ends inside a data item") from None
@@ -275,7 +274,7 @@ def _decode_structure(raw: bytes, start: int, depth_max: int) -> Any:
 
 def _translate(exc: cbor2.CBORDecodeError) -> CborError:
     cause = exc.__cause__ or exc.__context__
-    if isinstance(cause, _TagRejected):
+    if isinstance(cause, _TagRejectedError):
         return CborUnknownTagError(f"tag {cause.tag} is not allowed")
     if isinstance(cause, CborError):
         return cause
@@ -335,9 +334,7 @@ def decode_generic(data: bytes, *, depth_max: int = NESTING_DEPTH_MAX_DEFAULT) -
     `cbor2.CBORTag`, indefinite items are accepted. For inspection and conformance tests only;
     input from outside goes through `decode`."""
     stream = io.BytesIO(bytes(data))
-    decoder = cbor2.CBORDecoder(
-        stream, semantic_decoders=_KEEP_EVERY_TAG, max_depth=depth_max
-    )
+    decoder = cbor2.CBORDecoder(stream, semantic_decoders=_KEEP_EVERY_TAG, max_depth=depth_max)
     try:
         value = decoder.decode()
     except cbor2.CBORDecodeEOF:
@@ -353,8 +350,15 @@ def decode_generic(data: bytes, *, depth_max: int = NESTING_DEPTH_MAX_DEFAULT) -
 
 
 class _KeepEveryTag(Mapping[int, Any]):
+    """Keep every tag visible, except the bignums (tags 2 and 3), which are numbers."""
+
     def __getitem__(self, tag: int) -> Any:
-        def keep(_decoder: Any, value: Any) -> cbor2.CBORTag:
+        # cbor2 calls a semantic decoder with the tag's decoded content and an
+        # "immutable" flag.
+        def keep(value: Any, _immutable: bool) -> Any:
+            if tag in (2, 3) and isinstance(value, bytes):
+                number = int.from_bytes(value, "big")
+                return number if tag == 2 else -1 - number
             return cbor2.CBORTag(tag, value)
 
         return keep

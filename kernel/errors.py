@@ -58,7 +58,7 @@ class KernelInvariantError(Exception):
     """A kernel invariant broke. Not a user error: the world must stop."""
 
 
-class UsageError(AosError):
-    """A command or API was called with arguments that cannot work."""
+class InvalidInputError(AosError):
+    """Input from outside (a CLI argument, a request body) that cannot be parsed."""
 
-    code = "usage"
+    code = "input.invalid"

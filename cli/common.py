@@ -1,0 +1,79 @@
+"""Conventions every `aos` command follows (DESIGN §13).
+
+* `--json` prints exact JSON on stdout; otherwise a human table or text.
+* Exit 0 on success, 1 on a user-facing error (its code and a one-line hint on stderr, or the
+  error object on stdout with `--json`), 2 on bad usage (click's own handling).
+* `--world PATH` (env `AOS_WORLD`, default `./.aos`) on every command that opens a world.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from aos.kernel.errors import AosError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print exact JSON.")(fn)
+
+
+def world_option(fn: F) -> F:
+    return click.option(
+        "--world",
+        "world_path",
+        envvar="AOS_WORLD",
+        default="./.aos",
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help="World directory (env AOS_WORLD).",
+    )(fn)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def fail(error: AosError, *, as_json: bool) -> None:
+    """Report a user-facing error and exit 1."""
+    if as_json:
+        emit_json({"error": error.to_dict()})
+    else:
+        click.echo(f"error[{error.code}]: {error}", err=True)
+        if error.hint:
+            click.echo(f"  hint: {error.hint}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def handles_errors(fn: F) -> F:
+    """Turn `AosError` from a command body into the exit-1 report. The command must take an
+    `as_json` keyword (from `json_option`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AosError as error:
+            fail(error, as_json=bool(kwargs.get("as_json")))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A plain aligned text table."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

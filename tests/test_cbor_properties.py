@@ -1,0 +1,111 @@
+"""Properties of canonical CBOR over generated values and arbitrary bytes."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import cbor2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aos.kernel import cbor
+from tests.strategies import same_value, values
+
+
+@given(values)
+def test_decode_inverts_encode(value: Any) -> None:
+    assert same_value(cbor.decode(cbor.encode(value)), value)
+
+
+@given(values, st.randoms(use_true_random=False))
+def test_encoding_ignores_insertion_order(value: Any, rng: random.Random) -> None:
+    assert cbor.encode(_shuffled(value, rng)) == cbor.encode(value)
+
+
+@given(values)
+def test_encoding_is_a_fixed_point(value: Any) -> None:
+    data = cbor.encode(value)
+    assert cbor.encode(cbor.decode(data)) == data
+    assert cbor.is_canonical(data)
+
+
+@given(values)
+def test_map_keys_are_in_length_then_bytewise_order(value: Any) -> None:
+    for node in _maps(value):
+        encoded = [cbor.encode(k, self_describe=False) for k in node]
+        assert sorted(encoded, key=lambda e: (len(e), e)) == [
+            cbor.encode(k, self_describe=False) for k in cbor.decode(cbor.encode(node))
+        ]
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=64))
+def test_strict_decode_raises_only_typed_errors(data: bytes) -> None:
+    for candidate in (data, cbor.SELF_DESCRIBE_PREFIX + data):
+        for canonical in (True, False):
+            try:
+                value = cbor.decode(candidate, canonical=canonical)
+            except cbor.CborError as error:
+                assert error.code.startswith("cbor.")
+                continue
+            # Accepted bytes are inside the data model: they encode without error.
+            reencoded = cbor.encode(value)
+            if canonical:
+                assert reencoded == candidate
+
+
+@settings(max_examples=300)
+@given(values, st.data())
+def test_mutated_encodings_decode_canonically_or_fail_typed(
+    value: Any, data: st.DataObject
+) -> None:
+    encoded = bytearray(cbor.encode(value))
+    index = data.draw(st.integers(min_value=0, max_value=len(encoded) - 1))
+    encoded[index] = data.draw(st.integers(min_value=0, max_value=255))
+    try:
+        decoded = cbor.decode(bytes(encoded))
+    except cbor.CborError:
+        return
+    # Whatever survives the strict decoder is canonical: it re-encodes to the same bytes.
+    assert cbor.encode(decoded) == bytes(encoded)
+
+
+@given(values)
+def test_generic_decoder_agrees_with_strict_decoder_on_canonical_bytes(value: Any) -> None:
+    data = cbor.encode(value)
+    assert same_value(cbor.decode_generic(data[3:]), cbor.decode(data))
+
+
+@given(values)
+def test_diagnostic_notation_reads_every_canonical_encoding(value: Any) -> None:
+    text = cbor.diagnostic(cbor.encode(value))
+    assert text.startswith("55799(") and text.endswith(")")
+
+
+@given(values)
+def test_cbor2_canonical_and_ours_agree(value: Any) -> None:
+    # Guards against a cbor2 upgrade silently changing its canonical forms.
+    assert cbor.encode(value, self_describe=False) == cbor2.dumps(value, canonical=True)
+
+
+def _shuffled(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {k: _shuffled(v, rng) for k, v in items}
+    if isinstance(value, list):
+        return [_shuffled(v, rng) for v in value]
+    return value
+
+
+def _maps(value: Any) -> list[dict[Any, Any]]:
+    found: list[dict[Any, Any]] = []
+    if isinstance(value, dict):
+        found.append(value)
+        for v in value.values():
+            found.extend(_maps(v))
+    elif isinstance(value, list):
+        for v in value:
+            found.extend(_maps(v))
+    return found
