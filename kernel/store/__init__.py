@@ -1,0 +1,106 @@
+"""The store of a world: journal, content-addressed blobs (CAS) and a small meta map.
+
+    from aos.kernel.store import open_store
+
+    with open_store(world_dir) as store:              # the writer; sync=True by default
+        with store.batch() as batch:                  # one transaction, one durable commit
+            blob = batch.cas_put_value({"big": "payload"})
+            first, last = batch.journal_append([{"kind": "domain_event", "ref": blob}])
+            batch.meta_put("head", last)
+        for seq, record in store.journal.read(first):
+            ...
+
+The interface (`Store`, `Journal`, `Cas`, `Meta`, `Batch`) is backend-neutral; `open_store`
+returns the embedded LMDB backend. Layout, durability, limits and error codes are specified in
+spec/store-notes.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+from aos.kernel.store.errors import (
+    StoreBatchTooLargeError,
+    StoreBlobTooLargeError,
+    StoreClosedError,
+    StoreCorruptBlobError,
+    StoreCorruptMetaError,
+    StoreCorruptRecordError,
+    StoreError,
+    StoreFullError,
+    StoreIoError,
+    StoreJournalGapError,
+    StoreLimitError,
+    StoreLockedError,
+    StoreMetaKeyTooLargeError,
+    StoreMetaValueTooLargeError,
+    StoreMissingError,
+    StoreNotFoundError,
+    StoreReadonlyError,
+    StoreRecordTooLargeError,
+    StoreUsageError,
+)
+from aos.kernel.store.interface import Batch, Cas, Journal, Meta, Store
+from aos.kernel.store.limits import (
+    BATCH_BYTES_MAX_DEFAULT,
+    BATCH_RECORDS_MAX_DEFAULT,
+    BLOB_BYTES_MAX_DEFAULT,
+    MAP_SIZE_BYTES_DEFAULT,
+    MAP_SIZE_BYTES_MAX_DEFAULT,
+    META_KEY_BYTES_MAX_DEFAULT,
+    META_VALUE_BYTES_MAX_DEFAULT,
+    RECORD_BYTES_MAX_DEFAULT,
+    StoreLimits,
+)
+from aos.kernel.store.lmdb_store import LmdbStore, open_lmdb_store
+
+
+def open_store(
+    world_dir: str | os.PathLike[str],
+    *,
+    sync: bool = True,
+    readonly: bool = False,
+    limits: StoreLimits | None = None,
+) -> Store:
+    """Open the store of `world_dir` with the default (LMDB) backend; see `open_lmdb_store`."""
+    return open_lmdb_store(world_dir, sync=sync, readonly=readonly, limits=limits)
+
+
+__all__ = [
+    "BATCH_BYTES_MAX_DEFAULT",
+    "BATCH_RECORDS_MAX_DEFAULT",
+    "BLOB_BYTES_MAX_DEFAULT",
+    "MAP_SIZE_BYTES_DEFAULT",
+    "MAP_SIZE_BYTES_MAX_DEFAULT",
+    "META_KEY_BYTES_MAX_DEFAULT",
+    "META_VALUE_BYTES_MAX_DEFAULT",
+    "RECORD_BYTES_MAX_DEFAULT",
+    "Batch",
+    "Cas",
+    "Journal",
+    "LmdbStore",
+    "Meta",
+    "Store",
+    "StoreBatchTooLargeError",
+    "StoreBlobTooLargeError",
+    "StoreClosedError",
+    "StoreCorruptBlobError",
+    "StoreCorruptMetaError",
+    "StoreCorruptRecordError",
+    "StoreError",
+    "StoreFullError",
+    "StoreIoError",
+    "StoreJournalGapError",
+    "StoreLimitError",
+    "StoreLimits",
+    "StoreLockedError",
+    "StoreMetaKeyTooLargeError",
+    "StoreMetaValueTooLargeError",
+    "StoreMissingError",
+    "StoreNotFoundError",
+    "StoreReadonlyError",
+    "StoreRecordTooLargeError",
+    "StoreUsageError",
+    "open_lmdb_store",
+    "open_store",
+]

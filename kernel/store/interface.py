@@ -1,0 +1,159 @@
+"""The backend-neutral storage interface.
+
+A backend provides a `Store` holding a `Journal`, a `Cas` and a `Meta`, and a `Batch` that
+groups writes to all three into one atomic, durable commit. The embedded LMDB backend is the
+default (`aos.kernel.store.lmdb_store`); a server backend (PostgreSQL) implements the same
+protocols. Values going in are anything `cbor.encode` accepts; values coming out are strictly
+decoded canonical CBOR (`cbor.Value`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol, Self
+
+from aos.kernel import cbor
+from aos.kernel.hashing import Hash
+from aos.kernel.store.limits import StoreLimits
+
+
+class Journal(Protocol):
+    """Append-only sequence of canonical records numbered 1, 2, 3, ... without gaps."""
+
+    def append(self, records: Sequence[object]) -> tuple[int, int]:
+        """Append records in one durable commit; return their first and last sequence."""
+        ...
+
+    def read(
+        self, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
+    ) -> Iterator[tuple[int, cbor.Value]]:
+        """Yield `(seq, record)` for `from_seq <= seq <= to_seq` (to the head when `to_seq` is
+        None), at most `limit` of them. Raises `store.journal_gap` when a number is missing and
+        `store.corrupt_record` when a record is not canonical CBOR."""
+        ...
+
+    def head(self) -> int:
+        """The last sequence number, or 0 for an empty journal (so also the record count)."""
+        ...
+
+
+class Cas(Protocol):
+    """Content-addressed blobs keyed by the BLAKE3 of their bytes, verified on every read."""
+
+    def put(self, data: bytes) -> Hash:
+        """Store a blob (idempotent); return its hash."""
+        ...
+
+    def put_value(self, value: object) -> Hash:
+        """Store the canonical encoding of `value`; the hash equals `hash_value(value)`."""
+        ...
+
+    def get(self, content_hash: Hash | str) -> bytes:
+        """The blob's bytes, checked against the hash (`store.corrupt_blob` if they differ,
+        `store.not_found` if absent)."""
+        ...
+
+    def get_value(self, content_hash: Hash | str) -> cbor.Value:
+        """The blob strictly decoded as canonical CBOR."""
+        ...
+
+    def has(self, content_hash: Hash | str) -> bool:
+        """Whether a blob with this hash is stored (its bytes are not read or checked)."""
+        ...
+
+    def hashes(self) -> Iterator[Hash]:
+        """Every stored hash, in digest byte order (for garbage collection)."""
+        ...
+
+    def delete(self, content_hash: Hash | str) -> bool:
+        """Remove a blob (for garbage collection); return whether it was there."""
+        ...
+
+
+class Meta(Protocol):
+    """A small map from text keys to canonical values."""
+
+    def get(self, key: str, default: cbor.Value = ...) -> cbor.Value:
+        """The value of `key`; `default` if absent and given, else `store.not_found`."""
+        ...
+
+    def put(self, key: str, value: object) -> None:
+        """Set `key` to `value` in one durable commit."""
+        ...
+
+    def has(self, key: str) -> bool:
+        """Whether `key` is set."""
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove `key`; return whether it was set."""
+        ...
+
+    def keys(self) -> list[str]:
+        """Every key, in UTF-8 byte order."""
+        ...
+
+
+class Batch(Protocol):
+    """Writes that commit together: all of them or none, with one durable commit."""
+
+    def journal_append(self, records: Sequence[object]) -> tuple[int, int]:
+        """Add records; return the sequence numbers they will have once committed."""
+        ...
+
+    def cas_put(self, data: bytes) -> Hash:
+        """Add a blob; return its hash."""
+        ...
+
+    def cas_put_value(self, value: object) -> Hash:
+        """Add a canonical value as a blob; return its hash."""
+        ...
+
+    def cas_delete(self, content_hash: Hash | str) -> None:
+        """Remove a blob if present."""
+        ...
+
+    def meta_put(self, key: str, value: object) -> None:
+        """Set a meta key."""
+        ...
+
+    def meta_delete(self, key: str) -> None:
+        """Remove a meta key if present."""
+        ...
+
+
+class Store(Protocol):
+    """One world's storage. Close it (or use it as a context manager) when done."""
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def cas(self) -> Cas: ...
+
+    @property
+    def meta(self) -> Meta: ...
+
+    @property
+    def readonly(self) -> bool: ...
+
+    @property
+    def limits(self) -> StoreLimits: ...
+
+    @property
+    def world_dir(self) -> Path: ...
+
+    def batch(self) -> AbstractContextManager[Batch]:
+        """`with store.batch() as b:` groups writes; they commit when the block exits normally
+        and are discarded, with nothing written, when it raises."""
+        ...
+
+    def close(self) -> None:
+        """Release the store; with `sync=False`, first make everything written durable."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...

@@ -1,0 +1,628 @@
+"""The embedded store: one LMDB environment per world directory.
+
+Layout (spec/store-notes.md): `<world_dir>/store/` holds LMDB's `data.mdb` and `lock.mdb` and
+our `writer.lock`. Named databases: `journal` (u64 big-endian sequence -> canonical record),
+`cas` (32-byte BLAKE3 digest -> raw bytes), `meta` (UTF-8 key -> canonical value).
+
+Concurrency: one writing process per world (an exclusive `flock` on `writer.lock`), any number
+of read-only processes beside it. Inside one process a store may be shared between threads:
+LMDB transactions are short and serialized by a lock, which is what makes it safe to grow the
+memory map (LMDB forbids resizing while this process has a transaction open).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Final, TypeAlias
+
+import lmdb
+
+from aos.kernel import cbor, hashing
+from aos.kernel.errors import KernelInvariantError
+from aos.kernel.hashing import Hash
+from aos.kernel.store import codec
+from aos.kernel.store.batch import PendingBatch
+from aos.kernel.store.errors import (
+    StoreBatchTooLargeError,
+    StoreClosedError,
+    StoreFullError,
+    StoreIoError,
+    StoreJournalGapError,
+    StoreLockedError,
+    StoreMissingError,
+    StoreNotFoundError,
+    StoreReadonlyError,
+    StoreUsageError,
+)
+from aos.kernel.store.limits import MIB, StoreLimits
+
+STORE_DIR_NAME = "store"
+WRITER_LOCK_NAME = "writer.lock"
+DATA_FILE_NAME = "data.mdb"
+
+_JOURNAL_DB = b"journal"
+_CAS_DB = b"cas"
+_META_DB = b"meta"
+# Room for the databases later milestones add (cell index) without a format change.
+_DBS_MAX = 8
+# Reads are cut into chunks, each in its own short transaction, so that no transaction stays
+# open while a caller holds an iterator (it would pin old pages and block map growth).
+_READ_CHUNK_RECORDS = 1024
+_READ_CHUNK_BYTES = 8 * MIB
+# Doubling from the smallest map LMDB accepts to 2**64 bytes takes fewer steps than this.
+_GROWTH_STEPS_MAX = 64
+
+# The stubs make Transaction generic; the runtime class is not subscriptable.
+_Txn: TypeAlias = "lmdb.Transaction[bytes]"
+
+# Store directories open in this process, by (st_dev, st_ino). LMDB's locks are per process,
+# so a second environment on the same files in one process would silently share and then
+# release them; we refuse it up front with a clear error instead.
+_OPEN_IN_PROCESS: set[tuple[int, int]] = set()
+_OPEN_IN_PROCESS_LOCK = threading.Lock()
+
+
+class _Absent:
+    """Marks a parameter that was not given (None is a valid stored value)."""
+
+
+_ABSENT: Final = _Absent()
+
+
+# --------------------------------------------------------------------------------------------
+# Opening
+
+
+def open_lmdb_store(
+    world_dir: str | os.PathLike[str],
+    *,
+    sync: bool = True,
+    readonly: bool = False,
+    limits: StoreLimits | None = None,
+) -> LmdbStore:
+    """Open the store of an existing world directory, creating `store/` when writing.
+
+    `sync=True` makes every commit durable before it returns (LMDB `sync` and `metasync`);
+    `sync=False` leaves flushing to the OS (tests, benches) and syncs once at `close()`.
+    A writer takes the world's writer lock (`store.locked` if another process holds it);
+    `readonly=True` takes no lock and needs an existing store (`store.missing`).
+    """
+    limits = limits if limits is not None else StoreLimits()
+    world = Path(world_dir)
+    if not world.is_dir():
+        raise StoreMissingError(f"no world directory at {world}", path=str(world))
+    store_dir = world / STORE_DIR_NAME
+    if readonly and not (store_dir / DATA_FILE_NAME).is_file():
+        raise StoreMissingError(f"no store in {world}", path=str(world))
+    if not readonly:
+        store_dir.mkdir(exist_ok=True)
+    with ExitStack() as undo:
+        identity = _claim_in_process(store_dir)
+        undo.callback(_release_in_process, identity)
+        if not readonly:
+            undo.callback(_WriterLock(store_dir / WRITER_LOCK_NAME).release)
+        env = _open_env(store_dir, limits, sync=sync, readonly=readonly)
+        undo.callback(env.close)
+        dbs = _open_dbs(env, create=not readonly)
+        store = LmdbStore(env, dbs, world, limits, sync=sync, readonly=readonly)
+        # From here on the store owns the environment, the writer lock and the claim.
+        store._release = undo.pop_all().close
+    return store
+
+
+def _claim_in_process(store_dir: Path) -> tuple[int, int]:
+    status = store_dir.stat()
+    identity = (status.st_dev, status.st_ino)
+    with _OPEN_IN_PROCESS_LOCK:
+        if identity in _OPEN_IN_PROCESS:
+            raise StoreLockedError(
+                f"world store {store_dir} is already open in this process (pid {os.getpid()})",
+                path=str(store_dir),
+                pid=os.getpid(),
+            )
+        _OPEN_IN_PROCESS.add(identity)
+    return identity
+
+
+def _release_in_process(identity: tuple[int, int]) -> None:
+    with _OPEN_IN_PROCESS_LOCK:
+        _OPEN_IN_PROCESS.discard(identity)
+
+
+class _WriterLock:
+    """An exclusive `flock` on `writer.lock`, holding the owner's pid for error messages.
+
+    The kernel drops a `flock` when its holder dies, so a crashed writer never leaves a stale
+    lock behind; the file itself is never deleted (deleting a locked file races with openers).
+    """
+
+    def __init__(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_pid(fd)
+            os.close(fd)
+            # The holder writes its pid just after locking, so a racing reader may find none.
+            holder = f"pid {pid}" if pid is not None else "another process"
+            raise StoreLockedError(
+                f"world is locked by {holder}", path=str(path.parent.parent), pid=pid
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _read_pid(fd: int) -> int | None:
+    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _open_env(
+    store_dir: Path, limits: StoreLimits, *, sync: bool, readonly: bool
+) -> lmdb.Environment:
+    try:
+        env = lmdb.open(
+            str(store_dir),
+            map_size=limits.map_size_bytes_initial,
+            max_dbs=_DBS_MAX,
+            readonly=readonly,
+            sync=sync,
+            metasync=sync,
+            create=not readonly,
+        )
+    except lmdb.Error as exc:
+        raise StoreIoError(
+            f"cannot open the store in {store_dir}: {exc}", path=str(store_dir)
+        ) from exc
+    key_bytes_max = env.max_key_size()
+    if key_bytes_max < limits.meta_key_bytes_max:
+        env.close()
+        raise StoreUsageError(
+            f"meta_key_bytes_max {limits.meta_key_bytes_max} exceeds LMDB's key size limit "
+            f"{key_bytes_max}"
+        )
+    return env
+
+
+def _open_dbs(env: lmdb.Environment, *, create: bool) -> tuple[lmdb._Database, ...]:
+    names = (_JOURNAL_DB, _CAS_DB, _META_DB)
+    try:
+        if not create:
+            # A handle opened inside an explicit read transaction dies with it in py-lmdb;
+            # without one, py-lmdb opens it so that it outlives the transaction.
+            return tuple(env.open_db(name, create=False) for name in names)
+        with env.begin(write=True) as txn:
+            return tuple(env.open_db(name, txn=txn, create=True) for name in names)
+    except lmdb.NotFoundError:
+        raise StoreMissingError(f"the store in {env.path()} lacks its databases") from None
+
+
+def _begin_read(env: lmdb.Environment) -> _Txn:
+    try:
+        return env.begin()
+    except lmdb.MapResizedError:
+        # The writer (another process) grew the map past ours: adopt the size it recorded.
+        env.set_mapsize(0)
+        return env.begin()
+
+
+# --------------------------------------------------------------------------------------------
+# The store
+
+
+class LmdbStore:
+    """A world's store on LMDB. Build it with `open_lmdb_store` (or `aos.kernel.store.open_store`)."""
+
+    def __init__(
+        self,
+        env: lmdb.Environment,
+        dbs: tuple[lmdb._Database, ...],
+        world_dir: Path,
+        limits: StoreLimits,
+        *,
+        sync: bool,
+        readonly: bool,
+    ) -> None:
+        self._env = env
+        self._journal_db, self._cas_db, self._meta_db = dbs
+        self._world_dir = world_dir
+        self._limits = limits
+        self._sync = sync
+        self._readonly = readonly
+        self._release: Callable[[], None] = lambda: None
+        self._closed = False
+        self._txn_lock = threading.Lock()
+        self._batch_lock = threading.Lock()
+        self._batch_thread: int | None = None
+        self.map_growths = 0
+        self._journal = LmdbJournal(self)
+        self._cas = LmdbCas(self)
+        self._meta = LmdbMeta(self)
+        # The writer is the only one appending, so it may keep the head in memory; the open
+        # check refuses to append after a journal whose record count betrays a gap.
+        self._head = 0 if readonly else self._checked_head()
+
+    @property
+    def journal(self) -> LmdbJournal:
+        return self._journal
+
+    @property
+    def cas(self) -> LmdbCas:
+        return self._cas
+
+    @property
+    def meta(self) -> LmdbMeta:
+        return self._meta
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def limits(self) -> StoreLimits:
+        return self._limits
+
+    @property
+    def world_dir(self) -> Path:
+        return self._world_dir
+
+    @property
+    def map_size_bytes(self) -> int:
+        """The current size of the memory map (it grows by doubling when a batch needs it)."""
+        with self._reading():
+            return self._env.info()["map_size"]
+
+    @contextmanager
+    def batch(self) -> Iterator[PendingBatch]:
+        """Group writes into one transaction and one durable commit; see `Store.batch`."""
+        self._check_writable()
+        if self._batch_thread == threading.get_ident():
+            raise StoreUsageError("batches do not nest; write through the batch that is open")
+        with self._batch_lock:
+            self._batch_thread = threading.get_ident()
+            try:
+                pending = PendingBatch(self._limits, self._head)
+                yield pending
+                self._commit(pending)
+            finally:
+                self._batch_thread = None
+
+    def close(self) -> None:
+        """Release the environment and the writer lock; idempotent."""
+        with self._txn_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if not self._readonly and not self._sync:
+                    self._env.sync(True)
+            finally:
+                self._release()
+
+    def __enter__(self) -> LmdbStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------------
+    # Transactions
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the store of {self._world_dir} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._readonly:
+            raise StoreReadonlyError(f"the store of {self._world_dir} is open read-only")
+
+    @contextmanager
+    def _reading(self) -> Iterator[_Txn]:
+        with self._txn_lock:
+            self._check_open()
+            try:
+                txn = _begin_read(self._env)
+            except lmdb.Error as exc:
+                raise StoreIoError(f"cannot read the store: {exc}") from exc
+            try:
+                yield txn
+            except lmdb.Error as exc:
+                raise StoreIoError(f"cannot read the store: {exc}") from exc
+            finally:
+                txn.abort()
+
+    def _commit(self, pending: PendingBatch) -> None:
+        if pending.is_empty():
+            return
+        with self._txn_lock:
+            self._check_open()
+            for _ in range(_GROWTH_STEPS_MAX):
+                try:
+                    self._apply(pending)
+                except lmdb.MapFullError:
+                    # The transaction was aborted: nothing of it is on disk. Grow and redo it.
+                    self._grow()
+                    continue
+                self._head = pending.last_seq
+                return
+        raise KernelInvariantError("the map grew too many times for one batch")
+
+    def _apply(self, pending: PendingBatch) -> None:
+        try:
+            with self._env.begin(write=True) as txn:
+                self._put_pending(txn, pending)
+        except lmdb.MapFullError:
+            raise
+        except lmdb.DiskError as exc:
+            raise StoreFullError(f"the disk is full: {exc}", path=str(self._world_dir)) from exc
+        except lmdb.TxnFullError as exc:
+            raise StoreBatchTooLargeError(
+                f"the batch has more dirty pages than one LMDB transaction holds: {exc}",
+                limit="lmdb_dirty_pages",
+            ) from exc
+        except lmdb.KeyExistsError as exc:
+            raise KernelInvariantError(f"journal append found an existing key: {exc}") from exc
+        except lmdb.Error as exc:
+            raise StoreIoError(f"commit failed: {exc}", path=str(self._world_dir)) from exc
+
+    def _put_pending(self, txn: _Txn, pending: PendingBatch) -> None:
+        self._check_tail(txn, pending.head_before)
+        for digest, data in pending.cas.items():
+            if data is None:
+                txn.delete(digest, db=self._cas_db)
+            elif (
+                not txn.put(digest, data, overwrite=False, db=self._cas_db)
+                and txn.get(digest, db=self._cas_db) != data
+            ):
+                # Equal keys mean equal bytes, unless the stored copy rotted: then this put
+                # repairs it, at the price of one read when a blob is stored twice.
+                txn.put(digest, data, db=self._cas_db)
+        for key, value in pending.meta.items():
+            if value is None:
+                txn.delete(key, db=self._meta_db)
+            else:
+                txn.put(key, value, db=self._meta_db)
+        if pending.journal:
+            items = [
+                (codec.seq_key(seq), raw)
+                for seq, raw in enumerate(pending.journal, pending.first_seq)
+            ]
+            with txn.cursor(db=self._journal_db) as cursor:
+                _, added = cursor.putmulti(items, overwrite=False, append=True)
+            if added != len(items):
+                raise KernelInvariantError(f"journal append stored {added} of {len(items)}")
+
+    def _check_tail(self, txn: _Txn, head: int) -> None:
+        """The batch continues the journal exactly where it ends, and the journal has no gap."""
+        with txn.cursor(db=self._journal_db) as cursor:
+            last = codec.seq_from_key(cursor.key()) if cursor.last() else 0
+        if last != head:
+            raise KernelInvariantError(f"journal head is {last}; the batch was built on {head}")
+        entries = txn.stat(self._journal_db)["entries"]
+        if entries != last:
+            raise StoreJournalGapError(
+                f"the journal ends at {last} but holds {entries} records", head=last
+            )
+
+    def _checked_head(self) -> int:
+        with self._reading() as txn:
+            with txn.cursor(db=self._journal_db) as cursor:
+                head = codec.seq_from_key(cursor.key()) if cursor.last() else 0
+            entries = txn.stat(self._journal_db)["entries"]
+        if entries != head:
+            raise StoreJournalGapError(
+                f"the journal ends at {head} but holds {entries} records; refusing to append",
+                path=str(self._world_dir),
+                head=head,
+                entries=entries,
+            )
+        return head
+
+    def _grow(self) -> None:
+        current = self._env.info()["map_size"]
+        limit = self._limits.map_size_bytes_max
+        if current >= limit:
+            raise StoreFullError(
+                f"the store reached map_size_bytes_max ({limit} bytes)",
+                path=str(self._world_dir),
+                limit="map_size_bytes_max",
+                limit_value=limit,
+            )
+        self._env.set_mapsize(min(current * 2, limit))
+        self.map_growths += 1
+
+
+# --------------------------------------------------------------------------------------------
+# Views
+
+
+class LmdbJournal:
+    """The `journal` database. Sequence numbers start at 1; `head()` is 0 when empty."""
+
+    def __init__(self, store: LmdbStore) -> None:
+        self._store = store
+
+    def append(self, records: Sequence[object]) -> tuple[int, int]:
+        """Append records in one transaction and one durable commit."""
+        with self._store.batch() as batch:
+            return batch.journal_append(records)
+
+    def head(self) -> int:
+        """The last sequence number, or 0 for an empty journal."""
+        store = self._store
+        with store._reading() as txn, txn.cursor(db=store._journal_db) as cursor:
+            return codec.seq_from_key(cursor.key()) if cursor.last() else 0
+
+    def read(
+        self, from_seq: int = codec.SEQ_FIRST, to_seq: int | None = None, limit: int | None = None
+    ) -> Iterator[tuple[int, cbor.Value]]:
+        """Yield `(seq, record)` from `from_seq` to `to_seq` (inclusive; the head when None),
+        at most `limit` records, checking contiguity and canonical form of every record."""
+        if type(from_seq) is not int or from_seq < codec.SEQ_FIRST:
+            raise StoreUsageError(f"from_seq must be an integer >= {codec.SEQ_FIRST}")
+        if to_seq is not None and type(to_seq) is not int:
+            raise StoreUsageError("to_seq must be an integer or None")
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise StoreUsageError("limit must be a non-negative integer or None")
+        last = codec.SEQ_MAX if to_seq is None else to_seq
+        count = codec.SEQ_MAX if limit is None else limit
+        return self._iterate(from_seq, last, count)
+
+    def _iterate(self, expected: int, last: int, count: int) -> Iterator[tuple[int, cbor.Value]]:
+        while count > 0 and expected <= last:
+            chunk = self._chunk(expected, last, min(count, _READ_CHUNK_RECORDS))
+            if not chunk:
+                return
+            for seq, raw in chunk:
+                if seq != expected:
+                    raise StoreJournalGapError(
+                        f"journal record {expected} is missing (the next one is {seq})",
+                        expected=expected,
+                        found=seq,
+                    )
+                yield seq, codec.decode_record(seq, raw)
+                expected += 1
+            count -= len(chunk)
+
+    def _chunk(self, start: int, last: int, count: int) -> list[tuple[int, bytes]]:
+        chunk: list[tuple[int, bytes]] = []
+        size_bytes = 0
+        store = self._store
+        with store._reading() as txn, txn.cursor(db=store._journal_db) as cursor:
+            if not cursor.set_range(codec.seq_key(start)):
+                return chunk
+            for key, raw in cursor:
+                seq = codec.seq_from_key(key)
+                if seq > last:
+                    break
+                chunk.append((seq, raw))
+                size_bytes += len(raw)
+                if len(chunk) >= count or size_bytes >= _READ_CHUNK_BYTES:
+                    break
+        return chunk
+
+
+class LmdbCas:
+    """The `cas` database: BLAKE3 digest -> raw bytes, verified on every read."""
+
+    def __init__(self, store: LmdbStore) -> None:
+        self._store = store
+
+    def put(self, data: bytes) -> Hash:
+        """Store a blob (idempotent) in one durable commit; return its hash."""
+        with self._store.batch() as batch:
+            return batch.cas_put(data)
+
+    def put_value(self, value: object) -> Hash:
+        """Store the canonical encoding of `value`; the hash equals `hash_value(value)`."""
+        with self._store.batch() as batch:
+            return batch.cas_put_value(value)
+
+    def get(self, content_hash: Hash | str) -> bytes:
+        """The blob, checked against its hash."""
+        checked = hashing.parse(content_hash)
+        store = self._store
+        with store._reading() as txn:
+            data = txn.get(checked.digest, db=store._cas_db)
+        if data is None:
+            raise StoreNotFoundError(f"no blob {checked}", hash=str(checked))
+        return codec.verify_blob(checked, data)
+
+    def get_value(self, content_hash: Hash | str) -> cbor.Value:
+        """The blob strictly decoded (a blob that is not canonical CBOR raises `cbor.*`)."""
+        data = self.get(content_hash)
+        return cbor.decode(data, bytes_max=len(data))
+
+    def has(self, content_hash: Hash | str) -> bool:
+        """Whether a blob is stored under this hash (its bytes are not checked)."""
+        checked = hashing.parse(content_hash)
+        store = self._store
+        with store._reading() as txn:
+            return txn.get(checked.digest, db=store._cas_db) is not None
+
+    def hashes(self) -> Iterator[Hash]:
+        """Every stored hash in digest order, read in chunks of short transactions."""
+        start = b""
+        while True:
+            chunk = self._chunk(start)
+            yield from (Hash.from_digest(digest) for digest in chunk)
+            if len(chunk) < _READ_CHUNK_RECORDS:
+                return
+            # The smallest key greater than the last one seen.
+            start = chunk[-1] + b"\x00"
+
+    def delete(self, content_hash: Hash | str) -> bool:
+        """Remove a blob (for garbage collection); return whether it was there."""
+        present = self.has(content_hash)
+        with self._store.batch() as batch:
+            batch.cas_delete(content_hash)
+        return present
+
+    def _chunk(self, start: bytes) -> list[bytes]:
+        store = self._store
+        with store._reading() as txn, txn.cursor(db=store._cas_db) as cursor:
+            if not cursor.set_range(start):
+                return []
+            keys: list[bytes] = []
+            for key in cursor.iternext(keys=True, values=False):
+                keys.append(key)
+                if len(keys) >= _READ_CHUNK_RECORDS:
+                    break
+            return keys
+
+
+class LmdbMeta:
+    """The `meta` database: UTF-8 text key -> canonical value."""
+
+    def __init__(self, store: LmdbStore) -> None:
+        self._store = store
+
+    def get(self, key: str, default: cbor.Value | _Absent = _ABSENT) -> cbor.Value:
+        """The value of `key`; `default` if absent and given, else `store.not_found`."""
+        store = self._store
+        raw_key = codec.meta_key(key, store.limits)
+        with store._reading() as txn:
+            raw = txn.get(raw_key, db=store._meta_db)
+        if raw is not None:
+            return codec.decode_meta_value(key, raw)
+        if isinstance(default, _Absent):
+            raise StoreNotFoundError(f"no meta key {key!r}", key=key)
+        return default
+
+    def put(self, key: str, value: object) -> None:
+        """Set `key` in one durable commit."""
+        with self._store.batch() as batch:
+            batch.meta_put(key, value)
+
+    def has(self, key: str) -> bool:
+        """Whether `key` is set."""
+        store = self._store
+        raw_key = codec.meta_key(key, store.limits)
+        with store._reading() as txn:
+            return txn.get(raw_key, db=store._meta_db) is not None
+
+    def delete(self, key: str) -> bool:
+        """Remove `key`; return whether it was set."""
+        present = self.has(key)
+        with self._store.batch() as batch:
+            batch.meta_delete(key)
+        return present
+
+    def keys(self) -> list[str]:
+        """Every key in UTF-8 byte order (meta is small by design, so this is one read)."""
+        store = self._store
+        with store._reading() as txn, txn.cursor(db=store._meta_db) as cursor:
+            return [key.decode("utf-8") for key in cursor.iternext(keys=True, values=False)]
