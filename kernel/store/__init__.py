@@ -12,7 +12,7 @@
 
 The interface (`Store`, `Journal`, `Cas`, `Meta`, `Batch`) is backend-neutral; `open_store`
 returns the embedded LMDB backend. Layout, durability, limits and error codes are specified in
-spec/store-notes.md.
+spec/07-storage.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The embedded store: one LMDB environment per world directory.
 
-Layout (spec/store-notes.md): `<world_dir>/store/` holds LMDB's `data.mdb` and `lock.mdb` and
+Layout (spec/07-storage.md): `<world_dir>/store/` holds LMDB's `data.mdb` and `lock.mdb` and
 our `writer.lock`. Named databases: `journal` (u64 big-endian sequence -> canonical record),
 `cas` (32-byte BLAKE3 digest -> raw bytes), `meta` (UTF-8 key -> canonical value).
 
