@@ -10,6 +10,8 @@ import click
 # Each module defines `register(group)`; the order here is the order in `aos --help`.
 _COMMAND_MODULES = [
     "aos.cli.cbor_cmd",
+    "aos.cli.hash_cmd",
+    "aos.cli.air_cmd",
 ]
 
 
