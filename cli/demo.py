@@ -48,7 +48,7 @@ def main() -> None:
                 f"  #{seq} {hash_value(record).short()} {len(data):4d} B  {data.hex()[:48]}..."
             )
         stored = store.cas.get_value(state)
-        click.echo(f"CAS {state.short()} -> {stored} (hash verified on read)")
+        click.echo(f"CAS {state.short()} -> {stored!r} (hash verified on read)")
         click.echo(f"journal head: {store.journal.head()}")
 
 

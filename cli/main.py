@@ -12,6 +12,7 @@ _COMMAND_MODULES = [
     "aos.cli.cbor_cmd",
     "aos.cli.hash_cmd",
     "aos.cli.air_cmd",
+    "aos.cli.module_cmd",
 ]
 
 

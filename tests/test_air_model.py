@@ -210,29 +210,48 @@ def test_strict_models_do_not_coerce() -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "ceiling", "default"),
+    ("field", "floor", "ceiling", "default"),
     [
-        ("fuel_per_step_max", limits.FUEL_PER_STEP_MAX_CEILING, limits.FUEL_PER_STEP_MAX_DEFAULT),
-        ("memory_bytes_max", limits.MEMORY_BYTES_MAX_CEILING, limits.MEMORY_BYTES_MAX_DEFAULT),
-        ("output_bytes_max", limits.OUTPUT_BYTES_MAX_CEILING, limits.OUTPUT_BYTES_MAX_DEFAULT),
+        (
+            "fuel_per_step_max",
+            1,
+            limits.FUEL_PER_STEP_MAX_CEILING,
+            limits.FUEL_PER_STEP_MAX_DEFAULT,
+        ),
+        (
+            "memory_bytes_max",
+            limits.MEMORY_BYTES_MAX_FLOOR,
+            limits.MEMORY_BYTES_MAX_CEILING,
+            limits.MEMORY_BYTES_MAX_DEFAULT,
+        ),
+        (
+            "output_bytes_max",
+            1,
+            limits.OUTPUT_BYTES_MAX_CEILING,
+            limits.OUTPUT_BYTES_MAX_DEFAULT,
+        ),
         (
             "effects_per_step_max",
+            0,
             limits.EFFECTS_PER_STEP_MAX_CEILING,
             limits.EFFECTS_PER_STEP_MAX_DEFAULT,
         ),
         (
             "events_per_step_max",
+            0,
             limits.EVENTS_PER_STEP_MAX_CEILING,
             limits.EVENTS_PER_STEP_MAX_DEFAULT,
         ),
     ],
 )
-def test_step_limits_default_override_and_edges(field: str, ceiling: int, default: int) -> None:
+def test_step_limits_default_override_and_edges(
+    field: str, floor: int, ceiling: int, default: int
+) -> None:
     assert getattr(DefWorkflow.model_validate(workflow()).step_limits(), field) == default
-    for good in (1, ceiling):
+    for good in (floor, ceiling):
         parsed = DefWorkflow.model_validate(workflow(limits={field: good}))
         assert getattr(parsed.step_limits(), field) == good
-    for bad in (0, ceiling + 1):
+    for bad in (floor - 1, ceiling + 1):
         with pytest.raises(ValidationError) as caught:
             DefWorkflow.model_validate(workflow(limits={field: bad}))
         assert [detail["loc"] for detail in caught.value.errors()] == [("limits", field)]

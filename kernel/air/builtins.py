@@ -8,12 +8,12 @@ notices, and the timer effect that its own timer adapter settles.
 Field meanings (seed §3.4-3.5, DESIGN §5 ingress stamps):
 
 `sys/WorkflowContext@1` (the `ctx` of a step, when a workflow declares it):
-    now_ns          wall time stamped at ingress of the input that caused this step
-    logical_now_ns  the world's logical time (what timers are due against)
+    now_ns          the world's logical time when the input was admitted (what timers are
+                    due against); never the host clock of the step
     entropy         64 bytes, derived deterministically from the ingress stamp
     journal_height  journal sequence of the input being delivered
     manifest_hash   the active manifest
-    workflow        the workflow's name; workflow_hash its definition hash
+    workflow        the workflow's name
     key             the cell key (canonical key bytes) for a keyed workflow, else null
     cell_mode       true for a keyed workflow
 
@@ -83,12 +83,10 @@ _SCHEMA_TYPES: dict[str, dict[str, Any]] = {
     WORKFLOW_CONTEXT: {
         "record": {
             "now_ns": _prim("time"),
-            "logical_now_ns": _prim("time"),
             "entropy": _prim("bytes"),
             "journal_height": _prim("nat"),
             "manifest_hash": _prim("hash"),
             "workflow": _prim("text"),
-            "workflow_hash": _option(_prim("hash")),
             "key": _option(_prim("bytes")),
             "cell_mode": _prim("bool"),
         }

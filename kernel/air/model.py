@@ -177,13 +177,15 @@ class WorkflowLimits(AirModel):
     """Per-workflow overrides of the kernel's step limits (limits.py)."""
 
     fuel_per_step_max: int | None = Field(default=None, ge=1, le=_limits.FUEL_PER_STEP_MAX_CEILING)
-    memory_bytes_max: int | None = Field(default=None, ge=1, le=_limits.MEMORY_BYTES_MAX_CEILING)
+    memory_bytes_max: int | None = Field(
+        default=None, ge=_limits.MEMORY_BYTES_MAX_FLOOR, le=_limits.MEMORY_BYTES_MAX_CEILING
+    )
     output_bytes_max: int | None = Field(default=None, ge=1, le=_limits.OUTPUT_BYTES_MAX_CEILING)
     effects_per_step_max: int | None = Field(
-        default=None, ge=1, le=_limits.EFFECTS_PER_STEP_MAX_CEILING
+        default=None, ge=0, le=_limits.EFFECTS_PER_STEP_MAX_CEILING
     )
     events_per_step_max: int | None = Field(
-        default=None, ge=1, le=_limits.EVENTS_PER_STEP_MAX_CEILING
+        default=None, ge=0, le=_limits.EVENTS_PER_STEP_MAX_CEILING
     )
 
 
@@ -228,14 +230,8 @@ class DefWorkflow(AirModel):
     def step_limits(self) -> _limits.StepLimits:
         """The effective limits: overrides where given, kernel defaults elsewhere."""
         given = self.limits or WorkflowLimits()
-        default = _limits.DEFAULT_STEP_LIMITS
-        return _limits.StepLimits(
-            fuel_per_step_max=given.fuel_per_step_max or default.fuel_per_step_max,
-            memory_bytes_max=given.memory_bytes_max or default.memory_bytes_max,
-            output_bytes_max=given.output_bytes_max or default.output_bytes_max,
-            effects_per_step_max=given.effects_per_step_max or default.effects_per_step_max,
-            events_per_step_max=given.events_per_step_max or default.events_per_step_max,
-        )
+        overrides = {k: v for k, v in given.model_dump().items() if v is not None}
+        return _limits.StepLimits.from_overrides(overrides)
 
 
 class DefEffect(AirModel):

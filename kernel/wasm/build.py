@@ -1,0 +1,648 @@
+"""Building workflow modules from source, cached by source hash (DESIGN §6).
+
+* `build_python` turns a Python workflow (a file, or a directory with `app.py` or a single
+  module) into a component with `componentize-py ... componentize --stub-wasi`: the module's
+  directory, the `aos_sdk` package and any extra `python_path` directories are the only Python
+  path; the result has no imports at all.
+* `build_c` compiles one C (or Zig) file into a core module with
+  `python -m ziglang cc --target=wasm32-freestanding -nostdlib`.
+
+A build is keyed by the BLAKE3 of everything that can change its output: every source file
+(path and bytes) of the module, of `aos_sdk` and the WIT world, the tool versions and the
+build options. The artifact lives at `<cache>/<key>.wasm` with a `<key>.json` record; an
+unchanged source is a cache hit that runs no tool (`BuildResult.cached`). The cache is
+`$AOS_CACHE_DIR/builds`, else `~/.cache/aos/builds`.
+
+Builds of Python components are not bit-reproducible (componentize-py snapshots an
+interpreter whose hash seed and PRNG state are drawn at build time), which is why the cache,
+not a rebuild, is what makes a module hash stable.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+from aos.kernel.errors import AosError
+from aos.kernel.hashing import Hash, hash_bytes, hash_value
+
+Abi = Literal["core", "component"]
+
+BUILDER_VERSION = 1
+WORLD_NAME = "workflow"
+WORLD_CLASS = "WitWorld"
+SOURCE_FILES_MAX = 512
+SOURCE_BYTES_MAX = 16 * 1024 * 1024
+TOOL_TIMEOUT_S_DEFAULT = 600.0
+STDERR_TAIL_CHARS = 4000
+CACHE_ENTRIES_MAX = 32  # a Python component is ~18 MB
+C_EXPORTS_DEFAULT = ("alloc", "step")
+C_FLAGS = (
+    "--target=wasm32-freestanding",
+    "-nostdlib",
+    "-O2",
+    "-fno-stack-protector",
+    "-Wl,--no-entry",
+    "-Wl,--export-memory",
+)
+_PYTHON_SUFFIXES = (".py",)
+_C_SUFFIXES = (".c", ".zig")
+_RESERVED_MODULES = frozenset({"wit_world", "aos_sdk", "componentize_py_types", "poll_loop"})
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WIT_DIR_DEFAULT = REPO_ROOT / "spec" / "wit"
+
+
+# --------------------------------------------------------------------------------------------
+# Errors and results
+
+
+class BuildError(AosError):
+    code = "build.error"
+
+
+class BuildFailedError(BuildError):
+    code = "build.failed"
+    hint = "the build tool failed; its stderr tail is in the message"
+
+
+class BuildUnsupportedSourceError(BuildError):
+    code = "build.unsupported_source"
+    hint = "build a .py file, a directory with app.py or one module, or a .c/.zig file"
+
+
+class BuildCapabilityError(BuildError):
+    code = "build.capability_denied"
+    hint = (
+        "workflows have no clock, filesystem, network, randomness or processes: "
+        "use ctx.now_ns, ctx.entropy and effects instead"
+    )
+
+
+class BuildToolMissingError(BuildError):
+    code = "build.tool_missing"
+    hint = "install the build extra: pip install -e '.[build]'"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    wasm_path: Path
+    wasm_hash: Hash
+    cached: bool
+    abi: Abi
+    source_hash: Hash
+
+
+# --------------------------------------------------------------------------------------------
+# Cache
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("AOS_CACHE_DIR")
+    base = Path(root) if root else Path.home() / ".cache" / "aos"
+    return base / "builds"
+
+
+def _cache_lookup(cache_dir: Path, key: Hash, abi: Abi) -> BuildResult | None:
+    """A recorded artifact whose bytes still hash to what was recorded, else None."""
+    wasm_path, record_path = _cache_paths(cache_dir, key)
+    try:
+        record = json.loads(record_path.read_text())
+        data = wasm_path.read_bytes()
+    except (OSError, ValueError):
+        return None
+    wasm_hash = hash_bytes(data)
+    if record.get("wasm_hash") != wasm_hash or record.get("abi") != abi:
+        return None  # a torn or tampered entry: rebuild over it
+    _touch(wasm_path)
+    return BuildResult(wasm_path, wasm_hash, True, abi, key)
+
+
+def _cache_store(cache_dir: Path, key: Hash, abi: Abi, built: Path) -> BuildResult:
+    wasm_path, record_path = _cache_paths(cache_dir, key)
+    wasm_hash = hash_bytes(built.read_bytes())
+    built.chmod(0o644)
+    os.replace(built, wasm_path)
+    record = {"abi": abi, "source_hash": str(key), "wasm_hash": str(wasm_hash)}
+    _write_atomic(record_path, json.dumps(record, sort_keys=True).encode())
+    _prune(cache_dir, keep=wasm_path)
+    return BuildResult(wasm_path, wasm_hash, False, abi, key)
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        return  # recency is a hint for pruning, never a reason to fail a build
+
+
+def _prune(cache_dir: Path, *, keep: Path) -> None:
+    """Keep the `CACHE_ENTRIES_MAX` most recently used artifacts (a Python component is
+    ~18 MB); remove the rest with their records."""
+    entries = sorted(cache_dir.glob("*.wasm"), key=_mtime_or_zero, reverse=True)
+    for stale in entries[CACHE_ENTRIES_MAX:]:
+        if stale != keep:
+            stale.unlink(missing_ok=True)
+            stale.with_suffix(".json").unlink(missing_ok=True)
+
+
+def _mtime_or_zero(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _cache_paths(cache_dir: Path, key: Hash) -> tuple[Path, Path]:
+    return cache_dir / f"{key.hex}.wasm", cache_dir / f"{key.hex}.json"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _source_key(kind: str, inputs: dict[str, Any]) -> Hash:
+    return hash_value({"builder": BUILDER_VERSION, "kind": kind, **inputs})
+
+
+def _file_hashes(root: Path, files: Sequence[Path]) -> dict[str, str]:
+    total = 0
+    hashes: dict[str, str] = {}
+    for path in files:
+        data = path.read_bytes()
+        total += len(data)
+        if total > SOURCE_BYTES_MAX:
+            raise BuildUnsupportedSourceError(
+                f"sources are larger than {SOURCE_BYTES_MAX} bytes", path=str(root)
+            )
+        hashes[path.relative_to(root).as_posix()] = str(hash_bytes(data))
+    return hashes
+
+
+def _tool_version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        raise BuildToolMissingError(f"{distribution} is not installed") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Python components
+
+
+def build_python(
+    src: str | Path,
+    *,
+    cache_dir: str | Path | None = None,
+    entry: str | None = None,
+    python_path: Sequence[str | Path] = (),
+    check_capabilities: bool = True,
+    wit_dir: str | Path | None = None,
+    timeout_s: float = TOOL_TIMEOUT_S_DEFAULT,
+) -> BuildResult:
+    """Build a Python workflow into a component (cached by source hash). The entry module
+    must define `WitWorld = aos_sdk.export(<workflow>)`."""
+    src_dir, module = _python_entry(Path(src), entry)
+    extra = [Path(p).resolve() for p in python_path]
+    sdk_root = _sdk_root()
+    wit = Path(wit_dir) if wit_dir is not None else WIT_DIR_DEFAULT
+    module_files = _python_files(src_dir)
+    _check_exports_world(src_dir / f"{module}.py")
+    if check_capabilities:
+        check_python_capabilities(module_files, src_dir)
+    inputs: dict[str, Any] = {
+        "entry": module,
+        "module": _file_hashes(src_dir, module_files),
+        "extra": [_file_hashes(p, _python_files(p)) for p in extra],
+        "sdk": _file_hashes(sdk_root, _python_files(sdk_root / "aos_sdk")),
+        "wit": _file_hashes(wit, sorted(wit.glob("*.wit"))),
+        "tools": {"componentize-py": _tool_version("componentize-py")},
+        "options": {"stub_wasi": True, "world": WORLD_NAME},
+    }
+    key = _source_key("python-component", inputs)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    hit = _cache_lookup(cache, key, "component")
+    if hit is not None:
+        return hit
+    cache.mkdir(parents=True, exist_ok=True)
+    with _temp_output(cache) as out:
+        command = [
+            _componentize_py(),
+            "-q",
+            "-d",
+            str(wit),
+            "-w",
+            WORLD_NAME,
+            "componentize",
+            module,
+            *[arg for p in [src_dir, sdk_root, *extra] for arg in ("-p", str(p))],
+            "-o",
+            str(out),
+            "--stub-wasi",
+        ]
+        _run_tool(command, timeout_s=timeout_s, cwd=src_dir, tool="componentize-py")
+        return _cache_store(cache, key, "component", out)
+
+
+def _python_entry(src: Path, entry: str | None) -> tuple[Path, str]:
+    if not src.exists():
+        raise BuildUnsupportedSourceError("no such file or directory", path=str(src))
+    if src.is_file():
+        if src.suffix not in _PYTHON_SUFFIXES:
+            raise BuildUnsupportedSourceError("not a Python file", path=str(src))
+        return src.resolve().parent, _module_name(entry or src.stem, src)
+    if entry is not None:
+        return src.resolve(), _module_name(entry, src)
+    if (src / "app.py").is_file():
+        return src.resolve(), "app"
+    candidates = [
+        p for p in sorted(src.glob("*.py")) if not p.name.startswith(("test_", "conftest"))
+    ]
+    if len(candidates) != 1:
+        raise BuildUnsupportedSourceError(
+            f"cannot tell the entry module among {[p.name for p in candidates]}: "
+            "add app.py or name the entry module",
+            path=str(src),
+        )
+    return src.resolve(), _module_name(candidates[0].stem, src)
+
+
+def _check_exports_world(entry_file: Path) -> None:
+    """The entry module must bind the world at top level (`WitWorld = export(workflow)`);
+    checked here because componentize-py takes seconds to say so."""
+    if not entry_file.is_file():
+        raise BuildUnsupportedSourceError("the entry module is not a file", path=str(entry_file))
+    if not any(_binds_world(node) for node in _parse(entry_file).body):
+        raise BuildUnsupportedSourceError(
+            f"the entry module defines no top-level {WORLD_CLASS}: "
+            f"add `{WORLD_CLASS} = aos_sdk.export(<your workflow>)`",
+            path=str(entry_file),
+        )
+
+
+def _binds_world(node: ast.stmt) -> bool:
+    if isinstance(node, ast.ClassDef):
+        return node.name == WORLD_CLASS
+    if isinstance(node, ast.ImportFrom):
+        return any((alias.asname or alias.name) == WORLD_CLASS for alias in node.names)
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    if isinstance(node, ast.AnnAssign):
+        targets = [node.target]
+    return any(isinstance(t, ast.Name) and t.id == WORLD_CLASS for t in targets)
+
+
+def _parse(path: Path) -> ast.Module:
+    try:
+        return ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as error:
+        raise BuildFailedError(f"syntax error: {error}", path=str(path)) from None
+
+
+def _module_name(name: str, src: Path) -> str:
+    if not name.isidentifier() or name in _RESERVED_MODULES:
+        raise BuildUnsupportedSourceError(f"{name!r} cannot be an entry module name", path=str(src))
+    return name
+
+
+def _python_files(root: Path) -> list[Path]:
+    files: list[Path] = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        if any(part.startswith(".") or part == "__pycache__" for part in parts):
+            continue
+        files.append(path)
+        if len(files) > SOURCE_FILES_MAX:
+            raise BuildUnsupportedSourceError(
+                f"more than {SOURCE_FILES_MAX} Python files", path=str(root)
+            )
+    return files
+
+
+def _sdk_root() -> Path:
+    import aos_sdk
+
+    return Path(aos_sdk.__file__).resolve().parent.parent
+
+
+def _componentize_py() -> str:
+    beside = Path(sys.executable).parent / "componentize-py"
+    found = str(beside) if beside.exists() else shutil.which("componentize-py")
+    if found is None:
+        raise BuildToolMissingError("componentize-py is not on PATH")
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# C / Zig core modules
+
+
+def build_c(
+    src: str | Path,
+    *,
+    cache_dir: str | Path | None = None,
+    exports: Sequence[str] = C_EXPORTS_DEFAULT,
+    flags: Sequence[str] = (),
+    timeout_s: float = TOOL_TIMEOUT_S_DEFAULT,
+) -> BuildResult:
+    """Compile one C or Zig file into a core module exporting `memory` and `exports`."""
+    path = Path(src)
+    if not path.is_file() or path.suffix not in _C_SUFFIXES:
+        raise BuildUnsupportedSourceError("not a .c or .zig file", path=str(path))
+    root = path.resolve().parent
+    headers = sorted(p for p in root.glob("*.h"))
+    args = [*C_FLAGS, *(f"-Wl,--export={name}" for name in exports), *flags]
+    inputs: dict[str, Any] = {
+        "source": _file_hashes(root, [path.resolve(), *headers]),
+        "tools": {"ziglang": _tool_version("ziglang")},
+        "options": {"args": args},
+    }
+    key = _source_key("c-core", inputs)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    hit = _cache_lookup(cache, key, "core")
+    if hit is not None:
+        return hit
+    cache.mkdir(parents=True, exist_ok=True)
+    with _temp_output(cache) as out:
+        command = [
+            sys.executable,
+            "-m",
+            "ziglang",
+            "cc",
+            *args,
+            "-o",
+            str(out),
+            str(path.resolve()),
+        ]
+        _run_tool(command, timeout_s=timeout_s, cwd=root, tool="zig cc")
+        imports = core_imports(out.read_bytes())
+        if imports:
+            raise BuildFailedError(
+                f"the module imports {imports}: aos modules may import nothing", path=str(path)
+            )
+        return _cache_store(cache, key, "core", out)
+
+
+def core_imports(wasm: bytes) -> list[str]:
+    """The `module.name` of every import of a core module (reads the import section)."""
+    if wasm[:4] != b"\0asm":
+        raise BuildFailedError("the output is not a WebAssembly module")
+    offset = 8
+    while offset < len(wasm):
+        section = wasm[offset]
+        size, offset = _leb128(wasm, offset + 1)
+        if section == 2:
+            return _read_imports(wasm, offset)
+        offset += size
+    return []
+
+
+def _read_imports(wasm: bytes, offset: int) -> list[str]:
+    count, offset = _leb128(wasm, offset)
+    names: list[str] = []
+    for _ in range(count):
+        module, offset = _name(wasm, offset)
+        field, offset = _name(wasm, offset)
+        names.append(f"{module}.{field}")
+        kind = wasm[offset]
+        offset += 1
+        # Skip the import's type: func (typeidx), table (reftype+limits), memory (limits),
+        # global (valtype+mut).
+        if kind == 0:
+            _, offset = _leb128(wasm, offset)
+        elif kind == 1:
+            offset = _skip_limits(wasm, offset + 1)
+        elif kind == 2:
+            offset = _skip_limits(wasm, offset)
+        else:
+            offset += 2
+    return names
+
+
+def _skip_limits(wasm: bytes, offset: int) -> int:
+    has_max = wasm[offset] & 1
+    _, offset = _leb128(wasm, offset + 1)
+    if has_max:
+        _, offset = _leb128(wasm, offset)
+    return offset
+
+
+def _name(wasm: bytes, offset: int) -> tuple[str, int]:
+    size, offset = _leb128(wasm, offset)
+    return wasm[offset : offset + size].decode("utf-8", "replace"), offset + size
+
+
+def _leb128(data: bytes, offset: int) -> tuple[int, int]:
+    result = shift = 0
+    for _ in range(5):
+        byte = data[offset]
+        offset += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, offset
+        shift += 7
+    raise BuildFailedError("malformed LEB128 in the module")
+
+
+# --------------------------------------------------------------------------------------------
+# Dispatch, tools
+
+
+def build(
+    src: str | Path, *, abi: Abi | None = None, cache_dir: str | Path | None = None
+) -> BuildResult:
+    """Build `src` with the ABI its kind implies (Python: component, C/Zig: core)."""
+    path = Path(src)
+    is_c = path.suffix in _C_SUFFIXES
+    chosen: Abi = abi if abi is not None else ("core" if is_c else "component")
+    if chosen == "core" and is_c:
+        return build_c(path, cache_dir=cache_dir)
+    if chosen == "component" and not is_c:
+        return build_python(path, cache_dir=cache_dir)
+    raise BuildUnsupportedSourceError(
+        f"cannot build {path.suffix or 'a directory'} source into a {chosen} module",
+        path=str(path),
+    )
+
+
+class _temp_output:  # noqa: N801 - a context manager used like a function
+    """A temporary output path inside the cache (same filesystem, so `os.replace` is
+    atomic), removed on failure."""
+
+    def __init__(self, cache: Path) -> None:
+        fd, name = tempfile.mkstemp(dir=cache, prefix=".build-", suffix=".wasm")
+        os.close(fd)
+        self.path = Path(name)
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _run_tool(command: list[str], *, timeout_s: float, cwd: Path, tool: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["RUST_BACKTRACE"] = "0"  # the tool's own stack is noise; its Python traceback is not
+    try:
+        done = subprocess.run(
+            command, cwd=cwd, env=env, capture_output=True, timeout=timeout_s, check=False
+        )
+    except FileNotFoundError:
+        raise BuildToolMissingError(f"{command[0]} not found") from None
+    except subprocess.TimeoutExpired:
+        raise BuildFailedError(f"{tool} ran longer than {timeout_s}s") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).decode("utf-8", "replace")[-STDERR_TAIL_CHARS:]
+        raise BuildFailedError(
+            f"{tool} exited with {done.returncode}:\n{tail.strip()}",
+            returncode=done.returncode,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Capabilities
+
+
+_DENIED_IMPORTS = {
+    "socket": "network",
+    "ssl": "network",
+    "http": "network",
+    "urllib": "network",
+    "asyncio": "network",
+    "select": "network",
+    "selectors": "network",
+    "ftplib": "network",
+    "smtplib": "network",
+    "time": "clock",
+    "secrets": "randomness",
+    "uuid": "randomness",
+    "tempfile": "filesystem",
+    "shutil": "filesystem",
+    "glob": "filesystem",
+    "subprocess": "processes",
+    "multiprocessing": "processes",
+    "threading": "threads",
+}
+_DENIED_CALLS = {
+    "open": "filesystem",
+    "input": "stdin",
+}
+_DENIED_ATTRIBUTES = {
+    ("os", "urandom"): "randomness",
+    ("os", "environ"): "environment",
+    ("os", "getenv"): "environment",
+    ("os", "listdir"): "filesystem",
+    ("os", "stat"): "filesystem",
+    ("os", "remove"): "filesystem",
+    ("os", "scandir"): "filesystem",
+    ("datetime", "now"): "clock",
+    ("datetime", "utcnow"): "clock",
+    ("datetime", "today"): "clock",
+    ("date", "today"): "clock",
+    ("random", "random"): "randomness",
+    ("random", "randint"): "randomness",
+    ("random", "choice"): "randomness",
+    ("random", "shuffle"): "randomness",
+    ("random", "getrandbits"): "randomness",
+    ("random", "uniform"): "randomness",
+    ("random", "randbytes"): "randomness",
+}
+
+
+def check_python_capabilities(files: Sequence[Path], root: Path) -> None:
+    """Reject sources that reach for a capability a workflow does not have (clock,
+    filesystem, network, randomness, environment, processes). The component would trap at
+    that point anyway; this names the capability and the line before anything runs.
+    It is a lint on the module's own sources, not the sandbox: the sandbox is the absence of
+    imports in the component."""
+    uses = [
+        (path, capability, line, what)
+        for path in files
+        for capability, line, what in _capability_uses(path)
+    ]
+    if not uses:
+        return
+    lines = [
+        f"{path.relative_to(root).as_posix()}:{line}: {what} needs the {capability} capability"
+        for path, capability, line, what in uses
+    ]
+    capabilities = sorted({capability for _, capability, _, _ in uses})
+    raise BuildCapabilityError(
+        f"the workflow reaches for {', '.join(capabilities)}, which workflows do not have:\n  "
+        + "\n  ".join(lines),
+        path=str(root),
+        capabilities=capabilities,
+    )
+
+
+def _capability_uses(path: Path) -> Iterator[tuple[str, int, str]]:
+    for node in ast.walk(_parse(path)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in _DENIED_IMPORTS:
+                    yield _DENIED_IMPORTS[top], node.lineno, f"import {alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            top = node.module.split(".")[0]
+            if top in _DENIED_IMPORTS:
+                yield _DENIED_IMPORTS[top], node.lineno, f"from {node.module} import"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in _DENIED_CALLS:
+                yield _DENIED_CALLS[node.func.id], node.lineno, f"{node.func.id}()"
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            pair = (node.value.id, node.attr)
+            if pair in _DENIED_ATTRIBUTES:
+                yield _DENIED_ATTRIBUTES[pair], node.lineno, f"{pair[0]}.{pair[1]}"
+
+
+# WASI functions the stubs of a `--stub-wasi` component trap in, by capability. The first
+# frame of a trap's backtrace that names one of these says what the guest reached for.
+_TRAP_FRAMES = (
+    ("stderr_get_stderr", "guest exception"),
+    ("stdout_get_stdout", "stdout"),
+    ("stdin_get_stdin", "stdin"),
+    ("wall_clock", "clock"),
+    ("monotonic_clock", "clock"),
+    ("clock_gettime", "clock"),
+    ("random_get", "randomness"),
+    ("getentropy", "randomness"),
+    ("tcp_", "network"),
+    ("udp_", "network"),
+    ("ip_name_lookup", "network"),
+    ("socket", "network"),
+    ("environment_get", "environment"),
+    ("filesystem_", "filesystem"),
+    ("preopens", "filesystem"),
+)
+
+
+def trap_capability(trap_message: str) -> str | None:
+    """Name what a trapped `--stub-wasi` component reached for ("clock", "filesystem",
+    "network", "randomness", "stdout", ...), or "guest exception" when `aos_sdk` reported an
+    uncaught exception; None when the trap is not a WASI stub (e.g. `unreachable` in code)."""
+    for line in trap_message.splitlines():
+        for fragment, capability in _TRAP_FRAMES:
+            if fragment in line:
+                return capability
+    return None

@@ -1,0 +1,373 @@
+"""The wasmtime engine of aos and its compile cache.
+
+One configuration for every workflow module, chosen for determinism: NaN canonicalization,
+no threads or shared memory, no relaxed SIMD, fuel metering, a fixed wasm stack, and no WASI
+or host functions at all (a module or component with any import is refused at load).
+
+Compiling is slow (a componentize-py guest is about 20 MB of wasm and takes seconds), so
+compiled artifacts are kept twice: in memory (a small LRU) and on disk, keyed by the wasm
+hash, the ABI, the wasmtime version and the configuration fingerprint. A disk entry carries a
+BLAKE3 checksum of its payload; a file that fails it (or that wasmtime refuses) is deleted and
+the module is compiled again.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+from collections import OrderedDict
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib import metadata
+from pathlib import Path
+
+import wasmtime
+from wasmtime import component as wc
+
+from aos.kernel.hashing import Hash, digest_bytes, hash_bytes, hash_value
+from aos.kernel.wasm.faults import (
+    WasmAbiMismatchError,
+    WasmImportsForbiddenError,
+    WasmInvalidModuleError,
+    WasmUsageError,
+    short_reason,
+)
+from aos.kernel.wasm.limits import KIB
+
+# Native stack the guest may use. Part of the configuration fingerprint, so a change
+# recompiles every module; a stack overflow is an ordinary `step.trap`.
+WASM_STACK_BYTES_MAX = 512 * KIB
+# Compiled artifacts kept in memory per engine. A compiled Python component maps ~40 MB.
+COMPILED_MEMORY_ENTRIES_MAX = 16
+# Files kept in the on-disk compile cache; the least recently used are deleted beyond this.
+COMPILED_CACHE_FILES_MAX = 256
+# Names in an error's detail are cut to this many, so a module with 10 000 imports still
+# gives a readable error.
+NAMES_LISTED_MAX = 32
+
+DEFAULT_ENTRYPOINT = "step"
+
+_CORE_PREAMBLE = b"\x00asm\x01\x00\x00\x00"
+_COMPONENT_PREAMBLE = b"\x00asm\x0d\x00\x01\x00"
+_CACHE_MAGIC = b"aos-cwasm-1\n"
+_CACHE_SUFFIX = ".cwasm"
+
+# The settings that make the engine deterministic; they also form the cache fingerprint.
+_SETTINGS: tuple[tuple[str, bool | int], ...] = (
+    ("cranelift_nan_canonicalization", True),
+    ("consume_fuel", True),
+    ("wasm_threads", False),
+    ("shared_memory", False),
+    ("wasm_relaxed_simd", False),
+    ("wasm_memory64", False),
+    ("wasm_component_model", True),
+    ("epoch_interruption", False),
+    ("max_wasm_stack", WASM_STACK_BYTES_MAX),
+)
+
+
+class Abi(StrEnum):
+    """The two guest ABIs of `defmodule.abi`."""
+
+    CORE = "core"
+    COMPONENT = "component"
+
+
+Artifact = wasmtime.Module | wc.Component
+
+
+def parse_abi(name: Abi | str) -> Abi:
+    try:
+        return Abi(name)
+    except ValueError:
+        raise WasmUsageError(f"unknown ABI {name!r}; it is core or component") from None
+
+
+@dataclass
+class EngineStats:
+    """What the compile cache did; tests assert on these, never on timings."""
+
+    compiled: int = 0
+    disk_hits: int = 0
+    memory_hits: int = 0
+    disk_rejected: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedModule:
+    """A compiled, checked workflow module, ready to instantiate (many times)."""
+
+    module_hash: Hash
+    abi: Abi
+    entrypoint: str
+    engine: WasmEngine
+    artifact: Artifact
+    # Core modules only: the declared minimum of the exported memory, in wasm pages.
+    memory_pages_min: int = 0
+
+
+def default_cache_dir() -> Path:
+    """`$AOS_CACHE_DIR/compiled`, else `~/.cache/aos/compiled`."""
+    root = os.environ.get("AOS_CACHE_DIR")
+    base = Path(root) if root else Path.home() / ".cache" / "aos"
+    return base / "compiled"
+
+
+def wasmtime_version() -> str:
+    return metadata.version("wasmtime")
+
+
+def _config() -> wasmtime.Config:
+    config = wasmtime.Config()
+    # wasmtime's own cache stays off (its default): ours is keyed by content and checksummed.
+    for name, value in _SETTINGS:
+        setattr(config, name, value)
+    return config
+
+
+def _fingerprint() -> Hash:
+    settings = {name: value for name, value in _SETTINGS}
+    return hash_value(
+        {"wasmtime": wasmtime_version(), "machine": platform.machine(), "settings": settings}
+    )
+
+
+class WasmEngine:
+    """One wasmtime engine, its compile caches, and the loader of workflow modules."""
+
+    def __init__(self, *, cache_dir: Path | str | None = None, disk_cache: bool = True) -> None:
+        self.wasmtime_engine = wasmtime.Engine(_config())
+        self.fingerprint = _fingerprint()
+        self.cache_dir: Path | None = None
+        if disk_cache:
+            self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.stats = EngineStats()
+        self.component_linker = wc.Linker(self.wasmtime_engine)
+        self._memory: OrderedDict[tuple[Hash, Abi], Artifact] = OrderedDict()
+
+    def load_file(
+        self, path: Path | str, *, abi: Abi | str, entrypoint: str = DEFAULT_ENTRYPOINT
+    ) -> LoadedModule:
+        return self.load(Path(path).read_bytes(), abi=abi, entrypoint=entrypoint)
+
+    def load(
+        self, wasm: bytes, *, abi: Abi | str, entrypoint: str = DEFAULT_ENTRYPOINT
+    ) -> LoadedModule:
+        """Compile (or fetch from a cache) and check one module. Raises a `WasmLoadError`
+        when the bytes are not valid for `abi`, import anything, or lack the ABI's exports."""
+        abi = parse_abi(abi)
+        module_hash = hash_bytes(wasm)
+        _check_preamble(wasm, abi, module_hash)
+        artifact, compiled_now = self._artifact(wasm, abi, module_hash)
+        if isinstance(artifact, wasmtime.Module):
+            pages = _check_core(artifact, module_hash, entrypoint)
+        else:
+            pages = 0
+            _check_component(artifact, self.wasmtime_engine, module_hash, entrypoint)
+        if compiled_now:
+            self._write_disk(artifact, abi, module_hash)
+        self._remember((module_hash, abi), artifact)
+        return LoadedModule(module_hash, abi, entrypoint, self, artifact, pages)
+
+    # ----------------------------------------------------------------------------------------
+    # The two caches
+
+    def _artifact(self, wasm: bytes, abi: Abi, module_hash: Hash) -> tuple[Artifact, bool]:
+        artifact = self._memory.get((module_hash, abi))
+        if artifact is not None:
+            self.stats.memory_hits += 1
+            return artifact, False
+        artifact = self._read_disk(abi, module_hash)
+        if artifact is not None:
+            self.stats.disk_hits += 1
+            return artifact, False
+        self.stats.compiled += 1
+        return _compile(self.wasmtime_engine, wasm, abi, module_hash), True
+
+    def _remember(self, key: tuple[Hash, Abi], artifact: Artifact) -> None:
+        self._memory[key] = artifact
+        self._memory.move_to_end(key)
+        while len(self._memory) > COMPILED_MEMORY_ENTRIES_MAX:
+            self._memory.popitem(last=False)
+
+    def cache_path(self, abi: Abi | str, module_hash: Hash) -> Path | None:
+        """Where the compiled form of a module lives on disk (None without a disk cache)."""
+        if self.cache_dir is None:
+            return None
+        key = hash_value(
+            {"wasm": str(module_hash), "abi": str(parse_abi(abi)), "engine": str(self.fingerprint)}
+        )
+        return self.cache_dir / f"{key.hex}{_CACHE_SUFFIX}"
+
+    def _read_disk(self, abi: Abi, module_hash: Hash) -> Artifact | None:
+        path = self.cache_path(abi, module_hash)
+        if path is None:
+            return None
+        try:
+            blob = path.read_bytes()
+        except OSError:
+            return None
+        artifact = self._deserialize(blob, abi)
+        if artifact is None:
+            self.stats.disk_rejected += 1
+            path.unlink(missing_ok=True)
+            return None
+        _touch(path)
+        return artifact
+
+    def _deserialize(self, blob: bytes, abi: Abi) -> Artifact | None:
+        # wasmtime trusts what it deserializes (it is machine code), so a file is used only
+        # when its checksum proves it is exactly what this engine wrote.
+        header = len(_CACHE_MAGIC) + 32
+        if not blob.startswith(_CACHE_MAGIC) or len(blob) <= header:
+            return None
+        payload = blob[header:]
+        if digest_bytes(payload) != blob[len(_CACHE_MAGIC) : header]:
+            return None
+        try:
+            if abi is Abi.CORE:
+                return wasmtime.Module.deserialize(self.wasmtime_engine, payload)
+            return wc.Component.deserialize(self.wasmtime_engine, payload)
+        except wasmtime.WasmtimeError:
+            return None
+
+    def _write_disk(self, artifact: Artifact, abi: Abi, module_hash: Hash) -> None:
+        # The cache is an optimization: failing to write it never fails a load. No fsync:
+        # a file torn by a crash fails its checksum and is recompiled.
+        path = self.cache_path(abi, module_hash)
+        if path is None:
+            return
+        payload = bytes(artifact.serialize())
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(path, _CACHE_MAGIC + digest_bytes(payload) + payload)
+            _prune(path.parent)
+        except OSError:
+            return
+
+
+def _compile(engine: wasmtime.Engine, wasm: bytes, abi: Abi, module_hash: Hash) -> Artifact:
+    try:
+        if abi is Abi.CORE:
+            return wasmtime.Module(engine, wasm)
+        return wc.Component(engine, wasm)
+    except wasmtime.WasmtimeError as exc:
+        raise WasmInvalidModuleError(
+            f"not a valid {abi} module: {short_reason(exc)}",
+            module_hash=str(module_hash),
+            abi=str(abi),
+            found=str(abi),
+            reason=short_reason(exc),
+        ) from None
+
+
+def _check_preamble(wasm: bytes, abi: Abi, module_hash: Hash) -> None:
+    expected = _CORE_PREAMBLE if abi is Abi.CORE else _COMPONENT_PREAMBLE
+    if wasm[:8] == expected:
+        return
+    found = {_CORE_PREAMBLE: "core", _COMPONENT_PREAMBLE: "component"}.get(wasm[:8], "unknown")
+    if found == "unknown":
+        message = "the bytes do not start with a WebAssembly preamble"
+    else:
+        message = f"the bytes are a {found} module, but the declared ABI is {abi}"
+    raise WasmInvalidModuleError(message, module_hash=str(module_hash), abi=str(abi), found=found)
+
+
+def _check_core(module: wasmtime.Module, module_hash: Hash, entrypoint: str) -> int:
+    """Refuse imports and check the core ABI exports; return the memory's minimum pages."""
+    imports = [f"{item.module}::{item.name}" for item in module.imports]
+    _refuse_imports(imports, module_hash)
+    exports = {item.name: item.type for item in module.exports}
+    problems: list[str] = []
+    memory = exports.get("memory")
+    if not isinstance(memory, wasmtime.MemoryType) or memory.is_64 or memory.is_shared:
+        problems.append("memory: a 32-bit, unshared linear memory")
+    _expect_func(exports.get("alloc"), "alloc", ["i32"], ["i32"], problems)
+    _expect_func(exports.get(entrypoint), entrypoint, ["i32", "i32"], ["i64"], problems)
+    _refuse_problems(problems, module_hash, Abi.CORE)
+    assert isinstance(memory, wasmtime.MemoryType)
+    return int(memory.limits.min)
+
+
+def _expect_func(
+    item: object, name: str, params: list[str], results: list[str], problems: list[str]
+) -> None:
+    signature = f"({', '.join(params)}) -> {', '.join(results)}"
+    if not isinstance(item, wasmtime.FuncType):
+        problems.append(f"{name}: a function {signature}")
+        return
+    if [str(p) for p in item.params] != params or [str(r) for r in item.results] != results:
+        problems.append(f"{name}: a function {signature}")
+
+
+def _check_component(
+    component: wc.Component, engine: wasmtime.Engine, module_hash: Hash, entrypoint: str
+) -> None:
+    component_type = component.type
+    _refuse_imports(sorted(component_type.imports(engine)), module_hash)
+    item = component_type.exports(engine).get(entrypoint)
+    func = item.ty if item is not None else None
+    if not (
+        isinstance(func, wc.FuncType)
+        and len(func.params) == 1
+        and _is_bytes(func.params[0][1])
+        and _is_bytes(func.result)
+    ):
+        problem = f"{entrypoint}: func(input: list<u8>) -> list<u8>"
+        _refuse_problems([problem], module_hash, Abi.COMPONENT)
+
+
+def _is_bytes(value_type: object) -> bool:
+    return isinstance(value_type, wc.ListType) and isinstance(value_type.element, wc.U8)
+
+
+def _refuse_imports(imports: list[str], module_hash: Hash) -> None:
+    if imports:
+        listed = imports[:NAMES_LISTED_MAX]
+        raise WasmImportsForbiddenError(
+            f"the module imports {len(imports)} item(s): {', '.join(listed)}",
+            module_hash=str(module_hash),
+            imports=listed,
+            imports_count=len(imports),
+        )
+
+
+def _refuse_problems(problems: list[str], module_hash: Hash, abi: Abi) -> None:
+    if problems:
+        raise WasmAbiMismatchError(
+            f"missing or mistyped {abi} ABI export(s): {'; '.join(problems)}",
+            module_hash=str(module_hash),
+            expected=problems,
+        )
+
+
+def _write_atomically(path: Path, blob: bytes) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(blob)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        return
+
+
+def _prune(directory: Path) -> None:
+    entries = sorted(directory.glob(f"*{_CACHE_SUFFIX}"), key=_mtime_or_zero)
+    for stale in entries[: max(0, len(entries) - COMPILED_CACHE_FILES_MAX)]:
+        stale.unlink(missing_ok=True)
+
+
+def _mtime_or_zero(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

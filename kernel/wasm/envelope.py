@@ -1,0 +1,310 @@
+"""The step envelopes: one canonical CBOR input and one canonical CBOR output per step.
+
+Input (built by the host):
+
+    {"version": 1, "state": bytes|null, "event": {"schema": text, "value": bytes, "key"?: bytes},
+     "ctx"?: bytes}
+
+Output (returned by the guest):
+
+    {"state": bytes|null, "domain_events"?: [{"schema": text, "value": bytes}],
+     "effects"?: [{"effect": text, "params": bytes, "idempotency_key"?: bytes,
+                   "issuer_ref"?: text}], "ann"?: bytes}
+
+Every embedded value (`state`, `event.value`, `event.key`, `ctx`, an event's `value`, an
+effect's `params`, `ann`) is itself a full canonical encoding, self-describe prefix included,
+so the host stores and hashes it without re-encoding. `idempotency_key` is opaque bytes.
+The output is checked strictly: anything else is a step fault, and nothing of it is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aos.kernel import cbor
+from aos.kernel.errors import KernelInvariantError
+from aos.kernel.wasm.faults import (
+    StepOutputMalformedError,
+    StepOutputTooLargeError,
+    StepTooManyEffectsError,
+    StepTooManyEventsError,
+)
+from aos.kernel.wasm.limits import StepLimits
+
+INPUT_ENVELOPE_VERSION = 1
+CONTEXT_SCHEMA = "sys/WorkflowContext@1"
+CONTEXT_ENTROPY_BYTES = 64
+
+_OUTPUT_KEYS_REQUIRED = frozenset({"state"})
+_OUTPUT_KEYS = frozenset({"state", "domain_events", "effects", "ann"})
+_EVENT_KEYS = frozenset({"schema", "value"})
+_EFFECT_KEYS_REQUIRED = frozenset({"effect", "params"})
+_EFFECT_KEYS = frozenset({"effect", "params", "idempotency_key", "issuer_ref"})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowContext:
+    """`sys/WorkflowContext@1`: what a step may know about its surroundings. Every field is
+    derived from the journaled ingress stamp, so a replay sees the same context."""
+
+    now_ns: int
+    entropy: bytes
+    journal_height: int
+    manifest_hash: str
+    workflow: str
+    key: bytes | None = None
+    cell_mode: bool = False
+
+    def encode(self) -> bytes:
+        if len(self.entropy) != CONTEXT_ENTROPY_BYTES:
+            raise KernelInvariantError(f"context entropy is {len(self.entropy)} bytes, not 64")
+        value: dict[str, Any] = {
+            "now_ns": self.now_ns,
+            "entropy": self.entropy,
+            "journal_height": self.journal_height,
+            "manifest_hash": self.manifest_hash,
+            "workflow": self.workflow,
+            "cell_mode": self.cell_mode,
+        }
+        if self.key is not None:
+            value["key"] = self.key
+        return cbor.encode(value)
+
+
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    """A decoded input envelope (for native runners and tests; the host only encodes)."""
+
+    state: bytes | None
+    event_schema: str
+    event_value: bytes
+    key: bytes | None = None
+    ctx: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedEvent:
+    schema: str
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedEffect:
+    effect: str
+    params: bytes
+    idempotency_key: bytes | None = None
+    issuer_ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """A validated output envelope. `state is None` deletes the cell."""
+
+    state: bytes | None
+    domain_events: tuple[EmittedEvent, ...] = ()
+    effects: tuple[EmittedEffect, ...] = ()
+    ann: bytes | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Input
+
+
+def encode_input(
+    *,
+    state: bytes | None,
+    event_schema: str,
+    event_value: bytes,
+    key: bytes | None = None,
+    ctx: bytes | None = None,
+) -> bytes:
+    """The canonical input envelope of one step. The embedded encodings come from the kernel's
+    own store; a non-canonical one is a kernel bug, so it stops loudly."""
+    for name, embedded in (("state", state), ("event.value", event_value), ("key", key)):
+        _require_canonical_input(name, embedded)
+    _require_canonical_input("ctx", ctx)
+    event: dict[str, Any] = {"schema": event_schema, "value": event_value}
+    if key is not None:
+        event["key"] = key
+    envelope: dict[str, Any] = {"version": INPUT_ENVELOPE_VERSION, "state": state, "event": event}
+    if ctx is not None:
+        envelope["ctx"] = ctx
+    return cbor.encode(envelope)
+
+
+def _require_canonical_input(name: str, embedded: bytes | None) -> None:
+    if embedded is not None and not cbor.is_canonical(embedded):
+        raise KernelInvariantError(f"input {name} is not a canonical CBOR encoding")
+
+
+def decode_input(data: bytes) -> StepInput:
+    """Decode and check an input envelope (the guest side of `encode_input`)."""
+    envelope = cbor.decode(data)
+    if not isinstance(envelope, dict) or envelope.get("version") != INPUT_ENVELOPE_VERSION:
+        raise cbor.CborUnsupportedValueError("not a version 1 input envelope")
+    event = envelope.get("event")
+    if not isinstance(event, dict):
+        raise cbor.CborUnsupportedValueError("input envelope without an event map")
+    schema, value = event.get("schema"), event.get("value")
+    if not isinstance(schema, str) or not isinstance(value, bytes):
+        raise cbor.CborUnsupportedValueError("input event needs text schema and bytes value")
+    return StepInput(
+        state=_optional_bytes(envelope.get("state"), "state"),
+        event_schema=schema,
+        event_value=value,
+        key=_optional_bytes(event.get("key"), "event.key"),
+        ctx=_optional_bytes(envelope.get("ctx"), "ctx"),
+    )
+
+
+def _optional_bytes(item: object, name: str) -> bytes | None:
+    if item is not None and not isinstance(item, bytes):
+        raise cbor.CborUnsupportedValueError(f"input {name} is bytes when present")
+    return item
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+
+
+def encode_output(output: StepOutput) -> bytes:
+    """The canonical output envelope of `output` (what a guest returns). Both lists are always
+    written, so one output has one encoding."""
+    envelope: dict[str, Any] = {
+        "state": output.state,
+        "domain_events": [{"schema": e.schema, "value": e.value} for e in output.domain_events],
+        "effects": [_effect_map(effect) for effect in output.effects],
+    }
+    if output.ann is not None:
+        envelope["ann"] = output.ann
+    return cbor.encode(envelope)
+
+
+def _effect_map(effect: EmittedEffect) -> dict[str, Any]:
+    body: dict[str, Any] = {"effect": effect.effect, "params": effect.params}
+    if effect.idempotency_key is not None:
+        body["idempotency_key"] = effect.idempotency_key
+    if effect.issuer_ref is not None:
+        body["issuer_ref"] = effect.issuer_ref
+    return body
+
+
+def decode_output(data: bytes, limits: StepLimits, *, module_hash: str | None = None) -> StepOutput:
+    """Check a guest's output strictly and return it, or raise the step fault that says what
+    is wrong. Counts are checked before items, so an oversized list costs nothing to reject."""
+    if len(data) > limits.output_bytes_max:
+        raise StepOutputTooLargeError(
+            f"output is {len(data)} bytes; the limit is {limits.output_bytes_max}",
+            module_hash=module_hash,
+            output_bytes=len(data),
+            output_bytes_max=limits.output_bytes_max,
+        )
+    envelope = _decode_embedded(data, "$", module_hash)
+    body = _check_map(envelope, _OUTPUT_KEYS_REQUIRED, _OUTPUT_KEYS, "$", module_hash)
+    events = _check_list(body.get("domain_events", []), "$.domain_events", module_hash)
+    effects = _check_list(body.get("effects", []), "$.effects", module_hash)
+    _check_counts(len(events), len(effects), limits, module_hash)
+    return StepOutput(
+        state=_optional_value(body["state"], "$.state", module_hash),
+        domain_events=tuple(_event(item, index, module_hash) for index, item in enumerate(events)),
+        effects=tuple(_effect(item, index, module_hash) for index, item in enumerate(effects)),
+        ann=_optional_value(body.get("ann"), "$.ann", module_hash),
+    )
+
+
+def _check_counts(events: int, effects: int, limits: StepLimits, module_hash: str | None) -> None:
+    if events > limits.events_per_step_max:
+        raise StepTooManyEventsError(
+            f"the step emitted {events} domain events; the limit is {limits.events_per_step_max}",
+            module_hash=module_hash,
+            events=events,
+            events_per_step_max=limits.events_per_step_max,
+        )
+    if effects > limits.effects_per_step_max:
+        raise StepTooManyEffectsError(
+            f"the step emitted {effects} effects; the limit is {limits.effects_per_step_max}",
+            module_hash=module_hash,
+            effects=effects,
+            effects_per_step_max=limits.effects_per_step_max,
+        )
+
+
+def _event(item: object, index: int, module_hash: str | None) -> EmittedEvent:
+    path = f"$.domain_events[{index}]"
+    body = _check_map(item, _EVENT_KEYS, _EVENT_KEYS, path, module_hash)
+    return EmittedEvent(
+        schema=_text(body["schema"], f"{path}.schema", module_hash),
+        value=_value(body["value"], f"{path}.value", module_hash),
+    )
+
+
+def _effect(item: object, index: int, module_hash: str | None) -> EmittedEffect:
+    path = f"$.effects[{index}]"
+    body = _check_map(item, _EFFECT_KEYS_REQUIRED, _EFFECT_KEYS, path, module_hash)
+    key = body.get("idempotency_key")
+    if key is not None and not isinstance(key, bytes):
+        raise _malformed("idempotency_key must be bytes", f"{path}.idempotency_key", module_hash)
+    issuer = body.get("issuer_ref")
+    return EmittedEffect(
+        effect=_text(body["effect"], f"{path}.effect", module_hash),
+        params=_value(body["params"], f"{path}.params", module_hash),
+        idempotency_key=key,
+        issuer_ref=None if issuer is None else _text(issuer, f"{path}.issuer_ref", module_hash),
+    )
+
+
+def _check_map(
+    item: object,
+    required: frozenset[str],
+    allowed: frozenset[str],
+    path: str,
+    module_hash: str | None,
+) -> dict[str, object]:
+    if not isinstance(item, dict):
+        raise _malformed(f"expected a map, found {_kind(item)}", path, module_hash)
+    keys = set(item)
+    if missing := sorted(required - keys):
+        raise _malformed(f"missing key(s) {', '.join(missing)}", path, module_hash)
+    if unknown := sorted(str(k) for k in keys - allowed):
+        raise _malformed(f"unknown key(s) {', '.join(unknown)}", path, module_hash)
+    return item
+
+
+def _check_list(item: object, path: str, module_hash: str | None) -> list[object]:
+    if not isinstance(item, list):
+        raise _malformed(f"expected an array, found {_kind(item)}", path, module_hash)
+    return item
+
+
+def _text(item: object, path: str, module_hash: str | None) -> str:
+    if not isinstance(item, str):
+        raise _malformed(f"expected text, found {_kind(item)}", path, module_hash)
+    return item
+
+
+def _optional_value(item: object, path: str, module_hash: str | None) -> bytes | None:
+    return None if item is None else _value(item, path, module_hash)
+
+
+def _value(item: object, path: str, module_hash: str | None) -> bytes:
+    """An embedded value: bytes that are themselves a canonical encoding."""
+    if not isinstance(item, bytes):
+        raise _malformed(f"expected bytes, found {_kind(item)}", path, module_hash)
+    _decode_embedded(item, path, module_hash)
+    return item
+
+
+def _decode_embedded(data: bytes, path: str, module_hash: str | None) -> object:
+    try:
+        return cbor.decode(data)
+    except cbor.CborError as exc:
+        raise _malformed(f"not canonical CBOR ({exc.code}: {exc})", path, module_hash) from None
+
+
+def _malformed(message: str, path: str, module_hash: str | None) -> StepOutputMalformedError:
+    return StepOutputMalformedError(message, module_hash=module_hash, path=path)
+
+
+def _kind(item: object) -> str:
+    return "null" if item is None else type(item).__name__

@@ -1,0 +1,14 @@
+;; Bad guest (component ABI): loops forever in `step` (step.fuel_exhausted).
+(component
+  (core module $m
+    (memory (export "memory") 1)
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
+    (func (export "step") (param i32 i32) (result i32)
+      (loop $forever (br $forever))
+      unreachable))
+  (core instance $i (instantiate $m))
+  (type $bytes (list u8))
+  (func (export "step") (param "input" $bytes) (result $bytes)
+    (canon lift (core func $i "step")
+      (memory (core memory $i "memory"))
+      (realloc (core func $i "realloc")))))

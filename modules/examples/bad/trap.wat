@@ -1,0 +1,6 @@
+;; Bad guest: reaches `unreachable` (step.trap).
+(module
+  (memory (export "memory") 1)
+  (func (export "alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "step") (param i32 i32) (result i64)
+    unreachable))

@@ -1,0 +1,173 @@
+"""The step envelopes as the guest sees them (DESIGN §6, spec/wit/workflow.wit).
+
+Input (canonical CBOR): `{"version": 1, "state": bytes|null, "event": {"schema": text,
+"value": bytes, "key"?: bytes}, "ctx"?: bytes}`; every embedded bytes field is itself the
+canonical encoding (d9d9f7 prefix) of a value.
+
+Output (canonical CBOR): `{"state": bytes|null, "domain_events": [{"schema", "value"}],
+"effects": [{"effect", "params", "idempotency_key"?, "issuer_ref"?}], "ann"?: bytes}`.
+`domain_events` and `effects` are always written, absent optionals are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aos_sdk import cbor
+
+ENVELOPE_VERSION = 1
+
+
+class EnvelopeError(ValueError):
+    """The host sent an input envelope this SDK cannot read."""
+
+    code = "sdk.envelope"
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """A decoded input envelope: embedded values are decoded too."""
+
+    state: Any
+    """The decoded state value, or None for a cell that has no state yet."""
+    has_state: bool
+    schema: str
+    value: Any
+    key: Any = None
+    has_key: bool = False
+    ctx: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class DomainEvent:
+    schema: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class EffectIntent:
+    effect: str
+    params: Any
+    idempotency_key: bytes | None = None
+    issuer_ref: str | None = None
+
+
+@dataclass
+class StepOutput:
+    """What a step produced, as plain values. `state` None deletes the cell."""
+
+    state: Any
+    has_state: bool
+    domain_events: list[DomainEvent] = field(default_factory=list)
+    effects: list[EffectIntent] = field(default_factory=list)
+    ann: Any = None
+    has_ann: bool = False
+
+
+def decode_input(data: bytes) -> StepInput:
+    envelope = cbor.decode(data)
+    _require(type(envelope) is dict, "the input envelope is not a map")
+    _require(envelope.get("version") == ENVELOPE_VERSION, "unsupported envelope version")
+    state_bytes = envelope.get("state")
+    _require(state_bytes is None or type(state_bytes) is bytes, "state is neither bytes nor null")
+    event = envelope.get("event")
+    _require(type(event) is dict, "event is not a map")
+    schema = event.get("schema")
+    _require(type(schema) is str, "event.schema is not text")
+    _require(type(event.get("value")) is bytes, "event.value is not bytes")
+    key_bytes = event.get("key")
+    _require(key_bytes is None or type(key_bytes) is bytes, "event.key is not bytes")
+    ctx_bytes = envelope.get("ctx")
+    _require(ctx_bytes is None or type(ctx_bytes) is bytes, "ctx is not bytes")
+    ctx = cbor.decode(ctx_bytes) if ctx_bytes is not None else None
+    _require(ctx is None or type(ctx) is dict, "ctx is not a map")
+    return StepInput(
+        state=cbor.decode(state_bytes) if state_bytes is not None else None,
+        has_state=state_bytes is not None,
+        schema=schema,
+        value=cbor.decode(event["value"]),
+        key=cbor.decode(key_bytes) if key_bytes is not None else None,
+        has_key=key_bytes is not None,
+        ctx=ctx,
+    )
+
+
+def encode_input(
+    state: Any,
+    schema: str,
+    value: Any,
+    *,
+    has_state: bool = True,
+    key: Any = None,
+    has_key: bool = False,
+    ctx: dict[str, Any] | None = None,
+) -> bytes:
+    """The input envelope the host would send (for native tests and tools)."""
+    event: dict[str, Any] = {"schema": schema, "value": cbor.encode(value)}
+    if has_key:
+        event["key"] = cbor.encode(key)
+    envelope: dict[str, Any] = {
+        "version": ENVELOPE_VERSION,
+        "state": cbor.encode(state) if has_state else None,
+        "event": event,
+    }
+    if ctx is not None:
+        envelope["ctx"] = cbor.encode(ctx)
+    return cbor.encode(envelope)
+
+
+def encode_output(output: StepOutput) -> bytes:
+    envelope: dict[str, Any] = {
+        "state": cbor.encode(output.state) if output.has_state else None,
+        "domain_events": [
+            {"schema": event.schema, "value": cbor.encode(event.value)}
+            for event in output.domain_events
+        ],
+        "effects": [_effect_entry(intent) for intent in output.effects],
+    }
+    if output.has_ann:
+        envelope["ann"] = cbor.encode(output.ann)
+    return cbor.encode(envelope)
+
+
+def _effect_entry(intent: EffectIntent) -> dict[str, Any]:
+    entry: dict[str, Any] = {"effect": intent.effect, "params": cbor.encode(intent.params)}
+    if intent.idempotency_key is not None:
+        entry["idempotency_key"] = intent.idempotency_key
+    if intent.issuer_ref is not None:
+        entry["issuer_ref"] = intent.issuer_ref
+    return entry
+
+
+def decode_output(data: bytes) -> StepOutput:
+    """Read an output envelope back (for tests and tools), checking its shape."""
+    envelope = cbor.decode(data)
+    _require(type(envelope) is dict, "the output envelope is not a map")
+    state_bytes = envelope.get("state")
+    events = envelope.get("domain_events")
+    effects = envelope.get("effects")
+    _require(type(events) is list and type(effects) is list, "events/effects are not lists")
+    output = StepOutput(
+        state=cbor.decode(state_bytes) if state_bytes is not None else None,
+        has_state=state_bytes is not None,
+    )
+    for event in events:
+        output.domain_events.append(DomainEvent(event["schema"], cbor.decode(event["value"])))
+    for entry in effects:
+        output.effects.append(
+            EffectIntent(
+                effect=entry["effect"],
+                params=cbor.decode(entry["params"]),
+                idempotency_key=entry.get("idempotency_key"),
+                issuer_ref=entry.get("issuer_ref"),
+            )
+        )
+    if "ann" in envelope:
+        output.ann, output.has_ann = cbor.decode(envelope["ann"]), True
+    return output
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise EnvelopeError(message)

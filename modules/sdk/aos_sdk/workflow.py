@@ -1,0 +1,290 @@
+"""Authoring workflows: `Workflow`, its event handlers, the step `Context`, and `export`.
+
+    counter = Workflow("demo/Counter@1", state=CounterState)
+
+    @counter.on("demo/CounterEvent@1", Increment | Reset)
+    def on_event(state: CounterState, event: Increment | Reset, ctx: Context) -> CounterState:
+        ...
+        ctx.emit("demo/CounterThreshold@1", {...})
+        return state
+
+    WitWorld = export(counter)   # the component's `step(input) -> output`
+
+A handler is a pure function of (state, event, ctx): it reads the world only through `ctx`
+and acts on it only through its return value, `ctx.emit` and `ctx.effect`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from aos_sdk import cbor, envelope, schema
+from aos_sdk.envelope import DomainEvent, EffectIntent, StepInput, StepOutput
+
+S = TypeVar("S")
+H = TypeVar("H", bound=Callable[..., Any])
+
+IN_COMPONENT = sys.platform == "wasi"
+"""True inside a WebAssembly component (componentize-py's CPython reports `wasi`)."""
+
+GUEST_ERROR_PREFIX = "aos guest error: "
+
+
+class StepError(RuntimeError):
+    """A workflow broke the SDK's rules during a step (the step traps in a component)."""
+
+    code = "sdk.step"
+
+
+class UnhandledEventError(StepError):
+    code = "sdk.unhandled_event"
+
+
+class ContextUnavailableError(StepError):
+    code = "sdk.ctx_unavailable"
+
+
+class _Delete:
+    _instance: _Delete | None = None
+
+    def __new__(cls) -> _Delete:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE: Any = _Delete()
+"""Return this from a handler to delete the cell (the output state is null)."""
+
+
+class Context:
+    """What a step may know (read-only) and the intents it may record."""
+
+    def __init__(self, step_input: StepInput) -> None:
+        self._ctx = step_input.ctx
+        self._input = step_input
+        self._events: list[DomainEvent] = []
+        self._effects: list[EffectIntent] = []
+        self._ann: Any = None
+        self._has_ann = False
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _field(self, name: str) -> Any:
+        if self._ctx is None or name not in self._ctx:
+            raise ContextUnavailableError(f"ctx.{name} is not available: the host sent no ctx")
+        return self._ctx[name]
+
+    @property
+    def now_ns(self) -> int:
+        """Logical time of the step (journal time, never the wall clock)."""
+        return int(self._field("now_ns"))
+
+    @property
+    def entropy(self) -> bytes:
+        """64 bytes of deterministic, per-step entropy."""
+        return bytes(self._field("entropy"))
+
+    @property
+    def journal_height(self) -> int:
+        return int(self._field("journal_height"))
+
+    @property
+    def manifest_hash(self) -> str:
+        return str(self._field("manifest_hash"))
+
+    @property
+    def workflow(self) -> str:
+        return str(self._field("workflow"))
+
+    @property
+    def cell_mode(self) -> bool:
+        return bool(self._field("cell_mode"))
+
+    @property
+    def event_schema(self) -> str:
+        return self._input.schema
+
+    @property
+    def key(self) -> Any:
+        """The cell key (decoded), or None for a workflow that is not keyed."""
+        if self._input.has_key:
+            return self._input.key
+        if self._ctx is not None and type(self._ctx.get("key")) is bytes:
+            return cbor.decode(self._ctx["key"])
+        return None
+
+    # -- acting -----------------------------------------------------------------------------
+
+    def emit(self, schema_name: str, value: Any) -> None:
+        """Record a domain event (`value` is a dataclass or a plain CBOR value)."""
+        _check_name(schema_name, "schema")
+        self._events.append(DomainEvent(schema_name, schema.to_value(value)))
+
+    def effect(
+        self,
+        effect: str,
+        params: Any,
+        *,
+        idempotency_key: bytes | None = None,
+        issuer_ref: str | None = None,
+    ) -> None:
+        """Record an effect intent; its receipt comes back later as an event."""
+        _check_name(effect, "effect")
+        if idempotency_key is not None and type(idempotency_key) is not bytes:
+            raise StepError("idempotency_key must be bytes")
+        if issuer_ref is not None and type(issuer_ref) is not str:
+            raise StepError("issuer_ref must be text")
+        self._effects.append(
+            EffectIntent(effect, schema.to_value(params), idempotency_key, issuer_ref)
+        )
+
+    def annotate(self, value: Any) -> None:
+        """Attach an annotation to the step's output (`ann`); the last call wins."""
+        self._ann, self._has_ann = schema.to_value(value), True
+
+
+def _check_name(name: object, what: str) -> None:
+    if type(name) is not str or not name:
+        raise StepError(f"{what} must be non-empty text, got {name!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Handler:
+    event_type: Any
+    fn: Callable[[Any, Any, Context], Any]
+
+
+class Workflow(Generic[S]):
+    """A workflow: a state type, an initial state, and one handler per event schema.
+
+    A new cell (null state) starts as `initial()`; without `initial`, as `state()` when the
+    state dataclass has a default for every field, else handlers get None."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        state: type[S] | Any = Any,
+        initial: Callable[[], S] | None = None,
+    ) -> None:
+        self.name = name
+        self.state_type = state
+        if initial is None and _constructible_without_arguments(state):
+            initial = state
+        self.initial = initial
+        self._handlers: dict[str, _Handler] = {}
+        schema.prepare(state)
+
+    @property
+    def schemas(self) -> list[str]:
+        """The event schemas this workflow handles, in registration order."""
+        return list(self._handlers)
+
+    def on(self, event_schema: str, event_type: Any = Any) -> Callable[[H], H]:
+        """Register the decorated function as the handler of `event_schema`; its event
+        argument is the event value read as `event_type`."""
+
+        def register(fn: H) -> H:
+            if event_schema in self._handlers:
+                raise StepError(f"{self.name}: two handlers for {event_schema}")
+            schema.prepare(event_type)
+            self._handlers[event_schema] = _Handler(event_type, fn)
+            return fn
+
+        return register
+
+    def step(self, step_input: StepInput) -> StepOutput:
+        """Run one step on a decoded input envelope."""
+        handler = self._handlers.get(step_input.schema)
+        if handler is None:
+            raise UnhandledEventError(
+                f"{self.name} has no handler for {step_input.schema} (it handles {self.schemas})"
+            )
+        ctx = Context(step_input)
+        state = self._read_state(step_input)
+        event = schema.from_value(handler.event_type, step_input.value, "$event")
+        result = handler.fn(state, event, ctx)
+        output = StepOutput(state=None, has_state=False)
+        if result is None:
+            raise StepError(
+                f"the {step_input.schema} handler returned None: return the new state, "
+                "or aos_sdk.DELETE to delete the cell"
+            )
+        if result is not DELETE:
+            output.state, output.has_state = schema.to_value(result), True
+        output.domain_events = ctx._events
+        output.effects = ctx._effects
+        output.ann, output.has_ann = ctx._ann, ctx._has_ann
+        return output
+
+    def step_bytes(self, data: bytes) -> bytes:
+        """Run one step from input envelope bytes to output envelope bytes (the ABI)."""
+        return envelope.encode_output(self.step(envelope.decode_input(bytes(data))))
+
+    def _read_state(self, step_input: StepInput) -> Any:
+        if not step_input.has_state:
+            return self.initial() if self.initial is not None else None
+        return schema.from_value(self.state_type, step_input.state, "$state")
+
+
+def _constructible_without_arguments(state: Any) -> bool:
+    if not (isinstance(state, type) and dataclasses.is_dataclass(state)):
+        return False
+    missing = dataclasses.MISSING
+    return all(
+        f.default is not missing or f.default_factory is not missing
+        for f in dataclasses.fields(state)
+        if f.init
+    )
+
+
+class _DiscardText:
+    """stdout inside a component: with WASI stubbed, a write would trap, and printing is not
+    an effect a workflow may have, so `print` does nothing there."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def export(workflow: Workflow[Any]) -> type:
+    """The class componentize-py binds to the world's `step` export: assign it to a
+    module-level name `WitWorld` in the module you build."""
+    if IN_COMPONENT:
+        sys.stdout = _DiscardText()
+
+    class WitWorld:
+        def step(self, input: bytes) -> bytes:
+            try:
+                return workflow.step_bytes(input)
+            except BaseException as error:
+                if IN_COMPONENT:
+                    _report_and_trap(error)
+                raise
+
+    WitWorld.__qualname__ = f"WitWorld[{workflow.name}]"
+    return WitWorld
+
+
+def _report_and_trap(error: BaseException) -> None:
+    """The component ABI has no error channel: the step must trap. Write one short line to
+    stderr first. With --stub-wasi that write is itself the trap (the backtrace then shows
+    `stderr`, which marks a guest exception); under a host that wires stderr the line is
+    readable. Nothing here may import or read files: the filesystem is stubbed too."""
+    where = ""
+    tb = error.__traceback__
+    while tb is not None:
+        where = f" (at {tb.tb_frame.f_code.co_name}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    line = f"{GUEST_ERROR_PREFIX}{type(error).__name__}: {error}{where}"
+    os.write(2, line[:500].encode("utf-8", "replace") + b"\n")

@@ -1,0 +1,440 @@
+"""The authoring API, natively: typed state and events, ctx, emitted events and effects, the
+byte-level step, the test harness, and the two Python examples (counter, order)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+import pytest
+
+from aos.kernel import cbor as kernel_cbor
+from aos.kernel.wasm import envelope as kernel_envelope
+from aos.kernel.wasm.limits import StepLimits
+from aos_sdk import (
+    DELETE,
+    Context,
+    ContextUnavailableError,
+    SchemaError,
+    StepError,
+    UnhandledEventError,
+    Variant,
+    Workflow,
+    cbor,
+    envelope,
+    export,
+    from_value,
+    to_value,
+)
+from aos_sdk.testing import (
+    Divergence,
+    Event,
+    compare,
+    compare_sequence,
+    explain,
+    input_bytes,
+    make_ctx,
+    run,
+    step_bytes,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "modules" / "examples"
+
+
+def load_example(relative: str, name: str) -> ModuleType:
+    """Import an example module by path under a unique name (the examples' own module names,
+    `counter`, `order`, are what componentize-py sees)."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / relative)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+counter_py = load_example("counter_py/counter.py", "aos_example_counter")
+order_py = load_example("order_py/order.py", "aos_example_order")
+
+COUNTER_EVENT = "demo/CounterEvent@1"
+
+
+def inc(key: str, by: int) -> Event:
+    return Event(COUNTER_EVENT, counter_py.Increment(key, by), key=key)
+
+
+def reset(key: str) -> Event:
+    return Event(COUNTER_EVENT, counter_py.Reset(key), key=key)
+
+
+# --------------------------------------------------------------------------------------------
+# The counter
+
+
+def test_counter_starts_from_zero_and_adds() -> None:
+    state, events, effects = run(counter_py.counter, None, inc("a", 7))
+    assert state == counter_py.CounterState(count=7, resets=0)
+    assert events == [] and effects == []
+
+
+def test_counter_emits_one_threshold_event_per_crossing_step() -> None:
+    state, events, _ = run(counter_py.counter, counter_py.CounterState(8, 0), inc("a", 25))
+    assert state.count == 33
+    assert [(e.schema, e.value) for e in events] == [
+        ("demo/CounterThreshold@1", {"id": "a", "count": 33, "threshold": 30})
+    ]
+    _, events, _ = run(counter_py.counter, counter_py.CounterState(10, 0), inc("a", 9))
+    assert events == []
+
+
+def test_counter_reset_zeroes_and_counts() -> None:
+    state, events, effects = run(counter_py.counter, counter_py.CounterState(42, 2), reset("a"))
+    assert state == counter_py.CounterState(0, 3)
+    assert events == [] and effects == []
+
+
+def test_counter_wire_format() -> None:
+    data = input_bytes(None, inc("a", 12))
+    event = kernel_cbor.decode(kernel_cbor.decode(data)["event"]["value"])  # type: ignore[index,arg-type]
+    assert event == {"$tag": "Increment", "$value": {"id": "a", "by": 12}}
+    output = kernel_cbor.decode(step_bytes(counter_py.counter, data))
+    assert output == {
+        "state": kernel_cbor.encode({"count": 12, "resets": 0}),
+        "domain_events": [
+            {
+                "schema": "demo/CounterThreshold@1",
+                "value": kernel_cbor.encode({"id": "a", "count": 12, "threshold": 10}),
+            }
+        ],
+        "effects": [],
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({"$tag": "Increment", "$value": {"id": "a"}}, SchemaError),
+        ({"$tag": "Increment", "$value": {"id": "a", "by": "1"}}, SchemaError),
+        ({"$tag": "Double", "$value": {"id": "a"}}, SchemaError),
+        ({"id": "a", "by": 1}, SchemaError),
+        ({"$tag": "Increment", "$value": {"id": "a", "by": -1}}, ValueError),
+    ],
+)
+def test_counter_rejects_bad_events(value: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        run(counter_py.counter, None, Event(COUNTER_EVENT, value, key="a"))
+
+
+def test_unknown_schema_is_an_error() -> None:
+    with pytest.raises(UnhandledEventError, match="no handler for demo/Other@1"):
+        run(counter_py.counter, None, Event("demo/Other@1", {}))
+
+
+# --------------------------------------------------------------------------------------------
+# Envelopes: the SDK and the kernel read each other's bytes
+
+
+def test_sdk_output_passes_the_kernel_output_check() -> None:
+    data = input_bytes(None, inc("a", 10))
+    output = kernel_envelope.decode_output(step_bytes(counter_py.counter, data), StepLimits())
+    assert output.state == kernel_cbor.encode({"count": 10, "resets": 0})
+    assert [e.schema for e in output.domain_events] == ["demo/CounterThreshold@1"]
+
+
+def test_kernel_input_is_what_the_sdk_reads() -> None:
+    ctx = make_ctx(workflow="demo/Counter@1", now_ns=5, key="a")
+    ours = input_bytes(counter_py.CounterState(3, 1), inc("a", 1), ctx)
+    theirs = kernel_envelope.encode_input(
+        state=kernel_cbor.encode({"count": 3, "resets": 1}),
+        event_schema=COUNTER_EVENT,
+        event_value=kernel_cbor.encode({"$tag": "Increment", "$value": {"id": "a", "by": 1}}),
+        key=kernel_cbor.encode("a"),
+        ctx=kernel_cbor.encode(ctx),
+    )
+    assert ours == theirs
+    step_input = envelope.decode_input(theirs)
+    assert step_input.state == {"count": 3, "resets": 1} and step_input.key == "a"
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda env: env.update(version=2),
+        lambda env: env.update(state="x"),
+        lambda env: env.pop("event"),
+        lambda env: env["event"].update(schema=1),
+        lambda env: env["event"].update(value="not bytes"),
+        lambda env: env.update(ctx=cbor.encode([1])),
+    ],
+)
+def test_bad_input_envelopes_are_rejected(mutate: Any) -> None:
+    env = cbor.decode(input_bytes(None, inc("a", 1)))
+    mutate(env)
+    with pytest.raises(ValueError):
+        envelope.decode_input(cbor.encode(env))
+
+
+def test_non_canonical_input_is_rejected() -> None:
+    data = input_bytes(None, inc("a", 1))
+    with pytest.raises(cbor.CborError):
+        step_bytes(counter_py.counter, data[3:])
+
+
+# --------------------------------------------------------------------------------------------
+# The authoring API
+
+
+@dataclass
+class Note:
+    text: str
+    tags: list[str] = field(default_factory=list)
+    rank: int | None = None
+
+
+@dataclass
+class Ping(Variant):
+    pass
+
+
+@dataclass
+class Renamed(Variant):
+    TAG = "Other"
+    n: int
+
+
+notes: Workflow[Note] = Workflow("demo/Notes@1", state=Note, initial=lambda: Note(""))
+
+
+@notes.on("demo/Write@1", Note)
+def write(state: Note, event: Note, ctx: Context) -> Any:
+    if event.text == "delete":
+        return DELETE
+    if event.text == "none":
+        return None
+    if event.text == "effect":
+        ctx.effect(
+            "http.request",
+            {"method": "GET", "url": "https://x.example"},
+            idempotency_key=b"k1",
+            issuer_ref="r1",
+        )
+        ctx.effect("timer.set", {"after_ns": 5})
+    if event.text == "bad-issuer":
+        ctx.effect("timer.set", {}, issuer_ref=7)  # type: ignore[arg-type]
+    if event.text == "ctx":
+        ctx.annotate({"now": ctx.now_ns, "height": ctx.journal_height, "key": ctx.key})
+        ctx.emit("demo/Seen@1", {"entropy": ctx.entropy[:2], "wf": ctx.workflow})
+    return Note(state.text + event.text, state.tags + event.tags, event.rank)
+
+
+def test_typed_state_round_trip_omits_none_fields() -> None:
+    state, _, _ = run(notes, Note("a", ["x"]), Event("demo/Write@1", Note("b", ["y"])))
+    assert state == Note("ab", ["x", "y"], None)
+    assert to_value(state) == {"text": "ab", "tags": ["x", "y"]}
+
+
+def test_delete_gives_a_null_state() -> None:
+    state, _, _ = run(notes, Note("a"), Event("demo/Write@1", Note("delete")))
+    assert state is DELETE
+    output = kernel_cbor.decode(
+        step_bytes(notes, input_bytes(Note("a"), Event("demo/Write@1", Note("delete"))))
+    )
+    assert output["state"] is None  # type: ignore[index]
+
+
+def test_returning_none_is_an_error_not_a_delete() -> None:
+    with pytest.raises(StepError, match="returned None"):
+        run(notes, Note("a"), Event("demo/Write@1", Note("none")))
+
+
+def test_effects_in_order_with_optional_fields() -> None:
+    _, _, effects = run(notes, None, Event("demo/Write@1", Note("effect")))
+    assert [(e.effect, e.params, e.idempotency_key, e.issuer_ref) for e in effects] == [
+        ("http.request", {"method": "GET", "url": "https://x.example"}, b"k1", "r1"),
+        ("timer.set", {"after_ns": 5}, None, None),
+    ]
+    raw = kernel_cbor.decode(
+        step_bytes(notes, input_bytes(None, Event("demo/Write@1", Note("effect"))))
+    )
+    assert set(raw["effects"][1]) == {"effect", "params"}  # type: ignore[index]
+
+
+def test_bad_effect_arguments_are_errors() -> None:
+    with pytest.raises(StepError, match="issuer_ref"):
+        run(notes, None, Event("demo/Write@1", Note("bad-issuer")))
+
+
+def test_ctx_fields_annotation_and_events() -> None:
+    ctx = make_ctx(
+        workflow="demo/Notes@1", now_ns=99, journal_height=7, entropy=bytes(range(64)), key="k"
+    )
+    data = input_bytes(None, Event("demo/Write@1", Note("ctx"), key="k"), ctx)
+    output = envelope.decode_output(step_bytes(notes, data))
+    assert output.ann == {"now": 99, "height": 7, "key": "k"}
+    assert output.domain_events[0].value == {"entropy": b"\x00\x01", "wf": "demo/Notes@1"}
+
+
+def test_ctx_absent_is_a_clear_error() -> None:
+    data = input_bytes(None, Event("demo/Write@1", Note("ctx")), ctx=None)
+    with pytest.raises(ContextUnavailableError, match=r"ctx\.now_ns"):
+        step_bytes(notes, data)
+
+
+def test_variant_cases_without_fields_and_with_tag_override() -> None:
+    assert to_value(Ping()) == {"$tag": "Ping"}
+    assert to_value(Renamed(3)) == {"$tag": "Other", "$value": {"n": 3}}
+    assert from_value(Ping | Renamed, {"$tag": "Other", "$value": {"n": 3}}) == Renamed(3)
+    assert from_value(Ping | Renamed, {"$tag": "Ping"}) == Ping()
+
+
+def test_schema_reading() -> None:
+    assert from_value(dict[str, list[int]], {"a": [1, 2]}) == {"a": [1, 2]}
+    assert from_value(Literal["ok", "error"], "ok") == "ok"
+    assert from_value(float, 3) == 3.0
+    assert from_value(Note, {"text": "t", "extra": 1}) == Note("t")  # unknown keys ignored
+    for tp, value in [
+        (Literal["ok"], "nope"),
+        (int, True),
+        (bool, 1),
+        (Note, {"tags": []}),
+        (list[int], [1, "2"]),
+        (bytes, "text"),
+    ]:
+        with pytest.raises(SchemaError):
+            from_value(tp, value)
+    with pytest.raises(SchemaError):
+        to_value({1, 2})
+
+
+def test_export_binds_the_component_abi_natively() -> None:
+    world = export(counter_py.counter)()
+    data = input_bytes(None, inc("a", 3))
+    assert world.step(data) == step_bytes(counter_py.counter, data)
+    with pytest.raises(UnhandledEventError):
+        world.step(input_bytes(None, Event("demo/Other@1", {})))
+
+
+def test_two_handlers_for_one_schema_is_an_error() -> None:
+    wf: Workflow[Any] = Workflow("demo/Dup@1")
+    wf.on("demo/E@1")(lambda s, e, c: s)
+    with pytest.raises(StepError, match="two handlers"):
+        wf.on("demo/E@1")(lambda s, e, c: s)
+
+
+# --------------------------------------------------------------------------------------------
+# The harness
+
+
+def test_explain_shows_the_native_traceback() -> None:
+    bad = input_bytes(
+        None, Event(COUNTER_EVENT, {"$tag": "Increment", "$value": {"id": "a", "by": -1}})
+    )
+    text = explain(counter_py.counter, bad)
+    assert text is not None and "ValueError: Increment.by is a nat" in text
+    assert explain(counter_py.counter, input_bytes(None, inc("a", 1))) is None
+
+
+def test_compare_reports_the_first_divergence() -> None:
+    inputs = [input_bytes(None, inc("a", n)) for n in (1, 2, 3)]
+    assert compare(counter_py.counter, counter_py.counter.step_bytes, inputs) == 3
+
+    def flaky(data: bytes) -> bytes:
+        out = counter_py.counter.step_bytes(data)
+        return out if data != inputs[1] else out[:-1] + b"\x00"
+
+    with pytest.raises(Divergence) as caught:
+        compare(counter_py.counter, flaky, inputs)
+    assert caught.value.index == 1
+
+
+def test_compare_sequence_threads_state_per_key() -> None:
+    events = [inc("a", 6), inc("b", 1), inc("a", 6), reset("a"), inc("b", 9)]
+    outputs = compare_sequence(counter_py.counter, counter_py.counter.step_bytes, events)
+    states = [envelope.decode_output(o).state for o in outputs]
+    assert states == [
+        {"count": 6, "resets": 0},
+        {"count": 1, "resets": 0},
+        {"count": 12, "resets": 0},
+        {"count": 0, "resets": 1},
+        {"count": 10, "resets": 0},
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# The order workflow
+
+
+ORDER_CTX = make_ctx(workflow="demo/Order@1", now_ns=1_000, key="o-1")
+
+
+def placed(amount: int = 1250) -> Event:
+    return Event("demo/OrderPlaced@1", order_py.OrderPlaced("o-1", amount, "EUR"), key="o-1")
+
+
+def receipt(effect: str, status: str = "ok", payload: Any = None, ref: str = "") -> Event:
+    value = order_py.EffectReceipt(
+        origin_workflow="demo/Order@1",
+        intent_hash="blake3:" + "1" * 64,
+        effect=effect,
+        adapter="http" if effect == "http.request" else "timer",
+        status=status,
+        payload=cbor.encode(payload),
+        emitted_seq=1,
+        origin_key=cbor.encode("o-1"),
+        issuer_ref=ref or None,
+    )
+    return Event("sys/EffectReceiptEnvelope@1", value, key="o-1")
+
+
+def awaiting() -> Any:
+    state, _, _ = run(order_py.order, None, placed(), ORDER_CTX)
+    return state
+
+
+def test_order_placed_charges_and_sets_a_timer() -> None:
+    state, events, effects = run(order_py.order, None, placed(), ORDER_CTX)
+    assert state.status == "awaiting_payment" and state.amount_cents == 1250
+    assert events == []
+    http, timer = effects
+    assert http.effect == "http.request" and http.issuer_ref == "charge:o-1"
+    assert http.params["method"] == "POST" and http.idempotency_key == b"charge:o-1"
+    assert cbor.decode(http.params["body"]) == {"order_id": "o-1", "amount_cents": 1250}
+    assert timer.effect == "timer.set" and timer.issuer_ref == "timeout:o-1"
+    assert timer.params == {"deliver_at_ns": 1_000 + order_py.PAYMENT_TIMEOUT_NS, "key": "o-1"}
+
+
+@pytest.mark.parametrize(
+    ("event", "status", "reason"),
+    [
+        (receipt("http.request", "ok", {"status": 201}), "paid", None),
+        (receipt("http.request", "ok", None), "paid", None),
+        (receipt("http.request", "ok", {"status": 402}), "failed", "payment declined (HTTP 402)"),
+        (receipt("http.request", "error"), "failed", "payment request error"),
+        (receipt("http.request", "timeout"), "failed", "payment request timeout"),
+        (receipt("timer.set"), "failed", "payment timed out"),
+    ],
+)
+def test_order_receipts_settle(event: Event, status: str, reason: str | None) -> None:
+    state, events, effects = run(order_py.order, awaiting(), event, ORDER_CTX)
+    assert (state.status, state.reason, state.receipts) == (status, reason, 1)
+    assert [(e.schema, e.value.get("status"), e.value.get("reason")) for e in events] == [
+        ("demo/OrderSettled@1", status, reason)
+    ]
+    assert effects == []
+
+
+def test_order_ignores_late_receipts_and_duplicate_placements() -> None:
+    paid, _, _ = run(order_py.order, awaiting(), receipt("http.request"), ORDER_CTX)
+    late, events, _ = run(order_py.order, paid, receipt("timer.set"), ORDER_CTX)
+    assert (late.status, late.receipts, events) == ("paid", 2, [])
+    again, events, effects = run(order_py.order, paid, placed(), ORDER_CTX)
+    assert again == paid and events == [] and effects == []
+
+
+def test_order_with_no_amount_fails_at_once() -> None:
+    state, events, effects = run(order_py.order, None, placed(0), ORDER_CTX)
+    assert state.status == "failed" and effects == []
+    assert events[0].value["reason"] == "amount must be positive"
