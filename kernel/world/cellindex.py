@@ -1,0 +1,202 @@
+"""CellIndex: the content-addressed map from cell key hash to cell entry, one per keyed workflow.
+
+The index is a hash trie stored in the CAS. Its shape is a pure function of its contents:
+
+    node(S, depth) = leaf(S sorted by key hash)                 if |S| <= BUCKET_ENTRIES_MAX
+                   = branch({nibble: node(S_nibble, depth + 1)}) otherwise
+
+where `S_nibble` are the entries whose key hash has that nibble at position `depth`. Inserts
+split an overfull leaf and deletes collapse a branch that has become small enough, so the same
+set of entries always gives the same nodes and the same root hash, whatever the order of the
+updates that produced it. Updates are applied in batches: only the paths they touch are
+rewritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aos.kernel.errors import KernelInvariantError
+from aos.kernel.hashing import Hash, digest_bytes
+
+BUCKET_ENTRIES_MAX = 16
+KEY_HASH_BYTES = 32
+DEPTH_MAX = 2 * KEY_HASH_BYTES  # one nibble per level
+
+
+class NodeStore(Protocol):
+    """What the index needs from a CAS: canonical values in, canonical values out."""
+
+    def put_value(self, value: Any) -> Hash: ...
+
+    def get_value(self, hash_: Hash) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CellEntry:
+    """One cell as the index records it."""
+
+    key: bytes  # canonical CBOR of the cell key
+    state: Hash  # value hash of the cell state, stored in the CAS
+    size_bytes: int  # length of the canonical state bytes
+    last_active_seq: int  # journal sequence of the last input that stepped the cell
+    failed: bool = False  # a step of this cell faulted; it takes no further events
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "state": str(self.state),
+            "size_bytes": self.size_bytes,
+            "last_active_seq": self.last_active_seq,
+            "failed": self.failed,
+        }
+
+    @staticmethod
+    def from_value(value: Any) -> CellEntry:
+        try:
+            return CellEntry(
+                key=value["key"],
+                state=Hash(value["state"]),
+                size_bytes=value["size_bytes"],
+                last_active_seq=value["last_active_seq"],
+                failed=value["failed"],
+            )
+        except (KeyError, TypeError) as exc:
+            raise KernelInvariantError(f"malformed cell index entry: {exc}") from exc
+
+
+def key_hash(key_bytes: bytes) -> bytes:
+    """The trie position of a cell: the BLAKE3 digest of its canonical key bytes."""
+    return digest_bytes(key_bytes)
+
+
+def _nibble(digest: bytes, depth: int) -> int:
+    byte = digest[depth // 2]
+    return byte >> 4 if depth % 2 == 0 else byte & 0x0F
+
+
+class CellIndex:
+    """Reads and batch-updates CellIndex tries in a `NodeStore`."""
+
+    def __init__(self, store: NodeStore, *, bucket_entries_max: int = BUCKET_ENTRIES_MAX) -> None:
+        if bucket_entries_max < 1:
+            raise ValueError("bucket_entries_max must be at least 1")
+        self._store = store
+        self._bucket_max = bucket_entries_max
+        self.empty_root = self._put({"leaf": []})
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, root: Hash, digest: bytes) -> CellEntry | None:
+        node = self._load(root)
+        depth = 0
+        while "branch" in node:
+            child = node["branch"].get(_nibble(digest, depth))
+            if child is None:
+                return None
+            node = self._load(Hash(child[0]))
+            depth += 1
+        for entry_digest, entry in node["leaf"]:
+            if entry_digest == digest:
+                return CellEntry.from_value(entry)
+        return None
+
+    def count(self, root: Hash) -> int:
+        node = self._load(root)
+        return int(node["count"]) if "branch" in node else len(node["leaf"])
+
+    def items(self, root: Hash) -> Iterator[tuple[bytes, CellEntry]]:
+        """Every entry, in key-hash order."""
+        node = self._load(root)
+        if "leaf" in node:
+            for entry_digest, entry in node["leaf"]:
+                yield entry_digest, CellEntry.from_value(entry)
+            return
+        for nibble in sorted(node["branch"]):
+            yield from self.items(Hash(node["branch"][nibble][0]))
+
+    # -- updates ------------------------------------------------------------------------
+
+    def update(self, root: Hash, changes: Mapping[bytes, CellEntry | None]) -> Hash:
+        """Apply upserts (an entry) and deletes (None) keyed by key hash; return the new root."""
+        if not changes:
+            return root
+        for digest in changes:
+            if len(digest) != KEY_HASH_BYTES:
+                raise KernelInvariantError("cell key hashes are 32 bytes")
+        ordered = sorted(changes.items())
+        return self._put(self._apply(self._load(root), ordered, 0))
+
+    def _apply(
+        self, node: dict[str, Any], changes: list[tuple[bytes, CellEntry | None]], depth: int
+    ) -> dict[str, Any]:
+        if "leaf" in node:
+            merged = {bytes(d): e for d, e in node["leaf"]}
+            for digest, entry in changes:
+                if entry is None:
+                    merged.pop(digest, None)
+                else:
+                    merged[digest] = entry.to_value()
+            return self._build(sorted(merged.items()), depth)
+        # A branch maps nibble -> [child hash, entries under the child].
+        branch: dict[int, list[Any]] = dict(node["branch"])
+        for nibble, group in _group_by_nibble(changes, depth):
+            slot = branch.get(nibble)
+            child = self._load(Hash(slot[0])) if slot else {"leaf": []}
+            new_child = self._apply(child, group, depth + 1)
+            count = _node_count(new_child)
+            if count == 0:
+                branch.pop(nibble, None)
+            else:
+                branch[nibble] = [str(self._put(new_child)), count]
+        total = sum(int(slot[1]) for slot in branch.values())
+        if total <= self._bucket_max:
+            return {"leaf": sorted(self._collect(branch))}
+        return {"branch": branch, "count": total}
+
+    def _build(self, entries: list[tuple[bytes, Any]], depth: int) -> dict[str, Any]:
+        """The canonical node for a sorted entry list at `depth`."""
+        if len(entries) <= self._bucket_max:
+            return {"leaf": [[d, e] for d, e in entries]}
+        if depth >= DEPTH_MAX:
+            raise KernelInvariantError("more colliding key hashes than a bucket holds")
+        groups: dict[int, list[tuple[bytes, Any]]] = {}
+        for digest, entry in entries:
+            groups.setdefault(_nibble(digest, depth), []).append((digest, entry))
+        branch = {
+            nibble: [str(self._put(self._build(group, depth + 1))), len(group)]
+            for nibble, group in sorted(groups.items())
+        }
+        return {"branch": branch, "count": len(entries)}
+
+    def _collect(self, branch: Mapping[int, list[Any]]) -> Iterator[list[Any]]:
+        for nibble in sorted(branch):
+            node = self._load(Hash(branch[nibble][0]))
+            if "leaf" in node:
+                yield from ([bytes(d), e] for d, e in node["leaf"])
+            else:
+                yield from self._collect(node["branch"])
+
+    def _load(self, hash_: Hash) -> dict[str, Any]:
+        node = self._store.get_value(hash_)
+        if not isinstance(node, dict) or not ({"leaf"} == node.keys() or "branch" in node):
+            raise KernelInvariantError(f"{hash_} is not a cell index node")
+        return node
+
+    def _put(self, node: dict[str, Any]) -> Hash:
+        return self._store.put_value(node)
+
+
+def _node_count(node: Mapping[str, Any]) -> int:
+    return int(node["count"]) if "branch" in node else len(node["leaf"])
+
+
+def _group_by_nibble(
+    changes: list[tuple[bytes, CellEntry | None]], depth: int
+) -> Iterator[tuple[int, list[tuple[bytes, CellEntry | None]]]]:
+    groups: dict[int, list[tuple[bytes, CellEntry | None]]] = {}
+    for digest, entry in changes:
+        groups.setdefault(_nibble(digest, depth), []).append((digest, entry))
+    return iter(sorted(groups.items()))

@@ -1,0 +1,99 @@
+"""Errors of the world runtime (codes `world.*`, `step.*` for kernel-side step faults,
+`effect.*` for effect admission)."""
+
+from __future__ import annotations
+
+from aos.kernel.errors import AosError
+from aos.kernel.wasm.faults import StepFault
+
+
+class WorldError(AosError):
+    code = "world.error"
+
+
+class WorldExistsError(WorldError):
+    code = "world.exists"
+    hint = "choose a new directory, or an empty one"
+
+
+class WorldMissingError(WorldError):
+    code = "world.missing"
+    hint = "create it first with `aos world create DIR --manifest MANIFEST_DIR`"
+
+
+class WorldCorruptError(WorldError):
+    code = "world.corrupt"
+    hint = "the world's stored head does not match its journal; run a replay audit"
+
+
+class WorldClosedError(WorldError):
+    code = "world.closed"
+    hint = "the world was closed (or a failed flush closed it); open it again"
+
+
+class SchemaUnknownError(WorldError):
+    code = "world.schema_unknown"
+    hint = "the manifest defines no such schema; see `aos air check` for what it defines"
+
+
+class SchemaReservedError(WorldError):
+    code = "world.schema_reserved"
+    hint = "sys/ events are produced by the kernel only"
+
+
+class EventTooLargeError(WorldError):
+    code = "world.event_too_large"
+    hint = "events are limited in size (event_bytes_max)"
+
+
+class WorkflowUnknownError(WorldError):
+    code = "world.workflow_unknown"
+    hint = "the manifest has no such workflow"
+
+
+class StepBudgetExceededError(WorldError):
+    code = "world.step_budget_exceeded"
+    hint = "a workflow storm: more steps than one run allows; the rest stays queued"
+
+
+class KeyRequiredError(WorldError):
+    code = "world.key_required"
+    hint = "the workflow is keyed: name the cell's key"
+
+
+class NotFoundError(WorldError):
+    code = "world.not_found"
+    hint = "nothing in the journal has that hash"
+
+
+# Kernel-side step faults: the guest ran fine, but what it returned breaks the manifest.
+
+
+class StepStateInvalidError(StepFault):
+    code = "step.state_invalid"
+    hint = "the state a step returned does not fit the workflow's state schema"
+
+
+class StepEventInvalidError(StepFault):
+    code = "step.event_invalid"
+    hint = "an emitted domain event names an unknown or sys/ schema, or does not fit its schema"
+
+
+class StepRouteError(StepFault):
+    code = "step.route_failed"
+    hint = "an emitted domain event could not be routed (see the detail's route code)"
+
+
+class EffectUndeclaredError(StepFault):
+    code = "effect.undeclared"
+    hint = "list the effect in the workflow's effects_emitted"
+
+
+class EffectUnknownError(StepFault):
+    code = "effect.unknown"
+    hint = "the manifest defines no such effect"
+
+
+class EffectParamsInvalidError(StepFault):
+    code = "effect.params_invalid"
+    hint = "the effect's params do not fit its params schema"

@@ -1,0 +1,97 @@
+"""Per-cell mailboxes served in deterministic fair round-robin.
+
+A cell with queued work is in the ready queue once. Each turn takes the cell at the front,
+steps one message, and puts the cell at the back if it has more, so one busy cell cannot
+starve the others. The order depends only on the order of enqueues, which the journal fixes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from aos.kernel.world.stamps import Stamp
+
+CellId = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One delivery waiting in a mailbox."""
+
+    seq: int  # the journal record of the event
+    delivery: int  # the index of this delivery among the event's deliveries
+    workflow: str
+    key: bytes | None
+    schema: str
+    value: Any
+    stamp: Stamp  # the event's stamp (ingress, or derived from its cause)
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "delivery": self.delivery,
+            "workflow": self.workflow,
+            "key": self.key,
+            "schema": self.schema,
+            "value": self.value,
+            "stamp": self.stamp.to_value(),
+        }
+
+    @staticmethod
+    def from_value(value: Any) -> Message:
+        return Message(
+            seq=value["seq"],
+            delivery=value["delivery"],
+            workflow=value["workflow"],
+            key=value["key"],
+            schema=value["schema"],
+            value=value["value"],
+            stamp=Stamp.from_value(value["stamp"]),
+        )
+
+
+class Scheduler:
+    def __init__(self) -> None:
+        self._boxes: dict[CellId, deque[Message]] = {}
+        self._ready: deque[CellId] = deque()
+
+    def enqueue(self, message: Message) -> None:
+        cell = (message.workflow, message.key)
+        box = self._boxes.get(cell)
+        if box is None:
+            box = self._boxes[cell] = deque()
+            self._ready.append(cell)
+        box.append(message)
+
+    def next(self) -> Message | None:
+        if not self._ready:
+            return None
+        cell = self._ready.popleft()
+        box = self._boxes[cell]
+        message = box.popleft()
+        if box:
+            self._ready.append(cell)
+        else:
+            del self._boxes[cell]
+        return message
+
+    def is_queued(self, cell: CellId) -> bool:
+        return cell in self._boxes
+
+    def __len__(self) -> int:
+        return sum(len(box) for box in self._boxes.values())
+
+    def snapshot(self) -> list[Message]:
+        """Every queued message, in an order that `restore` turns back into the same queues."""
+        messages: list[Message] = []
+        for cell in self._ready:
+            messages.extend(self._boxes[cell])
+        return messages
+
+    def restore(self, messages: list[Message]) -> None:
+        self._boxes.clear()
+        self._ready.clear()
+        for message in messages:
+            self.enqueue(message)

@@ -1,0 +1,754 @@
+"""The world: a deterministic, event-sourced machine over one store (spec/03-world.md).
+
+    with World.create(path, manifest_dir) as world:
+        world.send("demo/CounterEvent@1", {"$tag": "Increment", "$value": {"id": "a", "by": 1}})
+        world.state("demo/Counter@1", "a")
+
+`ingress` admits an input (validated, normalized, stamped, routed into cell mailboxes);
+`run_to_idle` steps ready cells round-robin until none is ready and writes everything it
+produced in one flush: journal records, CAS blobs and the head checkpoint, one transaction,
+one fsync. Nothing on the step path reads a clock, a random source or the environment: the
+ingress stamp is the only source of time and entropy, and it is journaled.
+
+A failed flush closes the world: its memory is ahead of the store, so the only consistent
+state left is the last durable one, which reopening restores.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aos.kernel import cbor
+from aos.kernel.air import BUILTIN_SCHEMAS, WORKFLOW_CONTEXT
+from aos.kernel.air.errors import AirError
+from aos.kernel.air.loader import LoadedManifest, assemble_manifest, load_manifest_dir
+from aos.kernel.air.model import Manifest, canonical_form
+from aos.kernel.air.names import is_sys_name
+from aos.kernel.air.normalize import normalize
+from aos.kernel.air.types import RefType
+from aos.kernel.errors import AosError, KernelInvariantError
+from aos.kernel.hashing import Hash, hash_bytes, hash_value
+from aos.kernel.store import open_store
+from aos.kernel.store.interface import Store
+from aos.kernel.wasm import StepFault, StepResult, WasmEngine, encode_input
+from aos.kernel.world import records
+from aos.kernel.world.cellindex import CellIndex
+from aos.kernel.world.cells import (
+    CACHE_CELLS_MAX_DEFAULT,
+    RESIDENT_STATE_BYTES_MAX_DEFAULT,
+    STATUS_COMPLETED,
+    STATUS_FAILED,
+    STATUS_RUNNING,
+    STATUS_WAITING,
+    CellTable,
+)
+from aos.kernel.world.effects import AdmittedEffect, admit
+from aos.kernel.world.errors import (
+    EventTooLargeError,
+    KeyRequiredError,
+    SchemaReservedError,
+    SchemaUnknownError,
+    StepBudgetExceededError,
+    StepEventInvalidError,
+    StepRouteError,
+    StepStateInvalidError,
+    WorldClosedError,
+    WorldCorruptError,
+    WorldExistsError,
+    WorldMissingError,
+)
+from aos.kernel.world.modules import building_resolver
+from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.router import (
+    KEY_BYTES_MAX_DEFAULT,
+    Delivery,
+    RouteError,
+    RouteNoSubscriberError,
+)
+from aos.kernel.world.runtime import Runtime, stored_definitions
+from aos.kernel.world.scheduler import CellId, Message, Scheduler
+from aos.kernel.world.stamps import Stamp, StampSource, derive_entropy
+
+WORLD_FORMAT = 1
+EVENT_BYTES_MAX_DEFAULT = 256 * 1024
+STEPS_PER_RUN_MAX_DEFAULT = 100_000
+CHECKED_SAMPLE_RATE_DEFAULT = 0.05
+
+_META_FORMAT = "world.format"
+_META_CONFIG = "world.config"
+_META_HEAD = "world.head"
+
+CLOCK_WALL = "wall"
+CLOCK_MANUAL = "manual"
+
+
+@dataclass(frozen=True)
+class WorldLimits:
+    """Bounds of one world; every one has a default and may be overridden at open."""
+
+    event_bytes_max: int = EVENT_BYTES_MAX_DEFAULT
+    steps_per_run_max: int = STEPS_PER_RUN_MAX_DEFAULT
+    key_bytes_max: int = KEY_BYTES_MAX_DEFAULT
+    cache_cells_max: int = CACHE_CELLS_MAX_DEFAULT
+    resident_state_bytes_max: int = RESIDENT_STATE_BYTES_MAX_DEFAULT
+    checked_sample_rate: float = CHECKED_SAMPLE_RATE_DEFAULT
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """An input the world accepted: its journal sequence, record hash and deliveries."""
+
+    seq: int
+    event_hash: Hash
+    deliveries: int
+
+
+@dataclass
+class RunReport:
+    """What one `run_to_idle` did."""
+
+    steps: int = 0
+    faults: int = 0
+    dropped: int = 0
+    events: int = 0
+    intents: int = 0
+    first_seq: int = 0
+    last_seq: int = 0
+    fault_codes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CellInfo:
+    workflow: str
+    key: Any  # the decoded key value, None for an unkeyed workflow
+    key_bytes: bytes | None
+    state_hash: Hash
+    status: str
+    last_active_seq: int
+
+
+@dataclass
+class _OpenIntent:
+    workflow: str
+    key: bytes | None
+    effect: str
+    seq: int
+
+    def to_value(self, intent: str) -> dict[str, Any]:
+        return {
+            "intent": intent,
+            "workflow": self.workflow,
+            "key": self.key,
+            "effect": self.effect,
+            "seq": self.seq,
+        }
+
+
+class World:
+    """One open world. Not thread-safe: one writer, one thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        loaded: LoadedManifest,
+        *,
+        engine: WasmEngine,
+        stamps: StampSource,
+        limits: WorldLimits,
+        clock: str,
+    ) -> None:
+        self._store: Store | None = store
+        self._pending = PendingWrites(store)
+        self._engine = engine
+        self._stamps = stamps
+        self.limits = limits
+        self.clock = clock
+        self._runtime = Runtime(
+            loaded,
+            self._pending,
+            engine,
+            sample_rate=limits.checked_sample_rate,
+            key_bytes_max=limits.key_bytes_max,
+        )
+        self._index = CellIndex(self._pending)
+        self._cells: dict[str, CellTable] = {}
+        self._scheduler = Scheduler()
+        self._open_intents: dict[str, _OpenIntent] = {}
+        self._waiting: dict[CellId, int] = {}
+        self._stored_roots: dict[str, str] = {}
+        self._head = store.journal.head()
+        self.logical_ns = 0
+
+    # ----------------------------------------------------------------------------------------
+    # Creating and opening
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        manifest_dir: str | os.PathLike[str],
+        *,
+        sync: bool = True,
+        stamps: StampSource | None = None,
+        engine: WasmEngine | None = None,
+        limits: WorldLimits | None = None,
+        clock: str = CLOCK_WALL,
+    ) -> World:
+        """Genesis: check the manifest folder (building module sources through the build
+        cache), store every definition and module in the world's CAS, journal the manifest
+        and write the empty head."""
+        if clock not in (CLOCK_WALL, CLOCK_MANUAL):
+            raise AosError(f"clock is {clock!r}; it is {CLOCK_WALL} or {CLOCK_MANUAL}")
+        root = Path(path)
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise WorldExistsError(f"{root} exists and is not an empty directory")
+        built: dict[Hash, Path] = {}
+        loaded = load_manifest_dir(manifest_dir, artifact_resolver=building_resolver(built))
+        root.mkdir(parents=True, exist_ok=True)
+        store = open_store(root, sync=sync)
+        try:
+            world = cls(
+                store,
+                loaded,
+                engine=engine or WasmEngine(),
+                stamps=stamps or StampSource(),
+                limits=limits or WorldLimits(),
+                clock=clock,
+            )
+            world._genesis(built)
+        except BaseException:
+            store.close()
+            raise
+        return world
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        sync: bool = True,
+        stamps: StampSource | None = None,
+        engine: WasmEngine | None = None,
+        limits: WorldLimits | None = None,
+    ) -> World:
+        """Open an existing world at its head checkpoint; cells load lazily."""
+        root = Path(path)
+        if not (root / "store").is_dir():
+            raise WorldMissingError(f"no world at {root}")
+        store = open_store(root, sync=sync)
+        try:
+            world = cls._from_store(store, engine, stamps, limits)
+        except BaseException:
+            store.close()
+            raise
+        return world
+
+    @classmethod
+    def _from_store(
+        cls,
+        store: Store,
+        engine: WasmEngine | None,
+        stamps: StampSource | None,
+        limits: WorldLimits | None,
+    ) -> World:
+        if store.meta.get(_META_FORMAT, None) != WORLD_FORMAT:
+            raise WorldCorruptError("the store is not an aos world of a format this kernel reads")
+        config = _as_map(store.meta.get(_META_CONFIG), "world config")
+        head_hash = Hash(str(store.meta.get(_META_HEAD)))
+        head = _as_map(store.cas.get_value(head_hash), "head checkpoint")
+        blobs = PendingWrites(store)
+        manifest = Manifest.model_validate(blobs.get_value(Hash(head["manifest"])))
+        try:
+            loaded = assemble_manifest(manifest, stored_definitions(manifest, blobs))
+        except AirError as error:
+            raise WorldCorruptError(f"the stored manifest does not check: {error}") from None
+        world = cls(
+            store,
+            loaded,
+            engine=engine or WasmEngine(),
+            stamps=stamps or StampSource(),
+            limits=limits or WorldLimits(),
+            clock=str(config["clock"]),
+        )
+        world._restore(head)
+        return world
+
+    def _genesis(self, built: dict[Hash, Path]) -> None:
+        loaded = self._runtime.loaded
+        for definition in loaded.definitions.values():
+            self._pending.put_value(canonical_form(definition))
+        manifest_value = canonical_form(loaded.manifest)
+        if self._pending.put_value(manifest_value) != loaded.manifest_hash:
+            raise KernelInvariantError("manifest hash differs from its stored form's hash")
+        for module in self._runtime.modules.values():
+            assert module.artifact.hash_ is not None
+            wasm_hash = Hash(module.artifact.hash_)
+            if self._pending.put(built[wasm_hash].read_bytes()) != wasm_hash:
+                raise KernelInvariantError(f"module {module.name} changed while being stored")
+        stamp = self._stamp()
+        self.logical_ns = stamp.logical_ns
+        self._append(records.manifest(str(loaded.manifest_hash), stamp.to_value()))
+        self._pending.meta[_META_FORMAT] = WORLD_FORMAT
+        self._pending.meta[_META_CONFIG] = {"clock": self.clock}
+        self._flush()
+
+    # ----------------------------------------------------------------------------------------
+    # Properties
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise WorldClosedError("the world is closed")
+        return self._store
+
+    @property
+    def height(self) -> int:
+        """The journal height including records not yet flushed."""
+        return self._head
+
+    @property
+    def manifest_hash(self) -> Hash:
+        return self._runtime.manifest_hash
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------------
+    # Ingress
+
+    def ingress(self, schema: str, value: Any) -> Admitted:
+        """Admit one event from outside: validate and normalize it against its schema, stamp
+        it, journal it and queue its deliveries. An event that cannot be routed is journaled
+        as `ingress_rejected` (and flushed) and the routing error is raised."""
+        self._require_open()
+        if is_sys_name(schema):
+            raise SchemaReservedError(f"{schema} is a kernel schema; it cannot be sent")
+        if schema not in self._runtime.schemas:
+            raise SchemaUnknownError(f"no schema {schema} in the manifest")
+        normalized = normalize(value, schema, self._runtime.schemas)
+        size = len(cbor.encode(normalized))
+        if size > self.limits.event_bytes_max:
+            raise EventTooLargeError(
+                f"the event is {size} bytes; the limit is {self.limits.event_bytes_max}"
+            )
+        stamp = self._stamp()
+        try:
+            if not self._runtime.router.subscribed(schema):
+                raise RouteNoSubscriberError(f"no subscription routes {schema}")
+            deliveries = self._runtime.router.route(schema, normalized)
+        except RouteError as error:
+            record = records.ingress_rejected(
+                schema, normalized, stamp.to_value(), error.code, str(error)
+            )
+            self._append(record)
+            self._flush()
+            raise
+        self.logical_ns = stamp.logical_ns
+        record = records.ingress_event(schema, normalized, stamp.to_value())
+        seq = self._append(record)
+        self._enqueue(seq, deliveries, stamp)
+        return Admitted(seq, hash_value(record), len(deliveries))
+
+    def send(self, schema: str, value: Any) -> tuple[Admitted, RunReport]:
+        """Ingress one event and run to idle: when this returns, the event and everything it
+        caused are durable."""
+        admitted = self.ingress(schema, value)
+        return admitted, self.run_to_idle()
+
+    def _stamp(self) -> Stamp:
+        wall = self._stamps.wall_ns()
+        logical = max(self.logical_ns, wall) if self.clock == CLOCK_WALL else self.logical_ns
+        return Stamp(
+            wall_ns=wall,
+            logical_ns=logical,
+            entropy=self._stamps.entropy(),
+            height=self._head + 1,
+            manifest=str(self._runtime.manifest_hash),
+        )
+
+    def _enqueue(self, seq: int, deliveries: list[Delivery], stamp: Stamp) -> None:
+        for index, delivery in enumerate(deliveries):
+            self._scheduler.enqueue(
+                Message(
+                    seq=seq,
+                    delivery=index,
+                    workflow=delivery.workflow,
+                    key=delivery.key,
+                    schema=delivery.schema,
+                    value=delivery.value,
+                    stamp=stamp,
+                )
+            )
+
+    # ----------------------------------------------------------------------------------------
+    # Stepping
+
+    def run_to_idle(self, *, steps_max: int | None = None) -> RunReport:
+        """Step ready cells round-robin until none is ready, then flush once. More than
+        `steps_max` steps (default `limits.steps_per_run_max`) flushes what was done, leaves
+        the rest queued, and raises `world.step_budget_exceeded`."""
+        self._require_open()
+        budget = self.limits.steps_per_run_max if steps_max is None else steps_max
+        report = RunReport(first_seq=self._head + 1)
+        while True:
+            if report.steps >= budget and len(self._scheduler):
+                report.last_seq = self._head
+                self._flush()
+                raise StepBudgetExceededError(
+                    f"{report.steps} steps and {len(self._scheduler)} deliveries still queued",
+                    steps=report.steps,
+                    queued=len(self._scheduler),
+                )
+            message = self._scheduler.next()
+            if message is None:
+                break
+            self._step(message, report)
+        report.last_seq = self._head
+        if self._pending.records:
+            self._flush()
+        return report
+
+    def _step(self, message: Message, report: RunReport) -> None:
+        table = self._table(message.workflow)
+        cell = table.get(message.key)
+        if cell is not None and cell.failed:
+            report.dropped += 1
+            self._append(
+                records.delivery_dropped(
+                    input_seq=message.seq,
+                    delivery=message.delivery,
+                    workflow=message.workflow,
+                    key=message.key,
+                    reason="cell_failed",
+                )
+            )
+            return
+        state = table.state_bytes(cell) if cell is not None else None
+        if state == b"":
+            state = None
+        workflow = self._runtime.workflows[message.workflow]
+        runner = self._runtime.runner(message.workflow)
+        module = runner.module_hash
+        step_input = encode_input(
+            state=state,
+            event_schema=message.schema,
+            event_value=cbor.encode(message.value),
+            key=message.key,
+            ctx=self._context(message) if workflow.context is not None else None,
+        )
+        try:
+            result = runner.step(step_input, seq=message.seq)
+            outcome = self._check_output(message, result, module)
+        except StepFault as fault:
+            self._record_fault(message, fault, module, report)
+            return
+        self._apply(message, outcome, report)
+
+    def _context(self, message: Message) -> bytes:
+        workflow = self._runtime.workflows[message.workflow]
+        value = {
+            "now_ns": message.stamp.logical_ns,
+            "entropy": derive_entropy(message.stamp.entropy, message.delivery),
+            "journal_height": message.seq,
+            "manifest_hash": str(self._runtime.manifest_hash),
+            "workflow": message.workflow,
+            "key": message.key,
+            "cell_mode": workflow.keyed,
+        }
+        return cbor.encode(normalize(value, WORKFLOW_CONTEXT, BUILTIN_SCHEMAS))
+
+    def _check_output(self, message: Message, result: StepResult, module: str) -> _Outcome:
+        """Everything the kernel checks about a step's output beyond the envelope: the state
+        fits its schema, events fit theirs and can be routed, effects are admitted. Pure: it
+        changes nothing, so a fault here leaves nothing applied."""
+        workflow = self._runtime.workflows[message.workflow]
+        schemas = self._runtime.schemas
+        output = result.output
+        state: bytes | None = None
+        if output.state is not None:
+            try:
+                state = cbor.encode(normalize(cbor.decode(output.state), workflow.state, schemas))
+            except (AirError, cbor.CborError) as error:
+                raise StepStateInvalidError(str(error), module=module) from None
+        events: list[tuple[str, Any, list[Delivery]]] = []
+        for index, emitted in enumerate(output.domain_events):
+            path = f"domain_events[{index}]"
+            if is_sys_name(emitted.schema) or emitted.schema not in schemas:
+                raise StepEventInvalidError(
+                    f"{emitted.schema} is not a user schema of the manifest",
+                    path=path,
+                    module=module,
+                )
+            try:
+                value = normalize(cbor.decode(emitted.value), emitted.schema, schemas)
+            except (AirError, cbor.CborError) as error:
+                raise StepEventInvalidError(str(error), path=path, module=module) from None
+            try:
+                deliveries = self._runtime.router.route(emitted.schema, value)
+            except RouteError as error:
+                raise StepRouteError(
+                    f"{error.code}: {error}", path=path, module=module, route_code=error.code
+                ) from None
+            events.append((emitted.schema, value, deliveries))
+        effects = [
+            admit(
+                emitted,
+                index=index,
+                workflow=workflow,
+                key=message.key,
+                input_seq=message.seq,
+                effects=self._runtime.effects,
+                schemas=schemas,
+                module=module,
+            )
+            for index, emitted in enumerate(output.effects)
+        ]
+        return _Outcome(state, events, effects, result.fuel_used)
+
+    def _apply(self, message: Message, outcome: _Outcome, report: RunReport) -> None:
+        table = self._table(message.workflow)
+        cell: CellId = (message.workflow, message.key)
+        step_seq = self._append(
+            records.step(
+                input_seq=message.seq,
+                delivery=message.delivery,
+                workflow=message.workflow,
+                key=message.key,
+                state=str(hash_bytes(outcome.state)) if outcome.state else None,
+                events=len(outcome.events),
+                intents=[str(effect.intent) for effect in outcome.effects],
+                fuel=outcome.fuel,
+            )
+        )
+        table.put(message.key, outcome.state, step_seq)
+        report.steps += 1
+        step_stamp = message.stamp.derive(message.delivery)
+        for index, (schema, value, deliveries) in enumerate(outcome.events):
+            seq = self._append(records.derived_event(schema, value, step_seq, index))
+            self._enqueue(seq, deliveries, step_stamp.derive(index))
+            report.events += 1
+        for effect in outcome.effects:
+            self._open_intent(effect, message, cell, step_seq, report)
+
+    def _open_intent(
+        self,
+        effect: AdmittedEffect,
+        message: Message,
+        cell: CellId,
+        step_seq: int,
+        report: RunReport,
+    ) -> None:
+        intent = str(effect.intent)
+        if intent in self._open_intents:
+            return  # the same identity is already open: an intent is opened once
+        seq = self._append(
+            records.effect_intent(
+                intent=intent,
+                effect=effect.effect,
+                params=effect.params,
+                workflow=message.workflow,
+                key=message.key,
+                cause=step_seq,
+                index=effect.index,
+                idempotency_key=effect.idempotency_key,
+                issuer_ref=effect.issuer_ref,
+            )
+        )
+        self._open_intents[intent] = _OpenIntent(message.workflow, message.key, effect.effect, seq)
+        self._waiting[cell] = self._waiting.get(cell, 0) + 1
+        report.intents += 1
+
+    def _record_fault(
+        self, message: Message, fault: StepFault, module: str, report: RunReport
+    ) -> None:
+        seq = self._append(
+            records.step_fault(
+                input_seq=message.seq,
+                delivery=message.delivery,
+                workflow=message.workflow,
+                key=message.key,
+                module=module,
+                code=fault.code,
+                message=str(fault)[:1000],
+            )
+        )
+        self._table(message.workflow).mark_failed(message.key, seq)
+        report.faults += 1
+        report.fault_codes.append(fault.code)
+
+    # ----------------------------------------------------------------------------------------
+    # Journal, flush, head checkpoint
+
+    def _append(self, record: dict[str, Any]) -> int:
+        self._pending.records.append(record)
+        self._head += 1
+        return self._head
+
+    def _flush(self) -> None:
+        """Materialize cells, write the head checkpoint, and commit everything at once."""
+        store = self.store
+        roots = {name: str(table.materialize()) for name, table in sorted(self._cells.items())}
+        head = self._checkpoint(roots)
+        self._pending.meta[_META_HEAD] = str(self._pending.put_value(head))
+        expected_first = self._head - len(self._pending.records) + 1
+        wrote_records = bool(self._pending.records)
+        try:
+            first, last = self._pending.flush(expected_first)
+        except BaseException:
+            # Memory is now ahead of the store; only reopening gives a consistent world.
+            store.close()
+            self._store = None
+            raise
+        if wrote_records and (first, last) != (expected_first, self._head):
+            raise KernelInvariantError("journal sequence numbers drifted from the world's count")
+
+    def _checkpoint(self, roots: dict[str, str]) -> dict[str, Any]:
+        all_roots = dict(self._stored_roots)
+        all_roots.update(roots)
+        self._stored_roots = all_roots
+        return {
+            "format": WORLD_FORMAT,
+            "height": self._head,
+            "logical_ns": self.logical_ns,
+            "manifest": str(self._runtime.manifest_hash),
+            "roots": all_roots,
+            "open_intents": [
+                intent.to_value(key) for key, intent in sorted(self._open_intents.items())
+            ],
+            "queued": [message.to_value() for message in self._scheduler.snapshot()],
+        }
+
+    def _restore(self, head: dict[str, Any]) -> None:
+        if head["height"] != self.store.journal.head():
+            raise WorldCorruptError(
+                f"the head checkpoint is at {head['height']}, the journal at "
+                f"{self.store.journal.head()}"
+            )
+        self._head = head["height"]
+        self.logical_ns = head["logical_ns"]
+        self._stored_roots = dict(head["roots"])
+        for value in head["open_intents"]:
+            intent = _OpenIntent(value["workflow"], value["key"], value["effect"], value["seq"])
+            self._open_intents[value["intent"]] = intent
+            cell = (intent.workflow, intent.key)
+            self._waiting[cell] = self._waiting.get(cell, 0) + 1
+        self._scheduler.restore([Message.from_value(v) for v in head["queued"]])
+
+    def _table(self, workflow: str) -> CellTable:
+        table = self._cells.get(workflow)
+        if table is None:
+            root = self._stored_roots.get(workflow)
+            table = CellTable(
+                self._pending,
+                self._index,
+                Hash(root) if root else self._index.empty_root,
+                cache_cells_max=self.limits.cache_cells_max,
+                resident_state_bytes_max=self.limits.resident_state_bytes_max,
+            )
+            self._cells[workflow] = table
+        return table
+
+    def _require_open(self) -> None:
+        if self._store is None:
+            raise WorldClosedError("the world is closed")
+
+    # ----------------------------------------------------------------------------------------
+    # Queries
+
+    def key_bytes(self, workflow: str, key: Any) -> bytes | None:
+        """The canonical key bytes of a cell, from a key value (normalized like routing)."""
+        definition = self._runtime.workflow(workflow)
+        if definition.key_schema is None:
+            return None
+        if key is None:
+            raise KeyRequiredError(f"{workflow} is keyed; name a key")
+        key_type: Any = definition.key_schema
+        if isinstance(key_type, str):
+            key_type = RefType(ref=key_type)
+        return cbor.encode(normalize(key, key_type, self._runtime.schemas))
+
+    def state(self, workflow: str, key: Any = None) -> Any:
+        """The state of a cell (None if it does not exist)."""
+        key_bytes = self.key_bytes(workflow, key)
+        table = self._table(workflow)
+        cell = table.get(key_bytes)
+        if cell is None:
+            return None
+        data = table.state_bytes(cell)
+        return cbor.decode(data) if data else None
+
+    def status_of(self, workflow: str, key_bytes: bytes | None) -> str:
+        cell = self._table(workflow).get(key_bytes)
+        if cell is not None and cell.failed:
+            return STATUS_FAILED
+        if self._scheduler.is_queued((workflow, key_bytes)):
+            return STATUS_RUNNING
+        if self._waiting.get((workflow, key_bytes)):
+            return STATUS_WAITING
+        return STATUS_COMPLETED
+
+    def cells(self, workflow: str) -> list[CellInfo]:
+        """Every cell of a workflow, in key-hash order."""
+        self._runtime.workflow(workflow)
+        found = []
+        for _, cell in self._table(workflow).items():
+            key = cbor.decode(cell.key) if cell.key else None
+            found.append(
+                CellInfo(
+                    workflow=workflow,
+                    key=key,
+                    key_bytes=cell.key,
+                    state_hash=cell.state_hash,
+                    status=self.status_of(workflow, cell.key),
+                    last_active_seq=cell.last_active_seq,
+                )
+            )
+        return found
+
+    def open_intents(self) -> list[dict[str, Any]]:
+        return [intent.to_value(key) for key, intent in sorted(self._open_intents.items())]
+
+    def status(self) -> dict[str, Any]:
+        workflows = {}
+        for name in sorted(self._runtime.workflows):
+            table = self._table(name)
+            failed = sum(1 for _, cell in table.items() if cell.failed)
+            workflows[name] = {"cells": table.count(), "failed": failed}
+        return {
+            "height": self._head,
+            "manifest": str(self._runtime.manifest_hash),
+            "logical_ns": self.logical_ns,
+            "clock": self.clock,
+            "workflows": workflows,
+            "open_intents": len(self._open_intents),
+            "queued": len(self._scheduler),
+        }
+
+
+def _as_map(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise WorldCorruptError(f"the stored {what} is not a map")
+    return value
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    state: bytes | None
+    events: list[tuple[str, Any, list[Delivery]]]
+    effects: list[AdmittedEffect]
+    fuel: int
