@@ -1,55 +1,81 @@
 """`make demo`: the main job, run on the embedded default (LMDB, no servers).
 
-Creates a world store in `.aos-demo/`, journals a few canonical records in one group commit,
-stores a blob in the CAS, reads everything back with full verification, and prints what it did.
+Creates a world from `manifests/counter` (the Python counter, built into a WASM component
+on first use and cached after), sends a few hundred events over many keys with durable group
+commit, reopens the world, and prints its cells, a few states and the journal tail.
 """
 
 from __future__ import annotations
 
+import random
 import shutil
+import time
 from pathlib import Path
 
 import click
 
+from aos.cli.common import table
 from aos.kernel import cbor
-from aos.kernel.hashing import hash_value
-from aos.kernel.store import open_store
+from aos.kernel.world.world import World
 
 DEMO_DIR = Path(".aos-demo")
-
-EVENTS = [
-    {
-        "schema": "demo/CounterEvent@1",
-        "value": {"$tag": "Increment", "$value": {"id": "a", "by": 3}},
-    },
-    {
-        "schema": "demo/CounterEvent@1",
-        "value": {"$tag": "Increment", "$value": {"id": "b", "by": 1}},
-    },
-    {"schema": "demo/CounterEvent@1", "value": {"$tag": "Reset", "$value": {"id": "a"}}},
-]
+MANIFEST = Path("manifests/counter")
+COUNTER = "demo/counter@1"
+EVENT = "demo/CounterEvent@1"
+EVENTS = 300
+KEYS = 40
 
 
 def main() -> None:
     if DEMO_DIR.exists():
         shutil.rmtree(DEMO_DIR)
-    DEMO_DIR.mkdir()
-    click.echo(f"world store: {DEMO_DIR}/store (LMDB, sync on)")
-    with open_store(DEMO_DIR) as store:
-        with store.batch() as batch:
-            state = batch.cas_put_value({"count": 4, "resets": 1})
-            records = [{"kind": "domain_event", **event} for event in EVENTS]
-            first, last = batch.journal_append(records)
-            batch.meta_put("demo.state", str(state))
-        click.echo(f"journaled records {first}..{last} and one CAS blob in one group commit")
-        for seq, record in store.journal.read(first):
-            data = cbor.encode(record)
-            click.echo(
-                f"  #{seq} {hash_value(record).short()} {len(data):4d} B  {data.hex()[:48]}..."
+    click.echo(f"creating a world in {DEMO_DIR}/ from {MANIFEST}/ (builds the module once)")
+    started = time.perf_counter()
+    with World.create(DEMO_DIR, MANIFEST) as world:
+        click.echo(
+            f"  manifest {world.manifest_hash.short()}  module "
+            f"{world.runtime.module_hash(COUNTER).short()}  "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
+        rng = random.Random(7)  # the demo's own input; the kernel never reads randomness
+        started = time.perf_counter()
+        faults = thresholds = 0
+        for n in range(EVENTS):
+            key = f"counter-{rng.randrange(KEYS):02d}"
+            value = (
+                {"$tag": "Reset", "$value": {"id": key}}
+                if n % 50 == 49
+                else {"$tag": "Increment", "$value": {"id": key, "by": rng.randrange(1, 6)}}
             )
-        stored = store.cas.get_value(state)
-        click.echo(f"CAS {state.short()} -> {stored!r} (hash verified on read)")
-        click.echo(f"journal head: {store.journal.head()}")
+            _, report = world.send(EVENT, value)
+            faults += report.faults
+            thresholds += report.events
+        elapsed = time.perf_counter() - started
+        click.echo(
+            f"sent {EVENTS} events over {KEYS} keys, each durable before the next "
+            f"({EVENTS / elapsed:.0f} events/s): {thresholds} threshold events, {faults} faults"
+        )
+    with World.open(DEMO_DIR) as world:
+        status = world.status()
+        click.echo(f"reopened at height {status['height']}: {status['workflows']}")
+        cells = sorted(world.cells(COUNTER), key=lambda c: str(c.key))
+        rows = []
+        for cell in cells[:8]:
+            state = world.state(COUNTER, cell.key)
+            rows.append(
+                [cell.key, state["count"], state["resets"], cell.status, cell.state_hash.short()]
+            )
+        click.echo(table(["key", "count", "resets", "status", "state"], rows))
+        click.echo(f"... {len(cells)} cells in all\n\njournal tail:")
+        for seq, record in world.store.journal.read(max(1, world.height - 5)):
+            assert isinstance(record, dict)
+            shown = {k: v for k, v in sorted(record.items()) if k not in ("stamp", "kind")}
+            click.echo(f"  #{seq} {record['kind']:<13} {_short(shown)}")
+
+
+def _short(value: object) -> str:
+    text = str(cbor.to_json(value))
+    return text if len(text) < 110 else text[:107] + "..."
 
 
 if __name__ == "__main__":
