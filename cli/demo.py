@@ -70,7 +70,7 @@ def main() -> None:
         for seq, record in world.store.journal.read(max(1, world.height - 5)):
             assert isinstance(record, dict)
             shown = {k: v for k, v in sorted(record.items()) if k not in ("stamp", "kind")}
-            click.echo(f"  #{seq} {str(record['kind']):<13} {_short(shown)}")
+            click.echo(f"  #{seq} {record['kind']!s:<13} {_short(shown)}")
 
 
 def _short(value: object) -> str:
