@@ -8,6 +8,7 @@ import click
 
 from aos.cli.common import emit_json, fail, handles_errors, json_option, table
 from aos.kernel.air import AirCheckError, export_schemas, load_manifest_dir
+from aos.kernel.world.modules import building_resolver
 
 
 @click.group("air")
@@ -22,10 +23,13 @@ def air_group() -> None:
 def check_command(directory: Path, as_json: bool) -> None:
     """Validate the authored AIR folder DIRECTORY (manifest.json|yaml and definition files).
 
-    Prints the manifest hash and counts, or every issue found (exit 1).
+    Prints the manifest hash and counts, or every issue found (exit 1). Module sources (a .py
+    file or folder, .c, .zig) are built through the build cache, as `aos world create` does,
+    so the hashes are those of the modules a world would run.
     """
     try:
-        loaded = load_manifest_dir(directory)
+        # Built paths are not needed here; the resolver records them for world genesis.
+        loaded = load_manifest_dir(directory, artifact_resolver=building_resolver({}))
     except AirCheckError as error:
         if not as_json:
             rows = [[i.code, i.path, i.message, i.file or ""] for i in error.issues]

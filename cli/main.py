@@ -13,6 +13,7 @@ _COMMAND_MODULES = [
     "aos.cli.hash_cmd",
     "aos.cli.air_cmd",
     "aos.cli.module_cmd",
+    "aos.cli.world_cmd",
 ]
 
 

@@ -379,7 +379,7 @@ def receipt(effect: str, status: str = "ok", payload: Any = None, ref: str = "")
         origin_workflow="demo/Order@1",
         intent_hash="blake3:" + "1" * 64,
         effect=effect,
-        adapter="http" if effect == "http.request" else "timer",
+        adapter="http" if effect == order_py.HTTP_EFFECT else "timer",
         status=status,
         payload=cbor.encode(payload),
         emitted_seq=1,
@@ -399,22 +399,26 @@ def test_order_placed_charges_and_sets_a_timer() -> None:
     assert state.status == "awaiting_payment" and state.amount_cents == 1250
     assert events == []
     http, timer = effects
-    assert http.effect == "http.request" and http.issuer_ref == "charge:o-1"
+    assert http.effect == order_py.HTTP_EFFECT and http.issuer_ref == "charge:o-1"
     assert http.params["method"] == "POST" and http.idempotency_key == b"charge:o-1"
     assert cbor.decode(http.params["body"]) == {"order_id": "o-1", "amount_cents": 1250}
-    assert timer.effect == "timer.set" and timer.issuer_ref == "timeout:o-1"
+    assert timer.effect == order_py.TIMER_EFFECT and timer.issuer_ref == "timeout:o-1"
     assert timer.params == {"deliver_at_ns": 1_000 + order_py.PAYMENT_TIMEOUT_NS, "key": "o-1"}
 
 
 @pytest.mark.parametrize(
     ("event", "status", "reason"),
     [
-        (receipt("http.request", "ok", {"status": 201}), "paid", None),
-        (receipt("http.request", "ok", None), "paid", None),
-        (receipt("http.request", "ok", {"status": 402}), "failed", "payment declined (HTTP 402)"),
-        (receipt("http.request", "error"), "failed", "payment request error"),
-        (receipt("http.request", "timeout"), "failed", "payment request timeout"),
-        (receipt("timer.set"), "failed", "payment timed out"),
+        (receipt(order_py.HTTP_EFFECT, "ok", {"status": 201}), "paid", None),
+        (receipt(order_py.HTTP_EFFECT, "ok", None), "paid", None),
+        (
+            receipt(order_py.HTTP_EFFECT, "ok", {"status": 402}),
+            "failed",
+            "payment declined (HTTP 402)",
+        ),
+        (receipt(order_py.HTTP_EFFECT, "error"), "failed", "payment request error"),
+        (receipt(order_py.HTTP_EFFECT, "timeout"), "failed", "payment request timeout"),
+        (receipt(order_py.TIMER_EFFECT), "failed", "payment timed out"),
     ],
 )
 def test_order_receipts_settle(event: Event, status: str, reason: str | None) -> None:
@@ -427,8 +431,8 @@ def test_order_receipts_settle(event: Event, status: str, reason: str | None) ->
 
 
 def test_order_ignores_late_receipts_and_duplicate_placements() -> None:
-    paid, _, _ = run(order_py.order, awaiting(), receipt("http.request"), ORDER_CTX)
-    late, events, _ = run(order_py.order, paid, receipt("timer.set"), ORDER_CTX)
+    paid, _, _ = run(order_py.order, awaiting(), receipt(order_py.HTTP_EFFECT), ORDER_CTX)
+    late, events, _ = run(order_py.order, paid, receipt(order_py.TIMER_EFFECT), ORDER_CTX)
     assert (late.status, late.receipts, events) == ("paid", 2, [])
     again, events, effects = run(order_py.order, paid, placed(), ORDER_CTX)
     assert again == paid and events == [] and effects == []

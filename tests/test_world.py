@@ -478,3 +478,18 @@ def test_a_workflow_storm_stops_at_the_budget(tmp_path: Path) -> None:
             world.send("demo/Ping@1", ping("x", "storm"))
         assert world.status()["queued"] > 0
         assert world.height == len(journal(world))
+
+
+def test_unknown_workflows_are_refused_and_never_checkpointed(world: World) -> None:
+    from aos.kernel.world.errors import WorkflowUnknownError
+
+    for query in (
+        lambda: world.status_of("x/nope@1", None),
+        lambda: world.cells("x/nope@1"),
+        lambda: world.state("x/nope@1"),
+    ):
+        with pytest.raises(WorkflowUnknownError):
+            query()
+    world.send(EVENT, inc("a"))
+    head = world.store.cas.get_value(world.store.meta.get("world.head"))  # type: ignore[arg-type]
+    assert list(head["roots"]) == [COUNTER]  # type: ignore[index,call-overload]

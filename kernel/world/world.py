@@ -652,6 +652,7 @@ class World:
     def _table(self, workflow: str) -> CellTable:
         table = self._cells.get(workflow)
         if table is None:
+            self._runtime.workflow(workflow)  # an unknown name must not reach the checkpoint
             root = self._stored_roots.get(workflow)
             table = CellTable(
                 self._pending,

@@ -5,10 +5,13 @@ its receipt, and give up when a timer fires first. Events and effects: see READM
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
-from aos_sdk import Context, Workflow, cbor, export
+from aos_sdk import Context, Variant, Workflow, cbor, export
 
+# Effect names are AIR names; the manifest defines the HTTP effect, the timer is built in.
+HTTP_EFFECT = "demo/http.request@1"
+TIMER_EFFECT = "sys/timer.set@1"
 PAYMENT_URL = "https://payments.example/charges"
 PAYMENT_TIMEOUT_NS = 30 * 1_000_000_000
 HTTP_OK_MIN = 200
@@ -59,6 +62,20 @@ class OrderSettled:
 
 
 @dataclass
+class Placed(OrderPlaced, Variant):
+    """The `OrderPlaced` arm of `demo/OrderEvent@1`, the workflow's event schema."""
+
+    TAG: ClassVar[str | None] = "OrderPlaced"
+
+
+@dataclass
+class Receipt(EffectReceipt, Variant):
+    """The `Receipt` arm of `demo/OrderEvent@1`."""
+
+    TAG: ClassVar[str | None] = "Receipt"
+
+
+@dataclass
 class HttpRequest:
     method: str
     url: str
@@ -69,6 +86,15 @@ class HttpRequest:
 order = Workflow("demo/Order@1", state=Order)
 
 
+@order.on("demo/OrderEvent@1", Placed | Receipt)
+def on_order_event(state: Order, event: Placed | Receipt, ctx: Context) -> Order:
+    """The kernel delivers both orders and receipts as arms of the workflow's one event
+    schema (routing wraps an event as the arm that refs its schema)."""
+    if isinstance(event, Placed):
+        return on_order_placed(state, event, ctx)
+    return on_receipt(state, event, ctx)
+
+
 @order.on("demo/OrderPlaced@1", OrderPlaced)
 def on_order_placed(state: Order, placed: OrderPlaced, ctx: Context) -> Order:
     if state.status != "new":
@@ -77,13 +103,13 @@ def on_order_placed(state: Order, placed: OrderPlaced, ctx: Context) -> Order:
         return _settle(state, placed, ctx, "failed", "amount must be positive")
     body = cbor.encode({"order_id": placed.order_id, "amount_cents": placed.amount_cents})
     ctx.effect(
-        "http.request",
+        HTTP_EFFECT,
         HttpRequest("POST", PAYMENT_URL, {"content-type": "application/cbor"}, body),
         idempotency_key=f"charge:{placed.order_id}".encode(),
         issuer_ref=f"charge:{placed.order_id}",
     )
     ctx.effect(
-        "timer.set",
+        TIMER_EFFECT,
         {"deliver_at_ns": ctx.now_ns + PAYMENT_TIMEOUT_NS, "key": placed.order_id},
         issuer_ref=f"timeout:{placed.order_id}",
     )
@@ -95,9 +121,9 @@ def on_receipt(state: Order, receipt: EffectReceipt, ctx: Context) -> Order:
     state.receipts += 1
     if state.status != "awaiting_payment":
         return state  # late receipts (the timer after payment, say) are counted, not acted on
-    if receipt.effect == "timer.set":
+    if receipt.effect == TIMER_EFFECT:
         return _settle(state, state, ctx, "failed", "payment timed out")
-    if receipt.effect != "http.request":
+    if receipt.effect != HTTP_EFFECT:
         return state
     if receipt.status != "ok":
         return _settle(state, state, ctx, "failed", f"payment request {receipt.status}")

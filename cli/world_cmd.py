@@ -1,0 +1,606 @@
+"""`aos world ...`: create a world, send it events, and look inside (DESIGN §13).
+
+    aos world create DIR --manifest MANIFEST_DIR      genesis
+    aos world status                                  height, manifest, cells, open intents
+    aos world send SCHEMA --value-json JSON           ingress an event and run to idle
+    aos world state get WORKFLOW [KEY] | state cells WORKFLOW
+    aos world journal tail [--from N] [--limit N] [--kind K] | journal head
+    aos world trace HASH                              what an input caused
+
+Every command but `create` opens the world named by `--world` (env AOS_WORLD, default
+./.aos). A world has one writer at a time, so a command fails with `store.locked` while
+another process has it open.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from aos.cli.cbor_cmd import InvalidJsonError
+from aos.cli.common import (
+    EXIT_ERROR,
+    emit_json,
+    fail,
+    handles_errors,
+    json_option,
+    table,
+    world_option,
+)
+from aos.kernel import cbor
+from aos.kernel.air import AirCheckError
+from aos.kernel.air.errors import AirError
+from aos.kernel.world import records
+from aos.kernel.world.cells import STATUS_FAILED
+from aos.kernel.world.errors import WorldError
+from aos.kernel.world.router import RouteError
+from aos.kernel.world.trace import (
+    ROLE_TARGET,
+    TRACE_RECORDS_MAX_DEFAULT,
+    JournalView,
+    Trace,
+    trace,
+)
+from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, CellInfo, World
+
+JOURNAL_TAIL_LIMIT_DEFAULT = 20
+JOURNAL_TAIL_SCAN_RECORDS_MAX = 100_000
+"""Most records `journal tail --kind` reads looking for matches."""
+CELLS_LIMIT_DEFAULT = 100
+STATUS_INTENTS_MAX = 100
+"""Most open intents `status` lists (it always counts them all)."""
+SUMMARY_CHARS_MAX = 100
+HASH_DIGITS_SHORT = 12
+_TAIL_WINDOW_RECORDS = 256
+
+
+class CellMissingError(WorldError):
+    code = "world.cell_missing"
+    hint = "`aos world state cells WORKFLOW` lists the cells that exist"
+
+
+class KeyUnexpectedError(WorldError):
+    code = "world.key_unexpected"
+    hint = "the workflow is not keyed: it has one cell, named by no key"
+
+
+@contextmanager
+def _opened(world_path: str) -> Iterator[World]:
+    """Open the world for one command and close it after, whatever happens. Another process
+    holding the world surfaces as `store.locked` ("world is locked by pid N")."""
+    world = World.open(world_path)
+    try:
+        yield world
+    finally:
+        world.close()
+
+
+@click.group("world")
+def world_group() -> None:
+    """A world: create it, send it events, inspect cells, journal and traces."""
+
+
+# --------------------------------------------------------------------------------------------
+# create, status
+
+
+@world_group.command("create")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--manifest",
+    "manifest_dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The authored AIR folder (manifest and definitions).",
+)
+@click.option(
+    "--clock",
+    type=click.Choice([CLOCK_WALL, CLOCK_MANUAL]),
+    default=CLOCK_WALL,
+    show_default=True,
+    help="Logical time follows the wall clock, or moves only when told (tests).",
+)
+@click.option("--no-sync", is_flag=True, help="Skip fsync on commit (scratch worlds, tests).")
+@json_option
+@handles_errors
+def create_command(
+    directory: Path, manifest_dir: Path, clock: str, no_sync: bool, as_json: bool
+) -> None:
+    """Create a world in DIRECTORY (new or empty) from MANIFEST_DIR: check the manifest,
+    build module sources, store everything and journal the genesis manifest."""
+    try:
+        world = World.create(directory, manifest_dir, sync=not no_sync, clock=clock)
+    except AirCheckError as error:
+        if not as_json:
+            rows = [[i.code, i.path, i.message, i.file or ""] for i in error.issues]
+            click.echo(table(["CODE", "PATH", "MESSAGE", "FILE"], rows))
+        fail(error, as_json=as_json)
+        return
+    with world:
+        body = {
+            "world": str(directory),
+            "manifest": str(world.manifest_hash),
+            "height": world.height,
+            "clock": world.clock,
+        }
+    if as_json:
+        emit_json(body)
+        return
+    click.echo(f"created   {body['world']}")
+    click.echo(f"manifest  {body['manifest']}")
+    click.echo(f"height    {body['height']}")
+
+
+@world_group.command("status")
+@world_option
+@json_option
+@handles_errors
+def status_command(world_path: str, as_json: bool) -> None:
+    """Height, manifest, logical time, cells and failed cells per workflow, open intents and
+    queued deliveries."""
+    with _opened(world_path) as world:
+        status = world.status()
+        intents = world.open_intents()
+    listed = [_intent_json(intent) for intent in intents[:STATUS_INTENTS_MAX]]
+    if as_json:
+        emit_json({"world": world_path, **status, "intents": listed})
+        return
+    click.echo(f"world         {world_path}")
+    click.echo(f"height        {status['height']}")
+    click.echo(f"manifest      {status['manifest']}")
+    click.echo(f"logical time  {_time_text(status['logical_ns'])}  (clock {status['clock']})")
+    click.echo(f"open intents  {status['open_intents']}")
+    click.echo(f"queued        {status['queued']}")
+    rows = [[name, w["cells"], w["failed"]] for name, w in status["workflows"].items()]
+    click.echo("")
+    click.echo(table(["WORKFLOW", "CELLS", "FAILED"], rows))
+    if intents:
+        click.echo("")
+        click.echo(table(["INTENT", "EFFECT", "CELL", "SEQ"], [_intent_row(i) for i in listed]))
+        if len(intents) > len(listed):
+            click.echo(f"... and {len(intents) - len(listed)} more")
+
+
+def _intent_json(intent: dict[str, Any]) -> dict[str, Any]:
+    return {**intent, "key": _key_json(intent["key"])}
+
+
+def _intent_row(intent: dict[str, Any]) -> list[Any]:
+    """A table row of an intent as `_intent_json` gives it (its key already decoded)."""
+    cell = _cell_text(intent["workflow"], intent["key"])
+    return [_short(intent["intent"]), intent["effect"], cell, intent["seq"]]
+
+
+# --------------------------------------------------------------------------------------------
+# send
+
+
+@world_group.command("send")
+@click.argument("schema")
+@click.option("--value-json", "value_json", metavar="JSON", help="The event value ('-': stdin).")
+@click.option(
+    "--value-file",
+    "value_file",
+    type=click.File("r", encoding="utf-8"),
+    help="A file with the event value as JSON ('-': stdin).",
+)
+@world_option
+@json_option
+@handles_errors
+def send_command(
+    schema: str,
+    value_json: str | None,
+    value_file: IO[str] | None,
+    world_path: str,
+    as_json: bool,
+) -> None:
+    """Send one event of SCHEMA from outside and run the world until it is idle.
+
+    The value is JSON; {"$bytes": "<hex>"} stands for bytes, times may be RFC 3339 text.
+    A value that does not fit SCHEMA is refused before anything is journaled; an event that
+    cannot be routed is journaled as `ingress_rejected` and reported (exit 1).
+    """
+    value = _event_value(value_json, value_file)
+    with _opened(world_path) as world:
+        try:
+            admitted, report = world.send(schema, value)
+        except RouteError as error:
+            _fail_rejected(error, world.height, as_json=as_json)
+            return
+    body: dict[str, Any] = {
+        "seq": admitted.seq,
+        "event_hash": str(admitted.event_hash),
+        "deliveries": admitted.deliveries,
+        "run": {
+            "steps": report.steps,
+            "faults": report.faults,
+            "fault_codes": report.fault_codes,
+            "dropped": report.dropped,
+            "events": report.events,
+            "intents": report.intents,
+        },
+        "journal": {"first": admitted.seq, "last": max(admitted.seq, report.last_seq)},
+    }
+    if as_json:
+        emit_json(body)
+        return
+    run = body["run"]
+    click.echo(f"admitted  seq {admitted.seq}  {admitted.event_hash}")
+    click.echo(f"delivered {admitted.deliveries}")
+    click.echo(
+        f"run       {run['steps']} steps, {run['faults']} faults, {run['dropped']} dropped, "
+        f"{run['events']} events, {run['intents']} intents"
+    )
+    if report.fault_codes:
+        click.echo(f"faults    {', '.join(report.fault_codes)}")
+    click.echo(f"journal   {body['journal']['first']}..{body['journal']['last']}")
+
+
+def _event_value(value_json: str | None, value_file: IO[str] | None) -> Any:
+    if (value_json is None) == (value_file is None):
+        raise click.UsageError("give the value with exactly one of --value-json, --value-file")
+    if value_file is not None:
+        text = value_file.read()
+    else:
+        assert value_json is not None
+        text = sys.stdin.read() if value_json == "-" else value_json
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidJsonError(f"the event value is not JSON: {error}") from None
+
+
+def _fail_rejected(error: RouteError, seq: int, *, as_json: bool) -> None:
+    """A routing error: the kernel journaled the input as rejected; say where."""
+    error.detail["rejected_seq"] = seq
+    if as_json:
+        fail(error, as_json=True)
+    click.echo(f"error[{error.code}]: {error}", err=True)
+    if error.hint:
+        click.echo(f"  hint: {error.hint}", err=True)
+    click.echo(f"  the input is journaled as {records.INGRESS_REJECTED} at seq {seq}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+# --------------------------------------------------------------------------------------------
+# state get, state cells
+
+
+@world_group.group("state")
+def state_group() -> None:
+    """Cells: one cell's state, or the cells of a workflow."""
+
+
+@state_group.command("get")
+@click.argument("workflow")
+@click.argument("key", required=False)
+@world_option
+@json_option
+@handles_errors
+def state_get_command(workflow: str, key: str | None, world_path: str, as_json: bool) -> None:
+    """Print the state of WORKFLOW's cell KEY as JSON.
+
+    KEY is the key value as typed (a text key bare: `order-1`); when that does not fit the
+    workflow's key type, KEY is read as JSON (`42`, `{"a": 1}`). Leave it out for a workflow
+    that is not keyed.
+    """
+    with _opened(world_path) as world:
+        key_value, key_bytes = _cell_key(world, workflow, key)
+        state = world.state(workflow, key_value)
+        status = world.status_of(workflow, key_bytes)
+    if state is None and status != STATUS_FAILED:
+        raise CellMissingError(f"{_cell_text(workflow, key_value)} has no cell")
+    if as_json:
+        emit_json(
+            {
+                "workflow": workflow,
+                "key": cbor.to_json(key_value),
+                "status": status,
+                "state": cbor.to_json(state),
+            }
+        )
+        return
+    click.echo(json.dumps(cbor.to_json(state), indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def _cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes | None]:
+    """The key value and canonical key bytes named by KEY: as typed, else as JSON."""
+    definition = world.runtime.workflow(workflow)
+    if definition.key_schema is None:
+        if key is not None:
+            raise KeyUnexpectedError(f"{workflow} is not keyed; leave KEY out")
+        return None, None
+    if key is None:
+        return None, world.key_bytes(workflow, None)  # raises world.key_required
+    try:
+        return key, world.key_bytes(workflow, key)
+    except AirError as as_typed:
+        try:
+            parsed = json.loads(key)
+        except json.JSONDecodeError:
+            raise as_typed from None
+        return parsed, world.key_bytes(workflow, parsed)
+
+
+@state_group.command("cells")
+@click.argument("workflow")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=CELLS_LIMIT_DEFAULT,
+    show_default=True,
+    help="Most cells to list.",
+)
+@world_option
+@json_option
+@handles_errors
+def state_cells_command(workflow: str, limit: int, world_path: str, as_json: bool) -> None:
+    """List WORKFLOW's cells (in key-hash order): key, status, state hash, last active seq."""
+    with _opened(world_path) as world:
+        cells = world.cells(workflow)
+    shown = cells[:limit]
+    if as_json:
+        emit_json(
+            {
+                "workflow": workflow,
+                "count": len(cells),
+                "truncated": len(shown) < len(cells),
+                "cells": [_cell_json(cell) for cell in shown],
+            }
+        )
+        return
+    rows = [
+        [_key_text(cell.key), cell.status, _short(cell.state_hash), cell.last_active_seq]
+        for cell in shown
+    ]
+    click.echo(table(["KEY", "STATUS", "STATE", "LAST ACTIVE"], rows))
+    if len(shown) < len(cells):
+        click.echo(f"... {len(cells) - len(shown)} more (raise --limit)")
+
+
+def _cell_json(cell: CellInfo) -> dict[str, Any]:
+    return {
+        "key": cbor.to_json(cell.key),
+        "status": cell.status,
+        "state_hash": str(cell.state_hash),
+        "last_active_seq": cell.last_active_seq,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# journal tail, journal head
+
+
+@world_group.group("journal")
+def journal_group() -> None:
+    """The journal: its last records, its head."""
+
+
+@journal_group.command("tail")
+@click.option("--from", "from_seq", type=click.IntRange(min=1), help="Start at this sequence.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=JOURNAL_TAIL_LIMIT_DEFAULT,
+    show_default=True,
+    help="Most records to print.",
+)
+@click.option("--kind", type=click.Choice(list(records.KINDS)), help="Only records of a kind.")
+@world_option
+@json_option
+@handles_errors
+def journal_tail_command(
+    from_seq: int | None, limit: int, kind: str | None, world_path: str, as_json: bool
+) -> None:
+    """Print journal records, one line each: the last LIMIT, or LIMIT from --from on."""
+    with _opened(world_path) as world:
+        journal = world.store.journal
+        head = journal.head()
+        found = _tail(journal, head, from_seq=from_seq, limit=limit, kind=kind)
+    if as_json:
+        emit_json({"head": head, "records": [_record_json(s, r) for s, r in found]})
+        return
+    for seq, record in found:
+        click.echo(_record_line(seq, record))
+
+
+def _tail(
+    journal: JournalView, head: int, *, from_seq: int | None, limit: int, kind: str | None
+) -> list[tuple[int, Any]]:
+    """Up to `limit` records of `kind` (any kind when None): from `from_seq` on, else the last
+    ones. Reads at most `JOURNAL_TAIL_SCAN_RECORDS_MAX` records."""
+
+    def wanted(record: Any) -> bool:
+        return kind is None or record.get("kind") == kind
+
+    scan = min(JOURNAL_TAIL_SCAN_RECORDS_MAX, head)
+    found: list[tuple[int, Any]] = []
+    if from_seq is not None:
+        for seq, record in journal.read(from_seq, limit=scan):
+            if wanted(record):
+                found.append((seq, record))
+                if len(found) == limit:
+                    break
+        return found
+    end = head
+    # Read backwards in windows, since the journal reads forward only.
+    while end >= 1 and len(found) < limit and scan > 0:
+        start = max(1, end - max(limit, _TAIL_WINDOW_RECORDS) + 1, end - scan + 1)
+        window = [(s, r) for s, r in journal.read(start, end) if wanted(r)]
+        found = window + found
+        scan -= end - start + 1
+        end = start - 1
+    return found[-limit:]
+
+
+@journal_group.command("head")
+@world_option
+@json_option
+@handles_errors
+def journal_head_command(world_path: str, as_json: bool) -> None:
+    """Print the journal's head: its last sequence number and that record."""
+    with _opened(world_path) as world:
+        journal = world.store.journal
+        head = journal.head()
+        last = next(iter(journal.read(head, head)), None) if head else None
+    if as_json:
+        emit_json({"head": head, "record": _record_json(*last)["record"] if last else None})
+        return
+    click.echo(_record_line(*last) if last else "0  (empty journal)")
+
+
+# --------------------------------------------------------------------------------------------
+# trace
+
+
+@world_group.command("trace")
+@click.argument("hash_text", metavar="HASH")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=TRACE_RECORDS_MAX_DEFAULT,
+    show_default=True,
+    help="Most journal records to read.",
+)
+@click.option(
+    "--from", "from_seq", type=click.IntRange(min=1), default=1, help="Search from this seq."
+)
+@world_option
+@json_option
+@handles_errors
+def trace_command(
+    hash_text: str, limit: int, from_seq: int, world_path: str, as_json: bool
+) -> None:
+    """What an input caused, step by step. HASH is an event hash (as `send` prints it; any
+    journal record's hash works) or an intent hash; for an intent the trace starts at the
+    input it came from."""
+    with _opened(world_path) as world:
+        found = trace(world.store.journal, hash_text, limit=limit, from_seq=from_seq)
+        head = world.store.journal.head()
+    if as_json:
+        emit_json(_trace_json(found))
+        return
+    click.echo(f"trace {found.target}  ({found.match} at seq {found.seq})")
+    for entry in found.entries:
+        marker = ">" if entry.role == ROLE_TARGET else " "
+        line = _record_line(entry.seq, entry.record, indent=2 * entry.depth)
+        click.echo(f"{marker}{line}")
+    note = f"{found.scanned} records read"
+    if found.truncated:
+        note += (
+            f"; stopped at the limit of {found.limit} before the head ({head}): "
+            "later consequences are not shown (raise --limit)"
+        )
+    click.echo(note)
+
+
+def _trace_json(found: Trace) -> dict[str, Any]:
+    return {
+        "target": str(found.target),
+        "match": found.match,
+        "seq": found.seq,
+        "scanned": found.scanned,
+        "limit": found.limit,
+        "truncated": found.truncated,
+        "entries": [
+            {
+                "seq": entry.seq,
+                "role": entry.role,
+                "depth": entry.depth,
+                "parent": entry.parent,
+                "record": cbor.to_json(entry.record),
+            }
+            for entry in found.entries
+        ],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# One-line records
+
+
+def _record_json(seq: int, record: Any) -> dict[str, Any]:
+    return {"seq": seq, "record": cbor.to_json(record)}
+
+
+def _record_line(seq: int, record: Any, *, indent: int = 0) -> str:
+    kind = str(record.get("kind"))
+    return f"{seq:>6}  {' ' * indent}{kind:<16}  {_summary(record)}"
+
+
+def _summary(record: Any) -> str:
+    """A short, human line about a record; `--json` gives the exact record."""
+    kind = record.get("kind")
+    cell = _cell_text(str(record.get("workflow")), _key_value(record.get("key")))
+    if kind == records.MANIFEST:
+        return str(record["manifest"])
+    if kind == records.DOMAIN_EVENT:
+        cause = f"  (from step {record['cause']})" if "cause" in record else ""
+        return f"{record['schema']} {_clip(_compact(record['value']))}{cause}"
+    if kind == records.INGRESS_REJECTED:
+        return f"{record['schema']} {record['code']}: {_clip(str(record['message']))}"
+    if kind == records.STEP:
+        state = _short(record["state"]) if record["state"] else "deleted"
+        return (
+            f"{cell} input {record['input']}  state {state}  events {record['events']}  "
+            f"intents {len(record['intents'])}  fuel {record['fuel']}"
+        )
+    if kind == records.STEP_FAULT:
+        return f"{cell} input {record['input']}  {record['code']}: {_clip(record['message'])}"
+    if kind == records.DELIVERY_DROPPED:
+        return f"{cell} input {record['input']}  dropped: {record['reason']}"
+    if kind == records.EFFECT_INTENT:
+        origin = record["origin"]
+        who = _cell_text(str(origin["workflow"]), _key_value(origin["key"]))
+        return f"{record['effect']} {_short(record['intent'])}  by {who} (step {record['cause']})"
+    return _clip(_compact(record))
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(
+        cbor.to_json(value), sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= SUMMARY_CHARS_MAX else text[: SUMMARY_CHARS_MAX - 3] + "..."
+
+
+def _short(hash_text: str) -> str:
+    prefix, _, digits = hash_text.partition(":")
+    return f"{prefix}:{digits[:HASH_DIGITS_SHORT]}"
+
+
+def _key_value(key_bytes: Any) -> Any:
+    """Decode canonical key bytes as journaled (None for an unkeyed cell)."""
+    return cbor.decode(key_bytes) if isinstance(key_bytes, bytes) and key_bytes else None
+
+
+def _key_json(key_bytes: Any) -> Any:
+    return cbor.to_json(_key_value(key_bytes))
+
+
+def _key_text(key: Any) -> str:
+    if key is None:
+        return "-"
+    return key if isinstance(key, str) else _compact(key)
+
+
+def _cell_text(workflow: str, key: Any) -> str:
+    return workflow if key is None else f"{workflow}[{_key_text(key)}]"
+
+
+def _time_text(ns: int) -> str:
+    moment = datetime.datetime.fromtimestamp(ns // 1_000_000_000, tz=datetime.UTC)
+    return f"{ns}  ({moment.strftime('%Y-%m-%dT%H:%M:%SZ')})"
+
+
+def register(group: click.Group) -> None:
+    group.add_command(world_group)
