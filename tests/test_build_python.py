@@ -216,9 +216,9 @@ def test_order_component_matches_native_bytes(
     receipt = order_py.EffectReceipt(
         origin_workflow="demo/Order@1",
         intent_hash="blake3:" + "2" * 64,
-        effect="http.request",
-        adapter="http",
-        status="ok",
+        effect=order_py.HTTP_EFFECT,
+        adapter="demo/http@1",
+        status={"$tag": "ok"},
         payload=cbor.encode({"status": 200}),
         emitted_seq=3,
         issuer_ref="charge:o-1",

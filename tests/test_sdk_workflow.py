@@ -380,7 +380,7 @@ def receipt(effect: str, status: str = "ok", payload: Any = None, ref: str = "")
         intent_hash="blake3:" + "1" * 64,
         effect=effect,
         adapter="http" if effect == order_py.HTTP_EFFECT else "timer",
-        status=status,
+        status={"$tag": status},
         payload=cbor.encode(payload),
         emitted_seq=1,
         origin_key=cbor.encode("o-1"),

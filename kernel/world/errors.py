@@ -97,3 +97,13 @@ class EffectUnknownError(StepFault):
 class EffectParamsInvalidError(StepFault):
     code = "effect.params_invalid"
     hint = "the effect's params do not fit its params schema"
+
+
+class ClockManualOnlyError(WorldError):
+    code = "world.clock_manual_only"
+    hint = "only a world created with --clock manual has its time moved by hand"
+
+
+class TimeBackwardsError(WorldError):
+    code = "world.time_backwards"
+    hint = "logical time only moves forward"

@@ -16,6 +16,9 @@ STEP = "step"
 STEP_FAULT = "step_fault"
 DELIVERY_DROPPED = "delivery_dropped"
 EFFECT_INTENT = "effect_intent"
+EFFECT_RECEIPT = "effect_receipt"
+RECEIPT_REJECTED = "receipt_rejected"
+TIME = "time"
 
 KINDS = (
     MANIFEST,
@@ -25,7 +28,13 @@ KINDS = (
     STEP_FAULT,
     DELIVERY_DROPPED,
     EFFECT_INTENT,
+    EFFECT_RECEIPT,
+    RECEIPT_REJECTED,
+    TIME,
 )
+
+# A record that entered from outside carries an ingress `stamp`; every other record was
+# derived by the kernel from one that did.
 
 
 def manifest(manifest_hash: str, stamp: dict[str, Any]) -> dict[str, Any]:
@@ -137,3 +146,44 @@ def effect_intent(
         "idempotency_key": idempotency_key,
         "issuer_ref": issuer_ref,
     }
+
+
+def effect_receipt(
+    *,
+    body: dict[str, Any],
+    signature: bytes | None,
+    stamp: dict[str, Any] | None,
+    cause: int | None,
+    payload_error: tuple[str, str] | None,
+) -> dict[str, Any]:
+    """A settled intent. A receipt from an adapter carries its signature and an ingress
+    stamp; a kernel timer receipt carries neither, but the `time` record that caused it."""
+    record: dict[str, Any] = {
+        "kind": EFFECT_RECEIPT,
+        "intent": body["intent"],
+        "body": body,
+        "signature": signature,
+    }
+    if stamp is not None:
+        record["stamp"] = stamp
+    if cause is not None:
+        record["cause"] = cause
+    if payload_error is not None:
+        record["payload_error"] = {"code": payload_error[0], "message": payload_error[1]}
+    return record
+
+
+def receipt_rejected(
+    receipt: Any, stamp: dict[str, Any], code: str, message: str
+) -> dict[str, Any]:
+    return {
+        "kind": RECEIPT_REJECTED,
+        "receipt": receipt,
+        "stamp": stamp,
+        "code": code,
+        "message": message,
+    }
+
+
+def time(stamp: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": TIME, "stamp": stamp}

@@ -125,6 +125,21 @@ class Router:
             )
         return key
 
+    def accepts(self, workflow_event: str, schema: str) -> bool:
+        """Whether a workflow taking `workflow_event` can be delivered `schema`."""
+        if workflow_event == schema:
+            return True
+        types = {name: definition.type_ for name, definition in self._schemas.items()}
+        resolved = resolve(types[workflow_event], types)
+        return isinstance(resolved, VariantType) and any(
+            isinstance(arm, RefType) and arm.ref == schema for arm in resolved.variant.values()
+        )
+
+    def wrap(self, workflow_event: str, schema: str, value: Any) -> Any:
+        """`value` of `schema` as a workflow taking `workflow_event` receives it."""
+        arm = self._arm(workflow_event, schema)
+        return value if arm is None else {"$tag": arm, "$value": value}
+
     def _arm(self, workflow_event: str, schema: str) -> str | None:
         """None when the workflow takes the schema itself, else the arm that refs it."""
         if workflow_event == schema:

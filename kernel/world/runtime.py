@@ -6,7 +6,15 @@ from typing import Any
 
 from aos.kernel.air import BUILTIN_EFFECTS, BUILTIN_SCHEMAS
 from aos.kernel.air.loader import LoadedManifest
-from aos.kernel.air.model import DEF_MODELS, DefEffect, DefModule, DefSchema, DefWorkflow, Manifest
+from aos.kernel.air.model import (
+    DEF_MODELS,
+    DefAdapter,
+    DefEffect,
+    DefModule,
+    DefSchema,
+    DefWorkflow,
+    Manifest,
+)
 from aos.kernel.air.names import is_sys_name
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash
@@ -35,8 +43,11 @@ class Runtime:
         self.workflows: dict[str, DefWorkflow] = dict(loaded.workflows)
         self.effects: dict[str, DefEffect] = dict(BUILTIN_EFFECTS)
         self.modules: dict[str, DefModule] = {}
+        self.adapters: dict[str, DefAdapter] = {}
         for name, definition in loaded.definitions.items():
-            if isinstance(definition, DefEffect):
+            if isinstance(definition, DefAdapter):
+                self.adapters[name] = definition
+            elif isinstance(definition, DefEffect):
                 self.effects[name] = definition
             elif isinstance(definition, DefModule):
                 self.modules[name] = definition

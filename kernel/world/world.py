@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.air import BUILTIN_SCHEMAS, WORKFLOW_CONTEXT
+from aos.kernel.air import (
+    BUILTIN_SCHEMAS,
+    RECEIPT_ENVELOPE,
+    RECEIPT_REJECTED,
+    TIMER_ADAPTER,
+    TIMER_SET_EFFECT,
+    WORKFLOW_CONTEXT,
+)
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest, load_manifest_dir
 from aos.kernel.air.model import Manifest, canonical_form
@@ -34,7 +41,7 @@ from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.store import open_store
 from aos.kernel.store.interface import Store
 from aos.kernel.wasm import StepFault, StepResult, WasmEngine, encode_input
-from aos.kernel.world import records
+from aos.kernel.world import receipts, records
 from aos.kernel.world.cellindex import CellIndex
 from aos.kernel.world.cells import (
     CACHE_CELLS_MAX_DEFAULT,
@@ -47,6 +54,7 @@ from aos.kernel.world.cells import (
 )
 from aos.kernel.world.effects import AdmittedEffect, admit
 from aos.kernel.world.errors import (
+    ClockManualOnlyError,
     EventTooLargeError,
     KeyRequiredError,
     SchemaReservedError,
@@ -55,6 +63,7 @@ from aos.kernel.world.errors import (
     StepEventInvalidError,
     StepRouteError,
     StepStateInvalidError,
+    TimeBackwardsError,
     WorldClosedError,
     WorldCorruptError,
     WorldExistsError,
@@ -95,6 +104,7 @@ class WorldLimits:
     cache_cells_max: int = CACHE_CELLS_MAX_DEFAULT
     resident_state_bytes_max: int = RESIDENT_STATE_BYTES_MAX_DEFAULT
     checked_sample_rate: float = CHECKED_SAMPLE_RATE_DEFAULT
+    receipt_bytes_max: int = receipts.RECEIPT_BYTES_MAX_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,8 @@ class _OpenIntent:
     key: bytes | None
     effect: str
     seq: int
+    issuer_ref: str | None = None
+    due_ns: int | None = None  # a kernel timer's logical deadline
 
     def to_value(self, intent: str) -> dict[str, Any]:
         return {
@@ -144,7 +156,31 @@ class _OpenIntent:
             "key": self.key,
             "effect": self.effect,
             "seq": self.seq,
+            "issuer_ref": self.issuer_ref,
+            "due_ns": self.due_ns,
         }
+
+    @staticmethod
+    def from_value(value: Any) -> _OpenIntent:
+        return _OpenIntent(
+            value["workflow"],
+            value["key"],
+            value["effect"],
+            value["seq"],
+            value["issuer_ref"],
+            value["due_ns"],
+        )
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What `settle` did with a receipt: the journal sequence of its `effect_receipt`, or
+    `duplicate` when the intent was already settled (nothing was written)."""
+
+    intent: str
+    seq: int | None
+    duplicate: bool = False
+    delivered: bool = True
 
 
 class World:
@@ -181,6 +217,7 @@ class World:
         self._stored_roots: dict[str, str] = {}
         self._head = store.journal.head()
         self.logical_ns = 0
+        self.world_id = ""
 
     # ----------------------------------------------------------------------------------------
     # Creating and opening
@@ -273,6 +310,7 @@ class World:
             limits=limits or WorldLimits(),
             clock=str(config["clock"]),
         )
+        world.world_id = str(config["id"])
         world._restore(head)
         return world
 
@@ -290,9 +328,13 @@ class World:
                 raise KernelInvariantError(f"module {module.name} changed while being stored")
         stamp = self._stamp()
         self.logical_ns = stamp.logical_ns
-        self._append(records.manifest(str(loaded.manifest_hash), stamp.to_value()))
+        genesis = records.manifest(str(loaded.manifest_hash), stamp.to_value())
+        self._append(genesis)
+        # The genesis record carries fresh entropy, so its hash names this world and no other:
+        # receipts are signed for it.
+        self.world_id = str(hash_value(genesis))
         self._pending.meta[_META_FORMAT] = WORLD_FORMAT
-        self._pending.meta[_META_CONFIG] = {"clock": self.clock}
+        self._pending.meta[_META_CONFIG] = {"clock": self.clock, "id": self.world_id}
         self._flush()
 
     # ----------------------------------------------------------------------------------------
@@ -369,6 +411,176 @@ class World:
         caused are durable."""
         admitted = self.ingress(schema, value)
         return admitted, self.run_to_idle()
+
+    # ----------------------------------------------------------------------------------------
+    # Receipts and time
+
+    def settle(self, receipt_value: Any) -> Settlement:
+        """Take a signed receipt for an open intent (spec/04-effects.md). A refused receipt is
+        journaled as `receipt_rejected` (flushed at once) and its error raised; a duplicate of
+        a settled intent changes nothing. An accepted one is journaled and its envelope queued
+        for the origin cell only; `run_to_idle` steps it."""
+        self._require_open()
+        stamp = self._stamp()
+        try:
+            receipt = receipts.parse(receipt_value, receipt_bytes_max=self.limits.receipt_bytes_max)
+            receipts.authenticate(receipt, world_id=self.world_id, adapters=self._runtime.adapters)
+            open_intent = self._open_intents.get(receipt.intent)
+            if open_intent is None:
+                if self._settled_seq(receipt.intent) is not None:
+                    return Settlement(receipt.intent, None, duplicate=True, delivered=False)
+                raise receipts.ReceiptUnknownIntentError(f"no open intent {receipt.intent}")
+            receipts.authorize(receipt, self._runtime.effects[open_intent.effect])
+        except receipts.ReceiptError as error:
+            kept = (
+                receipt_value if _storable(receipt_value, self.limits.receipt_bytes_max) else None
+            )
+            self._append(records.receipt_rejected(kept, stamp.to_value(), error.code, str(error)))
+            self._flush()
+            raise
+        self.logical_ns = stamp.logical_ns
+        return self._accept(receipt.body, receipt.signature, open_intent, stamp, None)
+
+    def advance_time(self, by_ns: int) -> RunReport:
+        """Move a `manual` clock world's logical time forward, settle the kernel timers that
+        fell due, and run to idle."""
+        if self.clock != CLOCK_MANUAL:
+            raise ClockManualOnlyError("this world's logical time follows the wall clock")
+        if by_ns < 0:
+            raise TimeBackwardsError(f"cannot move time by {by_ns} ns")
+        return self._tick(self.logical_ns + by_ns)
+
+    def jump_next_timer(self) -> RunReport | None:
+        """Advance a `manual` clock world to its earliest timer deadline (None if no timer is
+        pending), settle what is due, and run to idle."""
+        if self.clock != CLOCK_MANUAL:
+            raise ClockManualOnlyError("this world's logical time follows the wall clock")
+        deadlines = [i.due_ns for i in self._open_intents.values() if i.due_ns is not None]
+        if not deadlines:
+            return None
+        return self._tick(max(self.logical_ns, min(deadlines)))
+
+    def tick(self) -> RunReport | None:
+        """For a `wall` clock world: if a kernel timer is due at the current wall time, journal
+        a `time` input, settle the due timers and run to idle. None when nothing was due."""
+        self._require_open()
+        if self.clock != CLOCK_WALL:
+            raise ClockManualOnlyError("tick is for wall-clock worlds; use advance_time")
+        now = max(self.logical_ns, self._stamps.wall_ns())
+        if not any(i.due_ns is not None and i.due_ns <= now for i in self._open_intents.values()):
+            return None
+        return self._tick(None)
+
+    def next_timer_ns(self) -> int | None:
+        deadlines = [i.due_ns for i in self._open_intents.values() if i.due_ns is not None]
+        return min(deadlines) if deadlines else None
+
+    def _tick(self, logical_ns: int | None) -> RunReport:
+        self._require_open()
+        stamp = self._stamp()
+        if logical_ns is not None:
+            stamp = Stamp(stamp.wall_ns, logical_ns, stamp.entropy, stamp.height, stamp.manifest)
+        self.logical_ns = stamp.logical_ns
+        seq = self._append(records.time(stamp.to_value()))
+        due = sorted(
+            (intent.due_ns, key)
+            for key, intent in self._open_intents.items()
+            if intent.due_ns is not None and intent.due_ns <= self.logical_ns
+        )
+        for index, (_, key) in enumerate(due):
+            open_intent = self._open_intents[key]
+            body = {
+                "world": self.world_id,
+                "intent": key,
+                "status": "ok",
+                "payload": {"delivered_at_ns": self.logical_ns, "key": open_intent.issuer_ref},
+                "adapter": TIMER_ADAPTER,
+                "started_ns": self.logical_ns,
+                "finished_ns": self.logical_ns,
+            }
+            self._accept(body, None, open_intent, stamp.derive(index), seq)
+        return self.run_to_idle()
+
+    def _accept(
+        self,
+        body: dict[str, Any],
+        signature: bytes | None,
+        open_intent: _OpenIntent,
+        stamp: Stamp,
+        cause: int | None,
+    ) -> Settlement:
+        """Settle an authenticated receipt: journal it, close the intent, and queue the
+        envelope for the origin cell (or fail the cell if it cannot take the rejection)."""
+        intent = str(body["intent"])
+        effect = self._runtime.effects[open_intent.effect]
+        workflow = self._runtime.workflows[open_intent.workflow]
+        payload = body["payload"]
+        payload_error: tuple[str, str] | None = None
+        if body["status"] == "ok":
+            try:
+                payload = normalize(payload, effect.receipt, self._runtime.schemas)
+            except AirError as error:
+                payload_error = (error.code, str(error))
+        seq = self._append(
+            records.effect_receipt(
+                body=body,
+                signature=signature,
+                stamp=stamp.to_value() if cause is None else None,
+                cause=cause,
+                payload_error=payload_error,
+            )
+        )
+        del self._open_intents[intent]
+        cell: CellId = (open_intent.workflow, open_intent.key)
+        self._waiting[cell] -= 1
+        if not self._waiting[cell]:
+            del self._waiting[cell]
+        self._pending.meta[_settled_key(intent)] = seq
+        origin = {
+            "origin_workflow": open_intent.workflow,
+            "origin_key": open_intent.key,
+            "intent_hash": intent,
+            "effect": open_intent.effect,
+            "adapter": body["adapter"],
+            "issuer_ref": open_intent.issuer_ref,
+            "emitted_seq": open_intent.seq,
+        }
+        if payload_error is None:
+            schema = RECEIPT_ENVELOPE
+            value = {**origin, "status": {"$tag": body["status"]}, "payload": cbor.encode(payload)}
+        else:
+            schema = RECEIPT_REJECTED
+            value = {
+                **origin,
+                "error_code": payload_error[0],
+                "error_message": payload_error[1][:1000],
+                "payload": cbor.encode(payload) if _storable(payload, None) else b"",
+            }
+        router = self._runtime.router
+        if not router.accepts(workflow.event, schema):
+            # The seed's rule: a workflow that cannot take a rejected receipt fails, and its
+            # later receipts are dropped when they reach the failed cell.
+            self._table(open_intent.workflow).mark_failed(open_intent.key, seq)
+            return Settlement(intent, seq, delivered=False)
+        self._scheduler.enqueue(
+            Message(
+                seq=seq,
+                delivery=0,
+                workflow=open_intent.workflow,
+                key=open_intent.key,
+                schema=workflow.event,
+                value=router.wrap(workflow.event, schema, value),
+                stamp=stamp,
+            )
+        )
+        return Settlement(intent, seq)
+
+    def _settled_seq(self, intent: str) -> int | None:
+        key = _settled_key(intent)
+        if key in self._pending.meta:
+            return int(self._pending.meta[key])
+        found = self.store.meta.get(key, None)
+        return None if found is None else int(found)  # type: ignore[arg-type]
 
     def _stamp(self) -> Stamp:
         wall = self._stamps.wall_ns()
@@ -569,7 +781,10 @@ class World:
                 issuer_ref=effect.issuer_ref,
             )
         )
-        self._open_intents[intent] = _OpenIntent(message.workflow, message.key, effect.effect, seq)
+        due = effect.params["deliver_at_ns"] if effect.effect == TIMER_SET_EFFECT else None
+        self._open_intents[intent] = _OpenIntent(
+            message.workflow, message.key, effect.effect, seq, effect.issuer_ref, due
+        )
         self._waiting[cell] = self._waiting.get(cell, 0) + 1
         report.intents += 1
 
@@ -643,7 +858,7 @@ class World:
         self.logical_ns = head["logical_ns"]
         self._stored_roots = dict(head["roots"])
         for value in head["open_intents"]:
-            intent = _OpenIntent(value["workflow"], value["key"], value["effect"], value["seq"])
+            intent = _OpenIntent.from_value(value)
             self._open_intents[value["intent"]] = intent
             cell = (intent.workflow, intent.key)
             self._waiting[cell] = self._waiting.get(cell, 0) + 1
@@ -739,6 +954,18 @@ class World:
             "open_intents": len(self._open_intents),
             "queued": len(self._scheduler),
         }
+
+
+def _settled_key(intent: str) -> str:
+    return f"settled/{intent}"
+
+
+def _storable(value: Any, bytes_max: int | None) -> bool:
+    try:
+        size = len(cbor.encode(value))
+    except cbor.CborError:
+        return False
+    return bytes_max is None or size <= bytes_max
 
 
 def _as_map(value: Any, what: str) -> dict[str, Any]:

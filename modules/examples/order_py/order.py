@@ -5,7 +5,7 @@ its receipt, and give up when a timer fires first. Events and effects: see READM
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from aos_sdk import Context, Variant, Workflow, cbor, export
 
@@ -46,7 +46,7 @@ class EffectReceipt:
     intent_hash: str
     effect: str
     adapter: str
-    status: Literal["ok", "error", "timeout"]
+    status: dict[str, Any]  # sys/EffectReceiptStatus@1: {"$tag": "ok" | "error" | "timeout"}
     payload: bytes
     emitted_seq: int
     origin_key: bytes | None = None
@@ -125,8 +125,9 @@ def on_receipt(state: Order, receipt: EffectReceipt, ctx: Context) -> Order:
         return _settle(state, state, ctx, "failed", "payment timed out")
     if receipt.effect != HTTP_EFFECT:
         return state
-    if receipt.status != "ok":
-        return _settle(state, state, ctx, "failed", f"payment request {receipt.status}")
+    status = receipt.status.get("$tag")
+    if status != "ok":
+        return _settle(state, state, ctx, "failed", f"payment request {status}")
     http_status = _http_status(receipt.payload)
     if http_status is not None and not HTTP_OK_MIN <= http_status <= HTTP_OK_MAX:
         return _settle(state, state, ctx, "failed", f"payment declined (HTTP {http_status})")

@@ -1,0 +1,1 @@
+"""Adapters: out-of-process executors of effects, and the signed receipts they return."""

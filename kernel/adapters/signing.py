@@ -1,0 +1,53 @@
+"""Ed25519 keys and receipt signatures.
+
+A receipt is `{"body": {...}, "signature": 64 bytes}`; the signature is Ed25519 over the
+canonical encoding of the body (self-describe prefix included). Public keys live in the
+manifest (`defadapter.public_key`, 64 lowercase hex), so the journal proves which adapter
+identity vouched for each result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from aos.kernel import cbor
+
+SEED_BYTES = 32
+PUBLIC_KEY_BYTES = 32
+SIGNATURE_BYTES = 64
+
+
+def generate_seed() -> bytes:
+    """A new private key seed (32 bytes). Only key generation reads the OS random source."""
+    key = Ed25519PrivateKey.generate()
+    return key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+
+
+def public_key_of(seed: bytes) -> bytes:
+    key = Ed25519PrivateKey.from_private_bytes(seed)
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def sign_body(seed: bytes, body: Any) -> bytes:
+    """The signature of a receipt body (any canonical value)."""
+    return Ed25519PrivateKey.from_private_bytes(seed).sign(cbor.encode(body))
+
+
+def verify_body(public_key: bytes, body: Any, signature: bytes) -> bool:
+    if len(public_key) != PUBLIC_KEY_BYTES or len(signature) != SIGNATURE_BYTES:
+        return False
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, cbor.encode(body))
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def signed_receipt(seed: bytes, body: dict[str, Any]) -> dict[str, Any]:
+    return {"body": body, "signature": sign_body(seed, body)}

@@ -1,0 +1,153 @@
+"""Receipts: how an effect's result comes back into the world.
+
+A receipt is `{"body": body, "signature": bytes}` with
+
+    body = {"world": text, "intent": hash, "status": "ok" | "error" | "timeout",
+            "payload": value, "adapter": name, "started_ns": int, "finished_ns": int}
+
+signed with Ed25519 over the canonical encoding of `body` by the adapter identity it names.
+The checks below run in order and each refusal has its own code; a refused receipt is
+journaled as `receipt_rejected` and never reaches a workflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aos.kernel import cbor
+from aos.kernel.adapters.signing import verify_body
+from aos.kernel.air.model import DefAdapter, DefEffect
+from aos.kernel.errors import AosError
+from aos.kernel.hashing import is_hash
+
+RECEIPT_BYTES_MAX_DEFAULT = 1024 * 1024
+STATUSES = ("ok", "error", "timeout")
+_BODY_KEYS = frozenset(
+    {"world", "intent", "status", "payload", "adapter", "started_ns", "finished_ns"}
+)
+
+
+class ReceiptError(AosError):
+    code = "receipt.error"
+
+
+class ReceiptMalformedError(ReceiptError):
+    code = "receipt.malformed"
+    hint = 'a receipt is {"body": {world, intent, status, payload, adapter, started_ns, finished_ns}, "signature": 64 bytes}'
+
+
+class ReceiptTooLargeError(ReceiptError):
+    code = "receipt.too_large"
+    hint = (
+        "receipts are limited in size (receipt_bytes_max); put large results in the payload by hash"
+    )
+
+
+class ReceiptWrongWorldError(ReceiptError):
+    code = "receipt.wrong_world"
+    hint = "the receipt was made for another world"
+
+
+class ReceiptAdapterUnknownError(ReceiptError):
+    code = "receipt.adapter_unknown"
+    hint = "the manifest defines no adapter of that name"
+
+
+class ReceiptSignatureInvalidError(ReceiptError):
+    code = "receipt.signature_invalid"
+    hint = "the signature does not verify with the adapter's public key from the manifest"
+
+
+class ReceiptUnknownIntentError(ReceiptError):
+    code = "receipt.unknown_intent"
+    hint = "no open intent has that hash"
+
+
+class ReceiptAdapterNotAllowedError(ReceiptError):
+    code = "receipt.adapter_not_allowed"
+    hint = "the effect's adapters list does not include this adapter"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A receipt that passed the shape checks."""
+
+    body: dict[str, Any]
+    signature: bytes
+
+    @property
+    def intent(self) -> str:
+        return str(self.body["intent"])
+
+    @property
+    def adapter(self) -> str:
+        return str(self.body["adapter"])
+
+    @property
+    def status(self) -> str:
+        return str(self.body["status"])
+
+
+def parse(value: Any, *, receipt_bytes_max: int = RECEIPT_BYTES_MAX_DEFAULT) -> Receipt:
+    """Check a receipt's shape (not yet its signature or intent)."""
+    size = len(cbor.encode(value)) if _encodable(value) else 0
+    if size > receipt_bytes_max:
+        raise ReceiptTooLargeError(f"the receipt is {size} bytes; the limit is {receipt_bytes_max}")
+    if not isinstance(value, dict) or set(value) != {"body", "signature"}:
+        raise ReceiptMalformedError("a receipt is a map of exactly body and signature")
+    body, signature = value["body"], value["signature"]
+    if not isinstance(signature, bytes):
+        raise ReceiptMalformedError("signature must be bytes", path="$.signature")
+    if not isinstance(body, dict) or set(body) != _BODY_KEYS:
+        missing = sorted(_BODY_KEYS - set(body)) if isinstance(body, dict) else sorted(_BODY_KEYS)
+        raise ReceiptMalformedError(
+            f"body must have exactly {sorted(_BODY_KEYS)}; missing {missing}", path="$.body"
+        )
+    for name in ("world", "adapter"):
+        if not isinstance(body[name], str) or not body[name]:
+            raise ReceiptMalformedError(f"{name} must be text", path=f"$.body.{name}")
+    if not is_hash(body["intent"]):
+        raise ReceiptMalformedError("intent must be a blake3: hash", path="$.body.intent")
+    if body["status"] not in STATUSES:
+        raise ReceiptMalformedError(f"status must be one of {STATUSES}", path="$.body.status")
+    for name in ("started_ns", "finished_ns"):
+        if type(body[name]) is not int or body[name] < 0:
+            raise ReceiptMalformedError(
+                f"{name} must be a non-negative integer", path=f"$.body.{name}"
+            )
+    if body["finished_ns"] < body["started_ns"]:
+        raise ReceiptMalformedError("finished_ns is before started_ns", path="$.body.finished_ns")
+    return Receipt(body, signature)
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        cbor.encode(value)
+    except cbor.CborError:
+        return False
+    return True
+
+
+def authenticate(
+    receipt: Receipt,
+    *,
+    world_id: str,
+    adapters: Mapping[str, DefAdapter],
+) -> None:
+    """World, adapter identity and signature."""
+    if receipt.body["world"] != world_id:
+        raise ReceiptWrongWorldError(f"the receipt is for world {receipt.body['world']}")
+    adapter = adapters.get(receipt.adapter)
+    if adapter is None:
+        raise ReceiptAdapterUnknownError(f"no adapter {receipt.adapter} in the manifest")
+    if not verify_body(adapter.public_key_bytes, receipt.body, receipt.signature):
+        raise ReceiptSignatureInvalidError(f"the signature is not {receipt.adapter}'s")
+
+
+def authorize(receipt: Receipt, effect: DefEffect) -> None:
+    if receipt.adapter not in effect.adapters:
+        raise ReceiptAdapterNotAllowedError(
+            f"{receipt.adapter} may not settle {effect.name} (allowed: {', '.join(effect.adapters)})"
+        )
