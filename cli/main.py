@@ -14,6 +14,7 @@ _COMMAND_MODULES = [
     "aos.cli.air_cmd",
     "aos.cli.module_cmd",
     "aos.cli.world_cmd",
+    "aos.cli.audit_cmd",
 ]
 
 

@@ -550,7 +550,7 @@ def _summary(record: Any) -> str:
         state = _short(record["state"]) if record["state"] else "deleted"
         return (
             f"{cell} input {record['input']}  state {state}  events {record['events']}  "
-            f"intents {len(record['intents'])}  fuel {record['fuel']}"
+            f"intents {len(record['intents'])}"
         )
     if kind == records.STEP_FAULT:
         return f"{cell} input {record['input']}  {record['code']}: {_clip(record['message'])}"

@@ -571,7 +571,6 @@ def test_journal_tail_json_is_the_exact_record(counter: Path) -> None:
         "state",
         "events",
         "intents",
-        "fuel",
     }
 
 

@@ -65,7 +65,6 @@ def step(input_seq: int, *, events: int = 0, intents: list[str] | None = None) -
         state="blake3:" + "5" * 64,
         events=events,
         intents=intents or [],
-        fuel=10,
     )
 
 

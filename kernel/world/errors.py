@@ -107,3 +107,8 @@ class ClockManualOnlyError(WorldError):
 class TimeBackwardsError(WorldError):
     code = "world.time_backwards"
     hint = "logical time only moves forward"
+
+
+class WorldNotQuiescentError(WorldError):
+    code = "world.not_quiescent"
+    hint = "a snapshot needs an idle scheduler: run to idle first"

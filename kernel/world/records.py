@@ -19,6 +19,7 @@ EFFECT_INTENT = "effect_intent"
 EFFECT_RECEIPT = "effect_receipt"
 RECEIPT_REJECTED = "receipt_rejected"
 TIME = "time"
+SNAPSHOT = "snapshot"
 
 KINDS = (
     MANIFEST,
@@ -31,6 +32,7 @@ KINDS = (
     EFFECT_RECEIPT,
     RECEIPT_REJECTED,
     TIME,
+    SNAPSHOT,
 )
 
 # A record that entered from outside carries an ingress `stamp`; every other record was
@@ -73,7 +75,6 @@ def step(
     state: str | None,
     events: int,
     intents: list[str],
-    fuel: int,
 ) -> dict[str, Any]:
     return {
         "kind": STEP,
@@ -84,7 +85,6 @@ def step(
         "state": state,
         "events": events,
         "intents": intents,
-        "fuel": fuel,
     }
 
 
@@ -187,3 +187,8 @@ def receipt_rejected(
 
 def time(stamp: dict[str, Any]) -> dict[str, Any]:
     return {"kind": TIME, "stamp": stamp}
+
+
+def snapshot(snapshot_hash: str, height: int) -> dict[str, Any]:
+    """A snapshot of the world as of journal `height` (the record before this one)."""
+    return {"kind": SNAPSHOT, "snapshot": snapshot_hash, "height": height}

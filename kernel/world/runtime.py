@@ -33,12 +33,16 @@ class Runtime:
         *,
         sample_rate: float,
         key_bytes_max: int,
+        fresh_instances: bool = False,
     ) -> None:
         self.loaded = loaded
         self.manifest_hash = loaded.manifest_hash
         self._blobs = blobs
         self._engine = engine
         self._sample_rate = sample_rate
+        # A replay audit steps every input on a fresh instance, whatever the profile: strict
+        # gives exactly what checked applies (08-wasm.md), with nothing carried between steps.
+        self._fresh_instances = fresh_instances
         self.schemas: dict[str, DefSchema] = dict(loaded.schemas)
         self.workflows: dict[str, DefWorkflow] = dict(loaded.workflows)
         self.effects: dict[str, DefEffect] = dict(BUILTIN_EFFECTS)
@@ -80,7 +84,9 @@ class Runtime:
             runner = StepRunner(
                 loaded,
                 limits=definition.step_limits(),
-                determinism=self.loaded.determinism(workflow),
+                determinism="strict"
+                if self._fresh_instances
+                else self.loaded.determinism(workflow),
                 sample_rate=self._sample_rate,
             )
             self._runners[workflow] = runner

@@ -17,6 +17,7 @@ state left is the last durable one, which reopening restores.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ from aos.kernel.world.errors import (
     WorldCorruptError,
     WorldExistsError,
     WorldMissingError,
+    WorldNotQuiescentError,
 )
 from aos.kernel.world.modules import building_resolver
 from aos.kernel.world.pending import PendingWrites
@@ -85,10 +87,12 @@ WORLD_FORMAT = 1
 EVENT_BYTES_MAX_DEFAULT = 256 * 1024
 STEPS_PER_RUN_MAX_DEFAULT = 100_000
 CHECKED_SAMPLE_RATE_DEFAULT = 0.05
+SNAPSHOT_EVERY_RECORDS_DEFAULT = 50_000
 
 _META_FORMAT = "world.format"
 _META_CONFIG = "world.config"
 _META_HEAD = "world.head"
+_META_SNAPSHOTS = "world.snapshots"
 
 CLOCK_WALL = "wall"
 CLOCK_MANUAL = "manual"
@@ -105,6 +109,10 @@ class WorldLimits:
     resident_state_bytes_max: int = RESIDENT_STATE_BYTES_MAX_DEFAULT
     checked_sample_rate: float = CHECKED_SAMPLE_RATE_DEFAULT
     receipt_bytes_max: int = receipts.RECEIPT_BYTES_MAX_DEFAULT
+    # Automatic snapshots after a run: once this many records were journaled since the last
+    # one, or this many seconds passed (None turns a trigger off).
+    snapshot_every_records: int | None = SNAPSHOT_EVERY_RECORDS_DEFAULT
+    snapshot_every_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,7 @@ class RunReport:
     dropped: int = 0
     events: int = 0
     intents: int = 0
+    fuel: int = 0
     first_seq: int = 0
     last_seq: int = 0
     fault_codes: list[str] = field(default_factory=list)
@@ -195,6 +204,7 @@ class World:
         stamps: StampSource,
         limits: WorldLimits,
         clock: str,
+        fresh_instances: bool = False,
     ) -> None:
         self._store: Store | None = store
         self._pending = PendingWrites(store)
@@ -208,6 +218,7 @@ class World:
             engine,
             sample_rate=limits.checked_sample_rate,
             key_bytes_max=limits.key_bytes_max,
+            fresh_instances=fresh_instances,
         )
         self._index = CellIndex(self._pending)
         self._cells: dict[str, CellTable] = {}
@@ -218,6 +229,12 @@ class World:
         self._head = store.journal.head()
         self.logical_ns = 0
         self.world_id = ""
+        # Set by a replay so the next input gets its recorded stamp instead of a fresh one.
+        self._forced_stamp: Stamp | None = None
+        self.snapshots: list[tuple[int, Hash]] = []  # (journal seq, snapshot hash), oldest first
+        # Called with every record as it is appended (a replay compares them as they come).
+        self.on_append: Callable[[int, dict[str, Any]], None] | None = None
+        self._last_snapshot_wall_s = _monotonic_s()
 
     # ----------------------------------------------------------------------------------------
     # Creating and opening
@@ -255,7 +272,7 @@ class World:
                 limits=limits or WorldLimits(),
                 clock=clock,
             )
-            world._genesis(built)
+            world._genesis(lambda wasm_hash: built[wasm_hash].read_bytes())
         except BaseException:
             store.close()
             raise
@@ -311,10 +328,47 @@ class World:
             clock=str(config["clock"]),
         )
         world.world_id = str(config["id"])
+        world.snapshots = _snapshot_list(store.meta.get(_META_SNAPSHOTS, []))
         world._restore(head)
         return world
 
-    def _genesis(self, built: dict[Hash, Path]) -> None:
+    @classmethod
+    def scratch(
+        cls,
+        store: Store,
+        loaded: LoadedManifest,
+        *,
+        engine: WasmEngine,
+        clock: str,
+        limits: WorldLimits | None = None,
+    ) -> World:
+        """A world over a scratch store (replay, recovery, shadow): every step runs on a fresh
+        instance, and no automatic snapshots are taken (a replay follows the recorded ones)."""
+        base = limits or WorldLimits()
+        limits = WorldLimits(
+            **{**base.__dict__, "snapshot_every_records": None, "snapshot_every_s": None}
+        )
+        return cls(
+            store,
+            loaded,
+            engine=engine,
+            stamps=StampSource(),
+            limits=limits,
+            clock=clock,
+            fresh_instances=True,
+        )
+
+    def replay_genesis(self, stamp: Stamp, module_bytes: Callable[[Hash], bytes]) -> None:
+        """Genesis with a recorded stamp (the scratch world of a replay)."""
+        self._forced_stamp = stamp
+        self._genesis(module_bytes)
+
+    def replay_restore(self, content: dict[str, Any], world_id: str) -> None:
+        """Start from a snapshot's content (the scratch store's journal starts at its height)."""
+        self.world_id = world_id
+        self._restore(content)
+
+    def _genesis(self, module_bytes: Callable[[Hash], bytes]) -> None:
         loaded = self._runtime.loaded
         for definition in loaded.definitions.values():
             self._pending.put_value(canonical_form(definition))
@@ -324,7 +378,7 @@ class World:
         for module in self._runtime.modules.values():
             assert module.artifact.hash_ is not None
             wasm_hash = Hash(module.artifact.hash_)
-            if self._pending.put(built[wasm_hash].read_bytes()) != wasm_hash:
+            if self._pending.put(module_bytes(wasm_hash)) != wasm_hash:
                 raise KernelInvariantError(f"module {module.name} changed while being stored")
         stamp = self._stamp()
         self.logical_ns = stamp.logical_ns
@@ -480,6 +534,11 @@ class World:
         stamp = self._stamp()
         if logical_ns is not None:
             stamp = Stamp(stamp.wall_ns, logical_ns, stamp.entropy, stamp.height, stamp.manifest)
+        self._time_input(stamp)
+        return self.run_to_idle()
+
+    def _time_input(self, stamp: Stamp) -> None:
+        """Journal a `time` input and settle the kernel timers it makes due."""
         self.logical_ns = stamp.logical_ns
         seq = self._append(records.time(stamp.to_value()))
         due = sorted(
@@ -499,7 +558,6 @@ class World:
                 "finished_ns": self.logical_ns,
             }
             self._accept(body, None, open_intent, stamp.derive(index), seq)
-        return self.run_to_idle()
 
     def _accept(
         self,
@@ -583,6 +641,9 @@ class World:
         return None if found is None else int(found)  # type: ignore[arg-type]
 
     def _stamp(self) -> Stamp:
+        if self._forced_stamp is not None:
+            stamp, self._forced_stamp = self._forced_stamp, None
+            return stamp
         wall = self._stamps.wall_ns()
         logical = max(self.logical_ns, wall) if self.clock == CLOCK_WALL else self.logical_ns
         return Stamp(
@@ -626,14 +687,58 @@ class World:
                     steps=report.steps,
                     queued=len(self._scheduler),
                 )
-            message = self._scheduler.next()
-            if message is None:
+            if not self.step_next(report):
                 break
-            self._step(message, report)
         report.last_seq = self._head
         if self._pending.records:
             self._flush()
+        if self._snapshot_due():
+            self.snapshot()
         return report
+
+    # ----------------------------------------------------------------------------------------
+    # Snapshots
+
+    def snapshot(self) -> tuple[int, Hash]:
+        """Take a snapshot (the world must be quiescent: nothing queued): materialize every
+        cell, store the snapshot blob in the CAS, journal a `snapshot` record. Returns the
+        record's sequence and the snapshot hash."""
+        self._require_open()
+        if len(self._scheduler):
+            raise WorldNotQuiescentError(
+                f"{len(self._scheduler)} deliveries are queued; run to idle first"
+            )
+        roots = {name: str(table.materialize()) for name, table in sorted(self._cells.items())}
+        content = self._checkpoint(roots)
+        snapshot_hash = self._pending.put_value(content)
+        seq = self._append(records.snapshot(str(snapshot_hash), content["height"]))
+        self.snapshots.append((seq, snapshot_hash))
+        self._pending.meta[_META_SNAPSHOTS] = [[n, str(h)] for n, h in self.snapshots]
+        self._flush()
+        self._last_snapshot_wall_s = _monotonic_s()
+        return seq, snapshot_hash
+
+    def _snapshot_due(self) -> bool:
+        if len(self._scheduler):
+            return False
+        every = self.limits.snapshot_every_records
+        last = self.snapshots[-1][0] if self.snapshots else 0
+        if every is not None and self._head - last >= every:
+            return True
+        seconds = self.limits.snapshot_every_s
+        # The host clock decides only *when* a snapshot is taken, never what is in it, and a
+        # replay follows the journaled snapshot records: determinism does not depend on it.
+        return seconds is not None and _monotonic_s() - self._last_snapshot_wall_s >= seconds
+
+    def step_next(self, report: RunReport | None = None) -> bool:
+        """Step the next scheduled delivery, without flushing; False when nothing is queued.
+        `run_to_idle` is this in a loop followed by one flush; a replay calls it one step at a
+        time to compare each step's records with the journal."""
+        message = self._scheduler.next()
+        if message is None:
+            return False
+        self._step(message, report if report is not None else RunReport())
+        return True
 
     def _step(self, message: Message, report: RunReport) -> None:
         table = self._table(message.workflow)
@@ -744,11 +849,13 @@ class World:
                 state=str(hash_bytes(outcome.state)) if outcome.state else None,
                 events=len(outcome.events),
                 intents=[str(effect.intent) for effect in outcome.effects],
-                fuel=outcome.fuel,
             )
         )
         table.put(message.key, outcome.state, step_seq)
         report.steps += 1
+        # Fuel is reported, never journaled: a warm instance may spend less than a fresh one
+        # on the same step, and the journal must not depend on the determinism profile.
+        report.fuel += outcome.fuel
         step_stamp = message.stamp.derive(message.delivery)
         for index, (schema, value, deliveries) in enumerate(outcome.events):
             seq = self._append(records.derived_event(schema, value, step_seq, index))
@@ -812,6 +919,8 @@ class World:
     def _append(self, record: dict[str, Any]) -> int:
         self._pending.records.append(record)
         self._head += 1
+        if self.on_append is not None:
+            self.on_append(self._head, record)
         return self._head
 
     def _flush(self) -> None:
@@ -954,6 +1063,18 @@ class World:
             "open_intents": len(self._open_intents),
             "queued": len(self._scheduler),
         }
+
+
+def _snapshot_list(value: Any) -> list[tuple[int, Hash]]:
+    if not isinstance(value, list):
+        raise WorldCorruptError("the stored snapshot list is not a list")
+    return [(int(seq), Hash(str(hash_))) for seq, hash_ in value]
+
+
+def _monotonic_s() -> float:
+    import time
+
+    return time.monotonic()
 
 
 def _settled_key(intent: str) -> str:

@@ -1,0 +1,120 @@
+"""`aos world snapshot | replay | gc`: snapshots, replay audits and garbage collection."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, world_option
+from aos.cli.world_cmd import _opened, world_group
+from aos.kernel import cbor, gc, replay
+
+
+@world_group.command("snapshot")
+@world_option
+@json_option
+@handles_errors
+def snapshot_command(world_path: str, as_json: bool) -> None:
+    """Run to idle and take a snapshot (spec/05-snapshots-replay.md)."""
+    with _opened(world_path) as world:
+        world.run_to_idle()
+        seq, snapshot_hash = world.snapshot()
+    if as_json:
+        emit_json({"seq": seq, "snapshot": str(snapshot_hash)})
+    else:
+        click.echo(f"snapshot  {snapshot_hash}\nrecord    {seq}")
+
+
+@world_group.command("replay")
+@click.option("--verify", is_flag=True, required=True, help="Compare everything (required).")
+@click.option(
+    "--from", "from_seq", type=click.IntRange(min=1), help="Start at the snapshot before SEQ."
+)
+@click.option(
+    "--from-snapshot", "from_snapshot", metavar="ID", help="A snapshot hash or record seq."
+)
+@world_option
+@json_option
+@handles_errors
+def replay_command(
+    verify: bool, from_seq: int | None, from_snapshot: str | None, world_path: str, as_json: bool
+) -> None:
+    """Rebuild the world in a scratch store and compare every record and the head.
+
+    Exits 1 at the first divergence, naming its sequence, cell, module and fields."""
+    if from_seq is not None and from_snapshot is not None:
+        raise click.UsageError("--from and --from-snapshot exclude each other")
+    show_progress = not as_json and sys.stderr.isatty()
+    bar: Any = None
+
+    def progress(seq: int, end: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = click.progressbar(length=end, label="replaying", file=sys.stderr)
+            bar.__enter__()
+        bar.update(seq - bar.pos)
+
+    report = replay.verify(
+        world_path,
+        from_seq=from_seq,
+        from_snapshot=from_snapshot,
+        progress=progress if show_progress else None,
+    )
+    if bar is not None:
+        bar.__exit__(None, None, None)
+    if as_json:
+        emit_json(report.to_value())
+    else:
+        start = f"snapshot {report.snapshot}" if report.snapshot else "genesis"
+        click.echo(
+            f"replayed {report.records} records from {start} (seq {report.start_seq}.."
+            f"{report.end_seq}): {report.inputs} inputs, {report.steps} steps"
+        )
+        if report.ok:
+            click.echo("ok: every record and the head match")
+    if not report.ok:
+        assert report.divergence is not None
+        d = report.divergence
+        if not as_json:
+            click.echo(f"error[replay.diverged]: {d.message}", err=True)
+            cell = f"{d.workflow}[{d.key}]" if d.workflow else "-"
+            click.echo(f"  seq {d.seq}  kind {d.kind}  cell {cell}  module {d.module}", err=True)
+            if d.fields:
+                for name in d.fields:
+                    click.echo(f"  {name}: recorded {_field(d.expected, name)}", err=True)
+                    click.echo(f"  {' ' * len(name)}  replayed {_field(d.found, name)}", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+def _field(record: Any, name: str) -> str:
+    if not isinstance(record, dict):
+        return "-"
+    text = str(cbor.to_json(record.get(name)))
+    return text if len(text) < 100 else text[:97] + "..."
+
+
+@world_group.command("gc")
+@click.option("--apply", is_flag=True, help="Delete the garbage (default: a dry run).")
+@click.option("--keep-snapshots", type=click.IntRange(min=0), help="Retain only the newest N.")
+@world_option
+@json_option
+@handles_errors
+def gc_command(apply: bool, keep_snapshots: int | None, world_path: str, as_json: bool) -> None:
+    """Remove CAS objects no retained snapshot, head or manifest reaches."""
+    report = gc.collect(world_path, apply=apply, keep_snapshots=keep_snapshots)
+    if as_json:
+        emit_json(report.to_value())
+        return
+    verb = "deleted" if apply else "would delete"
+    click.echo(
+        f"{report.objects} objects ({report.bytes} bytes): {report.live_objects} live, "
+        f"{verb} {report.garbage_objects} ({report.garbage_bytes} bytes)"
+    )
+    if not apply:
+        click.echo("dry run: pass --apply to delete")
+
+
+def register(group: click.Group) -> None:
+    """The commands attach to `aos world` (registered by world_cmd)."""

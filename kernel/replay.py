@@ -1,0 +1,383 @@
+"""Replay audits: rebuild a world from its journal and check every record byte for byte.
+
+The replay is driven by the recorded journal. A scratch world (an in-memory store whose CAS
+reads fall through to the audited world's) is given each recorded input with its recorded
+stamp; whenever the next recorded record is one the kernel derives, the scratch world takes
+exactly one scheduled step. Every record the scratch world appends must equal the recorded
+record at the same sequence number — states, emitted events, intents, receipts and snapshot
+contents are all in those records — and at the end its head (index roots, open intents,
+queued work, logical time) must equal the recorded head. Every step runs on a fresh module
+instance, whatever the workflow's determinism profile.
+
+The first difference stops the audit and is reported precisely: the sequence number, the
+record kind, the cell (workflow and key), the module, and which fields differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aos.kernel import cbor
+from aos.kernel.air.errors import AirError
+from aos.kernel.air.loader import LoadedManifest, assemble_manifest
+from aos.kernel.air.model import Manifest
+from aos.kernel.errors import AosError
+from aos.kernel.hashing import Hash, hash_value
+from aos.kernel.store import StoreError, open_store
+from aos.kernel.store.interface import Store
+from aos.kernel.store.memory_store import MemoryStore
+from aos.kernel.wasm import WasmEngine
+from aos.kernel.world import records
+from aos.kernel.world.errors import WorldCorruptError, WorldMissingError
+from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.receipts import ReceiptError
+from aos.kernel.world.router import RouteError
+from aos.kernel.world.runtime import stored_definitions
+from aos.kernel.world.stamps import Stamp
+from aos.kernel.world.world import World
+
+SCRATCH_FLUSH_RECORDS_DEFAULT = 2_000
+
+
+class ReplayError(AosError):
+    code = "replay.error"
+
+
+class SnapshotUnknownError(ReplayError):
+    code = "replay.snapshot_unknown"
+    hint = "list snapshots with `aos world journal tail --kind snapshot`"
+
+
+@dataclass
+class Divergence:
+    """The first place where the replay and the record disagree."""
+
+    seq: int
+    what: str  # record_differs | record_missing | record_extra | input_refused | head_differs | integrity
+    kind: str | None = None
+    workflow: str | None = None
+    key: Any = None
+    module: str | None = None
+    fields: list[str] = field(default_factory=list)
+    expected: Any = None
+    found: Any = None
+    message: str = ""
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "what": self.what,
+            "kind": self.kind,
+            "workflow": self.workflow,
+            "key": self.key,
+            "module": self.module,
+            "fields": self.fields,
+            "expected": cbor.to_json(self.expected),
+            "found": cbor.to_json(self.found),
+            "message": self.message,
+        }
+
+
+@dataclass
+class ReplayReport:
+    ok: bool
+    start_seq: int  # the first record re-derived (2 from genesis; a snapshot's seq + 1)
+    end_seq: int
+    records: int = 0
+    inputs: int = 0
+    steps: int = 0
+    snapshot: str | None = None
+    divergence: Divergence | None = None
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "start_seq": self.start_seq,
+            "end_seq": self.end_seq,
+            "records": self.records,
+            "inputs": self.inputs,
+            "steps": self.steps,
+            "snapshot": self.snapshot,
+            "divergence": self.divergence.to_value() if self.divergence else None,
+        }
+
+
+class _DivergedError(Exception):
+    def __init__(self, divergence: Divergence) -> None:
+        super().__init__(divergence.message)
+        self.divergence = divergence
+
+
+def verify(
+    world_dir: str | Path,
+    *,
+    from_seq: int | None = None,
+    from_snapshot: str | None = None,
+    engine: WasmEngine | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayReport:
+    """Replay the world at `world_dir` into a scratch world and compare everything.
+
+    From genesis by default; `from_snapshot` (a snapshot hash or the sequence number of its
+    record) starts from that snapshot; `from_seq` starts from the latest snapshot before it.
+    The audited world is opened read-only, so a running host may keep writing it."""
+    root = Path(world_dir)
+    if not (root / "store").is_dir():
+        raise WorldMissingError(f"no world at {root}")
+    with open_store(root, readonly=True) as source:
+        return _Replay(source, engine or WasmEngine(), progress).run(from_seq, from_snapshot)
+
+
+class _Replay:
+    def __init__(
+        self, source: Store, engine: WasmEngine, progress: Callable[[int, int], None] | None
+    ) -> None:
+        self.source = source
+        self.engine = engine
+        self.progress = progress
+        self.blobs = PendingWrites(source)
+        self.produced: dict[int, dict[str, Any]] = {}
+        self.end = source.journal.head()
+        config: Any = source.meta.get("world.config")
+        self.config: dict[str, Any] = config
+
+    # -- setting up the scratch world ----------------------------------------------------
+
+    def run(self, from_seq: int | None, from_snapshot: str | None) -> ReplayReport:
+        snapshot = self._choose_snapshot(from_seq, from_snapshot)
+        report = ReplayReport(ok=True, start_seq=2, end_seq=self.end)
+        try:
+            if snapshot is None:
+                world = self._from_genesis()
+            else:
+                world = self._from_snapshot(*snapshot)
+                report.start_seq = snapshot[0] + 1
+                report.snapshot = str(snapshot[1])
+            self._replay(world, report)
+        except _DivergedError as diverged:
+            report.ok = False
+            report.divergence = diverged.divergence
+        except StoreError as error:
+            report.ok = False
+            report.divergence = Divergence(
+                seq=int(error.detail.get("seq", 0)),
+                what="integrity",
+                message=f"{error.code}: {error}",
+                found=error.detail.get("hash"),
+            )
+        return report
+
+    def _choose_snapshot(
+        self, from_seq: int | None, from_snapshot: str | None
+    ) -> tuple[int, Hash] | None:
+        known = _snapshot_records(self.source)
+        if from_snapshot is not None:
+            for seq, hash_ in known:
+                if from_snapshot in (str(seq), str(hash_)):
+                    return seq, hash_
+            raise SnapshotUnknownError(f"no snapshot {from_snapshot} in the journal")
+        if from_seq is not None:
+            before = [(seq, hash_) for seq, hash_ in known if seq < from_seq]
+            return before[-1] if before else None
+        return None
+
+    def _loaded(self, manifest_hash: str) -> LoadedManifest:
+        try:
+            manifest = Manifest.model_validate(self.blobs.get_value(Hash(manifest_hash)))
+            return assemble_manifest(manifest, stored_definitions(manifest, self.blobs))
+        except AirError as error:
+            raise WorldCorruptError(f"the recorded manifest does not check: {error}") from None
+
+    def _scratch(self, store: MemoryStore, loaded: LoadedManifest) -> World:
+        world = World.scratch(store, loaded, engine=self.engine, clock=str(self.config["clock"]))
+        world.on_append = self._capture
+        return world
+
+    def _from_genesis(self) -> World:
+        genesis: Any = next(iter(self.source.journal.read(1, 1)))[1]
+        world = self._scratch(MemoryStore(), self._loaded(str(genesis["manifest"])))
+        world.replay_genesis(Stamp.from_value(genesis["stamp"]), self.source.cas.get)
+        self._compare(1, genesis)
+        if world.world_id != self.config["id"]:
+            raise _DivergedError(
+                Divergence(1, "record_differs", "manifest", message="world id differs")
+            )
+        return world
+
+    def _from_snapshot(self, seq: int, snapshot_hash: Hash) -> World:
+        content: Any = self.source.cas.get_value(snapshot_hash)
+        for root in content["roots"].values():
+            if not self.source.cas.has(Hash(root)):
+                raise WorldCorruptError(
+                    f"snapshot {snapshot_hash} (seq {seq}) names a missing index root {root}"
+                )
+        store = MemoryStore(base_height=seq, fallback_cas=self.source.cas)
+        world = self._scratch(store, self._loaded(str(content["manifest"])))
+        # The snapshot describes the world at `height`; its own record follows it.
+        world.replay_restore({**content, "height": seq}, str(self.config["id"]))
+        world.snapshots = [(s, h) for s, h in _snapshot_records(self.source) if s <= seq]
+        return world
+
+    # -- the replay loop -----------------------------------------------------------------
+
+    def _capture(self, seq: int, record: dict[str, Any]) -> None:
+        self.produced[seq] = record
+
+    def _replay(self, world: World, report: ReplayReport) -> None:
+        start = report.start_seq
+        since_flush = 0
+        for seq, recorded in self._recorded(start):
+            report.records += 1
+            if seq not in self.produced:
+                if "stamp" in recorded:
+                    self._feed(world, seq, recorded)
+                    report.inputs += 1
+                elif recorded["kind"] == records.SNAPSHOT:
+                    world.snapshot()
+                else:
+                    while seq not in self.produced and world.step_next():
+                        report.steps += 1
+            if seq not in self.produced:
+                raise _DivergedError(self._divergence(world, seq, recorded, None, "record_missing"))
+            self._compare(seq, recorded, world)
+            since_flush += 1
+            if since_flush >= SCRATCH_FLUSH_RECORDS_DEFAULT:
+                world._flush()  # bound the scratch world's pending (unmaterialized) memory
+                since_flush = 0
+            if self.progress is not None:
+                self.progress(seq, self.end)
+        extra = sorted(s for s in self.produced if s > self.end)
+        if extra or world.step_next():
+            seq = extra[0] if extra else self.end + 1
+            found = self.produced.get(seq)
+            raise _DivergedError(
+                Divergence(seq, "record_extra", found=found, message="the replay produced more")
+            )
+        self._compare_head(world)
+
+    def _recorded(self, start: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        record: Any
+        for seq, record in self.source.journal.read(start):
+            if not isinstance(record, dict) or "kind" not in record:
+                raise _DivergedError(Divergence(seq, "integrity", message="a record is not a map"))
+            yield seq, record
+
+    def _feed(self, world: World, seq: int, recorded: dict[str, Any]) -> None:
+        """Give the scratch world the recorded input with its recorded stamp."""
+        kind = recorded["kind"]
+        stamp = Stamp.from_value(recorded["stamp"])
+        world._forced_stamp = stamp
+        try:
+            if kind in (records.DOMAIN_EVENT, records.INGRESS_REJECTED):
+                world.ingress(recorded["schema"], recorded["value"])
+            elif kind == records.EFFECT_RECEIPT:
+                world.settle({"body": recorded["body"], "signature": recorded["signature"]})
+            elif kind == records.RECEIPT_REJECTED:
+                if recorded["receipt"] is None:
+                    # Too large to keep: it changed nothing but this record, which stands.
+                    world._forced_stamp = None
+                    world._append(recorded)
+                else:
+                    world.settle(recorded["receipt"])
+            elif kind == records.TIME:
+                world._time_input(stamp)
+            else:
+                world._forced_stamp = None
+                raise _DivergedError(
+                    Divergence(seq, "input_refused", kind, message=f"cannot replay a {kind} input")
+                )
+        except (RouteError, ReceiptError):
+            pass  # a refused input is journaled as refused: the comparison checks that
+        except _DivergedError:
+            raise
+        except AosError as error:
+            raise _DivergedError(
+                Divergence(
+                    seq,
+                    "input_refused",
+                    kind,
+                    message=f"the recorded input is refused now: {error.code}: {error}",
+                    expected=recorded,
+                )
+            ) from None
+        finally:
+            world._forced_stamp = None
+
+    def _compare(self, seq: int, recorded: dict[str, Any], world: World | None = None) -> None:
+        produced = self.produced.pop(seq, None)
+        if produced is None:
+            raise _DivergedError(self._divergence(world, seq, recorded, None, "record_missing"))
+        if cbor.encode(produced) != cbor.encode(recorded):
+            raise _DivergedError(self._divergence(world, seq, recorded, produced, "record_differs"))
+
+    def _divergence(
+        self,
+        world: World | None,
+        seq: int,
+        recorded: dict[str, Any],
+        produced: dict[str, Any] | None,
+        what: str,
+    ) -> Divergence:
+        workflow = recorded.get("workflow")
+        key = recorded.get("key")
+        if workflow is None and isinstance(recorded.get("origin"), dict):
+            workflow = recorded["origin"].get("workflow")
+            key = recorded["origin"].get("key")
+        module = recorded.get("module")
+        if module is None and workflow is not None and world is not None:
+            try:
+                module = str(world.runtime.module_hash(str(workflow)))
+            except (AosError, KeyError):
+                module = None
+        fields = []
+        if produced is not None:
+            fields = sorted(
+                k
+                for k in set(recorded) | set(produced)
+                if cbor.encode(recorded.get(k)) != cbor.encode(produced.get(k))
+            )
+        shown_key = cbor.decode(key) if isinstance(key, bytes) and key else key
+        return Divergence(
+            seq=seq,
+            what=what,
+            kind=str(recorded.get("kind")),
+            workflow=None if workflow is None else str(workflow),
+            key=shown_key,
+            module=module,
+            fields=fields,
+            expected=recorded,
+            found=produced,
+            message=(
+                f"seq {seq} ({recorded.get('kind')}): "
+                + (f"fields {', '.join(fields)} differ" if fields else what.replace("_", " "))
+            ),
+        )
+
+    def _compare_head(self, world: World) -> None:
+        world._flush()
+        found: Any = world.store.cas.get_value(Hash(str(world.store.meta.get("world.head"))))
+        recorded: Any = self.source.cas.get_value(Hash(str(self.source.meta.get("world.head"))))
+        if hash_value(found) != hash_value(recorded):
+            fields = sorted(
+                str(k)
+                for k in set(recorded) | set(found)
+                if cbor.encode(recorded.get(k)) != cbor.encode(found.get(k))
+            )
+            raise _DivergedError(
+                Divergence(
+                    self.end,
+                    "head_differs",
+                    fields=fields,
+                    expected=recorded,
+                    found=found,
+                    message=f"the replayed head differs from the recorded head in {', '.join(fields)}",
+                )
+            )
+
+
+def _snapshot_records(store: Store) -> list[tuple[int, Hash]]:
+    value: Any = store.meta.get("world.snapshots", [])
+    return [(int(seq), Hash(str(hash_))) for seq, hash_ in value]

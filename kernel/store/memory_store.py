@@ -1,0 +1,205 @@
+"""An in-memory store for scratch worlds (replay audits, recovery, governance shadows).
+
+It implements the `Store` interface without durability. Its journal may start above 1 (a
+scratch world restored from a snapshot continues the source's numbering), and CAS reads it
+cannot serve fall through to a read-only `Cas` of another store (the world being audited),
+so a scratch world sees the source's states and index nodes without copying them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Self
+
+from aos.kernel import cbor
+from aos.kernel.hashing import Hash, hash_bytes, parse
+from aos.kernel.store.errors import StoreNotFoundError
+from aos.kernel.store.interface import Cas
+from aos.kernel.store.limits import StoreLimits
+
+_ABSENT = object()
+
+
+class _Journal:
+    def __init__(self, base: int) -> None:
+        self.base = base  # records 1..base belong to the source, not to this store
+        self.records: list[bytes] = []
+
+    def append(self, records: Sequence[object]) -> tuple[int, int]:
+        first = self.head() + 1
+        self.records.extend(cbor.encode(r) for r in records)
+        return first, self.head()
+
+    def read(
+        self, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
+    ) -> Iterator[tuple[int, cbor.Value]]:
+        start = max(from_seq, self.base + 1)
+        end = self.head() if to_seq is None else min(to_seq, self.head())
+        if limit is not None:
+            end = min(end, start + limit - 1)
+        for seq in range(start, end + 1):
+            yield seq, cbor.decode(self.records[seq - self.base - 1])
+
+    def head(self) -> int:
+        return self.base + len(self.records)
+
+
+class _Cas:
+    def __init__(self, fallback: Cas | None) -> None:
+        self.blobs: dict[Hash, bytes] = {}
+        self._fallback = fallback
+
+    def put(self, data: bytes) -> Hash:
+        hash_ = hash_bytes(data)
+        self.blobs[hash_] = bytes(data)
+        return hash_
+
+    def put_value(self, value: object) -> Hash:
+        return self.put(cbor.encode(value))
+
+    def get(self, content_hash: Hash | str) -> bytes:
+        hash_ = parse(content_hash)
+        data = self.blobs.get(hash_)
+        if data is not None:
+            return data
+        if self._fallback is not None:
+            return self._fallback.get(hash_)
+        raise StoreNotFoundError(f"no blob {hash_}")
+
+    def get_value(self, content_hash: Hash | str) -> cbor.Value:
+        return cbor.decode(self.get(content_hash))
+
+    def has(self, content_hash: Hash | str) -> bool:
+        hash_ = parse(content_hash)
+        if hash_ in self.blobs:
+            return True
+        return self._fallback is not None and self._fallback.has(hash_)
+
+    def hashes(self) -> Iterator[Hash]:
+        return iter(sorted(self.blobs))
+
+    def delete(self, content_hash: Hash | str) -> bool:
+        return self.blobs.pop(parse(content_hash), None) is not None
+
+
+class _Meta:
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+
+    def get(self, key: str, default: object = _ABSENT) -> cbor.Value:
+        raw = self.values.get(key)
+        if raw is None:
+            if default is _ABSENT:
+                raise StoreNotFoundError(f"no meta key {key!r}")
+            return default  # type: ignore[return-value]
+        return cbor.decode(raw)
+
+    def put(self, key: str, value: object) -> None:
+        self.values[key] = cbor.encode(value)
+
+    def has(self, key: str) -> bool:
+        return key in self.values
+
+    def delete(self, key: str) -> bool:
+        return self.values.pop(key, None) is not None
+
+    def keys(self) -> list[str]:
+        return sorted(self.values, key=lambda k: k.encode())
+
+
+class _Batch:
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self.records: list[object] = []
+        self.blobs: list[bytes] = []
+        self.deletes: list[Hash | str] = []
+        self.meta: dict[str, object] = {}
+        self.meta_deletes: list[str] = []
+
+    def journal_append(self, records: Sequence[object]) -> tuple[int, int]:
+        for record in records:
+            cbor.encode(record)  # refuse what the durable store would refuse, before commit
+        first = self._store.journal.head() + len(self.records) + 1
+        self.records.extend(records)
+        return first, first + len(records) - 1
+
+    def cas_put(self, data: bytes) -> Hash:
+        self.blobs.append(bytes(data))
+        return hash_bytes(data)
+
+    def cas_put_value(self, value: object) -> Hash:
+        return self.cas_put(cbor.encode(value))
+
+    def cas_delete(self, content_hash: Hash | str) -> None:
+        self.deletes.append(content_hash)
+
+    def meta_put(self, key: str, value: object) -> None:
+        self.meta[key] = value
+
+    def meta_delete(self, key: str) -> None:
+        self.meta_deletes.append(key)
+
+
+class MemoryStore:
+    """A non-durable `Store` (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        base_height: int = 0,
+        fallback_cas: Cas | None = None,
+        limits: StoreLimits | None = None,
+    ) -> None:
+        self._journal = _Journal(base_height)
+        self._cas = _Cas(fallback_cas)
+        self._meta = _Meta()
+        self._limits = limits or StoreLimits()
+
+    @property
+    def journal(self) -> _Journal:
+        return self._journal
+
+    @property
+    def cas(self) -> _Cas:
+        return self._cas
+
+    @property
+    def meta(self) -> _Meta:
+        return self._meta
+
+    @property
+    def readonly(self) -> bool:
+        return False
+
+    @property
+    def limits(self) -> StoreLimits:
+        return self._limits
+
+    @property
+    def world_dir(self) -> Path:
+        return Path(":memory:")
+
+    @contextmanager
+    def batch(self) -> Iterator[_Batch]:
+        batch = _Batch(self)
+        yield batch
+        self._journal.append(batch.records)
+        for data in batch.blobs:
+            self._cas.put(data)
+        for hash_ in batch.deletes:
+            self._cas.delete(hash_)
+        for key, value in batch.meta.items():
+            self._meta.put(key, value)
+        for key in batch.meta_deletes:
+            self._meta.delete(key)
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
