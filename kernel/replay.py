@@ -133,9 +133,15 @@ def verify(
 
 class _Replay:
     def __init__(
-        self, source: Store, engine: WasmEngine, progress: Callable[[int, int], None] | None
+        self,
+        source: Store,
+        engine: WasmEngine,
+        progress: Callable[[int, int], None] | None,
+        *,
+        keep_all_blobs: bool = False,
     ) -> None:
         self.source = source
+        self.keep_all_blobs = keep_all_blobs
         self.engine = engine
         self.progress = progress
         self.blobs = PendingWrites(source)
@@ -198,7 +204,8 @@ class _Replay:
 
     def _from_genesis(self) -> World:
         genesis: Any = next(iter(self.source.journal.read(1, 1)))[1]
-        world = self._scratch(MemoryStore(), self._loaded(str(genesis["manifest"])))
+        store = MemoryStore(fallback_has=not self.keep_all_blobs)
+        world = self._scratch(store, self._loaded(str(genesis["manifest"])))
         world.replay_genesis(Stamp.from_value(genesis["stamp"]), self.source.cas.get)
         self._compare(1, genesis)
         if world.world_id != self.config["id"]:
@@ -214,7 +221,9 @@ class _Replay:
                 raise WorldCorruptError(
                     f"snapshot {snapshot_hash} (seq {seq}) names a missing index root {root}"
                 )
-        store = MemoryStore(base_height=seq, fallback_cas=self.source.cas)
+        store = MemoryStore(
+            base_height=seq, fallback_cas=self.source.cas, fallback_has=not self.keep_all_blobs
+        )
         world = self._scratch(store, self._loaded(str(content["manifest"])))
         # The snapshot describes the world at `height`; its own record follows it.
         world.replay_restore({**content, "height": seq}, str(self.config["id"]))
@@ -226,7 +235,7 @@ class _Replay:
     def _capture(self, seq: int, record: dict[str, Any]) -> None:
         self.produced[seq] = record
 
-    def _replay(self, world: World, report: ReplayReport) -> None:
+    def _replay(self, world: World, report: ReplayReport, *, compare_head: bool = True) -> None:
         start = report.start_seq
         since_flush = 0
         for seq, recorded in self._recorded(start):
@@ -256,7 +265,8 @@ class _Replay:
             raise _DivergedError(
                 Divergence(seq, "record_extra", found=found, message="the replay produced more")
             )
-        self._compare_head(world)
+        if compare_head:
+            self._compare_head(world)
 
     def _recorded(self, start: int) -> Iterator[tuple[int, dict[str, Any]]]:
         record: Any
@@ -376,6 +386,61 @@ class _Replay:
                     message=f"the replayed head differs from the recorded head in {', '.join(fields)}",
                 )
             )
+
+
+@dataclass
+class Recovery:
+    """How `recover` rebuilt a world's head."""
+
+    start: str  # "genesis" or the snapshot hash replay started from
+    skipped: list[str]  # snapshots that could not be used, and why
+    records: int
+
+
+def recover(world_dir: str | Path, *, engine: WasmEngine | None = None) -> Recovery:
+    """Rebuild a world's head from the newest usable snapshot (or genesis) and its journal
+    tail, verifying every tail record, and store it. For a world whose head checkpoint is
+    missing, corrupt or does not match the journal; a snapshot whose roots are missing is
+    skipped for the one before it."""
+    root = Path(world_dir)
+    skipped: list[str] = []
+    with open_store(root, readonly=True) as source:
+        replayer = _Replay(source, engine or WasmEngine(), None, keep_all_blobs=True)
+        candidates: list[tuple[int, Hash] | None] = [*reversed(_snapshot_records(source)), None]
+        for candidate in candidates:
+            report = ReplayReport(ok=True, start_seq=2, end_seq=replayer.end)
+            replayer.produced.clear()
+            try:
+                if candidate is None:
+                    world = replayer._from_genesis()
+                else:
+                    world = replayer._from_snapshot(*candidate)
+                    report.start_seq = candidate[0] + 1
+                replayer._replay(world, report, compare_head=False)
+            except (WorldCorruptError, StoreError) as error:
+                skipped.append(f"{'genesis' if candidate is None else candidate[1]}: {error}")
+                continue
+            except _DivergedError as diverged:
+                raise WorldCorruptError(
+                    f"the journal does not replay: {diverged.divergence.message}",
+                    seq=diverged.divergence.seq,
+                ) from None
+            world._flush()
+            scratch = world.store
+            assert isinstance(scratch, MemoryStore)
+            blobs = dict(scratch.cas.blobs)
+            head = str(scratch.meta.get("world.head"))
+            start = "genesis" if candidate is None else str(candidate[1])
+            break
+        else:
+            raise WorldCorruptError(
+                f"no snapshot and not genesis could rebuild the head: {skipped}"
+            )
+    with open_store(root) as store, store.batch() as batch:
+        for data in blobs.values():
+            batch.cas_put(data)
+        batch.meta_put("world.head", head)
+    return Recovery(start=start, skipped=skipped, records=report.records)
 
 
 def _snapshot_records(store: Store) -> list[tuple[int, Hash]]:

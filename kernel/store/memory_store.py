@@ -47,9 +47,10 @@ class _Journal:
 
 
 class _Cas:
-    def __init__(self, fallback: Cas | None) -> None:
+    def __init__(self, fallback: Cas | None, fallback_has: bool) -> None:
         self.blobs: dict[Hash, bytes] = {}
         self._fallback = fallback
+        self._fallback_has = fallback_has
 
     def put(self, data: bytes) -> Hash:
         hash_ = hash_bytes(data)
@@ -75,7 +76,7 @@ class _Cas:
         hash_ = parse(content_hash)
         if hash_ in self.blobs:
             return True
-        return self._fallback is not None and self._fallback.has(hash_)
+        return self._fallback_has and self._fallback is not None and self._fallback.has(hash_)
 
     def hashes(self) -> Iterator[Hash]:
         return iter(sorted(self.blobs))
@@ -150,10 +151,14 @@ class MemoryStore:
         *,
         base_height: int = 0,
         fallback_cas: Cas | None = None,
+        fallback_has: bool = True,
         limits: StoreLimits | None = None,
     ) -> None:
+        """`fallback_has=False` makes `has` answer for this store's own blobs only, so that a
+        writer that skips blobs the store "has" keeps everything it writes (recovery, which
+        must be able to replace a rotten blob of the source)."""
         self._journal = _Journal(base_height)
-        self._cas = _Cas(fallback_cas)
+        self._cas = _Cas(fallback_cas, fallback_has)
         self._meta = _Meta()
         self._limits = limits or StoreLimits()
 

@@ -288,12 +288,20 @@ class World:
         engine: WasmEngine | None = None,
         limits: WorldLimits | None = None,
     ) -> World:
-        """Open an existing world at its head checkpoint; cells load lazily."""
+        """Open an existing world at its head checkpoint; cells load lazily. A head that is
+        missing, corrupt or out of step with the journal is rebuilt first from the newest
+        usable snapshot and the journal tail (`replay.recover`), or the open fails closed."""
         root = Path(path)
         if not (root / "store").is_dir():
             raise WorldMissingError(f"no world at {root}")
         store = open_store(root, sync=sync)
         try:
+            if not _head_usable(store):
+                store.close()
+                from aos.kernel.replay import recover  # replay builds on the world
+
+                recover(root, engine=engine)
+                store = open_store(root, sync=sync)
             world = cls._from_store(store, engine, stamps, limits)
         except BaseException:
             store.close()
@@ -1063,6 +1071,18 @@ class World:
             "open_intents": len(self._open_intents),
             "queued": len(self._scheduler),
         }
+
+
+def _head_usable(store: Store) -> bool:
+    """The head checkpoint exists, reads back verified, matches the journal's height, and
+    every index root it names is present."""
+    try:
+        head: Any = store.cas.get_value(Hash(str(store.meta.get(_META_HEAD))))
+        if head["height"] != store.journal.head():
+            return False
+        return all(store.cas.has(Hash(str(root))) for root in head["roots"].values())
+    except (AosError, KeyError, TypeError):
+        return False
 
 
 def _snapshot_list(value: Any) -> list[tuple[int, Hash]]:
