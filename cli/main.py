@@ -14,7 +14,9 @@ _COMMAND_MODULES = [
     "aos.cli.air_cmd",
     "aos.cli.module_cmd",
     "aos.cli.world_cmd",
+    "aos.cli.node_cmd",
     "aos.cli.audit_cmd",
+    "aos.cli.adapter_cmd",
 ]
 
 

@@ -1,0 +1,390 @@
+"""`aos node up`: serve a world over HTTP; `aos task ...`: the human task inbox of a node.
+
+    aos node up [--world PATH] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
+    aos task ls | task show INTENT | task complete INTENT --status ok --payload-json JSON
+
+The node holds the world (one writer), so the task commands talk to the running node over its
+HTTP API (`--node URL`, env AOS_NODE) instead of opening the world.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import IO, Any
+
+import click
+import httpx
+import uvicorn
+
+from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, table, world_option
+from aos.kernel.adapters.keys import read_seed
+from aos.kernel.errors import AosError
+from aos.kernel.node import limits as node_limits
+from aos.kernel.node.app import create_app
+from aos.kernel.node.errors import JsonInvalidError, NodeConfigError
+from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
+from aos.kernel.node.limits import NodeLimits
+from aos.kernel.node.node import Node
+
+BIND_DEFAULT = "127.0.0.1:9010"
+NODE_URL_DEFAULT = "http://127.0.0.1:9010"
+NODE_TIMEOUT_S_DEFAULT = 30.0
+TASKS_LIMIT_DEFAULT = 100
+PARAMS_CHARS_MAX = 60
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+class NodeUnreachableError(AosError):
+    code = "node.unreachable"
+    hint = "start one with `aos node up`, or point --node (env AOS_NODE) at it"
+
+
+# --------------------------------------------------------------------------------------------
+# aos node up
+
+
+@click.group("node")
+def node_group() -> None:
+    """The world host: serve one world to clients and adapters over HTTP."""
+
+
+@node_group.command("up")
+@click.option(
+    "--bind",
+    default=BIND_DEFAULT,
+    show_default=True,
+    help="HOST:PORT to listen on (port 0: any free port). Loopback unless you mean otherwise: "
+    "leasing intents needs no key.",
+)
+@click.option("--human-adapter", metavar="NAME", help="Host this adapter as a human task inbox.")
+@click.option(
+    "--human-key",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The human adapter's key file (64 hex digits, as `aos adapter keygen` writes).",
+)
+@click.option(
+    "--lease-ms",
+    type=int,
+    default=node_limits.LEASE_MS_DEFAULT,
+    show_default=True,
+    help="How long a leased intent stays with its adapter before it is handed out again.",
+)
+@click.option(
+    "--request-bytes-max",
+    type=int,
+    default=node_limits.REQUEST_BYTES_MAX_DEFAULT,
+    show_default=True,
+    help="Largest request body.",
+)
+@click.option(
+    "--leases-per-request-max",
+    type=int,
+    default=node_limits.LEASES_PER_REQUEST_MAX_DEFAULT,
+    show_default=True,
+)
+@click.option(
+    "--long-poll-ms-max",
+    type=int,
+    default=node_limits.LONG_POLL_MS_MAX_DEFAULT,
+    show_default=True,
+    help="Longest wait_ms a lease request may ask for.",
+)
+@click.option(
+    "--timer-tick-ms",
+    type=int,
+    default=node_limits.TIMER_TICK_MS_DEFAULT,
+    show_default=True,
+    help="Tick interval of a wall-clock world while a timer is pending.",
+)
+@click.option("--no-sync", is_flag=True, help="Skip fsync on commit (scratch worlds, tests).")
+@click.option("--access-log", is_flag=True, help="Log every request.")
+@world_option
+@json_option
+@handles_errors
+def up_command(
+    bind: str,
+    human_adapter: str | None,
+    human_key: str | None,
+    lease_ms: int,
+    request_bytes_max: int,
+    leases_per_request_max: int,
+    long_poll_ms_max: int,
+    timer_tick_ms: int,
+    no_sync: bool,
+    access_log: bool,
+    world_path: str,
+    as_json: bool,
+) -> None:
+    """Serve the world over HTTP until SIGINT or SIGTERM, then close it.
+
+    Clients send events and read state, cells and the journal; adapters lease intents and
+    post signed receipts; people complete human tasks (`aos task`). The API is described at
+    /openapi.json (and browsable at /docs).
+    """
+    host, port = _bind(bind)
+    if (human_adapter is None) != (human_key is None):
+        raise click.UsageError("give --human-adapter and --human-key together")
+    human = None
+    if human_adapter is not None and human_key is not None:
+        human = HumanAdapter(human_adapter, read_seed(human_key))
+    limits = NodeLimits(
+        lease_ms=lease_ms,
+        request_bytes_max=request_bytes_max,
+        leases_per_request_max=leases_per_request_max,
+        long_poll_ms_max=long_poll_ms_max,
+        timer_tick_ms=timer_tick_ms,
+    )
+    node = Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start()
+    try:
+        config = uvicorn.Config(
+            create_app(node),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=access_log,
+            lifespan="off",
+            timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
+        )
+        server = _NodeServer(config, node, lambda url: _announce(url, node, human, as_json))
+        server.run()
+    finally:
+        node.close()
+    if not as_json:
+        click.echo("aos node: stopped, world closed")
+
+
+def _bind(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise NodeConfigError(f"--bind is HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+def _announce(url: str, node: Node, human: HumanAdapter | None, as_json: bool) -> None:
+    if as_json:
+        line = {"url": url, "world_id": node.world_id, "human_adapter": human and human.name}
+        click.echo(json.dumps(line, sort_keys=True))
+    else:
+        click.echo(f"aos node: world {node.world_id}")
+        click.echo(f"aos node: serving at {url}  (API: {url}/openapi.json)")
+        if human is not None:
+            click.echo(f"aos node: human tasks for {human.name}  (`aos task ls --node {url}`)")
+    host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
+    if host not in _LOOPBACK:
+        click.echo("aos node: warning: not on loopback; anyone who reaches it can lease", err=True)
+    sys.stdout.flush()
+
+
+class _NodeServer(uvicorn.Server):
+    """uvicorn's server, with two changes: it says where it listens once the socket is bound
+    (so `--bind HOST:0` is usable), and a SIGINT/SIGTERM ends `run` normally instead of being
+    re-raised after shutdown, so the caller closes the world and exits 0."""
+
+    def __init__(self, config: uvicorn.Config, node: Node, announce: Callable[[str], None]) -> None:
+        super().__init__(config)
+        self._node = node
+        self._announce = announce
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self._loop = asyncio.get_running_loop()
+        if self.started and self.servers and self.servers[0].sockets:
+            address = self.servers[0].sockets[0].getsockname()
+            host = f"[{address[0]}]" if ":" in address[0] else address[0]
+            self._announce(f"http://{host}:{address[1]}")
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self._loop is not None:
+            # Long-polling lease requests return (empty) now rather than at their deadline.
+            self._loop.call_soon_threadsafe(self._node.leases.close)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+
+# --------------------------------------------------------------------------------------------
+# aos task
+
+
+def _node_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--node",
+        "node_url",
+        envvar="AOS_NODE",
+        default=NODE_URL_DEFAULT,
+        show_default=True,
+        help="The node's URL (env AOS_NODE).",
+    )(fn)
+
+
+@click.group("task")
+def task_group() -> None:
+    """Human tasks: open intents of the human adapter a node hosts."""
+
+
+@task_group.command("ls")
+@click.option("--limit", type=click.IntRange(min=1), default=TASKS_LIMIT_DEFAULT, show_default=True)
+@_node_option
+@json_option
+@handles_errors
+def task_ls_command(limit: int, node_url: str, as_json: bool) -> None:
+    """List open tasks, oldest first."""
+    found = _request(node_url, "GET", "/v1/tasks", as_json=as_json, params={"limit": limit})
+    if as_json:
+        emit_json(found)
+        return
+    rows = [
+        [
+            task["intent"],
+            task["effect"],
+            _cell_text(task["origin"]),
+            task["issuer_ref"] or "-",
+            _clip(json.dumps(task["params"], sort_keys=True, separators=(",", ":"))),
+        ]
+        for task in found["tasks"]
+    ]
+    click.echo(table(["INTENT", "EFFECT", "CELL", "ISSUER REF", "PARAMS"], rows))
+
+
+@task_group.command("show")
+@click.argument("intent")
+@_node_option
+@json_option
+@handles_errors
+def task_show_command(intent: str, node_url: str, as_json: bool) -> None:
+    """Print one open task (its params in full)."""
+    found = _request(node_url, "GET", f"/v1/tasks/{intent}", as_json=as_json)
+    if as_json:
+        emit_json(found)
+        return
+    click.echo(f"intent      {found['intent']}")
+    click.echo(f"effect      {found['effect']}")
+    click.echo(f"cell        {_cell_text(found['origin'])}")
+    click.echo(f"issuer ref  {found['issuer_ref'] or '-'}")
+    click.echo(f"journal     seq {found['seq']}")
+    click.echo("params")
+    click.echo(json.dumps(found["params"], indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@task_group.command("complete")
+@click.argument("intent")
+@click.option("--status", type=click.Choice(TASK_STATUSES), default="ok", show_default=True)
+@click.option("--payload-json", metavar="JSON", help="The answer as JSON ('-': stdin).")
+@click.option(
+    "--payload-file", type=click.File("r", encoding="utf-8"), help="A file with the answer."
+)
+@_node_option
+@json_option
+@handles_errors
+def task_complete_command(
+    intent: str,
+    status: str,
+    payload_json: str | None,
+    payload_file: IO[str] | None,
+    node_url: str,
+    as_json: bool,
+) -> None:
+    """Complete a task: the node signs the receipt with the human adapter's key and the
+    origin cell resumes. The payload must fit the effect's receipt schema (status ok)."""
+    payload = _payload(payload_json, payload_file)
+    body = {"status": status, "payload": payload}
+    found = _request(
+        node_url, "POST", f"/v1/tasks/{intent}/complete", as_json=as_json, json_body=body
+    )
+    if as_json:
+        emit_json(found)
+        return
+    click.echo(f"settled   {found['intent']}  (journal seq {found['seq']})")
+    if found["report"] is not None:
+        click.echo(f"run       {found['report']['steps']} steps")
+
+
+def _payload(payload_json: str | None, payload_file: IO[str] | None) -> Any:
+    if payload_json is not None and payload_file is not None:
+        raise click.UsageError("give at most one of --payload-json, --payload-file")
+    if payload_file is not None:
+        text = payload_file.read()
+    elif payload_json is not None:
+        text = sys.stdin.read() if payload_json == "-" else payload_json
+    else:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise JsonInvalidError(f"the payload is not JSON: {error}") from None
+
+
+def _request(
+    node_url: str,
+    method: str,
+    path: str,
+    *,
+    as_json: bool,
+    params: dict[str, Any] | None = None,
+    json_body: Any = None,
+) -> Any:
+    """One API call; an error body from the node is reported like a local error (exit 1)."""
+    try:
+        response = httpx.request(
+            method,
+            node_url.rstrip("/") + path,
+            params=params,
+            json=json_body,
+            timeout=NODE_TIMEOUT_S_DEFAULT,
+        )
+    except httpx.HTTPError as error:
+        raise NodeUnreachableError(f"cannot reach {node_url}: {error}") from None
+    try:
+        found = response.json()
+    except ValueError:
+        found = None
+    if response.is_success and found is not None:
+        return found
+    error_body = found.get("error") if isinstance(found, dict) else None
+    if not isinstance(error_body, dict):
+        error_body = {"code": "node.error", "message": f"HTTP {response.status_code}"}
+    if as_json:
+        emit_json({"error": error_body})
+    else:
+        click.echo(f"error[{error_body.get('code')}]: {error_body.get('message')}", err=True)
+        if error_body.get("hint"):
+            click.echo(f"  hint: {error_body['hint']}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def _cell_text(origin: dict[str, Any]) -> str:
+    key = origin.get("key")
+    if key is None:
+        return str(origin["workflow"])
+    shown = key if isinstance(key, str) else json.dumps(key, sort_keys=True)
+    return f"{origin['workflow']}[{shown}]"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= PARAMS_CHARS_MAX else text[: PARAMS_CHARS_MAX - 3] + "..."
+
+
+def register(group: click.Group) -> None:
+    group.add_command(node_group)
+    group.add_command(task_group)

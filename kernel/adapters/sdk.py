@@ -1,0 +1,692 @@
+"""The adapter SDK: an adapter is a decorated function (spec/10-adapters.md).
+
+    adapter = Adapter(name="demo/http@1", seed=read_seed(path), node="http://127.0.0.1:9010")
+
+    @adapter.effect("demo/http.request@1")
+    def charge(params: Any, lease: Lease) -> Result:
+        return Result("ok", {"status": 200, "headers": None, "body": None})
+
+    adapter.run()  # until SIGINT/SIGTERM or `adapter.stop()`
+
+`run` long-polls the node for leases of the effects it has handlers for, runs each handler
+on its own thread (at most `concurrency` at once), signs a receipt body with the adapter's
+Ed25519 seed and posts it. Every request to the node is retried with bounded exponential
+backoff; a receipt the node already has (`duplicate`) counts as delivered. A handler that
+raises settles its intent with an `error` receipt, so no intent is left waiting on a bug.
+
+Adapters live outside the deterministic kernel: they may read clocks (a receipt's
+`started_ns`/`finished_ns` are host wall-clock times) and do anything else; the world only
+trusts what they sign.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Literal, TypeVar
+
+import httpx
+
+from aos.kernel import cbor
+from aos.kernel.adapters.signing import SEED_BYTES, sign_body
+from aos.kernel.errors import AosError
+from aos.kernel.world.receipts import (
+    RECEIPT_BYTES_MAX_DEFAULT,
+    ReceiptError,
+    ReceiptTooLargeError,
+    parse,
+)
+
+log = logging.getLogger("aos.adapter")
+
+CONCURRENCY_DEFAULT = 8
+CONCURRENCY_MAX = 256
+LEASE_BATCH_MAX = 64
+"""Most leases asked for in one request."""
+LEASE_WAIT_MS_DEFAULT = 10_000
+"""How long one lease request long-polls when nothing is open; SIGINT/SIGTERM cut it short."""
+LEASE_WAIT_MS_MAX = 30_000
+"""The node's default `long_poll_ms_max`."""
+REQUEST_TIMEOUT_S_DEFAULT = 10.0
+"""Timeout of one request to the node, on top of the long-poll wait of a lease request."""
+RETRY_ATTEMPTS_MAX_DEFAULT = 8
+RETRY_BACKOFF_MS_INITIAL_DEFAULT = 50
+RETRY_BACKOFF_MS_MAX_DEFAULT = 5_000
+STOP_DRAIN_S_DEFAULT = 30.0
+"""How long a stopping adapter waits for running handlers to finish and post their receipts.
+A handler still running after that is abandoned: its lease expires and the node hands the
+intent out again, which the idempotency key makes safe."""
+ERROR_MESSAGE_CHARS_MAX = 500
+
+_HTTP_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_JSON_HEADERS = {"content-type": "application/json"}
+
+Status = Literal["ok", "error", "timeout"]
+STATUSES: tuple[Status, ...] = ("ok", "error", "timeout")
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+
+class AdapterError(AosError):
+    code = "adapter.error"
+
+
+class AdapterConfigInvalidError(AdapterError):
+    code = "adapter.config_invalid"
+    hint = "check the adapter's name, seed, node URL and limits"
+
+
+class AdapterEffectDuplicateError(AdapterError):
+    code = "adapter.effect_duplicate"
+    hint = "each effect has one handler per adapter"
+
+
+class AdapterNoHandlersError(AdapterError):
+    code = "adapter.no_handlers"
+    hint = "register at least one handler with @adapter.effect(NAME) before running"
+
+
+class AdapterNodeUnreachableError(AdapterError):
+    code = "adapter.node_unreachable"
+    hint = "is `aos node up` running at that URL? the adapter retried with backoff and gave up"
+
+
+class AdapterNodeRefusedError(AdapterError):
+    """The node answered a request with an error body; `detail['node_code']` is its code."""
+
+    code = "adapter.node_refused"
+    hint = "the node's own error code is in detail.node_code"
+
+
+class AdapterNodeProtocolError(AdapterError):
+    code = "adapter.node_protocol"
+    hint = "the node's answer does not have the shape of the adapter protocol (spec/10-adapters.md)"
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One open intent leased to this adapter until `expires_unix_ms`.
+
+    `intent` is the intent hash: the idempotency key to pass on to the outside system, so a
+    retried or re-leased intent is done once (`idempotency_key` is what the node says to
+    pass, the intent hash too). `origin_key` is the origin cell's key as canonical CBOR
+    bytes (None for an unkeyed workflow)."""
+
+    lease_id: str
+    intent: str
+    effect: str
+    params: Any
+    idempotency_key: str
+    issuer_ref: str | None
+    origin_workflow: str
+    origin_key: Any
+    expires_unix_ms: int
+
+    @staticmethod
+    def from_json(value: Any) -> Lease:
+        try:
+            origin = value.get("origin") or {}
+            intent = str(value["intent"])
+            key = value.get("idempotency_key")
+            issuer_ref = value.get("issuer_ref")
+            lease = Lease(
+                lease_id=str(value["lease_id"]),
+                intent=intent,
+                effect=str(value["effect"]),
+                params=cbor.from_json(value["params"]),
+                idempotency_key=key if isinstance(key, str) and key else intent,
+                issuer_ref=issuer_ref if isinstance(issuer_ref, str) else None,
+                origin_workflow=str(origin.get("workflow", "")),
+                origin_key=cbor.from_json(origin.get("key")),
+                expires_unix_ms=int(value["expires_unix_ms"]),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError, cbor.CborError) as error:
+            raise AdapterNodeProtocolError(f"a lease is malformed: {error!r}") from None
+        return lease
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a handler returns: the receipt's status and payload. An `ok` payload must fit the
+    effect's receipt schema; `error` and `timeout` payloads may be any value."""
+
+    status: Status = "ok"
+    payload: Any = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise AdapterConfigInvalidError(f"status is {self.status!r}; it is one of {STATUSES}")
+
+    @staticmethod
+    def error(message: str, **fields: Any) -> Result:
+        return Result("error", {"message": _clip(message), **fields})
+
+    @staticmethod
+    def timeout(message: str, **fields: Any) -> Result:
+        return Result("timeout", {"message": _clip(message), **fields})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one lease: the result, and the node's answer to its receipt (`seq` of
+    the journaled `effect_receipt`, or `duplicate`), or why it was not accepted (`refused`:
+    the node's error code; `unposted`: the node could not be reached)."""
+
+    lease: Lease
+    result: Result
+    seq: int | None = None
+    duplicate: bool = False
+    delivered: bool = False
+    refused: str | None = None
+    unposted: str | None = None
+    signature: bytes = b""
+
+    @property
+    def settled(self) -> bool:
+        return self.refused is None and self.unposted is None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff: `attempts_max` tries, waiting `backoff_ms_initial`, then
+    twice as long each time, never more than `backoff_ms_max`, between them."""
+
+    attempts_max: int = RETRY_ATTEMPTS_MAX_DEFAULT
+    backoff_ms_initial: int = RETRY_BACKOFF_MS_INITIAL_DEFAULT
+    backoff_ms_max: int = RETRY_BACKOFF_MS_MAX_DEFAULT
+
+    def __post_init__(self) -> None:
+        if self.attempts_max < 1 or self.backoff_ms_initial < 0:
+            raise AdapterConfigInvalidError("attempts_max >= 1 and backoff_ms_initial >= 0")
+        if self.backoff_ms_max < self.backoff_ms_initial:
+            raise AdapterConfigInvalidError("backoff_ms_max < backoff_ms_initial")
+
+    def delays_ms(self) -> list[int]:
+        """The waits between attempts (one fewer than the attempts)."""
+        return [
+            min(self.backoff_ms_initial * 2**n, self.backoff_ms_max)
+            for n in range(self.attempts_max - 1)
+        ]
+
+
+@dataclass
+class RunSummary:
+    """Counts of what `run` did, for the CLI's last line."""
+
+    leases: int = 0
+    settled: int = 0
+    duplicates: int = 0
+    refused: int = 0
+    unposted: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+
+    def add(self, outcome: Outcome) -> None:
+        self.leases += 1
+        self.by_status[outcome.result.status] = self.by_status.get(outcome.result.status, 0) + 1
+        if outcome.refused is not None:
+            self.refused += 1
+        elif outcome.unposted is not None:
+            self.unposted += 1
+        elif outcome.duplicate:
+            self.duplicates += 1
+        else:
+            self.settled += 1
+
+
+Handler = Callable[[Any, Lease], Result]
+H = TypeVar("H", bound=Handler)
+
+
+class _PollInterrupted(BaseException):
+    """Raised by the signal handler to cut a long-poll short. A BaseException, so that no
+    `except Exception` on the way (httpx's included) swallows it."""
+
+
+# --------------------------------------------------------------------------------------------
+# The node client
+
+
+class NodeClient:
+    """JSON requests to a world host with bounded retries. Safe to share between threads."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        retry: RetryPolicy,
+        timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
+        transport: httpx.BaseTransport | None = None,
+        connections_max: int = CONCURRENCY_DEFAULT,
+    ) -> None:
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self.attempts = 0  # requests sent, retries included (tests read it)
+        self._client = httpx.Client(
+            base_url=base_url,
+            transport=transport,
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=connections_max),
+            trust_env=False,  # a loopback node must not be sent through an HTTP proxy
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        extra_timeout_s: float = 0.0,
+        params: dict[str, str] | None = None,
+        stop: threading.Event | None = None,
+    ) -> Any:
+        """The decoded JSON answer. Transport failures and 408/429/5xx answers are retried
+        (waits cut short by `stop`); any other error answer raises `adapter.node_refused`."""
+        content = None if body is None else json.dumps(body, allow_nan=False)
+        delays = self.retry.delays_ms()
+        failure = ""
+        for attempt in range(self.retry.attempts_max):
+            self.attempts += 1
+            try:
+                response = self._client.request(
+                    method,
+                    path,
+                    content=content,
+                    params=params,
+                    headers=_JSON_HEADERS if content is not None else None,
+                    timeout=self.timeout_s + extra_timeout_s,
+                )
+            except httpx.TransportError as error:
+                failure = f"{type(error).__name__}: {error}"
+            else:
+                if response.status_code not in _HTTP_RETRY_STATUSES:
+                    return _answer(response)
+                failure = f"HTTP {response.status_code}"
+            if attempt < len(delays):
+                log.debug("node request %s %s failed (%s); retrying", method, path, failure)
+                wait_s = delays[attempt] / 1000
+                if stop is not None:
+                    if stop.wait(wait_s):
+                        break
+                else:
+                    time.sleep(wait_s)
+        raise AdapterNodeUnreachableError(
+            f"{method} {path}: {failure} (after {self.retry.attempts_max} attempts)"
+        )
+
+
+def _answer(response: httpx.Response) -> Any:
+    try:
+        value = response.json()
+    except ValueError:
+        raise AdapterNodeProtocolError(
+            f"HTTP {response.status_code} with a body that is not JSON"
+        ) from None
+    if response.is_success:
+        return value
+    error = value.get("error") if isinstance(value, dict) else None
+    if not isinstance(error, dict):
+        raise AdapterNodeProtocolError(f"HTTP {response.status_code} without an error body")
+    node_code = str(error.get("code", "unknown"))
+    raise AdapterNodeRefusedError(
+        f"{node_code}: {error.get('message', '')}",
+        node_code=node_code,
+        http_status=response.status_code,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The adapter
+
+
+class Adapter:
+    """An adapter identity (name and Ed25519 seed) serving effects for one node."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        seed: bytes,
+        node: str,
+        concurrency: int = CONCURRENCY_DEFAULT,
+        lease_wait_ms: int = LEASE_WAIT_MS_DEFAULT,
+        retry: RetryPolicy | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
+        receipt_bytes_max: int = RECEIPT_BYTES_MAX_DEFAULT,
+        stop_drain_s: float = STOP_DRAIN_S_DEFAULT,
+        on_outcome: Callable[[Outcome], None] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        _check_config(name, seed, node, concurrency, lease_wait_ms)
+        self.name = name
+        self.node = node
+        self.concurrency = concurrency
+        self.lease_wait_ms = lease_wait_ms
+        self.receipt_bytes_max = receipt_bytes_max
+        self.stop_drain_s = stop_drain_s
+        self.on_outcome = on_outcome
+        self.summary = RunSummary()
+        self._seed = seed
+        self._clock_ns = clock_ns
+        self._handlers: dict[str, Handler] = {}
+        self._world_id: str | None = None
+        self._stop = threading.Event()
+        self._abandon = threading.Event()
+        self._slots = threading.Condition()
+        self._running = 0
+        self._polling = False
+        # Two clients: a long-poll cut short by a signal may leave its connection broken,
+        # and that must not touch the one that posts receipts while the adapter drains.
+        retry = retry or RetryPolicy()
+        self._lease_client = NodeClient(
+            node, retry=retry, timeout_s=request_timeout_s, transport=transport, connections_max=2
+        )
+        self._receipt_client = NodeClient(
+            node,
+            retry=retry,
+            timeout_s=request_timeout_s,
+            transport=transport,
+            connections_max=concurrency + 1,
+        )
+
+    # ---- registration
+
+    def effect(self, name: str) -> Callable[[H], H]:
+        """Register the decorated function as the handler of effect `name`."""
+        if not isinstance(name, str) or not name:
+            raise AdapterConfigInvalidError(f"an effect name is text, not {name!r}")
+
+        def register(handler: H) -> H:
+            if name in self._handlers:
+                raise AdapterEffectDuplicateError(f"{name} already has a handler")
+            self._handlers[name] = handler
+            return handler
+
+        return register
+
+    @property
+    def effects(self) -> list[str]:
+        return sorted(self._handlers)
+
+    # ---- running
+
+    @property
+    def world_id(self) -> str:
+        """The id of the node's world (receipts are signed for it); fetched once."""
+        if self._world_id is None:
+            answer = self._lease_client.request("GET", "/v1/world", stop=self._stop)
+            world_id = answer.get("world_id") if isinstance(answer, dict) else None
+            if not isinstance(world_id, str) or not world_id:
+                raise AdapterNodeProtocolError("GET /v1/world has no world_id")
+            self._world_id = world_id
+        return self._world_id
+
+    def run(self, *, install_signals: bool = True) -> RunSummary:
+        """Serve leases until `stop()` or SIGINT/SIGTERM, then let running handlers finish and
+        post their receipts (at most `stop_drain_s`). Raises `adapter.node_unreachable` when
+        the node stays away for all retries."""
+        self._require_handlers()
+        _ = self.world_id
+        with self._signals(install_signals):
+            try:
+                while not self._stop.is_set():
+                    free = self._wait_for_slot()
+                    if free == 0:
+                        continue
+                    for lease in self._lease(free, self.lease_wait_ms):
+                        self._start(lease)
+            except _PollInterrupted:
+                pass
+            except AdapterNodeUnreachableError:
+                if not self._stop.is_set():  # a stop cuts the backoff short: not a failure
+                    raise
+            finally:
+                self._stop.set()
+                self._drain()
+        return self.summary
+
+    def run_once(self, *, wait_ms: int = 0) -> list[Outcome]:
+        """Lease once (up to `concurrency` intents, long-polling `wait_ms`), run the handlers,
+        post the receipts, and return what became of each lease. For tests and scripts."""
+        self._require_handlers()
+        _ = self.world_id
+        outcomes: list[Outcome] = []
+
+        def settle(lease: Lease) -> None:
+            outcomes.append(self.handle(lease))
+
+        threads = []
+        for lease in self._lease(self.concurrency, wait_ms):
+            thread = threading.Thread(target=settle, args=(lease,))
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join()
+        return sorted(outcomes, key=lambda o: o.lease.intent)
+
+    def stop(self) -> None:
+        """Ask `run` to return after the running handlers finish. Safe from any thread."""
+        self._stop.set()
+        with self._slots:
+            self._slots.notify_all()
+
+    def close(self) -> None:
+        self._lease_client.close()
+        self._receipt_client.close()
+
+    def __enter__(self) -> Adapter:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def handle(self, lease: Lease) -> Outcome:
+        """Run the lease's handler, sign its receipt and post it; never raises for a handler
+        or node failure (the outcome says what happened)."""
+        started_ns = self._clock_ns()
+        result = self._call(lease)
+        # The host clock may step back; a receipt must not finish before it started.
+        finished_ns = max(self._clock_ns(), started_ns)
+        try:
+            wire, signature, result = self._signed(lease, result, started_ns, finished_ns)
+        except ReceiptError as error:
+            # Not the payload's fault (that became an error receipt): the lease itself cannot
+            # make a valid receipt, say an intent that is not a hash. The node would refuse it.
+            log.warning("no valid receipt can be made for %s: %s", lease.intent, error)
+            outcome = Outcome(lease, result, unposted=error.code)
+        else:
+            outcome = self._post(lease, result, wire, signature)
+        with self._slots:
+            self.summary.add(outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+        return outcome
+
+    # ---- helpers
+
+    def _require_handlers(self) -> None:
+        if not self._handlers:
+            raise AdapterNoHandlersError(f"adapter {self.name} has no effect handlers")
+
+    def _lease(self, max_leases: int, wait_ms: int) -> list[Lease]:
+        request = {
+            "adapter": self.name,
+            "effects": self.effects,
+            "max": min(max_leases, LEASE_BATCH_MAX),
+            "wait_ms": wait_ms,
+        }
+        self._polling = True
+        try:
+            answer = self._lease_client.request(
+                "POST", "/v1/leases", request, extra_timeout_s=wait_ms / 1000, stop=self._stop
+            )
+        finally:
+            self._polling = False
+        leases = answer.get("leases") if isinstance(answer, dict) else None
+        if not isinstance(leases, list):
+            raise AdapterNodeProtocolError("POST /v1/leases answered without a leases list")
+        return [Lease.from_json(value) for value in leases]
+
+    def _wait_for_slot(self) -> int:
+        with self._slots:
+            while self._running >= self.concurrency and not self._stop.is_set():
+                self._slots.wait(timeout=1.0)
+            return 0 if self._stop.is_set() else self.concurrency - self._running
+
+    def _start(self, lease: Lease) -> None:
+        with self._slots:
+            self._running += 1
+        # Daemon threads, so that a handler that never returns cannot keep a stopped
+        # adapter's process alive past the drain limit.
+        threading.Thread(target=self._run_one, args=(lease,), daemon=True).start()
+
+    def _run_one(self, lease: Lease) -> None:
+        try:
+            self.handle(lease)
+        except Exception:  # a bug here must not leak the slot
+            log.exception("settling %s failed", lease.intent)
+        finally:
+            with self._slots:
+                self._running -= 1
+                self._slots.notify_all()
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.stop_drain_s
+        with self._slots:
+            while self._running and not self._abandon.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning(
+                        "abandoning %d running handlers; their leases expire", self._running
+                    )
+                    return
+                self._slots.wait(timeout=min(left, 0.1))
+
+    def _call(self, lease: Lease) -> Result:
+        handler = self._handlers.get(lease.effect)
+        if handler is None:
+            return Result.error(f"adapter {self.name} has no handler for {lease.effect}")
+        try:
+            result = handler(lease.params, lease)
+        except Exception as error:
+            return Result.error(f"{type(error).__name__}: {error}")
+        if not isinstance(result, Result):
+            return Result.error(f"the handler returned {type(result).__name__}, not a Result")
+        return result
+
+    def _signed(
+        self, lease: Lease, result: Result, started_ns: int, finished_ns: int
+    ) -> tuple[Any, bytes, Result]:
+        """The receipt body as JSON and its signature. The body is signed in exactly the form
+        the node decodes from that JSON, so the signature holds on the other side. A payload
+        that cannot be sent (no JSON/CBOR form, or over the receipt limit) becomes an
+        `error` receipt saying why, since the node would refuse it and leave the intent open."""
+        try:
+            return (*self._sign(lease, result, started_ns, finished_ns), result)
+        except (cbor.CborError, TypeError, ValueError, OverflowError) as error:
+            result = Result.error(f"the handler's payload cannot be sent: {error}")
+        except ReceiptTooLargeError as error:
+            result = Result.error(f"the handler's payload is too large: {error}")
+        return (*self._sign(lease, result, started_ns, finished_ns), result)
+
+    def _sign(
+        self, lease: Lease, result: Result, started_ns: int, finished_ns: int
+    ) -> tuple[Any, bytes]:
+        body = {
+            "world": self.world_id,
+            "intent": lease.intent,
+            "status": result.status,
+            "payload": result.payload,
+            "adapter": self.name,
+            "started_ns": started_ns,
+            "finished_ns": finished_ns,
+        }
+        wire = cbor.to_json(body)
+        json.dumps(wire, allow_nan=False)  # raises now, not inside the retry loop
+        canonical = cbor.from_json(wire)
+        signature = sign_body(self._seed, canonical)
+        # The kernel's own shape and size checks, so a receipt the node must refuse is caught
+        # here, where it can still become an error receipt.
+        parse({"body": canonical, "signature": signature}, receipt_bytes_max=self.receipt_bytes_max)
+        return wire, signature
+
+    def _post(self, lease: Lease, result: Result, wire: Any, signature: bytes) -> Outcome:
+        receipt = {"receipt": {"body": wire, "signature": {"$bytes": signature.hex()}}}
+        try:
+            answer = self._receipt_client.request("POST", "/v1/receipts", receipt)
+        except AdapterNodeRefusedError as error:
+            code = str(error.detail.get("node_code"))
+            log.warning("the node refused the receipt of %s: %s", lease.intent, error)
+            return Outcome(lease, result, refused=code, signature=signature)
+        except AdapterError as error:
+            log.warning("the receipt of %s was not posted: %s", lease.intent, error)
+            return Outcome(lease, result, unposted=error.code, signature=signature)
+        if not isinstance(answer, dict):
+            return Outcome(lease, result, unposted=AdapterNodeProtocolError.code)
+        seq = answer.get("seq")
+        return Outcome(
+            lease,
+            result,
+            seq=seq if isinstance(seq, int) else None,
+            duplicate=bool(answer.get("duplicate")),
+            delivered=bool(answer.get("delivered")),
+            signature=signature,
+        )
+
+    @contextmanager
+    def _signals(self, install: bool) -> Iterator[None]:
+        if not install or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        signals = (signal.SIGINT, signal.SIGTERM)
+        previous = {number: signal.getsignal(number) for number in signals}
+        for number in signals:
+            signal.signal(number, self._on_signal)
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _on_signal(self, number: int, frame: FrameType | None) -> None:
+        if self._stop.is_set():
+            self._abandon.set()  # a second signal: stop waiting for running handlers
+            return
+        self._stop.set()
+        if self._polling:
+            raise _PollInterrupted
+
+
+def _check_config(name: str, seed: bytes, node: str, concurrency: int, wait_ms: int) -> None:
+    if not isinstance(name, str) or not name:
+        raise AdapterConfigInvalidError("an adapter has a name (its defadapter's name)")
+    if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+        raise AdapterConfigInvalidError(f"the seed is {SEED_BYTES} bytes")
+    if not node.startswith(("http://", "https://")):
+        raise AdapterConfigInvalidError(f"the node URL is http(s)://HOST:PORT, not {node!r}")
+    if not 1 <= concurrency <= CONCURRENCY_MAX:
+        raise AdapterConfigInvalidError(f"concurrency is 1..{CONCURRENCY_MAX}, not {concurrency}")
+    if not 0 <= wait_ms <= LEASE_WAIT_MS_MAX:
+        raise AdapterConfigInvalidError(f"lease_wait_ms is 0..{LEASE_WAIT_MS_MAX}, not {wait_ms}")
+
+
+def _clip(message: str) -> str:
+    if len(message) <= ERROR_MESSAGE_CHARS_MAX:
+        return message
+    return message[: ERROR_MESSAGE_CHARS_MAX - 3] + "..."

@@ -1,0 +1,336 @@
+"""The HTTP API of a node (spec/04-effects.md §9): a FastAPI app over a `Node`.
+
+Handlers are thin: they check the request's shape (pydantic), call the node, and turn any
+`AosError` into `{"error": {...}}` with the status `errors.http_status` gives. The node never
+dies of a request: an unexpected exception is a 500 `node.internal`, and the next request is
+served as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from aos.kernel import cbor
+from aos.kernel.errors import AosError
+from aos.kernel.node import models
+from aos.kernel.node.errors import (
+    JsonInvalidError,
+    NodeInternalError,
+    RequestInvalidError,
+    RequestTooLargeError,
+    http_status,
+)
+from aos.kernel.node.node import CELLS_LIMIT_DEFAULT, JOURNAL_LIMIT_DEFAULT, Node
+
+API_VERSION = "1"
+CBOR_MEDIA_TYPE = "application/cbor"
+JSON_DEPTH_ERROR = "the JSON is nested too deeply"
+
+log = logging.getLogger("aos.node")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": models.ErrorResponse} for status in (400, 403, 404, 409, 413, 422, 503)
+}
+
+
+def create_app(node: Node) -> FastAPI:
+    """The ASGI app serving `node` (which must be started)."""
+    app = FastAPI(
+        title="aos node",
+        version=API_VERSION,
+        description="One aos world: events, state, journal, leases, receipts, human tasks.",
+        responses=_ERRORS,
+    )
+    _add_error_handlers(app)
+    _add_routes(app, node)
+    _add_receipt_schema(app)
+    app.add_middleware(BodyLimit, bytes_max=node.limits.request_bytes_max)
+    return app
+
+
+# --------------------------------------------------------------------------------------------
+# Routes
+
+
+def _add_routes(app: FastAPI, node: Node) -> None:
+    @app.get("/v1/world", response_model=models.WorldResponse, tags=["world"])
+    async def get_world() -> dict[str, Any]:
+        """Height, manifest, logical time, cells per workflow, open intents, leases."""
+        return await node.info()
+
+    @app.post("/v1/events", response_model=models.EventResponse, tags=["world"])
+    async def post_event(request: models.EventRequest) -> dict[str, Any]:
+        """Ingress one event and run the world to idle; durable when this returns."""
+        return await node.send(request.schema_, request.value)
+
+    @app.get("/v1/state/{workflow:path}", response_model=models.StateResponse, tags=["world"])
+    async def get_state(
+        workflow: str, key: str | None = Query(None, description="The cell key as JSON.")
+    ) -> dict[str, Any]:
+        """The state of one cell (leave `key` out for an unkeyed workflow)."""
+        return await node.state(workflow, _json_text(key, "$.key"), key is not None)
+
+    @app.get("/v1/cells/{workflow:path}", response_model=models.CellsResponse, tags=["world"])
+    async def get_cells(workflow: str, limit: int = CELLS_LIMIT_DEFAULT) -> dict[str, Any]:
+        """A workflow's cells in key-hash order."""
+        return await node.cells(workflow, limit)
+
+    @app.get("/v1/journal", response_model=models.JournalResponse, tags=["world"])
+    async def get_journal(
+        from_seq: int = Query(1, alias="from", ge=1),
+        limit: int = JOURNAL_LIMIT_DEFAULT,
+        kind: str | None = None,
+    ) -> dict[str, Any]:
+        """Journal records from `from` on, optionally only those of one kind."""
+        return await node.journal(from_seq, limit, kind)
+
+    @app.post("/v1/leases", response_model=models.LeaseResponse, tags=["adapters"])
+    async def post_leases(request: models.LeaseRequest) -> dict[str, Any]:
+        """Lease open intents the adapter may settle; long-poll up to `wait_ms` for work."""
+        return await node.lease(request.adapter, request.effects, request.max, request.wait_ms)
+
+    @app.post(
+        "/v1/receipts",
+        response_model=models.SettleResponse,
+        tags=["adapters"],
+        openapi_extra={"requestBody": _RECEIPT_BODY},
+    )
+    async def post_receipt(request: Request) -> dict[str, Any]:
+        """Settle an intent with a signed receipt (JSON or application/cbor), then run the
+        world to idle so the origin cell steps."""
+        value = _receipt_request(await request.body(), request.headers.get("content-type"))
+        return await node.settle(value)
+
+    @app.get("/v1/tasks", response_model=models.TasksResponse, tags=["human"])
+    async def get_tasks(limit: int = 100) -> dict[str, Any]:
+        """Open tasks of the human adapter this node hosts."""
+        return await node.tasks(limit)
+
+    @app.get("/v1/tasks/{intent}", response_model=models.TaskBody, tags=["human"])
+    async def get_task(intent: str) -> dict[str, Any]:
+        return await node.task(intent)
+
+    @app.post("/v1/tasks/{intent}/complete", response_model=models.SettleResponse, tags=["human"])
+    async def complete_task(intent: str, request: models.TaskCompleteRequest) -> dict[str, Any]:
+        """Complete a task: the node signs the receipt with the human adapter's key."""
+        return await node.complete_task(intent, request.status, request.payload)
+
+    @app.post("/v1/time/advance", response_model=models.TimeResponse, tags=["time"])
+    async def advance_time(request: models.TimeAdvanceRequest) -> dict[str, Any]:
+        """Move a manual-clock world's logical time forward; due timers fire."""
+        return await node.advance_time(request.by_ns)
+
+    @app.post("/v1/time/jump-next", response_model=models.TimeResponse, tags=["time"])
+    async def jump_next() -> dict[str, Any]:
+        """Move a manual-clock world to its next timer deadline (report null: none pending)."""
+        return await node.jump_next_timer()
+
+
+# --------------------------------------------------------------------------------------------
+# Bodies
+
+
+def _receipt_request(body: bytes, content_type: str | None) -> Any:
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    if media_type == CBOR_MEDIA_TYPE:
+        # Not necessarily canonical: an adapter in another language need not sort keys. The
+        # signature is checked over the canonical form of what was decoded.
+        parsed = cbor.decode(body, canonical=False)
+    else:
+        parsed = cbor.from_json(_json_bytes(body, "$"))
+    if not isinstance(parsed, dict) or set(parsed) != {"receipt"}:
+        raise RequestInvalidError('the body is {"receipt": {"body": ..., "signature": ...}}')
+    return parsed["receipt"]
+
+
+def _json_bytes(data: bytes, path: str) -> Any:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise JsonInvalidError("the body is not UTF-8 text", path=path) from None
+    return _json_text(text, path)
+
+
+def _json_text(text: str | None, path: str) -> Any:
+    """Strict JSON: one value, no duplicate keys, no NaN or Infinity."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        raise JsonInvalidError(f"not JSON: {error}", path=path) from None
+    except RecursionError:
+        raise JsonInvalidError(JSON_DEPTH_ERROR, path=path) from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise JsonInvalidError(f"duplicate key {key!r}")
+        found[key] = value
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise JsonInvalidError(f"{name} is not JSON")
+
+
+_RECEIPT_SCHEMA = {"$ref": "#/components/schemas/ReceiptRequest"}
+_RECEIPT_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": _RECEIPT_SCHEMA},
+        CBOR_MEDIA_TYPE: {"schema": _RECEIPT_SCHEMA},
+    },
+}
+
+
+def _add_receipt_schema(app: FastAPI) -> None:
+    """The receipt route reads its body itself (JSON or CBOR, and a malformed receipt must
+    still reach the kernel to be journaled), so its schema is added to the document here."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            schema = models.ReceiptRequest.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            components = document.setdefault("components", {}).setdefault("schemas", {})
+            components.update(schema.pop("$defs", {}))
+            components["ReceiptRequest"] = schema
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+
+def error_response(error: AosError) -> JSONResponse:
+    return JSONResponse({"error": error.to_dict()}, status_code=http_status(error))
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AosError)
+    async def on_aos_error(_: Request, error: AosError) -> JSONResponse:
+        return error_response(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        problems = list(error.errors())
+        first = problems[0] if problems else {}
+        if first.get("type") == "json_invalid":
+            return error_response(JsonInvalidError("the body is not JSON", path="$"))
+        where = [str(part) for part in first.get("loc", ()) if part != "body"]
+        invalid = RequestInvalidError(
+            f"{first.get('msg', 'invalid request')}",
+            path="$" + "".join(f".{part}" for part in where),
+            errors=[
+                {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg"), "type": e["type"]}
+                for e in problems
+            ],
+        )
+        return error_response(invalid)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(_: Request, error: StarletteHTTPException) -> JSONResponse:
+        code = {404: "http.not_found", 405: "http.method_not_allowed"}.get(
+            error.status_code, "http.error"
+        )
+        body = {"error": {"code": code, "message": str(error.detail)}}
+        return JSONResponse(body, status_code=error.status_code, headers=error.headers)
+
+    @app.exception_handler(Exception)
+    async def on_bug(_: Request, error: Exception) -> JSONResponse:
+        log.error("request failed", exc_info=error)
+        return error_response(NodeInternalError(f"{type(error).__name__}: {error}"))
+
+
+# --------------------------------------------------------------------------------------------
+# Body size
+
+
+class BodyLimit:
+    """Reads a request's whole body before the app sees it, refusing it with 413
+    `request.too_large` as soon as it passes `bytes_max` (by its Content-Length or by what has
+    arrived), so no handler ever holds more than that."""
+
+    def __init__(self, app: ASGIApp, *, bytes_max: int) -> None:
+        self.app = app
+        self.bytes_max = bytes_max
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", ())).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.bytes_max:
+            await self._refuse(send, int(declared))
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = bytes(message.get("body", b""))
+            size += len(chunk)
+            if size > self.bytes_max:
+                await self._refuse(send, size)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send, size: int) -> None:
+        error = RequestTooLargeError(
+            f"the body is at least {size} bytes; the limit is {self.bytes_max}",
+            limit=self.bytes_max,
+        )
+        payload = json.dumps({"error": error.to_dict()}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": http_status(error),
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})

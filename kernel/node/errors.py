@@ -1,0 +1,124 @@
+"""Errors of the world host (codes `node.*`, `lease.*`, `request.*`) and the HTTP status every
+error code maps to.
+
+The HTTP API returns any `AosError` as `{"error": {code, message, hint?, path?, detail?}}`;
+the status says what kind of refusal it is, the code says exactly which.
+"""
+
+from __future__ import annotations
+
+from aos.kernel.errors import AosError, InvalidInputError
+
+
+class NodeError(AosError):
+    code = "node.error"
+
+
+class NodeConfigError(NodeError):
+    code = "node.config_invalid"
+    hint = "node limits are positive integers; --bind is HOST:PORT"
+
+
+class NodeLimitExceededError(NodeError):
+    code = "node.limit_exceeded"
+    hint = "a request asked for more than the node allows (see the detail's limit)"
+
+
+class NodeBusyError(NodeError):
+    code = "node.busy"
+    hint = "too many world operations are waiting; retry shortly"
+
+
+class NodeInternalError(NodeError):
+    code = "node.internal"
+    hint = "a bug in the node; the node keeps serving, and its log has the traceback"
+
+
+class TaskUnknownError(NodeError):
+    code = "node.task_unknown"
+    hint = "`aos task ls` lists the open tasks; a completed task is gone"
+
+
+class HumanDisabledError(NodeError):
+    code = "node.human_disabled"
+    hint = "start the node with --human-adapter NAME --human-key FILE to host human tasks"
+
+
+class HumanAdapterError(NodeError):
+    code = "node.human_adapter_invalid"
+    hint = "the human adapter must be a defadapter of the manifest, and the key its private half"
+
+
+class CellMissingError(NodeError):
+    code = "world.cell_missing"
+    hint = "GET /v1/cells/{workflow} lists the cells that exist"
+
+
+class LeaseAdapterUnknownError(NodeError):
+    code = "lease.adapter_unknown"
+    hint = "the manifest defines no adapter of that name"
+
+
+class LeaseAdapterNotAllowedError(NodeError):
+    code = "lease.adapter_not_allowed"
+    hint = "the effect's adapters list does not include this adapter"
+
+
+class LeaseEffectUnknownError(NodeError):
+    code = "lease.effect_unknown"
+    hint = "the manifest defines no such effect"
+
+
+class RequestInvalidError(NodeError):
+    code = "request.invalid"
+    hint = "the request does not have the shape the API expects (GET /openapi.json)"
+
+
+class RequestTooLargeError(NodeError):
+    code = "request.too_large"
+    hint = "request bodies are limited in size (request_bytes_max)"
+
+
+class JsonInvalidError(InvalidInputError):
+    code = "input.invalid_json"
+    hint = 'send one JSON value; bytes are written {"$bytes": "<hex>"}'
+
+
+# Status by exact code first, then by the code's namespace (the part before the dot).
+_STATUS_BY_CODE = {
+    "receipt.malformed": 400,
+    "receipt.too_large": 413,
+    "receipt.unknown_intent": 409,
+    "receipt.wrong_world": 409,
+    "receipt.signature_invalid": 403,
+    "receipt.adapter_unknown": 403,
+    "receipt.adapter_not_allowed": 403,
+    "lease.adapter_unknown": 403,
+    "lease.adapter_not_allowed": 403,
+    "lease.effect_unknown": 422,
+    "request.too_large": 413,
+    "request.invalid": 422,
+    "world.event_too_large": 413,
+    "world.schema_unknown": 422,
+    "world.schema_reserved": 422,
+    "world.workflow_unknown": 404,
+    "world.cell_missing": 404,
+    "world.not_found": 404,
+    "world.clock_manual_only": 409,
+    "world.closed": 503,
+    "world.step_budget_exceeded": 503,
+    "node.task_unknown": 404,
+    "node.human_disabled": 409,
+    "node.busy": 503,
+    "node.internal": 500,
+}
+_STATUS_BY_NAMESPACE = {"route": 422}
+STATUS_DEFAULT = 400
+"""Anything else an input can provoke (`input.*`, `cbor.*`, `air.value_*`, ...) is bad input."""
+
+
+def http_status(error: AosError) -> int:
+    found = _STATUS_BY_CODE.get(error.code)
+    if found is not None:
+        return found
+    return _STATUS_BY_NAMESPACE.get(error.code.partition(".")[0], STATUS_DEFAULT)

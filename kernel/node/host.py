@@ -1,0 +1,295 @@
+"""The single writer: one thread owns the `World`; everything else submits operations to it.
+
+A `World` is not thread-safe, and its journal must have one writer, so every world call of the
+node — writes and reads alike — runs on this thread, one after another, in the order they
+were submitted (a bounded queue of `(operation, future)`). Between operations the thread
+does the world's own chores:
+
+* **publishing** — after every operation it reads the journal records that operation flushed
+  and hands new `effect_intent`s to the lease manager and withdraws intents whose
+  `effect_receipt` was journaled. Reading them back from the store is what guarantees an
+  intent is published only after the flush that journaled it.
+* **ticking** — a wall-clock world is ticked every `timer_tick_ms` while a kernel timer is
+  pending, so timers fire without any input arriving.
+* **draining** — a run that stopped at the step budget left work queued; the thread keeps
+  running the world to idle until nothing is queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from aos.kernel import cbor
+from aos.kernel.air import TIMER_ADAPTER, TIMER_SET_EFFECT
+from aos.kernel.errors import AosError, KernelInvariantError
+from aos.kernel.node.errors import NodeBusyError, NodeInternalError
+from aos.kernel.node.leases import LeaseManager, PublishedIntent
+from aos.kernel.node.limits import NodeLimits
+from aos.kernel.world import records
+from aos.kernel.world.errors import StepBudgetExceededError, WorldClosedError
+from aos.kernel.world.world import CLOCK_WALL, World
+
+T = TypeVar("T")
+Operation = Callable[[World], T]
+
+log = logging.getLogger("aos.node")
+
+_STOP = object()
+
+
+@dataclass
+class _Job(Generic[T]):
+    operation: Operation[T]
+    future: Future[T]
+
+
+class WorldHost:
+    """Runs a `World` on its own thread. `start` opens it (through `opener`, on that thread),
+    `submit`/`run` queue operations, `close` finishes the queue's current operation, stops
+    and closes the world."""
+
+    def __init__(
+        self,
+        opener: Callable[[], World],
+        leases: LeaseManager,
+        *,
+        limits: NodeLimits,
+        on_manifest: Callable[[World], None] | None = None,
+    ) -> None:
+        self._opener = opener
+        self._on_manifest = on_manifest
+        self._manifest_hash = ""
+        self._leases = leases
+        self._limits = limits
+        self._jobs: queue.Queue[Any] = queue.Queue(maxsize=limits.host_queue_max)
+        self._thread = threading.Thread(target=self._main, name="aos-world-host", daemon=True)
+        self._ready: Future[None] = Future()
+        self._stopping = False
+        self._published_height = 0
+        self._timer_pending = False
+        self._drain = False
+        self._last_tick_s = 0.0
+        self.world_id = ""
+        self.clock = ""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the world on the host thread; raise what opening it raised."""
+        self._thread.start()
+        self._ready.result()
+
+    def close(self) -> None:
+        if not self._thread.is_alive():
+            return
+        self._stopping = True
+        self._jobs.put(_STOP)  # blocks only while the queue is full, which drains
+        self._thread.join()
+
+    # -- submitting --------------------------------------------------------------------------
+
+    def submit(self, operation: Operation[T]) -> Future[T]:
+        future: Future[T] = Future()
+        if self._stopping or not self._thread.is_alive():
+            future.set_exception(WorldClosedError("the node is stopping"))
+            return future
+        try:
+            self._jobs.put_nowait(_Job(operation, future))
+        except queue.Full:
+            future.set_exception(
+                NodeBusyError(
+                    f"{self._limits.host_queue_max} world operations are waiting",
+                    limit=self._limits.host_queue_max,
+                )
+            )
+        return future
+
+    async def run(self, operation: Operation[T]) -> T:
+        """Submit from the event loop and await the result without blocking it."""
+        return await asyncio.wrap_future(self.submit(operation))
+
+    def call(self, operation: Operation[T]) -> T:
+        """Submit from any other thread and wait."""
+        return self.submit(operation).result()
+
+    # -- the host thread ---------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            world = self._opener()
+        except BaseException as error:
+            self._ready.set_exception(error)
+            return
+        try:
+            self.world_id = world.world_id
+            self.clock = world.clock
+            self._manifest_hash = str(world.manifest_hash)
+            self._publish_open_intents(world)
+            self._ready.set_result(None)
+            self._serve(world)
+        except KernelInvariantError:
+            log.critical("a kernel invariant broke; the world is closed", exc_info=True)
+        finally:
+            self._stopping = True
+            world.close()
+            self._fail_waiting()
+
+    def _serve(self, world: World) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self._idle_timeout_s())
+            except queue.Empty:
+                job = None
+            if job is _STOP:
+                return
+            try:
+                if job is not None:
+                    self._run(world, job)
+                self._chores(world)
+            except KernelInvariantError:
+                raise
+            except Exception:
+                # Publishing or a chore failed (a bug, or the store): the world's own state
+                # is intact, so keep serving and say so loudly.
+                log.exception("the world host's bookkeeping failed")
+
+    def _run(self, world: World, job: _Job[Any]) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            return  # the requester went away before its turn
+        result: Any = None
+        failure: BaseException | None = None
+        try:
+            result = job.operation(world)
+        except StepBudgetExceededError as error:
+            self._drain = True
+            failure = error
+        except AosError as error:
+            failure = error
+        except KernelInvariantError as error:
+            job.future.set_exception(WorldClosedError(f"a kernel invariant broke: {error}"))
+            raise
+        except Exception as error:
+            log.exception("a world operation failed unexpectedly")
+            failure = NodeInternalError(f"{type(error).__name__}: {error}")
+        # Publish before answering: whoever sent the input that opened an intent can lease it
+        # as soon as the answer arrives.
+        try:
+            self._after(world)
+        finally:
+            if failure is None:
+                job.future.set_result(result)
+            else:
+                job.future.set_exception(failure)
+
+    def _idle_timeout_s(self) -> float | None:
+        if self._drain:
+            return 0.0
+        if self._timer_pending and self.clock == CLOCK_WALL:
+            since = time.monotonic() - self._last_tick_s
+            return max(0.0, self._limits.timer_tick_ms / 1000.0 - since)
+        return None
+
+    def _chores(self, world: World) -> None:
+        try:
+            if self._drain:
+                self._drain = False
+                world.run_to_idle()
+            if self._timer_pending and self.clock == CLOCK_WALL:
+                now = time.monotonic()
+                if now - self._last_tick_s >= self._limits.timer_tick_ms / 1000.0:
+                    self._last_tick_s = now
+                    world.tick()
+        except StepBudgetExceededError:
+            self._drain = True
+        except AosError:
+            log.exception("a world chore failed")
+        finally:
+            self._after(world)
+
+    def _after(self, world: World) -> None:
+        """Publish what the last operation flushed; note whether a timer is pending."""
+        try:
+            head = world.store.journal.head()
+        except WorldClosedError:
+            self._timer_pending = False
+            return
+        if head <= self._published_height:
+            return
+        if str(world.manifest_hash) != self._manifest_hash:
+            # A governance apply changed the manifest (it needs quiescence: nothing was open).
+            self._manifest_hash = str(world.manifest_hash)
+            if self._on_manifest is not None:
+                self._on_manifest(world)
+        fresh: list[PublishedIntent] = []
+        settled: set[str] = set()
+        timers_changed = False
+        for seq, record in world.store.journal.read(self._published_height + 1, head):
+            if not isinstance(record, dict):
+                raise KernelInvariantError(f"journal record {seq} is not a map")
+            if record["kind"] == records.EFFECT_INTENT:
+                timers_changed |= record["effect"] == TIMER_SET_EFFECT
+                published = _published(world, seq, record)
+                if published is not None:
+                    fresh.append(published)
+            elif record["kind"] == records.EFFECT_RECEIPT:
+                body = record["body"]
+                timers_changed |= isinstance(body, dict) and body.get("adapter") == TIMER_ADAPTER
+                settled.add(str(record["intent"]))
+        self._published_height = head
+        self._leases.withdraw(settled)
+        self._leases.publish(p for p in fresh if p.intent not in settled)
+        if timers_changed:
+            # Asking the world scans every open intent: only when a timer came or went.
+            self._timer_pending = world.next_timer_ns() is not None
+
+    def _publish_open_intents(self, world: World) -> None:
+        """On open: intents journaled (and flushed) before this node started are still open."""
+        fresh = []
+        for value in world.open_intents():
+            for seq, record in world.store.journal.read(value["seq"], value["seq"]):
+                published = _published(world, seq, record)
+                if published is not None:
+                    fresh.append(published)
+        self._published_height = world.store.journal.head()
+        self._leases.publish(fresh)
+        self._timer_pending = world.next_timer_ns() is not None
+
+    def _fail_waiting(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(job, _Job) and job.future.set_running_or_notify_cancel():
+                job.future.set_exception(WorldClosedError("the node stopped"))
+
+
+def _published(world: World, seq: int, record: Any) -> PublishedIntent | None:
+    """An `effect_intent` record as adapters see it; None when no adapter of the manifest may
+    settle it (kernel timers are settled by the kernel itself)."""
+    if not isinstance(record, dict) or record.get("kind") != records.EFFECT_INTENT:
+        raise KernelInvariantError(f"journal record {seq} is not the effect_intent it should be")
+    effect = world.runtime.effects[record["effect"]]
+    adapters = frozenset(a for a in effect.adapters if a in world.runtime.adapters)
+    if not adapters:
+        return None
+    key = record["origin"]["key"]
+    return PublishedIntent(
+        intent=str(record["intent"]),
+        effect=str(record["effect"]),
+        adapters=adapters,
+        params=record["params"],
+        issuer_ref=record["issuer_ref"],
+        workflow=str(record["origin"]["workflow"]),
+        key=cbor.decode(key) if isinstance(key, bytes) and key else None,
+        seq=seq,
+        published_unix_ms=time.time_ns() // 1_000_000,
+    )

@@ -1,0 +1,222 @@
+"""Leases: how published intents reach adapters, and come back when an adapter dies.
+
+The world host publishes an intent here only after the flush that journaled it, and withdraws
+it when a receipt settling it is journaled. An adapter leases up to `count` published intents
+of the effects it serves; a lease lasts `lease_ms`, after which the intent is handed out again
+(first in line, so a crashed adapter's work is retried before newer work). Nothing here is
+journaled: leases are scheduling, the journal only records receipts, and whichever valid
+receipt for an intent arrives first settles it (later ones are duplicates).
+
+Thread-safe: the host thread publishes and withdraws, request handlers lease. Handlers wait
+for work with `wait_for_leases`, which sleeps on the event loop (a long-poll costs no thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aos.kernel.errors import KernelInvariantError
+
+_LEASE_ID_BYTES = 12
+
+
+@dataclass(frozen=True)
+class PublishedIntent:
+    """An open intent as adapters see it: everything needed to execute it."""
+
+    intent: str
+    effect: str
+    adapters: frozenset[str]  # who may settle it (the effect's `adapters`)
+    params: Any  # the normalized params, a CBOR value
+    issuer_ref: str | None
+    workflow: str
+    key: Any  # the origin cell's key value, None for an unkeyed workflow
+    seq: int  # the `effect_intent` record
+    published_unix_ms: int
+
+
+@dataclass(frozen=True)
+class Lease:
+    lease_id: str
+    intent: PublishedIntent
+    adapter: str
+    expires_unix_ms: int
+
+
+@dataclass
+class _Slot:
+    published: PublishedIntent
+    lease_id: str | None = None
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LeaseManager:
+    def __init__(
+        self,
+        *,
+        lease_ms: int,
+        clock_ms: Callable[[], float] = _monotonic_ms,
+        wall_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.lease_ms = lease_ms
+        self._clock_ms = clock_ms
+        self._wall_ms = wall_ms
+        self._lock = threading.Lock()
+        self._open: dict[str, _Slot] = {}
+        # Per effect, the intents nobody holds, in the order they are to be handed out.
+        self._available: dict[str, OrderedDict[str, None]] = {}
+        self._expiries: list[tuple[float, str, str]] = []  # (deadline ms, lease id, intent)
+        self._waiters: dict[int, Callable[[], None]] = {}
+        self._waiter_ids = itertools.count()
+        self.closed = False
+
+    # -- the host thread ---------------------------------------------------------------------
+
+    def publish(self, intents: Iterable[PublishedIntent]) -> None:
+        added = False
+        with self._lock:
+            for published in intents:
+                if published.intent in self._open:
+                    continue
+                self._open[published.intent] = _Slot(published)
+                self._available.setdefault(published.effect, OrderedDict())[published.intent] = None
+                added = True
+        if added:
+            self._wake()
+
+    def withdraw(self, intents: Iterable[str]) -> None:
+        """Forget settled intents (their leases die with them)."""
+        with self._lock:
+            for intent in intents:
+                slot = self._open.pop(intent, None)
+                if slot is not None:
+                    self._available.get(slot.published.effect, OrderedDict()).pop(intent, None)
+
+    def close(self) -> None:
+        """The node is stopping: waiting lease requests return at once, empty."""
+        self.closed = True
+        self._wake()
+
+    # -- request handlers --------------------------------------------------------------------
+
+    def lease(self, adapter: str, effects: Collection[str], count: int) -> list[Lease]:
+        """Lease up to `count` available intents of `effects` that `adapter` may settle."""
+        if self.closed:
+            return []
+        leases: list[Lease] = []
+        with self._lock:
+            self._reclaim_expired()
+            deadline = self._clock_ms() + self.lease_ms
+            expires_unix_ms = self._wall_ms() + self.lease_ms
+            for effect in effects:
+                queue = self._available.get(effect)
+                while queue and len(leases) < count:
+                    intent, _ = queue.popitem(last=False)
+                    slot = self._open[intent]
+                    if adapter not in slot.published.adapters:
+                        raise KernelInvariantError(f"{adapter} may not lease {effect} intents")
+                    slot.lease_id = secrets.token_hex(_LEASE_ID_BYTES)
+                    heapq.heappush(self._expiries, (deadline, slot.lease_id, intent))
+                    leases.append(Lease(slot.lease_id, slot.published, adapter, expires_unix_ms))
+        return leases
+
+    def ms_until_next_expiry(self) -> float | None:
+        with self._lock:
+            if not self._expiries:
+                return None
+            return max(0.0, self._expiries[0][0] - self._clock_ms())
+
+    def get(self, intent: str) -> PublishedIntent | None:
+        with self._lock:
+            slot = self._open.get(intent)
+            return None if slot is None else slot.published
+
+    def open_for(self, adapter: str, limit: int) -> list[PublishedIntent]:
+        """Open intents `adapter` may settle, leased or not, in publishing order."""
+        with self._lock:
+            found = [s.published for s in self._open.values() if adapter in s.published.adapters]
+        return found[:limit]
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            self._reclaim_expired()
+            available = sum(len(queue) for queue in self._available.values())
+            return {"published": len(self._open), "leased": len(self._open) - available}
+
+    def add_waiter(self, wake: Callable[[], None]) -> int:
+        with self._lock:
+            token = next(self._waiter_ids)
+            self._waiters[token] = wake
+            return token
+
+    def remove_waiter(self, token: int) -> None:
+        with self._lock:
+            self._waiters.pop(token, None)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _reclaim_expired(self) -> None:
+        now = self._clock_ms()
+        while self._expiries and self._expiries[0][0] <= now:
+            _, lease_id, intent = heapq.heappop(self._expiries)
+            slot = self._open.get(intent)
+            if slot is None or slot.lease_id != lease_id:
+                continue  # settled meanwhile, or already re-leased under a newer lease
+            slot.lease_id = None
+            queue = self._available.setdefault(slot.published.effect, OrderedDict())
+            queue[intent] = None
+            queue.move_to_end(intent, last=False)
+
+    def _wake(self) -> None:
+        with self._lock:
+            waiters = list(self._waiters.values())
+        for wake in waiters:
+            wake()
+
+
+async def wait_for_leases(
+    manager: LeaseManager, adapter: str, effects: Collection[str], count: int, wait_ms: int
+) -> list[Lease]:
+    """Lease at once, or wait up to `wait_ms` for a publish (or an expiring lease) to make
+    something available, then return what there is (possibly nothing)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_ms / 1000.0
+    while True:
+        woken = asyncio.Event()
+
+        def wake(event: asyncio.Event = woken) -> None:
+            # A closed loop means nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+
+        # Registered before looking, so a publish between the look and the wait is not missed.
+        token = manager.add_waiter(wake)
+        try:
+            leases = manager.lease(adapter, effects, count)
+            remaining_ms = (deadline - loop.time()) * 1000.0
+            if leases or remaining_ms <= 0 or manager.closed:
+                return leases
+            expiry_ms = manager.ms_until_next_expiry()
+            if expiry_ms is not None:
+                remaining_ms = min(remaining_ms, expiry_ms + 1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), remaining_ms / 1000.0)
+        finally:
+            manager.remove_waiter(token)

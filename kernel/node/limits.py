@@ -1,0 +1,49 @@
+"""Bounds of a world host. Every one is a named default that `NodeLimits` (and so
+`aos node up`) can override; crossing one is a typed error (`node.limit_exceeded`,
+`request.too_large`), never a silent clamp."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aos.kernel.node.errors import NodeConfigError
+
+REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
+"""Largest request body the node reads (a receipt must also fit the world's own limit)."""
+LEASES_PER_REQUEST_MAX_DEFAULT = 100
+LONG_POLL_MS_MAX_DEFAULT = 30_000
+LEASE_MS_DEFAULT = 30_000
+"""How long an adapter holds a leased intent before it is handed out again."""
+TIMER_TICK_MS_DEFAULT = 50
+"""How often a wall-clock world is ticked while a kernel timer is pending."""
+JOURNAL_RECORDS_PER_REQUEST_MAX_DEFAULT = 1000
+JOURNAL_SCAN_RECORDS_MAX_DEFAULT = 100_000
+"""Most records one journal read looks at when filtering by kind."""
+CELLS_PER_REQUEST_MAX_DEFAULT = 10_000
+TASKS_PER_REQUEST_MAX_DEFAULT = 1000
+HOST_QUEUE_MAX_DEFAULT = 10_000
+"""World operations waiting for the writer thread; past it requests get `node.busy`."""
+SHUTDOWN_GRACE_MS_DEFAULT = 5000
+"""How long a stopping node waits for in-flight requests."""
+
+
+@dataclass(frozen=True)
+class NodeLimits:
+    request_bytes_max: int = REQUEST_BYTES_MAX_DEFAULT
+    leases_per_request_max: int = LEASES_PER_REQUEST_MAX_DEFAULT
+    long_poll_ms_max: int = LONG_POLL_MS_MAX_DEFAULT
+    lease_ms: int = LEASE_MS_DEFAULT
+    timer_tick_ms: int = TIMER_TICK_MS_DEFAULT
+    journal_records_per_request_max: int = JOURNAL_RECORDS_PER_REQUEST_MAX_DEFAULT
+    journal_scan_records_max: int = JOURNAL_SCAN_RECORDS_MAX_DEFAULT
+    cells_per_request_max: int = CELLS_PER_REQUEST_MAX_DEFAULT
+    tasks_per_request_max: int = TASKS_PER_REQUEST_MAX_DEFAULT
+    host_queue_max: int = HOST_QUEUE_MAX_DEFAULT
+    shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if type(value) is not int or value < 1:
+                raise NodeConfigError(
+                    f"node limit {name} must be a positive integer, not {value!r}"
+                )

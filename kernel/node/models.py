@@ -1,0 +1,197 @@
+"""Request and response bodies of the HTTP API (spec/04-effects.md §9), as pydantic models so
+that `GET /openapi.json` describes them. Values of the world's data model travel as JSON with
+bytes written `{"$bytes": "<hex>"}` (`Value` fields)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Value = Any
+"""A value of the CBOR data model in JSON form; bytes are {"$bytes": "<hex>"}."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ErrorBody(_Model):
+    code: str = Field(description="Stable dotted error code, e.g. receipt.signature_invalid.")
+    message: str
+    hint: str | None = None
+    path: str | None = Field(None, description="Where in the input the problem is ($.a.b).")
+    detail: dict[str, Any] | None = None
+
+
+class ErrorResponse(_Model):
+    error: ErrorBody
+
+
+class RunReportBody(_Model):
+    steps: int
+    faults: int
+    fault_codes: list[str]
+    dropped: int
+    events: int
+    intents: int
+    first_seq: int
+    last_seq: int
+
+
+class WorkflowCounts(_Model):
+    cells: int
+    failed: int
+
+
+class LeaseCounts(_Model):
+    published: int = Field(description="Open intents adapters may lease.")
+    leased: int = Field(description="Of those, held under an unexpired lease.")
+
+
+class WorldResponse(_Model):
+    world_id: str
+    manifest: str
+    height: int
+    logical_ns: int
+    clock: Literal["wall", "manual"]
+    workflows: dict[str, WorkflowCounts]
+    open_intents: int
+    queued: int
+    leases: LeaseCounts
+
+
+class EventRequest(_Model):
+    schema_: str = Field(alias="schema", description="The event schema, e.g. demo/Ping@1.")
+    value: Value
+
+
+class EventResponse(_Model):
+    seq: int
+    event_hash: str
+    deliveries: int
+    report: RunReportBody
+
+
+class StateResponse(_Model):
+    workflow: str
+    key: Value
+    status: Literal["running", "waiting", "completed", "failed"]
+    state: Value
+
+
+class CellBody(_Model):
+    key: Value
+    status: Literal["running", "waiting", "completed", "failed"]
+    state_hash: str
+    last_active_seq: int
+
+
+class CellsResponse(_Model):
+    workflow: str
+    count: int
+    truncated: bool
+    cells: list[CellBody]
+
+
+class JournalRecordBody(_Model):
+    seq: int
+    record: Value
+
+
+class JournalResponse(_Model):
+    head: int
+    next_seq: int = Field(description="Where to read on from (records may have been skipped).")
+    records: list[JournalRecordBody]
+
+
+class LeaseRequest(_Model):
+    adapter: str = Field(description="The adapter identity (a defadapter name).")
+    effects: list[str] = Field(
+        default_factory=list, description="Effects to lease; empty: every effect it may settle."
+    )
+    max: int = Field(1, description="Most leases to return (<= leases_per_request_max).")
+    wait_ms: int = Field(0, description="Long-poll: wait this long for work (<= long_poll_ms_max).")
+
+
+class Origin(_Model):
+    workflow: str
+    key: Value = Field(description="The origin cell's key value (null for an unkeyed workflow).")
+
+
+class LeaseBody(_Model):
+    lease_id: str
+    intent: str
+    effect: str
+    params: Value
+    idempotency_key: str = Field(description="The intent hash: pass it to the outside system.")
+    issuer_ref: str | None
+    origin: Origin
+    expires_unix_ms: int
+
+
+class LeaseResponse(_Model):
+    world_id: str = Field(description="Sign receipts for this world.")
+    leases: list[LeaseBody]
+
+
+class BytesValue(_Model):
+    hex_: str = Field(alias="$bytes", pattern="^([0-9a-fA-F]{2})*$")
+
+
+class ReceiptBody(_Model):
+    world: str
+    intent: str
+    status: Literal["ok", "error", "timeout"]
+    payload: Value
+    adapter: str
+    started_ns: int
+    finished_ns: int
+
+
+class SignedReceipt(_Model):
+    body: ReceiptBody
+    signature: BytesValue = Field(description="Ed25519 over the canonical CBOR of body.")
+
+
+class ReceiptRequest(_Model):
+    """Also accepted as application/cbor: the same map, in CBOR, signature as a byte string."""
+
+    receipt: SignedReceipt
+
+
+class SettleResponse(_Model):
+    intent: str
+    seq: int | None = Field(description="The effect_receipt record; null for a duplicate.")
+    duplicate: bool
+    delivered: bool
+    report: RunReportBody | None
+
+
+class TaskBody(_Model):
+    intent: str
+    effect: str
+    params: Value
+    issuer_ref: str | None
+    origin: Origin
+    seq: int
+    published_unix_ms: int
+
+
+class TasksResponse(_Model):
+    adapter: str
+    tasks: list[TaskBody]
+
+
+class TaskCompleteRequest(_Model):
+    status: Literal["ok", "error"]
+    payload: Value = None
+
+
+class TimeAdvanceRequest(_Model):
+    by_ns: int
+
+
+class TimeResponse(_Model):
+    logical_ns: int
+    report: RunReportBody | None

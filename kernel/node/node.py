@@ -1,0 +1,380 @@
+"""A node: one world served to clients and adapters. This is what the HTTP API calls; every
+method takes and returns plain JSON-ready values (bytes as `{"$bytes": hex}`), and every world
+access runs on the host thread (host.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from aos.kernel import cbor
+from aos.kernel.node.errors import (
+    CellMissingError,
+    HumanDisabledError,
+    LeaseAdapterNotAllowedError,
+    LeaseAdapterUnknownError,
+    LeaseEffectUnknownError,
+    NodeLimitExceededError,
+    RequestInvalidError,
+    TaskUnknownError,
+)
+from aos.kernel.node.host import WorldHost
+from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
+from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_for_leases
+from aos.kernel.node.limits import NodeLimits
+from aos.kernel.world import records
+from aos.kernel.world.cells import STATUS_FAILED
+from aos.kernel.world.router import RouteError
+from aos.kernel.world.world import CellInfo, RunReport, World
+
+JOURNAL_LIMIT_DEFAULT = 100
+CELLS_LIMIT_DEFAULT = 1000
+
+
+class KeyUnexpectedError(RequestInvalidError):
+    code = "world.key_unexpected"
+    hint = "the workflow is not keyed: it has one cell, named by no key"
+
+
+class Node:
+    """Host a world: `start` opens it on the host thread, `close` stops and closes it."""
+
+    def __init__(
+        self,
+        opener: Callable[[], World],
+        *,
+        limits: NodeLimits | None = None,
+        human: HumanAdapter | None = None,
+    ) -> None:
+        self.limits = limits or NodeLimits()
+        self.human = human
+        self.leases = LeaseManager(lease_ms=self.limits.lease_ms)
+        self.host = WorldHost(
+            self._opening(opener),
+            self.leases,
+            limits=self.limits,
+            on_manifest=self._learn_effects,
+        )
+        # What each adapter may settle, learnt from the manifest (again when it changes).
+        self._effects_of: dict[str, tuple[str, ...]] = {}
+        self._effect_names: frozenset[str] = frozenset()
+
+    @classmethod
+    def open_path(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        limits: NodeLimits | None = None,
+        human: HumanAdapter | None = None,
+        **world_options: Any,
+    ) -> Node:
+        return cls(lambda: World.open(path, **world_options), limits=limits, human=human)
+
+    def _opening(self, opener: Callable[[], World]) -> Callable[[], World]:
+        def open_world() -> World:
+            world = opener()
+            try:
+                self._learn_manifest(world)
+            except BaseException:
+                world.close()
+                raise
+            return world
+
+        return open_world
+
+    def _learn_manifest(self, world: World) -> None:
+        if self.human is not None:
+            self.human.check(world.runtime.adapters)
+        self._learn_effects(world)
+
+    def _learn_effects(self, world: World) -> None:
+        runtime = world.runtime
+        effects_of: dict[str, list[str]] = {name: [] for name in runtime.adapters}
+        for name, effect in sorted(runtime.effects.items()):
+            for adapter in effect.adapters:
+                if adapter in effects_of:
+                    effects_of[adapter].append(name)
+        self._effects_of = {k: tuple(v) for k, v in effects_of.items()}
+        self._effect_names = frozenset(runtime.effects)
+
+    def start(self) -> Node:
+        self.host.start()
+        return self
+
+    def close(self) -> None:
+        self.leases.close()
+        self.host.close()
+
+    def __enter__(self) -> Node:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @property
+    def world_id(self) -> str:
+        return self.host.world_id
+
+    # -- the world ---------------------------------------------------------------------------
+
+    async def info(self) -> dict[str, Any]:
+        def read(world: World) -> dict[str, Any]:
+            status = world.status()
+            return {
+                "world_id": world.world_id,
+                "manifest": status["manifest"],
+                "height": status["height"],
+                "logical_ns": status["logical_ns"],
+                "clock": status["clock"],
+                "workflows": status["workflows"],
+                "open_intents": status["open_intents"],
+                "queued": status["queued"],
+            }
+
+        info = await self.host.run(read)
+        info["leases"] = self.leases.counts()
+        return info
+
+    async def send(self, schema: str, value_json: Any) -> dict[str, Any]:
+        value = cbor.from_json(value_json, "$.value")
+
+        def send(world: World) -> dict[str, Any]:
+            try:
+                admitted, report = world.send(schema, value)
+            except RouteError as error:
+                error.detail["rejected_seq"] = world.height  # journaled as ingress_rejected
+                raise
+            return {
+                "seq": admitted.seq,
+                "event_hash": str(admitted.event_hash),
+                "deliveries": admitted.deliveries,
+                "report": _report(report),
+            }
+
+        return await self.host.run(send)
+
+    async def state(self, workflow: str, key_json: Any, keyed_request: bool) -> dict[str, Any]:
+        key = cbor.from_json(key_json, "$.key")
+
+        def read(world: World) -> dict[str, Any]:
+            definition = world.runtime.workflow(workflow)
+            if definition.key_schema is None and keyed_request:
+                raise KeyUnexpectedError(f"{workflow} is not keyed; leave the key out")
+            key_bytes = world.key_bytes(workflow, key)
+            state = world.state(workflow, key)
+            status = world.status_of(workflow, key_bytes)
+            if state is None and status != STATUS_FAILED:
+                raise CellMissingError(f"{workflow} has no cell for that key")
+            return {
+                "workflow": workflow,
+                "key": cbor.to_json(key),
+                "status": status,
+                "state": cbor.to_json(state),
+            }
+
+        return await self.host.run(read)
+
+    async def cells(self, workflow: str, limit: int) -> dict[str, Any]:
+        _within("limit", limit, self.limits.cells_per_request_max)
+
+        def read(world: World) -> dict[str, Any]:
+            cells = world.cells(workflow)
+            return {
+                "workflow": workflow,
+                "count": len(cells),
+                "truncated": len(cells) > limit,
+                "cells": [_cell(cell) for cell in cells[:limit]],
+            }
+
+        return await self.host.run(read)
+
+    async def journal(self, from_seq: int, limit: int, kind: str | None) -> dict[str, Any]:
+        _within("limit", limit, self.limits.journal_records_per_request_max)
+        if kind is not None and kind not in records.KINDS:
+            raise RequestInvalidError(
+                f"kind is one of {', '.join(records.KINDS)}", path="$.kind", kind=kind
+            )
+        scan_max = self.limits.journal_scan_records_max
+
+        def read(world: World) -> dict[str, Any]:
+            journal = world.store.journal
+            head = journal.head()
+            found: list[dict[str, Any]] = []
+            next_seq = from_seq
+            for seq, record in journal.read(from_seq, head, limit=scan_max):
+                next_seq = seq + 1
+                if kind is None or (isinstance(record, dict) and record.get("kind") == kind):
+                    found.append({"seq": seq, "record": cbor.to_json(record)})
+                    if len(found) == limit:
+                        break
+            return {"head": head, "next_seq": max(next_seq, from_seq), "records": found}
+
+        return await self.host.run(read)
+
+    # -- leases and receipts -----------------------------------------------------------------
+
+    async def lease(
+        self, adapter: str, effects: list[str], count: int, wait_ms: int
+    ) -> dict[str, Any]:
+        _within("max", count, self.limits.leases_per_request_max)
+        _within("wait_ms", wait_ms, self.limits.long_poll_ms_max, minimum=0)
+        allowed = self._effects_of.get(adapter)
+        if allowed is None:
+            raise LeaseAdapterUnknownError(f"no adapter {adapter} in the manifest")
+        for index, effect in enumerate(effects):
+            if effect not in self._effect_names:
+                raise LeaseEffectUnknownError(
+                    f"no effect {effect} in the manifest", path=f"$.effects[{index}]"
+                )
+            if effect not in allowed:
+                raise LeaseAdapterNotAllowedError(
+                    f"{adapter} may not settle {effect}", path=f"$.effects[{index}]"
+                )
+        wanted = list(dict.fromkeys(effects)) if effects else list(allowed)
+        leases = await wait_for_leases(self.leases, adapter, wanted, count, wait_ms)
+        return {"world_id": self.world_id, "leases": [_lease(lease) for lease in leases]}
+
+    async def settle(self, receipt_value: Any) -> dict[str, Any]:
+        def settle(world: World) -> dict[str, Any]:
+            settlement = world.settle(receipt_value)
+            report = None if settlement.duplicate else world.run_to_idle()
+            return {
+                "intent": settlement.intent,
+                "seq": settlement.seq,
+                "duplicate": settlement.duplicate,
+                "delivered": settlement.delivered,
+                "report": _report(report) if report is not None else None,
+            }
+
+        return await self.host.run(settle)
+
+    # -- human tasks -------------------------------------------------------------------------
+
+    def _human(self) -> HumanAdapter:
+        if self.human is None:
+            raise HumanDisabledError("this node hosts no human adapter")
+        return self.human
+
+    async def tasks(self, limit: int) -> dict[str, Any]:
+        human = self._human()
+        _within("limit", limit, self.limits.tasks_per_request_max)
+        found = self.leases.open_for(human.name, limit)
+        return {"adapter": human.name, "tasks": [_task(task) for task in found]}
+
+    async def task(self, intent: str) -> dict[str, Any]:
+        human = self._human()
+        return _task(self._open_task(human, intent))
+
+    def _open_task(self, human: HumanAdapter, intent: str) -> PublishedIntent:
+        task = self.leases.get(intent)
+        if task is None or human.name not in task.adapters:
+            raise TaskUnknownError(f"no open task {intent}")
+        return task
+
+    async def complete_task(self, intent: str, status: str, payload_json: Any) -> dict[str, Any]:
+        human = self._human()
+        if status not in TASK_STATUSES:
+            raise RequestInvalidError(f"status is one of {TASK_STATUSES}", path="$.status")
+        payload = cbor.from_json(payload_json, "$.payload")
+
+        def complete(world: World) -> dict[str, Any]:
+            # Looked up on the host thread: a receipt settled just before is withdrawn by now.
+            task = self._open_task(human, intent)
+            settlement = world.settle(human.receipt(world.world_id, task, status, payload))
+            report = None if settlement.duplicate else world.run_to_idle()
+            return {
+                "intent": settlement.intent,
+                "seq": settlement.seq,
+                "duplicate": settlement.duplicate,
+                "delivered": settlement.delivered,
+                "report": _report(report) if report is not None else None,
+            }
+
+        return await self.host.run(complete)
+
+    # -- time --------------------------------------------------------------------------------
+
+    async def advance_time(self, by_ns: int) -> dict[str, Any]:
+        def advance(world: World) -> dict[str, Any]:
+            report = world.advance_time(by_ns)
+            return {"logical_ns": world.logical_ns, "report": _report(report)}
+
+        return await self.host.run(advance)
+
+    async def jump_next_timer(self) -> dict[str, Any]:
+        def jump(world: World) -> dict[str, Any]:
+            report = world.jump_next_timer()
+            return {
+                "logical_ns": world.logical_ns,
+                "report": _report(report) if report is not None else None,
+            }
+
+        return await self.host.run(jump)
+
+
+def _within(name: str, value: int, maximum: int, *, minimum: int = 1) -> None:
+    if value < minimum:
+        raise RequestInvalidError(f"{name} must be at least {minimum}", path=f"$.{name}")
+    if value > maximum:
+        raise NodeLimitExceededError(
+            f"{name} is {value}; this node allows at most {maximum}",
+            path=f"$.{name}",
+            limit=maximum,
+            value=value,
+        )
+
+
+def _report(report: RunReport) -> dict[str, Any]:
+    return {
+        "steps": report.steps,
+        "faults": report.faults,
+        "fault_codes": list(report.fault_codes),
+        "dropped": report.dropped,
+        "events": report.events,
+        "intents": report.intents,
+        "first_seq": report.first_seq,
+        "last_seq": report.last_seq,
+    }
+
+
+def _cell(cell: CellInfo) -> dict[str, Any]:
+    return {
+        "key": cbor.to_json(cell.key),
+        "status": cell.status,
+        "state_hash": str(cell.state_hash),
+        "last_active_seq": cell.last_active_seq,
+    }
+
+
+def _origin(published: PublishedIntent) -> dict[str, Any]:
+    return {"workflow": published.workflow, "key": cbor.to_json(published.key)}
+
+
+def _lease(lease: Lease) -> dict[str, Any]:
+    published = lease.intent
+    return {
+        "lease_id": lease.lease_id,
+        "intent": published.intent,
+        "effect": published.effect,
+        "params": cbor.to_json(published.params),
+        # The intent hash names this piece of work forever (it survives restarts and
+        # re-leases), so it is what the adapter passes to the outside system.
+        "idempotency_key": published.intent,
+        "issuer_ref": published.issuer_ref,
+        "origin": _origin(published),
+        "expires_unix_ms": lease.expires_unix_ms,
+    }
+
+
+def _task(task: PublishedIntent) -> dict[str, Any]:
+    return {
+        "intent": task.intent,
+        "effect": task.effect,
+        "params": cbor.to_json(task.params),
+        "issuer_ref": task.issuer_ref,
+        "origin": _origin(task),
+        "seq": task.seq,
+        "published_unix_ms": task.published_unix_ms,
+    }

@@ -1,0 +1,489 @@
+"""The adapter SDK against a fake node: signing, duplicates, handler errors, bounded retries,
+bounded concurrency, stopping. `FakeNode` is shared with the other adapter tests; it speaks
+the node's HTTP contract (spec/10-adapters.md) in memory or over a real loopback socket."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from aos.kernel import cbor
+from aos.kernel.adapters.sdk import (
+    Adapter,
+    AdapterConfigInvalidError,
+    AdapterEffectDuplicateError,
+    AdapterNodeProtocolError,
+    AdapterNodeUnreachableError,
+    AdapterNoHandlersError,
+    Lease,
+    Result,
+    RetryPolicy,
+)
+from aos.kernel.adapters.signing import public_key_of, verify_body
+from aos.kernel.hashing import hash_value
+
+SEED = bytes(range(32))
+OTHER_SEED = bytes(range(1, 33))
+ADAPTER = "demo/adapter@1"
+EFFECT = "demo/noop@1"
+FAST_RETRY = RetryPolicy(attempts_max=3, backoff_ms_initial=1, backoff_ms_max=2)
+WAIT_MS_MAX = 200
+
+
+def intent_hash(n: int) -> str:
+    return str(hash_value({"intent": n}))
+
+
+class FakeNode:
+    """A node's adapter-facing API in memory: open intents, leases (handed out once), and
+    receipts verified against one adapter's public key, like the real node."""
+
+    def __init__(self, public_key: bytes = public_key_of(SEED)) -> None:
+        self.world_id = "blake3:" + "ab" * 32
+        self.public_key = public_key
+        self.open: dict[str, dict[str, Any]] = {}
+        self.leased: set[str] = set()
+        self.settled: dict[str, dict[str, Any]] = {}
+        self.receipts: list[Any] = []
+        self.lease_requests: list[Any] = []
+        self.failures = 0  # answer this many next requests with 503
+        self.refuse_receipts: str | None = None  # answer receipts with this error code
+        self.answer_duplicate = False
+        self.seq = 100
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+
+    def add(self, n: int, params: Any = None, effect: str = EFFECT) -> str:
+        intent = intent_hash(n)
+        with self._changed:
+            self.open[intent] = {
+                "lease_id": f"lease-{n}",
+                "intent": intent,
+                "effect": effect,
+                "params": cbor.to_json({"n": n} if params is None else params),
+                "idempotency_key": intent,
+                "issuer_ref": f"ref-{n}",
+                "origin": {"workflow": "demo/keyed@1", "key": {"$bytes": "6161"}},
+                "expires_unix_ms": int(time.time() * 1000) + 30_000,
+            }
+            self._changed.notify_all()
+        return intent
+
+    def answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        with self._lock:
+            if self.failures:
+                self.failures -= 1
+                return 503, {"error": {"code": "node.busy", "message": "busy"}}
+        if method == "GET" and path == "/v1/world":
+            return 200, {"world_id": self.world_id, "manifest": "blake3:00", "height": 1}
+        if method == "POST" and path == "/v1/leases":
+            return 200, self._lease(body)
+        if method == "POST" and path == "/v1/receipts":
+            return self._receipt(body["receipt"])
+        return 404, {"error": {"code": "request.not_found", "message": path}}
+
+    def _lease(self, body: Any) -> Any:
+        self.lease_requests.append(body)
+        deadline = time.monotonic() + min(body["wait_ms"], WAIT_MS_MAX) / 1000
+        with self._changed:
+            while True:
+                free = [
+                    v
+                    for k, v in self.open.items()
+                    if k not in self.leased and v["effect"] in body["effects"]
+                ][: body["max"]]
+                left = deadline - time.monotonic()
+                if free or left <= 0:
+                    break
+                self._changed.wait(left)
+            self.leased.update(v["intent"] for v in free)
+        return {"world_id": self.world_id, "leases": free}
+
+    def _receipt(self, value: Any) -> tuple[int, Any]:
+        receipt = cbor.from_json(value)
+        self.receipts.append(receipt)
+        body, signature = receipt["body"], receipt["signature"]
+        if self.refuse_receipts:
+            return 400, {"error": {"code": self.refuse_receipts, "message": "refused"}}
+        if body["world"] != self.world_id:
+            return 400, {"error": {"code": "receipt.wrong_world", "message": "world"}}
+        if not verify_body(self.public_key, body, signature):
+            return 400, {"error": {"code": "receipt.signature_invalid", "message": "sig"}}
+        intent = body["intent"]
+        with self._lock:
+            if intent in self.settled or self.answer_duplicate:
+                return 200, {"intent": intent, "seq": None, "duplicate": True, "delivered": False}
+            if intent not in self.open:
+                return 400, {"error": {"code": "receipt.unknown_intent", "message": "unknown"}}
+            del self.open[intent]
+            self.settled[intent] = body
+            self.seq += 1
+            return 200, {"intent": intent, "seq": self.seq, "duplicate": False, "delivered": True}
+
+    def transport(self) -> httpx.MockTransport:
+        def handle(request: httpx.Request) -> httpx.Response:
+            body = json.loads(request.content) if request.content else None
+            status, answer = self.answer(request.method, request.url.path, body)
+            return httpx.Response(status, json=answer)
+
+        return httpx.MockTransport(handle)
+
+    @contextmanager
+    def serve(self) -> Iterator[str]:
+        """Serve over a real loopback socket; yields the base URL."""
+        node = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._answer(None)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                self._answer(json.loads(self.rfile.read(length)))
+
+            def _answer(self, body: Any) -> None:
+                status, answer = node.answer(self.command, self.path, body)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def make_adapter(node: FakeNode, **options: Any) -> Adapter:
+    options.setdefault("retry", FAST_RETRY)
+    options.setdefault("lease_wait_ms", 20)
+    return Adapter(
+        name=ADAPTER, seed=SEED, node="http://node.test", transport=node.transport(), **options
+    )
+
+
+def noop(params: Any, lease: Lease) -> Result:
+    return Result("ok", {"ok": True, "n": params["n"], "key": lease.intent.encode()})
+
+
+@pytest.fixture
+def node() -> FakeNode:
+    return FakeNode()
+
+
+# --------------------------------------------------------------------------------------------
+# Receipts
+
+
+def test_a_receipt_is_signed_over_its_canonical_body(node: FakeNode) -> None:
+    intent = node.add(1)
+    clock = iter([1_000, 2_000])
+    with make_adapter(node, clock_ns=lambda: next(clock)) as adapter:
+        adapter.effect(EFFECT)(noop)
+        [outcome] = adapter.run_once()
+    assert outcome.settled and outcome.seq == 101 and outcome.delivered
+    body = node.settled[intent]
+    assert body == {
+        "world": node.world_id,
+        "intent": intent,
+        "status": "ok",
+        "payload": {"ok": True, "n": 1, "key": intent.encode()},
+        "adapter": ADAPTER,
+        "started_ns": 1_000,
+        "finished_ns": 2_000,
+    }
+    assert verify_body(public_key_of(SEED), body, outcome.signature)
+    assert node.lease_requests[0] == {
+        "adapter": ADAPTER,
+        "effects": [EFFECT],
+        "max": adapter.concurrency,
+        "wait_ms": 0,
+    }
+
+
+def test_the_lease_reaches_the_handler(node: FakeNode) -> None:
+    intent = node.add(7, params={"blob": b"\x00\x01", "n": 7})
+    seen: list[Lease] = []
+
+    def handler(params: Any, lease: Lease) -> Result:
+        seen.append(lease)
+        return Result("ok", {"ok": params["blob"] == b"\x00\x01"})
+
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(handler)
+        adapter.run_once()
+    [lease] = seen
+    assert lease.intent == intent and lease.idempotency_key == intent
+    assert lease.effect == EFFECT and lease.issuer_ref == "ref-7"
+    assert lease.origin_workflow == "demo/keyed@1" and lease.origin_key == b"aa"
+    assert node.settled[intent]["payload"] == {"ok": True}
+
+
+def test_a_receipt_signed_by_another_key_is_refused_and_not_retried(node: FakeNode) -> None:
+    node.public_key = public_key_of(OTHER_SEED)
+    node.add(1)
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(noop)
+        [outcome] = adapter.run_once()
+    assert outcome.refused == "receipt.signature_invalid" and not outcome.settled
+    assert len(node.receipts) == 1
+    assert adapter.summary.refused == 1
+
+
+def test_a_duplicate_answer_counts_as_settled(node: FakeNode) -> None:
+    node.add(1)
+    node.answer_duplicate = True
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(noop)
+        [outcome] = adapter.run_once()
+    assert outcome.duplicate and outcome.settled and outcome.seq is None
+    assert adapter.summary.duplicates == 1 and adapter.summary.refused == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Handler failures become error receipts
+
+
+def _settle_with(node: FakeNode, handler: Any, **options: Any) -> dict[str, Any]:
+    intent = node.add(1)
+    with make_adapter(node, **options) as adapter:
+        adapter.effect(EFFECT)(handler)
+        [outcome] = adapter.run_once()
+    assert outcome.settled
+    return node.settled[intent]
+
+
+def test_a_handler_exception_is_an_error_receipt(node: FakeNode) -> None:
+    def boom(params: Any, lease: Lease) -> Result:
+        raise ValueError("the card was declined " + "x" * 2000)
+
+    body = _settle_with(node, boom)
+    assert body["status"] == "error"
+    message = body["payload"]["message"]
+    assert message.startswith("ValueError: the card was declined") and len(message) <= 500
+
+
+def test_a_handler_that_returns_no_result_is_an_error_receipt(node: FakeNode) -> None:
+    body = _settle_with(node, lambda params, lease: {"status": 200})
+    assert body["status"] == "error"
+    assert "dict, not a Result" in body["payload"]["message"]
+
+
+@pytest.mark.parametrize("payload", [{1, 2}, float("nan"), (1, 2)])
+def test_a_payload_with_no_wire_form_is_an_error_receipt(node: FakeNode, payload: Any) -> None:
+    body = _settle_with(node, lambda params, lease: Result("ok", {"value": payload}))
+    assert body["status"] == "error"
+    assert "cannot be sent" in body["payload"]["message"]
+
+
+def test_a_payload_over_the_receipt_limit_is_an_error_receipt(node: FakeNode) -> None:
+    big = Result("ok", {"blob": b"x" * 5000})
+    body = _settle_with(node, lambda params, lease: big, receipt_bytes_max=4096)
+    assert body["status"] == "error"
+    assert "too large" in body["payload"]["message"]
+
+
+def test_timeout_and_error_results_keep_their_status(node: FakeNode) -> None:
+    body = _settle_with(node, lambda params, lease: Result.timeout("slow", after_s=3))
+    assert body["status"] == "timeout"
+    assert body["payload"] == {"message": "slow", "after_s": 3}
+
+
+def test_a_result_status_is_checked() -> None:
+    with pytest.raises(AdapterConfigInvalidError):
+        Result("done", None)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# Retries
+
+
+def test_backoff_is_exponential_and_capped() -> None:
+    policy = RetryPolicy(attempts_max=8, backoff_ms_initial=50, backoff_ms_max=1000)
+    assert policy.delays_ms() == [50, 100, 200, 400, 800, 1000, 1000]
+    assert RetryPolicy(attempts_max=1).delays_ms() == []
+    for bad in ({"attempts_max": 0}, {"backoff_ms_initial": -1}, {"backoff_ms_max": 1}):
+        with pytest.raises(AdapterConfigInvalidError):
+            RetryPolicy(**bad)
+
+
+def test_transient_node_failures_are_retried(node: FakeNode) -> None:
+    first, second = node.add(1), node.add(2)
+
+    def flaky_post(params: Any, lease: Lease) -> Result:
+        node.failures = 2  # the receipt post fails twice, then gets through
+        return Result("ok", {"ok": True})
+
+    with make_adapter(node, concurrency=1) as adapter:
+        adapter.effect(EFFECT)(noop)
+        _ = adapter.world_id
+        node.failures = 2  # the lease request fails twice, then gets through
+        [outcome] = adapter.run_once()
+        assert outcome.settled and first in node.settled
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(flaky_post)
+        [outcome] = adapter.run_once()
+        assert outcome.settled and second in node.settled
+
+
+def test_a_node_that_stays_down_gives_up_after_the_attempts(node: FakeNode) -> None:
+    node.failures = 1_000
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(noop)
+        with pytest.raises(AdapterNodeUnreachableError) as raised:
+            adapter.run_once()
+    assert raised.value.code == "adapter.node_unreachable"
+    assert node.failures == 1_000 - FAST_RETRY.attempts_max
+
+
+def test_a_receipt_that_cannot_be_posted_is_reported_unposted(node: FakeNode) -> None:
+    intent = node.add(1)
+
+    def fail_later(params: Any, lease: Lease) -> Result:
+        node.failures = 1_000  # the node goes away while the handler runs
+        return Result("ok", {"ok": True})
+
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(fail_later)
+        [outcome] = adapter.run_once()
+    assert outcome.unposted == "adapter.node_unreachable" and not outcome.settled
+    assert intent not in node.settled and adapter.summary.unposted == 1
+
+
+def test_a_connection_refused_is_retried_then_unreachable() -> None:
+    adapter = Adapter(name=ADAPTER, seed=SEED, node="http://127.0.0.1:9", retry=FAST_RETRY)
+    adapter.effect(EFFECT)(noop)
+    with adapter, pytest.raises(AdapterNodeUnreachableError):
+        _ = adapter.world_id
+
+
+def test_a_node_answer_of_the_wrong_shape_is_a_protocol_error(node: FakeNode) -> None:
+    node.open["x"] = {"intent": "x", "effect": EFFECT}  # a lease without its other fields
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(noop)
+        with pytest.raises(AdapterNodeProtocolError):
+            adapter.run_once()
+
+
+def test_a_lease_that_cannot_make_a_valid_receipt_is_not_posted(node: FakeNode) -> None:
+    node.open["not-a-hash"] = {**node.open[node.add(1)], "intent": "not-a-hash"}
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(noop)
+        outcomes = adapter.run_once()
+    assert [o.unposted for o in outcomes if o.lease.intent == "not-a-hash"] == ["receipt.malformed"]
+    assert len(node.receipts) == 1  # only the valid one
+
+
+# --------------------------------------------------------------------------------------------
+# Running and stopping
+
+
+def test_run_bounds_concurrency_and_settles_everything(node: FakeNode) -> None:
+    for n in range(20):
+        node.add(n)
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def slow(params: Any, lease: Lease) -> Result:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.01)
+        with lock:
+            running -= 1
+        return Result("ok", {"ok": True})
+
+    with make_adapter(node, concurrency=4) as adapter:
+        adapter.effect(EFFECT)(slow)
+        thread = threading.Thread(target=adapter.run, kwargs={"install_signals": False})
+        thread.start()
+        deadline = time.monotonic() + 10
+        while len(node.settled) < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        adapter.stop()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert len(node.settled) == 20 and 1 < peak <= 4
+    assert all(r["max"] <= 4 for r in node.lease_requests)
+    assert adapter.summary.settled == 20
+
+
+def test_stop_lets_running_handlers_post_their_receipts(node: FakeNode) -> None:
+    intent = node.add(1)
+    started, release = threading.Event(), threading.Event()
+
+    def blocked(params: Any, lease: Lease) -> Result:
+        started.set()
+        release.wait(5)
+        return Result("ok", {"ok": True})
+
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(blocked)
+        thread = threading.Thread(target=adapter.run, kwargs={"install_signals": False})
+        thread.start()
+        assert started.wait(5)
+        adapter.stop()
+        time.sleep(0.05)
+        assert thread.is_alive()  # draining: the handler still runs
+        release.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive() and intent in node.settled
+
+
+def test_stop_abandons_handlers_after_the_drain_limit(node: FakeNode) -> None:
+    node.add(1)
+    started, release = threading.Event(), threading.Event()
+
+    def stuck(params: Any, lease: Lease) -> Result:
+        started.set()
+        release.wait(5)
+        return Result("ok", {"ok": True})
+
+    with make_adapter(node, stop_drain_s=0.1) as adapter:
+        adapter.effect(EFFECT)(stuck)
+        thread = threading.Thread(target=adapter.run, kwargs={"install_signals": False})
+        thread.start()
+        assert started.wait(5)
+        adapter.stop()
+        thread.join(timeout=2)
+        assert not thread.is_alive()
+        release.set()
+
+
+def test_configuration_is_checked(node: FakeNode) -> None:
+    for bad in (
+        {"seed": b"short"},
+        {"node": "node.test:9010"},
+        {"concurrency": 0},
+        {"lease_wait_ms": 10**9},
+        {"name": ""},
+    ):
+        options = {"name": ADAPTER, "seed": SEED, "node": "http://node.test", **bad}
+        with pytest.raises(AdapterConfigInvalidError):
+            Adapter(**options)
+    with make_adapter(node) as adapter:
+        with pytest.raises(AdapterNoHandlersError):
+            adapter.run_once()
+        adapter.effect(EFFECT)(noop)
+        with pytest.raises(AdapterEffectDuplicateError):
+            adapter.effect(EFFECT)(noop)
