@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel.air.model import Manifest
-from aos.kernel.hashing import Hash
+from aos.kernel.hashing import Hash, is_hash
 from aos.kernel.store import open_store
 from aos.kernel.store.interface import Store
 from aos.kernel.world import records
@@ -89,9 +89,27 @@ def _reachable(store: Store, snapshots: list[Hash]) -> set[Hash]:
     for head in heads:
         _mark_head(store, head, live)
     for _, record in store.journal.read(1):
-        if isinstance(record, dict) and record.get("kind") == records.MANIFEST:
+        if not isinstance(record, dict):
+            continue
+        if record.get("kind") == records.MANIFEST:
             _mark_manifest(store, Hash(str(record["manifest"])), live)
+        elif record.get("kind") == records.EFFECT_RECEIPT:
+            # A payload may name blobs by hash (large bodies uploaded by an adapter).
+            for hash_ in _hashes_in(record["body"]["payload"]):  # type: ignore[index,call-overload]
+                if store.cas.has(hash_):
+                    live.add(hash_)
     return live
+
+
+def _hashes_in(value: Any) -> Iterator[Hash]:
+    if isinstance(value, str) and is_hash(value):
+        yield Hash(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _hashes_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _hashes_in(item)
 
 
 def _mark_head(store: Store, head: Hash, live: set[Hash]) -> None:

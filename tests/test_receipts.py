@@ -233,3 +233,36 @@ def test_open_intents_and_settlements_survive_reopen(tmp_path: Path) -> None:
         assert [i["intent"] for i in again.open_intents()] == [second]
         assert again.settle(sealed).duplicate
         assert again.settle(pending).seq is not None
+
+
+def test_large_payloads_go_to_the_cas_by_hash_and_gc_keeps_them(tmp_path: Path) -> None:
+    from aos.kernel import gc
+    from aos.kernel.world.errors import BlobTooLargeError
+    from tests.test_world import reopen
+
+    path = tmp_path / "s"
+    with create(path, SCRIPTED) as world:
+        [intent] = open_intents(world)
+        kept = world.put_blob(b"x" * 100_000)
+        orphan = world.put_blob(b"nobody names me")
+        assert world.open_intent(intent)["params"] == {"n": 0}  # type: ignore[index]
+        assert world.open_intent("blake3:" + "0" * 64) is None
+        # An error receipt may carry any payload; this one names the blob.
+        world.settle(receipt(world, intent, status="error", payload={"body_ref": str(kept)}))
+        world.run_to_idle()
+        with pytest.raises(BlobTooLargeError):
+            world.put_blob(b"y" * (world.store.limits.blob_bytes_max + 1))
+    gc.collect(path, apply=True)
+    with reopen(path) as again:
+        assert again.store.cas.get(kept) == b"x" * 100_000
+        assert not again.store.cas.has(orphan)
+
+
+def test_a_step_budget_error_from_send_names_the_admitted_event(tmp_path: Path) -> None:
+    from aos.kernel.world.errors import StepBudgetExceededError
+
+    with create(tmp_path / "s", SCRIPTED, limits=WorldLimits(steps_per_run_max=5)) as world:
+        with pytest.raises(StepBudgetExceededError) as caught:
+            world.send("demo/Ping@1", ping("x", "storm"))
+        assert caught.value.detail["seq"] == 2
+        assert caught.value.detail["event_hash"].startswith("blake3:")

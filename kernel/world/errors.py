@@ -112,3 +112,8 @@ class TimeBackwardsError(WorldError):
 class WorldNotQuiescentError(WorldError):
     code = "world.not_quiescent"
     hint = "a snapshot needs an idle scheduler: run to idle first"
+
+
+class BlobTooLargeError(WorldError):
+    code = "world.blob_too_large"
+    hint = "blobs are limited in size (the store's blob_bytes_max)"

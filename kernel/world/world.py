@@ -55,6 +55,7 @@ from aos.kernel.world.cells import (
 )
 from aos.kernel.world.effects import AdmittedEffect, admit
 from aos.kernel.world.errors import (
+    BlobTooLargeError,
     ClockManualOnlyError,
     EventTooLargeError,
     KeyRequiredError,
@@ -472,7 +473,38 @@ class World:
         """Ingress one event and run to idle: when this returns, the event and everything it
         caused are durable."""
         admitted = self.ingress(schema, value)
-        return admitted, self.run_to_idle()
+        try:
+            return admitted, self.run_to_idle()
+        except StepBudgetExceededError as error:
+            # The event itself is durable: tell the caller not to send it again.
+            error.detail.update(seq=admitted.seq, event_hash=str(admitted.event_hash))
+            raise
+
+    def put_blob(self, data: bytes) -> Hash:
+        """Store a blob (a large receipt payload an adapter uploads) and make it durable at
+        once. A blob is a GC root only while a receipt payload names its hash; one no receipt
+        ever names is garbage at the next collection."""
+        self._require_open()
+        if len(data) > self.store.limits.blob_bytes_max:
+            raise BlobTooLargeError(
+                f"the blob is {len(data)} bytes; the limit is {self.store.limits.blob_bytes_max}"
+            )
+        hash_ = self._pending.put(bytes(data))
+        self._flush()
+        return hash_
+
+    def open_intent(self, intent: str) -> dict[str, Any] | None:
+        """The journaled `effect_intent` record of an open intent (params included)."""
+        found = self._open_intents.get(intent)
+        if found is None:
+            return None
+        if found.seq > self._head - len(self._pending.records):
+            record = self._pending.records[
+                found.seq - (self._head - len(self._pending.records)) - 1
+            ]
+            return dict(record)
+        stored: Any = next(iter(self.store.journal.read(found.seq, found.seq)))[1]
+        return dict(stored)
 
     # ----------------------------------------------------------------------------------------
     # Receipts and time
@@ -534,6 +566,7 @@ class World:
         return self._tick(None)
 
     def next_timer_ns(self) -> int | None:
+        """The earliest pending kernel timer deadline (timers are few: open timer intents)."""
         deadlines = [i.due_ns for i in self._open_intents.values() if i.due_ns is not None]
         return min(deadlines) if deadlines else None
 
