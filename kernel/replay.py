@@ -204,7 +204,7 @@ class _Replay:
 
     def _from_genesis(self) -> World:
         genesis: Any = next(iter(self.source.journal.read(1, 1)))[1]
-        store = MemoryStore(fallback_has=not self.keep_all_blobs)
+        store = MemoryStore(fallback_cas=self.source.cas, fallback_has=not self.keep_all_blobs)
         world = self._scratch(store, self._loaded(str(genesis["manifest"])))
         world.replay_genesis(Stamp.from_value(genesis["stamp"]), self.source.cas.get)
         self._compare(1, genesis)
@@ -294,6 +294,8 @@ class _Replay:
                     world.settle(recorded["receipt"])
             elif kind == records.TIME:
                 world._time_input(stamp)
+            elif kind == records.GOVERNANCE:
+                self._feed_governance(world, recorded)
             else:
                 world._forced_stamp = None
                 raise _DivergedError(
@@ -315,6 +317,27 @@ class _Replay:
             ) from None
         finally:
             world._forced_stamp = None
+
+    def _feed_governance(self, world: World, recorded: dict[str, Any]) -> None:
+        from aos.kernel import governance  # governance builds on the world, like replay
+
+        action, proposal = recorded["action"], str(recorded["proposal"])
+        if action == "proposed":
+            governance.propose(world, self.source.cas.get_value(Hash(str(recorded["patch"]))))
+        elif action == "shadowed":
+            governance.record_shadow_raw(
+                world, proposal, recorded["state_height"], recorded["report"], recorded["summary"]
+            )
+        elif action in ("approved", "rejected"):
+            governance.decide(
+                world,
+                proposal,
+                approve=action == "approved",
+                approver=recorded["approver"],
+                reason=recorded["reason"],
+            )
+        elif action == "applied":
+            governance.apply(world, proposal)
 
     def _compare(self, seq: int, recorded: dict[str, Any], world: World | None = None) -> None:
         produced = self.produced.pop(seq, None)

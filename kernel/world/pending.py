@@ -29,6 +29,9 @@ class PendingWrites:
             self.blobs[hash_] = data
         return hash_
 
+    def has(self, hash_: Hash) -> bool:
+        return hash_ in self.blobs or self._store.cas.has(hash_)
+
     def get(self, hash_: Hash) -> bytes:
         data = self.blobs.get(hash_)
         return data if data is not None else self._store.cas.get(hash_)

@@ -20,6 +20,7 @@ EFFECT_RECEIPT = "effect_receipt"
 RECEIPT_REJECTED = "receipt_rejected"
 TIME = "time"
 SNAPSHOT = "snapshot"
+GOVERNANCE = "governance"
 
 KINDS = (
     MANIFEST,
@@ -33,6 +34,7 @@ KINDS = (
     RECEIPT_REJECTED,
     TIME,
     SNAPSHOT,
+    GOVERNANCE,
 )
 
 # A record that entered from outside carries an ingress `stamp`; every other record was
@@ -192,3 +194,8 @@ def time(stamp: dict[str, Any]) -> dict[str, Any]:
 def snapshot(snapshot_hash: str, height: int) -> dict[str, Any]:
     """A snapshot of the world as of journal `height` (the record before this one)."""
     return {"kind": SNAPSHOT, "snapshot": snapshot_hash, "height": height}
+
+
+def governance(action: str, proposal: str, stamp: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A governance action (proposed, shadowed, approved, rejected, applied): an input."""
+    return {"kind": GOVERNANCE, "action": action, "proposal": proposal, "stamp": stamp, **fields}

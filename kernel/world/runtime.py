@@ -42,7 +42,7 @@ class Runtime:
         self._sample_rate = sample_rate
         # A replay audit steps every input on a fresh instance, whatever the profile: strict
         # gives exactly what checked applies (08-wasm.md), with nothing carried between steps.
-        self._fresh_instances = fresh_instances
+        self.fresh_instances = fresh_instances
         self.schemas: dict[str, DefSchema] = dict(loaded.schemas)
         self.workflows: dict[str, DefWorkflow] = dict(loaded.workflows)
         self.effects: dict[str, DefEffect] = dict(BUILTIN_EFFECTS)
@@ -84,9 +84,7 @@ class Runtime:
             runner = StepRunner(
                 loaded,
                 limits=definition.step_limits(),
-                determinism="strict"
-                if self._fresh_instances
-                else self.loaded.determinism(workflow),
+                determinism="strict" if self.fresh_instances else self.loaded.determinism(workflow),
                 sample_rate=self._sample_rate,
             )
             self._runners[workflow] = runner

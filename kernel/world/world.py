@@ -233,6 +233,13 @@ class World:
         # Set by a replay so the next input gets its recorded stamp instead of a fresh one.
         self._forced_stamp: Stamp | None = None
         self.snapshots: list[tuple[int, Hash]] = []  # (journal seq, snapshot hash), oldest first
+        # Governance: proposals by id, and the height of the last record that was not a
+        # governance action (a shadow is current while this has not moved).
+        self.proposals: dict[str, dict[str, Any]] = {}
+        self.state_height = self._head
+        # Called after every step with the message, the exact input envelope, and the checked
+        # outcome or the fault (a governance shadow runs the proposed module beside it).
+        self.on_step: Callable[[Message, bytes, Any], None] | None = None
         # Called with every record as it is appended (a replay compares them as they come).
         self.on_append: Callable[[int, dict[str, Any]], None] | None = None
         self._last_snapshot_wall_s = _monotonic_s()
@@ -813,8 +820,12 @@ class World:
             result = runner.step(step_input, seq=message.seq)
             outcome = self._check_output(message, result, module)
         except StepFault as fault:
+            if self.on_step is not None:
+                self.on_step(message, step_input, fault)
             self._record_fault(message, fault, module, report)
             return
+        if self.on_step is not None:
+            self.on_step(message, step_input, outcome)
         self._apply(message, outcome, report)
 
     def _context(self, message: Message) -> bytes:
@@ -830,7 +841,7 @@ class World:
         }
         return cbor.encode(normalize(value, WORKFLOW_CONTEXT, BUILTIN_SCHEMAS))
 
-    def _check_output(self, message: Message, result: StepResult, module: str) -> _Outcome:
+    def _check_output(self, message: Message, result: StepResult, module: str) -> StepOutcome:
         """Everything the kernel checks about a step's output beyond the envelope: the state
         fits its schema, events fit theirs and can be routed, effects are admitted. Pure: it
         changes nothing, so a fault here leaves nothing applied."""
@@ -876,9 +887,9 @@ class World:
             )
             for index, emitted in enumerate(output.effects)
         ]
-        return _Outcome(state, events, effects, result.fuel_used)
+        return StepOutcome(state, events, effects, result.fuel_used)
 
-    def _apply(self, message: Message, outcome: _Outcome, report: RunReport) -> None:
+    def _apply(self, message: Message, outcome: StepOutcome, report: RunReport) -> None:
         table = self._table(message.workflow)
         cell: CellId = (message.workflow, message.key)
         step_seq = self._append(
@@ -960,6 +971,8 @@ class World:
     def _append(self, record: dict[str, Any]) -> int:
         self._pending.records.append(record)
         self._head += 1
+        if record["kind"] != records.GOVERNANCE:
+            self.state_height = self._head
         if self.on_append is not None:
             self.on_append(self._head, record)
         return self._head
@@ -996,7 +1009,27 @@ class World:
                 intent.to_value(key) for key, intent in sorted(self._open_intents.items())
             ],
             "queued": [message.to_value() for message in self._scheduler.snapshot()],
+            "proposals": {key: dict(value) for key, value in sorted(self.proposals.items())},
+            "state_height": self.state_height,
         }
+
+    def _switch_manifest(self, manifest_hash: Hash) -> None:
+        """Make a stored manifest the world's (governance apply). Cells of workflows the new
+        manifest no longer has leave the head; the others keep their index roots."""
+        manifest = Manifest.model_validate(self._pending.get_value(manifest_hash))
+        loaded = assemble_manifest(manifest, stored_definitions(manifest, self._pending))
+        self._runtime = Runtime(
+            loaded,
+            self._pending,
+            self._engine,
+            sample_rate=self.limits.checked_sample_rate,
+            key_bytes_max=self.limits.key_bytes_max,
+            fresh_instances=self._runtime.fresh_instances,
+        )
+        for name in list(self._cells):
+            if name not in loaded.workflows:
+                del self._cells[name]
+        self._stored_roots = {k: v for k, v in self._stored_roots.items() if k in loaded.workflows}
 
     def _restore(self, head: dict[str, Any]) -> None:
         if head["height"] != self.store.journal.head():
@@ -1013,6 +1046,8 @@ class World:
             cell = (intent.workflow, intent.key)
             self._waiting[cell] = self._waiting.get(cell, 0) + 1
         self._scheduler.restore([Message.from_value(v) for v in head["queued"]])
+        self.proposals = {key: dict(value) for key, value in head.get("proposals", {}).items()}
+        self.state_height = int(head.get("state_height", self._head))
 
     def _table(self, workflow: str) -> CellTable:
         table = self._cells.get(workflow)
@@ -1149,7 +1184,7 @@ def _as_map(value: Any, what: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class _Outcome:
+class StepOutcome:
     state: bytes | None
     events: list[tuple[str, Any, list[Delivery]]]
     effects: list[AdmittedEffect]
