@@ -10,7 +10,7 @@ effects one after another, each emitted by the step that takes the previous rece
 * `effects.many_cells`: M cells started at once, each doing E effects. In process, the
   receipts of all open intents are settled and flushed together (group commit) or one flush
   each; out of process, the SDK adapter with concurrency `ADAPTER_CONCURRENCY` against the
-  node (which flushes once per receipt).
+  node (which settles the receipts queued together and flushes once for them: group commit).
 
 Rows are seconds per effect (a settled intent and the step its receipt resumes).
 """

@@ -14,6 +14,7 @@ import logging
 import re
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import click
 from aos.cli.common import emit_json, handles_errors, json_option
 from aos.kernel.adapters.builtin.http import (
     HTTP_BODY_BYTES_INLINE_MAX_DEFAULT,
+    HTTP_BODY_BYTES_MAX_DEFAULT,
     HTTP_TIMEOUT_S_DEFAULT,
     HttpEffect,
     HttpOptions,
@@ -156,9 +158,15 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     help=f"Per intent (http: {HTTP_TIMEOUT_S_DEFAULT:g}, python: {PYTHON_TIMEOUT_S_DEFAULT:g}).",
 )
 @click.option(
+    "--body-bytes-inline-max",
+    type=click.IntRange(min=0),
+    help="http: largest response body inlined in the receipt; a larger one is uploaded to "
+    f"the world's CAS and named by hash (body_ref) [{HTTP_BODY_BYTES_INLINE_MAX_DEFAULT}].",
+)
+@click.option(
     "--body-bytes-max",
     type=click.IntRange(min=0),
-    help=f"http: largest response body inlined [{HTTP_BODY_BYTES_INLINE_MAX_DEFAULT}].",
+    help=f"http: largest response body read at all [{HTTP_BODY_BYTES_MAX_DEFAULT}].",
 )
 @click.option(
     "--url-map",
@@ -194,6 +202,7 @@ def run_command(
     retries: int,
     once: bool,
     timeout_s: float | None,
+    body_bytes_inline_max: int | None,
     body_bytes_max: int | None,
     url_map: tuple[str, ...],
     functions: tuple[str, ...],
@@ -204,12 +213,17 @@ def run_command(
     perform them, and post receipts signed with the key in --key.
 
     \b
-    http    params {method, url, headers, body?} -> payload {status, headers, body}
+    http    params {method, url, headers, body?} -> payload {status, headers, body, body_ref?}
     python  params as JSON -> MODULE:FUNCTION(params) in a subprocess -> payload
     """
     if not node.startswith(("http://", "https://")):
         raise click.BadParameter(f"{node!r} is not http(s)://HOST:PORT", param_hint="--node")
-    _check_kind_options(kind, body_bytes_max, url_map, functions, module_paths)
+    http_options = {
+        "--body-bytes-inline-max": body_bytes_inline_max is not None,
+        "--body-bytes-max": body_bytes_max is not None,
+        "--url-map": bool(url_map),
+    }
+    _check_kind_options(kind, http_options, functions, module_paths)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
     seed = read_seed(key_file)
     printer = _Printer(as_json)
@@ -223,7 +237,12 @@ def run_command(
         on_outcome=printer.outcome,
     )
     with adapter:
-        handler, close = _handler(kind, timeout_s, body_bytes_max, url_map, functions, module_paths)
+        if kind == "http":
+            handler, close = _http_handler(
+                adapter, timeout_s, body_bytes_inline_max, body_bytes_max, url_map
+            )
+        else:
+            handler, close = _python_handler(timeout_s, functions, module_paths), lambda: None
         try:
             for effect in effects:
                 adapter.effect(effect)(handler)
@@ -234,13 +253,12 @@ def run_command(
 
 def _check_kind_options(
     kind: str,
-    body_bytes_max: int | None,
-    url_map: tuple[str, ...],
+    http_options: dict[str, bool],
     functions: tuple[str, ...],
     module_paths: tuple[Path, ...],
 ) -> None:
     given = {
-        "http": [("--body-bytes-max", body_bytes_max is not None), ("--url-map", bool(url_map))],
+        "http": list(http_options.items()),
         "python": [("--function", bool(functions)), ("--module-path", bool(module_paths))],
     }
     for other, options in given.items():
@@ -251,31 +269,40 @@ def _check_kind_options(
         raise click.UsageError("a python adapter needs --function [EFFECT=]MODULE:FUNCTION")
 
 
-def _handler(
-    kind: str,
+def _http_handler(
+    adapter: Adapter,
     timeout_s: float | None,
+    body_bytes_inline_max: int | None,
     body_bytes_max: int | None,
     url_map: tuple[str, ...],
-    functions: tuple[str, ...],
-    module_paths: tuple[Path, ...],
-) -> tuple[Handler, Any]:
-    if kind == "http":
-        http = HttpEffect(
-            HttpOptions(
-                timeout_s=timeout_s or HTTP_TIMEOUT_S_DEFAULT,
-                body_bytes_inline_max=(
-                    HTTP_BODY_BYTES_INLINE_MAX_DEFAULT if body_bytes_max is None else body_bytes_max
-                ),
-                url_map=parse_url_map(url_map),
-            )
-        )
-        return http, http.close
+) -> tuple[Handler, Callable[[], None]]:
+    http = HttpEffect(
+        HttpOptions(
+            timeout_s=timeout_s or HTTP_TIMEOUT_S_DEFAULT,
+            body_bytes_inline_max=(
+                HTTP_BODY_BYTES_INLINE_MAX_DEFAULT
+                if body_bytes_inline_max is None
+                else body_bytes_inline_max
+            ),
+            body_bytes_max=HTTP_BODY_BYTES_MAX_DEFAULT
+            if body_bytes_max is None
+            else body_bytes_max,
+            url_map=parse_url_map(url_map),
+        ),
+        put_blob=adapter.put_blob,  # large bodies go to the world's CAS, named by hash
+    )
+    return http, http.close
+
+
+def _python_handler(
+    timeout_s: float | None, functions: tuple[str, ...], module_paths: tuple[Path, ...]
+) -> Handler:
     options = PythonOptions(
         functions=parse_functions(functions),
         module_paths=module_paths,
         timeout_s=timeout_s or PYTHON_TIMEOUT_S_DEFAULT,
     )
-    return PythonFunctionEffect(options), lambda: None
+    return PythonFunctionEffect(options)
 
 
 def _serve(adapter: Adapter, *, once: bool, printer: _Printer, kind: str) -> None:

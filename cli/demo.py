@@ -1,8 +1,12 @@
-"""`make demo`: the main job, run on the embedded default (LMDB, no servers).
+"""`make demo`: the main job in two parts.
 
-Creates a world from `manifests/counter` (the Python counter, built into a WASM component
-on first use and cached after), sends a few hundred events over many keys with durable group
-commit, reopens the world, and prints its cells, a few states and the journal tail.
+1. The counter world, in process on the embedded default (LMDB, no servers): creates a world
+   from `manifests/counter` (the Python counter, built into a WASM component on first use
+   and cached after), sends a few hundred events over many keys, each durable before the
+   next, reopens the world, and prints its cells, a few states and the journal tail.
+2. The orders world, every part its own process (`aos.cli.demo_orders`): a world host, an
+   HTTP adapter with its own Ed25519 key, a local payment server; orders charge over HTTP
+   and arm timers, signed receipts resume them. It starts and stops everything it uses.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from aos.cli import demo_orders
 from aos.cli.common import table
 from aos.kernel import cbor
 from aos.kernel.world.world import World
@@ -27,6 +32,17 @@ KEYS = 40
 
 
 def main() -> None:
+    _heading("1/2  the counter world: in process, embedded store, no servers")
+    counter()
+    _heading("2/2  the orders world: a node, an HTTP adapter and a payment server, as processes")
+    demo_orders.main()
+
+
+def _heading(text: str) -> None:
+    click.echo(f"\n{click.style('== ' + text, bold=True)}\n")
+
+
+def counter() -> None:
     if DEMO_DIR.exists():
         shutil.rmtree(DEMO_DIR)
     click.echo(f"creating a world in {DEMO_DIR}/ from {MANIFEST}/ (builds the module once)")

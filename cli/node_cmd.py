@@ -85,6 +85,20 @@ def node_group() -> None:
     help="Largest request body.",
 )
 @click.option(
+    "--blob-bytes-max",
+    type=int,
+    default=node_limits.BLOB_BYTES_MAX_DEFAULT,
+    show_default=True,
+    help="Largest blob an adapter may upload (POST /v1/blobs).",
+)
+@click.option(
+    "--host-batch-max",
+    type=int,
+    default=node_limits.HOST_BATCH_MAX_DEFAULT,
+    show_default=True,
+    help="Most queued receipts and events run to idle and flushed together (group commit).",
+)
+@click.option(
     "--leases-per-request-max",
     type=int,
     default=node_limits.LEASES_PER_REQUEST_MAX_DEFAULT,
@@ -115,6 +129,8 @@ def up_command(
     human_key: str | None,
     lease_ms: int,
     request_bytes_max: int,
+    blob_bytes_max: int,
+    host_batch_max: int,
     leases_per_request_max: int,
     long_poll_ms_max: int,
     timer_tick_ms: int,
@@ -138,6 +154,8 @@ def up_command(
     limits = NodeLimits(
         lease_ms=lease_ms,
         request_bytes_max=request_bytes_max,
+        blob_bytes_max=blob_bytes_max,
+        host_batch_max=host_batch_max,
         leases_per_request_max=leases_per_request_max,
         long_poll_ms_max=long_poll_ms_max,
         timer_tick_ms=timer_tick_ms,

@@ -26,7 +26,8 @@ from aos.kernel.adapters.builtin.python_fn import (
     PythonOptions,
     parse_functions,
 )
-from aos.kernel.adapters.sdk import AdapterConfigInvalidError, Lease
+from aos.kernel.adapters.sdk import AdapterConfigInvalidError, AdapterNodeRefusedError, Lease
+from aos.kernel.hashing import hash_bytes
 from tests.test_adapters_sdk import EFFECT, FakeNode, intent_hash, make_adapter
 
 
@@ -169,14 +170,42 @@ def test_a_trickling_body_cannot_outlast_the_timeout(server: Server) -> None:
     assert result.status == "timeout" and time.monotonic() - started < 1.5
 
 
-def test_a_body_over_the_inline_limit_is_an_error_receipt(server: Server) -> None:
-    with HttpEffect(HttpOptions(body_bytes_inline_max=1000)) as http:
+def test_a_body_over_the_inline_limit_is_stored_by_hash(server: Server) -> None:
+    stored: dict[str, bytes] = {}
+
+    def put_blob(data: bytes) -> str:
+        stored[str(hash_bytes(data))] = data
+        return str(hash_bytes(data))
+
+    options = HttpOptions(body_bytes_inline_max=1000, body_bytes_max=5000)
+    with HttpEffect(options, put_blob=put_blob) as http:
         at_limit = http(request(f"{server.url}/big?n=1000"), lease())
         over = http(request(f"{server.url}/big?n=1001"), lease())
+        at_max = http(request(f"{server.url}/big?n=5000"), lease())
+        too_big = http(request(f"{server.url}/big?n=5001"), lease())
     assert at_limit.status == "ok" and len(at_limit.payload["body"]) == 1000
-    assert over.status == "error"
-    assert over.payload["status"] == 200 and over.payload["body_bytes_inline_max"] == 1000
-    assert "not inlined" in over.payload["message"]
+    assert "body_ref" not in at_limit.payload  # fits schemas without the field
+    for result, size in ((over, 1001), (at_max, 5000)):
+        assert result.status == "ok" and result.payload["status"] == 200
+        assert result.payload["body"] == b""
+        assert stored[result.payload["body_ref"]] == b"x" * size
+    assert too_big.status == "error" and too_big.payload["body_bytes_max"] == 5000
+    assert too_big.payload["status"] == 200 and len(stored) == 2
+
+
+def test_a_large_body_without_a_blob_store_is_an_error_receipt(server: Server) -> None:
+    def refuse(data: bytes) -> str:
+        raise AdapterNodeRefusedError("no", node_code="request.too_large")
+
+    with HttpEffect(HttpOptions(body_bytes_inline_max=1000)) as http:
+        alone = http(request(f"{server.url}/big?n=1001"), lease())
+    assert alone.status == "error" and alone.payload["body_bytes_inline_max"] == 1000
+    assert "cannot upload" in alone.payload["message"]
+    with HttpEffect(HttpOptions(body_bytes_inline_max=1000), put_blob=refuse) as http:
+        refused = http(request(f"{server.url}/big?n=1001"), lease())
+    assert refused.status == "error" and refused.payload["code"] == "request.too_large"
+    with pytest.raises(AdapterConfigInvalidError):
+        HttpOptions(body_bytes_inline_max=1000, body_bytes_max=999)
 
 
 def test_transport_failures_and_bad_params_are_error_receipts() -> None:
@@ -210,13 +239,16 @@ def test_url_map_sends_a_service_url_to_a_local_host(server: Server) -> None:
 def test_http_through_the_sdk(server: Server) -> None:
     node = FakeNode()
     intent = node.add(1, params=request(f"{server.url}/charges"))
-    with make_adapter(node) as adapter, HttpEffect() as http:
+    large = node.add(2, params=request(f"{server.url}/big?n=70000"))
+    with make_adapter(node) as adapter, HttpEffect(put_blob=adapter.put_blob) as http:
         adapter.effect(EFFECT)(http)
-        [outcome] = adapter.run_once()
-    assert outcome.settled
+        outcomes = adapter.run_once()
+    assert all(outcome.settled for outcome in outcomes) and len(outcomes) == 2
     body = node.settled[intent]
     assert body["status"] == "ok" and body["payload"]["status"] == 200
-    assert server.requests[-1]["headers"]["idempotency-key"] == intent
+    assert server.requests[-1]["headers"]["idempotency-key"] in (intent, large)
+    payload = node.settled[large]["payload"]
+    assert payload["body"] == b"" and node.blobs[payload["body_ref"]] == b"x" * 70000
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,18 @@ from aos.cli.demo_orders import (
     aos_command,
     orders_manifest,
 )
-from aos.kernel import cbor
+from aos.kernel import cbor, gc
 from aos.kernel.adapters.keys import write_seed
 from aos.kernel.adapters.signing import generate_seed, public_key_of, verify_body
+from aos.kernel.hashing import Hash, hash_bytes
+from aos.kernel.store import open_store
 from aos.kernel.world.world import World
 
 START_S_MAX = 30.0
 SETTLE_S_MAX = 60.0
 ORDERS_CONCURRENT = 24
 SENDERS = 8
+OCTET_STREAM = {"content-type": "application/octet-stream"}
 
 
 @dataclass
@@ -109,9 +113,13 @@ def node(world: Path, *options: str) -> Iterator[str]:
 
 
 def adapter(url: str, setup: Setup, payments: PaymentServer, *options: str) -> Child:
+    return adapter_for(url, setup, payments.url, *options)
+
+
+def adapter_for(url: str, setup: Setup, service_url: str, *options: str) -> Child:
     fixed = f"adapter run http --name {ADAPTER} --effect {EFFECT} --json".split()
     where = ["--node", url, "--key", str(setup.key_file)]
-    url_map = ["--url-map", f"{PAYMENT_SERVICE}={payments.url}"]
+    url_map = ["--url-map", f"{PAYMENT_SERVICE}={service_url}"]
     return Child([*aos_command(), *fixed, *where, *url_map, *options])
 
 
@@ -233,3 +241,71 @@ def test_sigterm_stops_an_idle_adapter_at_once(setup: Setup) -> None:
         assert runner.stop(signal.SIGTERM) == 0
         assert time.monotonic() - started < 5
         assert json.loads(runner.out[-1])["summary"]["leases"] == 0
+
+
+class LargeAnswer:
+    """A payment service whose every answer is 200 with one large body (a receipt document,
+    say), over the http adapter's inline limit."""
+
+    def __init__(self, body: bytes) -> None:
+        answer = body
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                self.send_response(200)
+                self.send_header("content-type", "application/pdf")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def __enter__(self) -> LargeAnswer:
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def test_a_large_response_body_goes_to_the_cas_by_hash_and_gc_keeps_it(setup: Setup) -> None:
+    body = bytes(range(256)) * 1200  # 307 200 bytes: over the 64 KiB inline limit
+    with (
+        LargeAnswer(body) as service,
+        node(setup.world) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        runner = adapter_for(url, setup, service.url)
+        try:
+            place(client, "o-big", 700)
+            wait_until("the order", lambda: order_state(client, "o-big")["status"] == "paid")
+        finally:
+            assert runner.stop() == 0, "".join(runner.err)
+        [record] = [r for r in receipts(client) if r["body"]["adapter"] == ADAPTER]
+        payload = record["body"]["payload"]
+        ref = str(hash_bytes(body))
+        assert payload["status"] == 200 and payload["body"] == b"" and payload["body_ref"] == ref
+        assert payload["headers"]["content-type"] == "application/pdf"
+        assert "payload_error" not in record  # it fits demo/HttpResponse@1
+        assert verify_body(setup.public_key, record["body"], record["signature"])
+        orphan = client.post(
+            "/v1/blobs", content=b"named by no receipt", headers=OCTET_STREAM
+        ).json()["hash"]
+    with open_store(setup.world) as store:
+        stored = store.cas.get(Hash(ref))
+        assert stored == body and str(hash_bytes(stored)) == ref
+        assert store.cas.has(Hash(orphan))
+    report = gc.collect(setup.world, apply=True)
+    assert report.garbage_objects >= 1
+    with open_store(setup.world) as store:
+        assert store.cas.get(Hash(ref)) == body  # a receipt payload names it: kept
+        assert not store.cas.has(Hash(orphan))

@@ -28,7 +28,7 @@ from aos.kernel.adapters.sdk import (
     RetryPolicy,
 )
 from aos.kernel.adapters.signing import public_key_of, verify_body
-from aos.kernel.hashing import hash_value
+from aos.kernel.hashing import hash_bytes, hash_value
 
 SEED = bytes(range(32))
 OTHER_SEED = bytes(range(1, 33))
@@ -57,6 +57,8 @@ class FakeNode:
         self.failures = 0  # answer this many next requests with 503
         self.refuse_receipts: str | None = None  # answer receipts with this error code
         self.answer_duplicate = False
+        self.blobs: dict[str, bytes] = {}
+        self.blob_hash: str | None = None  # answer blob uploads with this hash instead
         self.seq = 100
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -88,6 +90,11 @@ class FakeNode:
             return 200, self._lease(body)
         if method == "POST" and path == "/v1/receipts":
             return self._receipt(body["receipt"])
+        if method == "POST" and path == "/v1/blobs":
+            hash_ = str(hash_bytes(body))
+            with self._lock:
+                self.blobs[hash_] = body
+            return 200, {"hash": self.blob_hash or hash_}
         return 404, {"error": {"code": "request.not_found", "message": path}}
 
     def _lease(self, body: Any) -> Any:
@@ -130,7 +137,7 @@ class FakeNode:
 
     def transport(self) -> httpx.MockTransport:
         def handle(request: httpx.Request) -> httpx.Response:
-            body = json.loads(request.content) if request.content else None
+            body = _body(request.url.path, request.content)
             status, answer = self.answer(request.method, request.url.path, body)
             return httpx.Response(status, json=answer)
 
@@ -147,7 +154,7 @@ class FakeNode:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
-                self._answer(json.loads(self.rfile.read(length)))
+                self._answer(_body(self.path, self.rfile.read(length)))
 
             def _answer(self, body: Any) -> None:
                 status, answer = node.answer(self.command, self.path, body)
@@ -170,6 +177,13 @@ class FakeNode:
         finally:
             server.shutdown()
             server.server_close()
+
+
+def _body(path: str, content: bytes) -> Any:
+    """A request body as the fake node reads it: raw bytes for a blob, else JSON."""
+    if path == "/v1/blobs":
+        return content
+    return json.loads(content) if content else None
 
 
 def make_adapter(node: FakeNode, **options: Any) -> Adapter:
@@ -381,6 +395,20 @@ def test_a_node_answer_of_the_wrong_shape_is_a_protocol_error(node: FakeNode) ->
         adapter.effect(EFFECT)(noop)
         with pytest.raises(AdapterNodeProtocolError):
             adapter.run_once()
+
+
+def test_put_blob_uploads_raw_bytes_and_checks_the_answered_hash(node: FakeNode) -> None:
+    data = bytes(range(256)) * 10
+    with make_adapter(node) as adapter:
+        ref = adapter.put_blob(data)
+        assert ref == str(hash_bytes(data)) and node.blobs[ref] == data
+        node.failures = 1  # retried like any request: storing a blob twice is harmless
+        assert adapter.put_blob(data) == ref
+        node.blob_hash = str(hash_bytes(b"something else"))
+        with pytest.raises(AdapterNodeProtocolError):
+            adapter.put_blob(data)
+        with pytest.raises(AdapterConfigInvalidError):
+            adapter.put_blob("text")  # type: ignore[arg-type]
 
 
 def test_a_lease_that_cannot_make_a_valid_receipt_is_not_posted(node: FakeNode) -> None:

@@ -4,6 +4,7 @@ time, and the limits at their edges."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import threading
@@ -19,6 +20,7 @@ from starlette.exceptions import StarletteDeprecationWarning
 from aos.kernel import cbor
 from aos.kernel.adapters.keys import KeyFileError, read_seed, write_seed
 from aos.kernel.adapters.signing import signed_receipt
+from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.node.errors import HumanAdapterError, NodeConfigError
@@ -148,6 +150,7 @@ def test_openapi_describes_every_endpoint(client: TestClient) -> None:
         ("/v1/tasks/{intent}/complete", "post"),
         ("/v1/time/advance", "post"),
         ("/v1/time/jump-next", "post"),
+        ("/v1/blobs", "post"),
     ]:
         assert method in paths[path], path
     schemas = document["components"]["schemas"]
@@ -162,6 +165,8 @@ def test_openapi_describes_every_endpoint(client: TestClient) -> None:
     receipt_body = paths["/v1/receipts"]["post"]["requestBody"]["content"]
     assert set(receipt_body) == {"application/json", "application/cbor"}
     assert "signature" in schemas["SignedReceipt"]["properties"]
+    blob_body = paths["/v1/blobs"]["post"]["requestBody"]["content"]
+    assert set(blob_body) == {"application/octet-stream"}
 
 
 def test_events_state_cells_and_journal(client: TestClient) -> None:
@@ -408,6 +413,110 @@ def test_request_bytes_max_at_the_edge(world_path: Path) -> None:
         assert error_of(streamed, 413)["code"] == "request.too_large"
         assert journal(client) == before
         assert client.get("/v1/world").status_code == 200
+
+
+OCTETS = {"content-type": "application/octet-stream"}
+
+
+def test_blobs_are_stored_by_hash_within_their_own_limit(world_path: Path) -> None:
+    limits = NodeLimits(request_bytes_max=2000, blob_bytes_max=10_000)
+    with open_node(world_path, limits=limits) as node:
+        client = TestClient(create_app(node))
+        height = client.get("/v1/world").json()["height"]
+        data = bytes(range(256)) * 39 + b"0123456789abcdef"  # 10 000 bytes: at the limit
+        stored = client.post("/v1/blobs", content=data, headers=OCTETS)
+        assert stored.status_code == 200, stored.text
+        assert stored.json() == {"hash": str(hash_bytes(data))}
+        kept = node.host.call(lambda world: world.store.cas.get(Hash(stored.json()["hash"])))
+        assert kept == data  # flushed: in the store itself
+        over = client.post("/v1/blobs", content=data + b"!", headers=OCTETS)
+        error = error_of(over, 413)
+        assert error["code"] == "request.too_large"
+        assert error["detail"] == {"limit": 10_000, "limit_name": "blob_bytes_max"}
+        as_json = client.post("/v1/blobs", json={"data": "x"})
+        assert error_of(as_json, 415)["code"] == "request.media_type_unsupported"
+        # Every other endpoint keeps request_bytes_max.
+        big_event = client.post("/v1/events", content=b" " * 2001)
+        assert error_of(big_event, 413)["detail"]["limit_name"] == "request_bytes_max"
+        assert client.post("/v1/blobs", content=b"", headers=OCTETS).status_code == 200
+        assert client.get("/v1/world").json()["height"] == height  # blobs are not journaled
+
+
+# --------------------------------------------------------------------------------------------
+# Group commit
+
+
+def _queued_behind_a_held_host(node: Node, calls: list[Any]) -> list[Any]:
+    """Hold the host thread, queue `calls` (coroutine factories) in order, release the host,
+    and return their results (or errors), in order."""
+    gate = threading.Event()
+    held = node.host.submit(lambda _: gate.wait(10))
+    found: list[Any] = []
+
+    async def queue_all() -> list[Any]:
+        return list(await asyncio.gather(*(call() for call in calls), return_exceptions=True))
+
+    thread = threading.Thread(target=lambda: found.extend(asyncio.run(queue_all())))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while node.host._jobs.qsize() < len(calls):
+        assert time.monotonic() < deadline, "the calls were not queued"
+        time.sleep(0.005)
+    gate.set()
+    thread.join(10)
+    assert held.result() is True
+    return found
+
+
+def test_queued_receipts_share_one_run_and_each_gets_its_own_answer(world_path: Path) -> None:
+    with open_node(world_path) as node:
+        client = TestClient(create_app(node))
+        for key in ("a", "b", "c"):
+            send(client, key, "effect", 2)
+        leases = lease(client)
+        assert len(leases) == 6
+        good = [receipt(node.world_id, le["intent"]) for le in leases[:5]]
+        forged = _forged(node.world_id, leases[5]["intent"])
+        batch = [*good[:3], forged, *good[3:], good[0]]  # the last one: a duplicate
+        before = (node.host.batches, node.host.batched)
+        answers = _queued_behind_a_held_host(
+            node, [lambda value=value: node.settle(value) for value in batch]
+        )
+        assert (node.host.batches - before[0], node.host.batched - before[1]) == (1, 7)
+        settled = [answers[i] for i in (0, 1, 2, 4, 5)]
+        assert [a["intent"] for a in settled] == [le["intent"] for le in leases[:5]]
+        assert all(a["delivered"] and not a["duplicate"] for a in settled)
+        assert len({a["seq"] for a in settled}) == 5
+        reports = {(a["report"]["first_seq"], a["report"]["last_seq"]) for a in settled}
+        assert len(reports) == 1 and settled[0]["report"]["steps"] == 5  # one run for all
+        assert getattr(answers[3], "code", None) == "receipt.signature_invalid"
+        assert answers[6]["duplicate"] is True and answers[6]["report"] is None
+        # Published after the flush: the forged receipt's intent is still open for leasing.
+        info = client.get("/v1/world").json()
+        assert info["open_intents"] == 1 and info["leases"]["published"] == 1
+        kinds = [r["record"]["kind"] for r in journal(client)]
+        assert kinds.count("effect_receipt") == 5 and kinds.count("receipt_rejected") == 1
+        envelope = last_value(client, "c")
+        assert envelope["$value"]["intent_hash"] in {le["intent"] for le in leases[4:5]}
+
+
+def test_queued_events_share_one_run_and_a_batch_is_bounded(world_path: Path) -> None:
+    with open_node(world_path, limits=NodeLimits(host_batch_max=3)) as node:
+        client = TestClient(create_app(node))
+        calls = [
+            lambda key=key: node.send("demo/Ping@1", ping(key, "effect", 1))
+            for key in ("a", "b", "c", "d")
+        ]
+        calls.insert(1, lambda: node.send("demo/Nope@1", {}))
+        answers = _queued_behind_a_held_host(node, calls)
+        assert getattr(answers[1], "code", None) == "world.schema_unknown"
+        sent = [answers[i] for i in (0, 2, 3, 4)]
+        assert len({a["seq"] for a in sent}) == 4
+        # At most 3 operations per batch: a, Nope, b in one run; c and d in the next.
+        first, second = sent[0]["report"], sent[2]["report"]
+        assert sent[1]["report"] == first and sent[3]["report"] == second
+        assert first["first_seq"] < second["first_seq"] and first["intents"] == 2
+        assert len(lease(client)) == 4  # every intent published
 
 
 def test_lease_requests_are_checked(world_path: Path) -> None:

@@ -37,6 +37,7 @@ import httpx
 from aos.kernel import cbor
 from aos.kernel.adapters.signing import SEED_BYTES, sign_body
 from aos.kernel.errors import AosError
+from aos.kernel.hashing import hash_bytes
 from aos.kernel.world.receipts import (
     RECEIPT_BYTES_MAX_DEFAULT,
     ReceiptError,
@@ -67,6 +68,7 @@ ERROR_MESSAGE_CHARS_MAX = 500
 
 _HTTP_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _JSON_HEADERS = {"content-type": "application/json"}
+_OCTET_HEADERS = {"content-type": "application/octet-stream"}
 
 Status = Literal["ok", "error", "timeout"]
 STATUSES: tuple[Status, ...] = ("ok", "error", "timeout")
@@ -294,10 +296,17 @@ class NodeClient:
         extra_timeout_s: float = 0.0,
         params: dict[str, str] | None = None,
         stop: threading.Event | None = None,
+        raw: bytes | None = None,
     ) -> Any:
-        """The decoded JSON answer. Transport failures and 408/429/5xx answers are retried
+        """The decoded JSON answer to a JSON `body` (or to `raw` bytes, sent as
+        application/octet-stream). Transport failures and 408/429/5xx answers are retried
         (waits cut short by `stop`); any other error answer raises `adapter.node_refused`."""
-        content = None if body is None else json.dumps(body, allow_nan=False)
+        content: str | bytes | None = None
+        headers: dict[str, str] | None = None
+        if raw is not None:
+            content, headers = raw, _OCTET_HEADERS
+        elif body is not None:
+            content, headers = json.dumps(body, allow_nan=False), _JSON_HEADERS
         delays = self.retry.delays_ms()
         failure = ""
         for attempt in range(self.retry.attempts_max):
@@ -308,7 +317,7 @@ class NodeClient:
                     path,
                     content=content,
                     params=params,
-                    headers=_JSON_HEADERS if content is not None else None,
+                    headers=headers,
                     timeout=self.timeout_s + extra_timeout_s,
                 )
             except httpx.TransportError as error:
@@ -479,6 +488,25 @@ class Adapter:
         for thread in threads:
             thread.join()
         return sorted(outcomes, key=lambda o: o.lease.intent)
+
+    def put_blob(self, data: bytes) -> str:
+        """Upload `data` to the world's CAS (`POST /v1/blobs`, retried like any request: a
+        blob is named by its hash, so storing it twice is storing it once) and return its
+        hash, for a receipt payload to name instead of inlining the bytes. Safe from handler
+        threads. Raises `adapter.node_refused` (say `request.too_large` past the node's
+        `blob_bytes_max`), `adapter.node_unreachable`, or `adapter.node_protocol` when the
+        node answers with any hash but the one of `data`."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise AdapterConfigInvalidError(f"a blob is bytes, not {type(data).__name__}")
+        data = bytes(data)
+        answer = self._receipt_client.request("POST", "/v1/blobs", raw=data)
+        stored = answer.get("hash") if isinstance(answer, dict) else None
+        expected = str(hash_bytes(data))
+        if stored != expected:
+            raise AdapterNodeProtocolError(
+                f"POST /v1/blobs answered hash {stored!r}; the blob's hash is {expected}"
+            )
+        return expected
 
     def stop(self) -> None:
         """Ask `run` to return after the running handlers finish. Safe from any thread."""

@@ -24,6 +24,7 @@ from aos.kernel.errors import AosError
 from aos.kernel.node import models
 from aos.kernel.node.errors import (
     JsonInvalidError,
+    MediaTypeUnsupportedError,
     NodeInternalError,
     RequestInvalidError,
     RequestTooLargeError,
@@ -33,6 +34,8 @@ from aos.kernel.node.node import CELLS_LIMIT_DEFAULT, JOURNAL_LIMIT_DEFAULT, Nod
 
 API_VERSION = "1"
 CBOR_MEDIA_TYPE = "application/cbor"
+BLOB_MEDIA_TYPE = "application/octet-stream"
+BLOBS_PATH = "/v1/blobs"
 JSON_DEPTH_ERROR = "the JSON is nested too deeply"
 
 log = logging.getLogger("aos.node")
@@ -44,7 +47,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": models.ErrorResponse} for status in (400, 403, 404, 409, 413, 422, 503)
+    status: {"model": models.ErrorResponse} for status in (400, 403, 404, 409, 413, 415, 422, 503)
 }
 
 
@@ -59,7 +62,11 @@ def create_app(node: Node) -> FastAPI:
     _add_error_handlers(app)
     _add_routes(app, node)
     _add_receipt_schema(app)
-    app.add_middleware(BodyLimit, bytes_max=node.limits.request_bytes_max)
+    app.add_middleware(
+        BodyLimit,
+        bytes_max=node.limits.request_bytes_max,
+        by_path={BLOBS_PATH: ("blob_bytes_max", node.limits.blob_bytes_max)},
+    )
     return app
 
 
@@ -115,6 +122,24 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         world to idle so the origin cell steps."""
         value = _receipt_request(await request.body(), request.headers.get("content-type"))
         return await node.settle(value)
+
+    @app.post(
+        BLOBS_PATH,
+        response_model=models.BlobResponse,
+        tags=["adapters"],
+        openapi_extra={"requestBody": _BLOB_BODY},
+    )
+    async def post_blob(request: Request) -> dict[str, Any]:
+        """Store the raw body (application/octet-stream, at most blob_bytes_max) in the
+        world's CAS and answer its hash, for a receipt payload to name (a large HTTP
+        response body, say). Durable when this returns; a blob no receipt names is garbage
+        at the next `aos world gc`."""
+        media_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+        if media_type != BLOB_MEDIA_TYPE:
+            raise MediaTypeUnsupportedError(
+                f"a blob is sent as {BLOB_MEDIA_TYPE}, not {media_type or 'no content type'}"
+            )
+        return await node.put_blob(await request.body())
 
     @app.get("/v1/tasks", response_model=models.TasksResponse, tags=["human"])
     async def get_tasks(limit: int = 100) -> dict[str, Any]:
@@ -201,6 +226,12 @@ _RECEIPT_BODY = {
 }
 
 
+_BLOB_BODY = {
+    "required": True,
+    "content": {BLOB_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+}
+
+
 def _add_receipt_schema(app: FastAPI) -> None:
     """The receipt route reads its body itself (JSON or CBOR, and a malformed receipt must
     still reach the kernel to be journaled), so its schema is added to the document here."""
@@ -275,20 +306,30 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 class BodyLimit:
     """Reads a request's whole body before the app sees it, refusing it with 413
-    `request.too_large` as soon as it passes `bytes_max` (by its Content-Length or by what has
-    arrived), so no handler ever holds more than that."""
+    `request.too_large` as soon as it passes its limit (by its Content-Length or by what has
+    arrived), so no handler ever holds more than that. The limit is `bytes_max`
+    (`request_bytes_max`), or the named one `by_path` gives for the request's exact path."""
 
-    def __init__(self, app: ASGIApp, *, bytes_max: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        bytes_max: int,
+        by_path: dict[str, tuple[str, int]] | None = None,
+    ) -> None:
         self.app = app
         self.bytes_max = bytes_max
+        self.by_path = by_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        name, bytes_max = self.by_path.get(scope.get("path", ""), ("request_bytes_max", 0))
+        bytes_max = bytes_max or self.bytes_max
         declared = dict(scope.get("headers", ())).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.bytes_max:
-            await self._refuse(send, int(declared))
+        if declared is not None and declared.isdigit() and int(declared) > bytes_max:
+            await self._refuse(send, int(declared), name, bytes_max)
             return
         chunks: list[bytes] = []
         size = 0
@@ -298,8 +339,8 @@ class BodyLimit:
                 return  # the client went away
             chunk = bytes(message.get("body", b""))
             size += len(chunk)
-            if size > self.bytes_max:
-                await self._refuse(send, size)
+            if size > bytes_max:
+                await self._refuse(send, size, name, bytes_max)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -316,10 +357,11 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send, size: int) -> None:
+    async def _refuse(self, send: Send, size: int, name: str, bytes_max: int) -> None:
         error = RequestTooLargeError(
-            f"the body is at least {size} bytes; the limit is {self.bytes_max}",
-            limit=self.bytes_max,
+            f"the body is at least {size} bytes; the limit is {bytes_max} ({name})",
+            limit=bytes_max,
+            limit_name=name,
         )
         payload = json.dumps({"error": error.to_dict()}).encode()
         await send(

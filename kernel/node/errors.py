@@ -76,7 +76,12 @@ class RequestInvalidError(NodeError):
 
 class RequestTooLargeError(NodeError):
     code = "request.too_large"
-    hint = "request bodies are limited in size (request_bytes_max)"
+    hint = "request bodies are limited in size (request_bytes_max; blobs: blob_bytes_max)"
+
+
+class MediaTypeUnsupportedError(NodeError):
+    code = "request.media_type_unsupported"
+    hint = "POST /v1/blobs takes the raw bytes as application/octet-stream"
 
 
 class JsonInvalidError(InvalidInputError):
@@ -97,6 +102,8 @@ _STATUS_BY_CODE = {
     "lease.adapter_not_allowed": 403,
     "lease.effect_unknown": 422,
     "request.too_large": 413,
+    "request.media_type_unsupported": 415,
+    "world.blob_too_large": 413,
     "request.invalid": 422,
     "world.event_too_large": 413,
     "world.schema_unknown": 422,

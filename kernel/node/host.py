@@ -13,6 +13,16 @@ does the world's own chores:
   pending, so timers fire without any input arriving.
 * **draining** — a run that stopped at the step budget left work queued; the thread keeps
   running the world to idle until nothing is queued.
+
+**Group commit.** Receipts and events are *batched* operations (`run_batched`): an `admit`
+that puts the input into the world without running it, and an `answer` that makes the
+caller's result from the run's report. When the thread takes a batched operation from the
+queue it also takes every batched operation queued right behind it (at most
+`host_batch_max`; the first other operation ends the batch and runs next), admits them one
+after another, runs the world to idle once — one flush — publishes, and only then answers
+each caller with its own result or its own error. Admitting needs no flush (a refused
+receipt or an unroutable event journals its rejection and flushes it itself), so a batch of
+N receipts costs one fsync instead of N.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from aos.kernel import cbor
@@ -35,7 +45,7 @@ from aos.kernel.node.leases import LeaseManager, PublishedIntent
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.world import records
 from aos.kernel.world.errors import StepBudgetExceededError, WorldClosedError
-from aos.kernel.world.world import CLOCK_WALL, World
+from aos.kernel.world.world import CLOCK_WALL, RunReport, World
 
 T = TypeVar("T")
 Operation = Callable[[World], T]
@@ -48,6 +58,27 @@ _STOP = object()
 @dataclass
 class _Job(Generic[T]):
     operation: Operation[T]
+    future: Future[T]
+
+
+@dataclass(frozen=True)
+class Admission(Generic[T]):
+    """What admitting one batched input left to do: whether the world must run for it (a
+    duplicate receipt needs nothing), and how to answer its caller from the run's report
+    (None when the batch ran nothing)."""
+
+    runs: bool
+    answer: Callable[[RunReport | None], T]
+    # Run errors are raised to this caller with these details added (say, its event's seq).
+    error_detail: dict[str, Any] = field(default_factory=dict)
+
+
+Admit = Callable[[World], Admission[T]]
+
+
+@dataclass
+class _BatchJob(Generic[T]):
+    admit: Admit[T]
     future: Future[T]
 
 
@@ -77,6 +108,9 @@ class WorldHost:
         self._timer_pending = False
         self._drain = False
         self._last_tick_s = 0.0
+        self._held: Any = None  # the job that ended a batch, run next
+        self.batches = 0  # batches run, and the operations in them (tests, benches)
+        self.batched = 0
         self.world_id = ""
         self.clock = ""
 
@@ -98,11 +132,20 @@ class WorldHost:
 
     def submit(self, operation: Operation[T]) -> Future[T]:
         future: Future[T] = Future()
+        return self._put(_Job(operation, future), future)
+
+    def submit_batched(self, admit: Admit[T]) -> Future[T]:
+        """Queue an input to be admitted with the batched operations around it and run to
+        idle with them (group commit, see the module's doc)."""
+        future: Future[T] = Future()
+        return self._put(_BatchJob(admit, future), future)
+
+    def _put(self, job: _Job[T] | _BatchJob[T], future: Future[T]) -> Future[T]:
         if self._stopping or not self._thread.is_alive():
             future.set_exception(WorldClosedError("the node is stopping"))
             return future
         try:
-            self._jobs.put_nowait(_Job(operation, future))
+            self._jobs.put_nowait(job)
         except queue.Full:
             future.set_exception(
                 NodeBusyError(
@@ -115,6 +158,10 @@ class WorldHost:
     async def run(self, operation: Operation[T]) -> T:
         """Submit from the event loop and await the result without blocking it."""
         return await asyncio.wrap_future(self.submit(operation))
+
+    async def run_batched(self, admit: Admit[T]) -> T:
+        """`submit_batched` from the event loop."""
+        return await asyncio.wrap_future(self.submit_batched(admit))
 
     def call(self, operation: Operation[T]) -> T:
         """Submit from any other thread and wait."""
@@ -144,14 +191,19 @@ class WorldHost:
 
     def _serve(self, world: World) -> None:
         while True:
-            try:
-                job = self._jobs.get(timeout=self._idle_timeout_s())
-            except queue.Empty:
-                job = None
+            if self._held is not None:
+                job, self._held = self._held, None
+            else:
+                try:
+                    job = self._jobs.get(timeout=self._idle_timeout_s())
+                except queue.Empty:
+                    job = None
             if job is _STOP:
                 return
             try:
-                if job is not None:
+                if isinstance(job, _BatchJob):
+                    self._run_batch(world, self._batch(job))
+                elif job is not None:
                     self._run(world, job)
                 self._chores(world)
             except KernelInvariantError:
@@ -188,6 +240,72 @@ class WorldHost:
                 job.future.set_result(result)
             else:
                 job.future.set_exception(failure)
+
+    def _batch(self, first: _BatchJob[Any]) -> list[_BatchJob[Any]]:
+        """`first` and the batched jobs queued right behind it; the first job of another
+        kind (or the stop) is held to run next, so operations still run in arrival order."""
+        batch = [first]
+        while len(batch) < self._limits.host_batch_max:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(job, _BatchJob):
+                self._held = job
+                break
+            batch.append(job)
+        return batch
+
+    def _run_batch(self, world: World, batch: list[_BatchJob[Any]]) -> None:
+        """Admit every input of the batch, run the world to idle once, publish, answer."""
+        admitted: list[tuple[_BatchJob[Any], Admission[Any] | BaseException]] = []
+        report: RunReport | None = None
+        run_error: BaseException | None = None
+        try:
+            for job in batch:
+                if not job.future.set_running_or_notify_cancel():
+                    continue  # the requester went away before its turn
+                try:
+                    admitted.append((job, job.admit(world)))
+                except AosError as error:
+                    admitted.append((job, error))  # its own refusal; the others go on
+                except KernelInvariantError:
+                    raise
+                except Exception as error:
+                    log.exception("a world operation failed unexpectedly")
+                    admitted.append((job, NodeInternalError(f"{type(error).__name__}: {error}")))
+            runs = sum(1 for _, a in admitted if isinstance(a, Admission) and a.runs)
+            if runs:
+                # Each input keeps the step budget it would have had on its own.
+                budget = world.limits.steps_per_run_max * runs
+                try:
+                    report = world.run_to_idle(steps_max=budget)
+                except StepBudgetExceededError as error:
+                    self._drain = True
+                    run_error = error
+                except AosError as error:
+                    run_error = error
+                except KernelInvariantError:
+                    raise
+                except Exception as error:
+                    log.exception("running a batch of world operations failed unexpectedly")
+                    run_error = NodeInternalError(f"{type(error).__name__}: {error}")
+        except KernelInvariantError as error:
+            closed = WorldClosedError(f"a kernel invariant broke: {error}")
+            for job in batch:
+                if job.future.running() or (
+                    not job.future.done() and job.future.set_running_or_notify_cancel()
+                ):
+                    job.future.set_exception(closed)
+            raise
+        # Publish before answering, as for any operation.
+        try:
+            self._after(world)
+        finally:
+            self.batches += 1
+            self.batched += len(admitted)
+            for job, admission in admitted:
+                _answer(job.future, admission, report, run_error)
 
     def _idle_timeout_s(self) -> float | None:
         if self._drain:
@@ -264,12 +382,47 @@ class WorldHost:
 
     def _fail_waiting(self) -> None:
         while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(job, _Job) and job.future.set_running_or_notify_cancel():
+            if self._held is not None:
+                job, self._held = self._held, None
+            else:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    return
+            if isinstance(job, (_Job, _BatchJob)) and job.future.set_running_or_notify_cancel():
                 job.future.set_exception(WorldClosedError("the node stopped"))
+
+
+def _answer(
+    future: Future[Any],
+    admission: Admission[Any] | BaseException,
+    report: RunReport | None,
+    run_error: BaseException | None,
+) -> None:
+    """One caller's answer from a batch: its own refusal, the run's error (when the world
+    had to run for it) with its own details, or its result."""
+    if isinstance(admission, BaseException):
+        future.set_exception(admission)
+        return
+    if admission.runs and run_error is not None:
+        future.set_exception(_own_copy(run_error, admission.error_detail))
+        return
+    try:
+        future.set_result(admission.answer(report if admission.runs else None))
+    except Exception as error:
+        log.exception("answering a batched operation failed")
+        future.set_exception(NodeInternalError(f"{type(error).__name__}: {error}"))
+
+
+def _own_copy(error: BaseException, detail: dict[str, Any]) -> BaseException:
+    """A copy of a run error for one caller (callers do not share exception objects)."""
+    if not isinstance(error, AosError):
+        return error
+    try:
+        copy = type(error)(error.message, path=error.path, **{**error.detail, **detail})
+    except TypeError:
+        return error
+    return copy
 
 
 def _published(world: World, seq: int, record: Any) -> PublishedIntent | None:

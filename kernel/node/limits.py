@@ -10,6 +10,9 @@ from aos.kernel.node.errors import NodeConfigError
 
 REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
 """Largest request body the node reads (a receipt must also fit the world's own limit)."""
+BLOB_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
+"""Largest body of `POST /v1/blobs` (the one endpoint not bound by `request_bytes_max`); it
+must also fit the store's own `blob_bytes_max`."""
 LEASES_PER_REQUEST_MAX_DEFAULT = 100
 LONG_POLL_MS_MAX_DEFAULT = 30_000
 LEASE_MS_DEFAULT = 30_000
@@ -23,6 +26,9 @@ CELLS_PER_REQUEST_MAX_DEFAULT = 10_000
 TASKS_PER_REQUEST_MAX_DEFAULT = 1000
 HOST_QUEUE_MAX_DEFAULT = 10_000
 """World operations waiting for the writer thread; past it requests get `node.busy`."""
+HOST_BATCH_MAX_DEFAULT = 256
+"""Most queued receipt and event operations the writer thread admits before running the world
+to idle once (one flush) for all of them: group commit."""
 SHUTDOWN_GRACE_MS_DEFAULT = 5000
 """How long a stopping node waits for in-flight requests."""
 
@@ -30,6 +36,7 @@ SHUTDOWN_GRACE_MS_DEFAULT = 5000
 @dataclass(frozen=True)
 class NodeLimits:
     request_bytes_max: int = REQUEST_BYTES_MAX_DEFAULT
+    blob_bytes_max: int = BLOB_BYTES_MAX_DEFAULT
     leases_per_request_max: int = LEASES_PER_REQUEST_MAX_DEFAULT
     long_poll_ms_max: int = LONG_POLL_MS_MAX_DEFAULT
     lease_ms: int = LEASE_MS_DEFAULT
@@ -39,6 +46,7 @@ class NodeLimits:
     cells_per_request_max: int = CELLS_PER_REQUEST_MAX_DEFAULT
     tasks_per_request_max: int = TASKS_PER_REQUEST_MAX_DEFAULT
     host_queue_max: int = HOST_QUEUE_MAX_DEFAULT
+    host_batch_max: int = HOST_BATCH_MAX_DEFAULT
     shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT
 
     def __post_init__(self) -> None:

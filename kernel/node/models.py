@@ -168,6 +168,10 @@ class SettleResponse(_Model):
     report: RunReportBody | None
 
 
+class BlobResponse(_Model):
+    hash: str = Field(description="The blob's hash (blake3 of the raw bytes) in the CAS.")
+
+
 class TaskBody(_Model):
     intent: str
     effect: str

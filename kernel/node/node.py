@@ -18,16 +18,17 @@ from aos.kernel.node.errors import (
     LeaseEffectUnknownError,
     NodeLimitExceededError,
     RequestInvalidError,
+    RequestTooLargeError,
     TaskUnknownError,
 )
-from aos.kernel.node.host import WorldHost
+from aos.kernel.node.host import Admission, WorldHost
 from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
 from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_for_leases
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.world import records
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.router import RouteError
-from aos.kernel.world.world import CellInfo, RunReport, World
+from aos.kernel.world.world import CellInfo, RunReport, Settlement, World
 
 JOURNAL_LIMIT_DEFAULT = 100
 CELLS_LIMIT_DEFAULT = 1000
@@ -138,22 +139,32 @@ class Node:
         return info
 
     async def send(self, schema: str, value_json: Any) -> dict[str, Any]:
+        """Ingress an event; it runs to idle (and is flushed) together with the other events
+        and receipts queued with it (group commit, host.py)."""
         value = cbor.from_json(value_json, "$.value")
 
-        def send(world: World) -> dict[str, Any]:
+        def admit(world: World) -> Admission[dict[str, Any]]:
             try:
-                admitted, report = world.send(schema, value)
+                admitted = world.ingress(schema, value)
             except RouteError as error:
                 error.detail["rejected_seq"] = world.height  # journaled as ingress_rejected
                 raise
-            return {
-                "seq": admitted.seq,
-                "event_hash": str(admitted.event_hash),
-                "deliveries": admitted.deliveries,
-                "report": _report(report),
-            }
 
-        return await self.host.run(send)
+            def answer(report: RunReport | None) -> dict[str, Any]:
+                assert report is not None  # an admitted event always runs
+                return {
+                    "seq": admitted.seq,
+                    "event_hash": str(admitted.event_hash),
+                    "deliveries": admitted.deliveries,
+                    "report": _report(report),
+                }
+
+            # A run that stops at the step budget: this event itself is durable (the run
+            # flushed it), so tell its sender not to send it again.
+            detail = {"seq": admitted.seq, "event_hash": str(admitted.event_hash)}
+            return Admission(True, answer, detail)
+
+        return await self.host.run_batched(admit)
 
     async def state(self, workflow: str, key_json: Any, keyed_request: bool) -> dict[str, Any]:
         key = cbor.from_json(key_json, "$.key")
@@ -237,18 +248,28 @@ class Node:
         return {"world_id": self.world_id, "leases": [_lease(lease) for lease in leases]}
 
     async def settle(self, receipt_value: Any) -> dict[str, Any]:
-        def settle(world: World) -> dict[str, Any]:
-            settlement = world.settle(receipt_value)
-            report = None if settlement.duplicate else world.run_to_idle()
-            return {
-                "intent": settlement.intent,
-                "seq": settlement.seq,
-                "duplicate": settlement.duplicate,
-                "delivered": settlement.delivered,
-                "report": _report(report) if report is not None else None,
-            }
+        """Settle a signed receipt; the origin cell runs (and everything is flushed) together
+        with the other receipts and events queued with it (group commit, host.py)."""
 
-        return await self.host.run(settle)
+        def admit(world: World) -> Admission[dict[str, Any]]:
+            return _settled(world.settle(receipt_value))
+
+        return await self.host.run_batched(admit)
+
+    async def put_blob(self, data: bytes) -> dict[str, Any]:
+        """Store a blob in the world's CAS (durable when this returns): a large receipt
+        payload's part, named by hash in the receipt that follows."""
+        if len(data) > self.limits.blob_bytes_max:  # the HTTP app refuses it before reading
+            raise RequestTooLargeError(
+                f"the blob is {len(data)} bytes; the limit is {self.limits.blob_bytes_max}",
+                limit=self.limits.blob_bytes_max,
+                limit_name="blob_bytes_max",
+            )
+
+        def put(world: World) -> dict[str, Any]:
+            return {"hash": str(world.put_blob(data))}
+
+        return await self.host.run(put)
 
     # -- human tasks -------------------------------------------------------------------------
 
@@ -279,20 +300,13 @@ class Node:
             raise RequestInvalidError(f"status is one of {TASK_STATUSES}", path="$.status")
         payload = cbor.from_json(payload_json, "$.payload")
 
-        def complete(world: World) -> dict[str, Any]:
+        def admit(world: World) -> Admission[dict[str, Any]]:
             # Looked up on the host thread: a receipt settled just before is withdrawn by now.
+            # (Within one batch, a second completion of the same task is a duplicate.)
             task = self._open_task(human, intent)
-            settlement = world.settle(human.receipt(world.world_id, task, status, payload))
-            report = None if settlement.duplicate else world.run_to_idle()
-            return {
-                "intent": settlement.intent,
-                "seq": settlement.seq,
-                "duplicate": settlement.duplicate,
-                "delivered": settlement.delivered,
-                "report": _report(report) if report is not None else None,
-            }
+            return _settled(world.settle(human.receipt(world.world_id, task, status, payload)))
 
-        return await self.host.run(complete)
+        return await self.host.run_batched(admit)
 
     # -- time --------------------------------------------------------------------------------
 
@@ -312,6 +326,20 @@ class Node:
             }
 
         return await self.host.run(jump)
+
+
+def _settled(settlement: Settlement) -> Admission[dict[str, Any]]:
+    def answer(report: RunReport | None) -> dict[str, Any]:
+        return {
+            "intent": settlement.intent,
+            "seq": settlement.seq,
+            "duplicate": settlement.duplicate,
+            "delivered": settlement.delivered,
+            "report": _report(report) if report is not None else None,
+        }
+
+    detail = {"intent": settlement.intent, "receipt_seq": settlement.seq}
+    return Admission(not settlement.duplicate, answer, detail)
 
 
 def _within(name: str, value: int, maximum: int, *, minimum: int = 1) -> None:

@@ -9,31 +9,40 @@ status code (the workflow decides what a 402 means):
 
     {"status": nat, "headers": {lowercase name: text}, "body": bytes}
 
+A body over `body_bytes_inline_max` is not inlined: it is uploaded to the world's CAS
+(`Adapter.put_blob`, `POST /v1/blobs`) and the payload names it by hash instead:
+
+    {"status": nat, "headers": {...}, "body": b"", "body_ref": "blake3:..."}
+
 The request carries `Idempotency-Key: <intent hash>` (replacing one the params may set), so
 a server that honours the header charges once however often the intent is leased again.
 Limits: `timeout_s` for the whole exchange (a `timeout` receipt when it passes), and
-`body_bytes_inline_max` for the response body. The receipt schema has no field for a body by
-reference (and adapters have no way to write the world's CAS), so a larger body is not
-inlined: the receipt is `error` with `{message, status, headers, body_bytes_inline_max}`.
-Transport failures (refused connection, bad URL) are `error` receipts with a message.
+`body_bytes_max` for the response body read at all (past it, or when the body cannot be
+uploaded, the receipt is `error` with `{message, status, headers, ...}`). Transport failures
+(refused connection, bad URL) are `error` receipts with a message.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from aos.kernel.adapters.sdk import AdapterConfigInvalidError, Lease, Result
+from aos.kernel.errors import AosError
 
 HTTP_TIMEOUT_S_DEFAULT = 10.0
 HTTP_TIMEOUT_S_MAX = 600.0
 HTTP_BODY_BYTES_INLINE_MAX_DEFAULT = 64 * 1024
 HTTP_BODY_BYTES_INLINE_MAX_MAX = 512 * 1024
 """Half the world's default receipt limit, leaving room for the headers and the envelope."""
+HTTP_BODY_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
+"""Largest response body read; the node's default `blob_bytes_max`."""
+HTTP_BODY_BYTES_MAX_MAX = 64 * 1024 * 1024
+"""The store's default `blob_bytes_max`."""
 HTTP_RESPONSE_HEADERS_MAX = 64
 """Most response headers kept in the payload (the first ones, in the server's order)."""
 HTTP_CONNECTIONS_MAX = 64
@@ -48,6 +57,7 @@ class HttpOptions:
 
     timeout_s: float = HTTP_TIMEOUT_S_DEFAULT
     body_bytes_inline_max: int = HTTP_BODY_BYTES_INLINE_MAX_DEFAULT
+    body_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT
     url_map: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
@@ -56,6 +66,10 @@ class HttpOptions:
         if not 0 <= self.body_bytes_inline_max <= HTTP_BODY_BYTES_INLINE_MAX_MAX:
             raise AdapterConfigInvalidError(
                 f"body_bytes_inline_max is 0..{HTTP_BODY_BYTES_INLINE_MAX_MAX}"
+            )
+        if not self.body_bytes_inline_max <= self.body_bytes_max <= HTTP_BODY_BYTES_MAX_MAX:
+            raise AdapterConfigInvalidError(
+                f"body_bytes_max is body_bytes_inline_max..{HTTP_BODY_BYTES_MAX_MAX}"
             )
         for source, target in self.url_map:
             if not source or not target.startswith(("http://", "https://")):
@@ -74,12 +88,19 @@ def parse_url_map(entries: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 
 class HttpEffect:
-    """The handler (`(params, lease) -> Result`), with its own connection pool."""
+    """The handler (`(params, lease) -> Result`), with its own connection pool. `put_blob`
+    stores a large body and returns its hash (`Adapter.put_blob`); without it a body over
+    `body_bytes_inline_max` is an `error` receipt."""
 
     def __init__(
-        self, options: HttpOptions | None = None, *, transport: httpx.BaseTransport | None = None
+        self,
+        options: HttpOptions | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        put_blob: Callable[[bytes], str] | None = None,
     ) -> None:
         self.options = options or HttpOptions()
+        self.put_blob = put_blob
         self._client = httpx.Client(
             transport=transport,
             follow_redirects=False,  # a redirect is the workflow's to see, not ours to chase
@@ -125,7 +146,7 @@ class HttpEffect:
         return url
 
     def _read(self, response: httpx.Response, deadline: float) -> Result:
-        limit = self.options.body_bytes_inline_max
+        limit = self.options.body_bytes_max
         headers = _headers(response.headers)
         chunks: list[bytes] = []
         size = 0
@@ -137,16 +158,37 @@ class HttpEffect:
             size += len(chunk)
             if size > limit:
                 return Result.error(
-                    f"the response body is over {limit} bytes; it is not inlined, and the "
-                    "receipt schema has no field for a body by reference",
+                    f"the response body is over {limit} bytes (body_bytes_max)",
                     status=response.status_code,
                     headers=headers,
-                    body_bytes_inline_max=limit,
+                    body_bytes_max=limit,
                 )
             chunks.append(chunk)
-        return Result(
-            "ok", {"status": response.status_code, "headers": headers, "body": b"".join(chunks)}
-        )
+        body = b"".join(chunks)
+        payload: dict[str, Any] = {"status": response.status_code, "headers": headers}
+        if size <= self.options.body_bytes_inline_max:
+            return Result("ok", {**payload, "body": body})
+        return self._by_reference(payload, body)
+
+    def _by_reference(self, payload: dict[str, Any], body: bytes) -> Result:
+        """A body too large to inline: into the world's CAS, named by hash."""
+        inline_max = self.options.body_bytes_inline_max
+        if self.put_blob is None:
+            return Result.error(
+                f"the response body is {len(body)} bytes, over {inline_max} "
+                "(body_bytes_inline_max), and this adapter cannot upload blobs",
+                **payload,
+                body_bytes_inline_max=inline_max,
+            )
+        try:
+            ref = self.put_blob(body)
+        except AosError as error:
+            return Result.error(
+                f"the response body ({len(body)} bytes) could not be stored: {error}",
+                **payload,
+                code=str(error.detail.get("node_code", error.code)),
+            )
+        return Result("ok", {**payload, "body": b"", "body_ref": ref})
 
 
 class _OverdueError(Exception):
