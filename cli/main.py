@@ -17,6 +17,7 @@ _COMMAND_MODULES = [
     "aos.cli.node_cmd",
     "aos.cli.audit_cmd",
     "aos.cli.adapter_cmd",
+    "aos.cli.gov_cmd",
 ]
 
 

@@ -93,6 +93,14 @@ def _reachable(store: Store, snapshots: list[Hash]) -> set[Hash]:
             continue
         if record.get("kind") == records.MANIFEST:
             _mark_manifest(store, Hash(str(record["manifest"])), live)
+        elif record.get("kind") == records.GOVERNANCE:
+            # Governance history must stay replayable: proposals keep their patch and their
+            # proposed manifest (with its definitions and modules), shadows their report.
+            if record.get("action") == "proposed":
+                live.add(Hash(str(record["patch"])))
+                _mark_manifest(store, Hash(str(record["manifest"])), live)
+            elif record.get("action") == "shadowed":
+                live.add(Hash(str(record["report"])))
         elif record.get("kind") == records.EFFECT_RECEIPT:
             # A payload may name blobs by hash (large bodies uploaded by an adapter).
             for hash_ in _hashes_in(record["body"]["payload"]):  # type: ignore[index,call-overload]

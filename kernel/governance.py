@@ -102,6 +102,16 @@ class GovNotQuiescentError(GovError):
     hint = "apply needs no open intents and no queued work; settle them first"
 
 
+class GovShadowFailedError(GovError):
+    code = "gov.shadow_failed"
+    hint = "the live journal does not replay; run `aos world replay --verify` to see where"
+
+
+class GovApproverRequiredError(GovError):
+    code = "gov.approver_required"
+    hint = "name who decides: --approver NAME"
+
+
 class GovTooManyProposalsError(GovError):
     code = "gov.too_many_proposals"
     hint = "decide or apply open proposals first (proposals_open_max)"
@@ -233,6 +243,7 @@ def propose(
     *,
     blobs: Mapping[Hash, bytes] | None = None,
     expected_hash: str | None = None,
+    proposals_open_max: int = PROPOSALS_OPEN_MAX_DEFAULT,
 ) -> str:
     """Journal a proposal; returns its id (the hash of the patch). `blobs` carries the WASM
     bytes of modules the patch adds, stored with the proposal."""
@@ -286,6 +297,7 @@ def propose(
         )
     )
     world.proposals[proposal] = {
+        "seq": world.height,
         "status": "proposed",
         "base": current,
         "manifest": str(loaded.manifest_hash),
@@ -334,7 +346,7 @@ def decide(world: World, proposal: str, *, approve: bool, approver: str, reason:
     if entry["decision"] is not None or entry["status"] == "applied":
         raise GovAlreadyDecidedError(f"{proposal} is already {entry['status']}")
     if not approver.strip():
-        raise GovError("an approver name is required")
+        raise GovApproverRequiredError("an approver name is required")
     action = "approved" if approve else "rejected"
     stamp = world._stamp()
     world._append(

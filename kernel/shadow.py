@@ -21,9 +21,14 @@ from typing import Any
 
 from aos.kernel import cbor
 from aos.kernel.air.loader import LoadedManifest
-from aos.kernel.governance import CellShadow, GovUnknownProposalError, ShadowReport
+from aos.kernel.governance import (
+    CellShadow,
+    GovShadowFailedError,
+    GovUnknownProposalError,
+    ShadowReport,
+)
 from aos.kernel.hashing import Hash
-from aos.kernel.replay import ReplayReport, _Replay
+from aos.kernel.replay import ReplayReport, _DivergedError, _Replay
 from aos.kernel.store import open_store
 from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.wasm import StepFault, WasmEngine
@@ -59,9 +64,16 @@ def shadow(
         report = ShadowReport(proposal=proposal, state_height=int(head["state_height"]))
         runner = _Beside(beside, report)
         live.on_step = runner.on_step
-        replayer._replay(
-            live, ReplayReport(ok=True, start_seq=2, end_seq=replayer.end), compare_head=False
-        )
+        try:
+            replayer._replay(
+                live, ReplayReport(ok=True, start_seq=2, end_seq=replayer.end), compare_head=False
+            )
+        except _DivergedError as diverged:
+            # The live history itself does not replay: no shadow can be trusted.
+            raise GovShadowFailedError(
+                f"the live journal does not replay: {diverged.divergence.message}",
+                seq=diverged.divergence.seq,
+            ) from None
         report.cells = sorted(runner.cells.values(), key=lambda c: (c.workflow, repr(c.key)))
         report.removed_workflows = sorted(set(old.workflows) - set(new.workflows))
         report.intents_affected = _intents_affected(head["open_intents"], old, new)
@@ -178,7 +190,7 @@ def _intents_affected(
                     "intent": intent["intent"],
                     "effect": intent["effect"],
                     "workflow": intent["workflow"],
-                    "key": cbor.to_json(intent["key"]),
+                    "key": cbor.to_json(cbor.decode(intent["key"]) if intent["key"] else None),
                     "reason": reason,
                 }
             )

@@ -263,3 +263,26 @@ def test_gc_can_drop_old_snapshots(tmp_path: Path) -> None:
     with World.open(path, sync=False) as world:
         assert len(world.snapshots) == 1
     assert replay.verify(path).ok
+
+
+def test_a_fault_after_reopen_replays(tmp_path: Path) -> None:
+    """A cell read back from the index and one held in memory give the same index entry."""
+    path = tmp_path / "s"
+    with create(path, SCRIPTED) as world:
+        world.send("demo/Ping@1", ping("y"))
+    with reopen(path) as world:
+        world.send("demo/Ping@1", ping("y", "trap"))
+        world.send("demo/Ping@1", ping("x", "trap"))
+    report = replay.verify(path)
+    assert report.ok, report.divergence and report.divergence.to_value()
+
+
+def test_queued_work_at_the_head_replays(tmp_path: Path) -> None:
+    path = tmp_path / "w"
+    with create(path) as world:
+        for n in range(4):
+            world.ingress(EVENT, inc(f"k{n}"))
+        with pytest.raises(Exception):  # noqa: B017 - the step budget error
+            world.run_to_idle(steps_max=2)
+    report = replay.verify(path)
+    assert report.ok, report.divergence and report.divergence.to_value()

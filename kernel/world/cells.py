@@ -47,6 +47,9 @@ class Cell:
     state_hash: Hash
     last_active_seq: int
     failed: bool = False
+    # The state's length, carried so the index entry is the same whether the bytes are in
+    # memory, spilled, or read back from the index (roots depend on it).
+    size_bytes: int = 0
 
 
 # The cell of an unkeyed workflow has this key in the index, so keyed and unkeyed workflows
@@ -132,7 +135,7 @@ class CellTable:
             self._dirty[digest] = None
             return
         data = state if state is not None else b""
-        cell = Cell(key, data, hash_bytes(data), seq, failed)
+        cell = Cell(key, data, hash_bytes(data), seq, failed, len(data))
         self._dirty[digest] = cell
         self._resident_bytes += len(data)
         if self._resident_bytes > self._resident_max:
@@ -143,7 +146,7 @@ class CellTable:
         digest = key_hash(key if key is not None else UNKEYED)
         if current is None:
             empty = b""
-            self._dirty[digest] = Cell(key, empty, hash_bytes(empty), seq, True)
+            self._dirty[digest] = Cell(key, empty, hash_bytes(empty), seq, True, 0)
             return
         self._forget_resident(self._dirty.get(digest))
         self._cache.pop(digest, None)
@@ -190,11 +193,10 @@ class CellTable:
 
 
 def _entry_from_cell(cell: Cell) -> CellEntry:
-    size = len(cell.state) if cell.state is not None else -1
     return CellEntry(
         key=cell.key if cell.key is not None else UNKEYED,
         state=cell.state_hash,
-        size_bytes=size,
+        size_bytes=cell.size_bytes,
         last_active_seq=cell.last_active_seq,
         failed=cell.failed,
     )
@@ -207,4 +209,5 @@ def _cell_from_entry(entry: CellEntry) -> Cell:
         state_hash=entry.state,
         last_active_seq=entry.last_active_seq,
         failed=entry.failed,
+        size_bytes=entry.size_bytes,
     )
