@@ -15,6 +15,7 @@ record kind, the cell (workflow and key), the module, and which fields differ.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,8 +128,12 @@ def verify(
     root = Path(world_dir)
     if not (root / "store").is_dir():
         raise WorldMissingError(f"no world at {root}")
-    with open_store(root, readonly=True) as source:
-        return _Replay(source, engine or WasmEngine(), progress).run(from_seq, from_snapshot)
+    with open_store(root, readonly=True) as source, tempfile.TemporaryDirectory() as scratch:
+        replayer = _Replay(source, engine or WasmEngine(), progress, spill_dir=Path(scratch))
+        try:
+            return replayer.run(from_seq, from_snapshot)
+        finally:
+            replayer.close()
 
 
 class _Replay:
@@ -139,9 +144,14 @@ class _Replay:
         progress: Callable[[int, int], None] | None,
         *,
         keep_all_blobs: bool = False,
+        spill_dir: Path | None = None,
     ) -> None:
         self.source = source
         self.keep_all_blobs = keep_all_blobs
+        # The scratch CAS goes to a temporary LMDB environment here, so a replay of a large
+        # world runs in bounded memory.
+        self.spill_dir = spill_dir
+        self._stores: list[MemoryStore] = []
         self.engine = engine
         self.progress = progress
         self.blobs = PendingWrites(source)
@@ -204,7 +214,7 @@ class _Replay:
 
     def _from_genesis(self) -> World:
         genesis: Any = next(iter(self.source.journal.read(1, 1)))[1]
-        store = MemoryStore(fallback_cas=self.source.cas, fallback_has=not self.keep_all_blobs)
+        store = self._store(0)
         world = self._scratch(store, self._loaded(str(genesis["manifest"])))
         world.replay_genesis(Stamp.from_value(genesis["stamp"]), self.source.cas.get)
         self._compare(1, genesis)
@@ -221,14 +231,30 @@ class _Replay:
                 raise WorldCorruptError(
                     f"snapshot {snapshot_hash} (seq {seq}) names a missing index root {root}"
                 )
-        store = MemoryStore(
-            base_height=seq, fallback_cas=self.source.cas, fallback_has=not self.keep_all_blobs
-        )
+        store = self._store(seq)
         world = self._scratch(store, self._loaded(str(content["manifest"])))
         # The snapshot describes the world at `height`; its own record follows it.
         world.replay_restore({**content, "height": seq}, str(self.config["id"]))
         world.snapshots = [(s, h) for s, h in _snapshot_records(self.source) if s <= seq]
         return world
+
+    def _store(self, base_height: int) -> MemoryStore:
+        spill = None
+        if self.spill_dir is not None:
+            spill = self.spill_dir / f"cas-{len(self._stores)}"
+            spill.mkdir(parents=True)
+        store = MemoryStore(
+            base_height=base_height,
+            fallback_cas=self.source.cas,
+            fallback_has=not self.keep_all_blobs,
+            spill_dir=spill,
+        )
+        self._stores.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self._stores:
+            store.close()
 
     # -- the replay loop -----------------------------------------------------------------
 

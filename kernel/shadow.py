@@ -15,6 +15,7 @@ A shadow promises nothing about branches the history never took (seed §3.8).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,12 +50,12 @@ def shadow(
     if not (root / "store").is_dir():
         raise WorldMissingError(f"no world at {root}")
     engine = engine or WasmEngine()
-    with open_store(root, readonly=True) as source:
+    with open_store(root, readonly=True) as source, tempfile.TemporaryDirectory() as scratch:
         head: Any = source.cas.get_value(Hash(str(source.meta.get("world.head"))))
         entry = head.get("proposals", {}).get(proposal)
         if entry is None:
             raise GovUnknownProposalError(f"no proposal {proposal}")
-        replayer = _Replay(source, engine, progress)
+        replayer = _Replay(source, engine, progress, spill_dir=Path(scratch))
         old = replayer._loaded(str(head["manifest"]))
         new = replayer._loaded(str(entry["manifest"]))
         live = replayer._from_genesis()
@@ -74,6 +75,8 @@ def shadow(
                 f"the live journal does not replay: {diverged.divergence.message}",
                 seq=diverged.divergence.seq,
             ) from None
+        finally:
+            replayer.close()
         report.cells = sorted(runner.cells.values(), key=lambda c: (c.workflow, repr(c.key)))
         report.removed_workflows = sorted(set(old.workflows) - set(new.workflows))
         report.intents_affected = _intents_affected(head["open_intents"], old, new)
@@ -108,7 +111,10 @@ class _Beside:
         if difference is not None and cell.diverged_at is None:
             cell.diverged_at = message.seq
             cell.difference = difference
-        if isinstance(proposed, StepOutcome):
+        if isinstance(proposed, StepOutcome) and cell.diverged_at is not None:
+            # Only a diverged cell needs its own shadow state: for every other cell it is the
+            # live state, which the live step's input already carries. Memory grows with the
+            # divergent cells, not with the world.
             self.states[cell_id] = proposed.state
             live_effects = set() if isinstance(live, StepFault) else _effects(live)
             for effect, params in sorted(_effects(proposed) - live_effects):

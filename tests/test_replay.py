@@ -286,3 +286,20 @@ def test_queued_work_at_the_head_replays(tmp_path: Path) -> None:
             world.run_to_idle(steps_max=2)
     report = replay.verify(path)
     assert report.ok, report.divergence and report.divergence.to_value()
+
+
+def test_the_spilled_scratch_store_behaves_like_the_memory_one(tmp_path: Path) -> None:
+    from aos.kernel.hashing import hash_bytes
+    from aos.kernel.store.memory_store import MemoryStore
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    store = MemoryStore(spill_dir=spill)
+    with store.batch() as batch:
+        batch.cas_put(b"one")
+        batch.cas_put(b"two")
+    h = hash_bytes(b"one")
+    assert store.cas.get(h) == b"one" and store.cas.has(h)
+    assert sorted(store.cas.hashes()) == sorted([h, hash_bytes(b"two")])
+    assert store.cas.delete(h) and not store.cas.has(h)
+    store.close()

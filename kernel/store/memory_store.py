@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from aos.kernel import cbor
 from aos.kernel.hashing import Hash, hash_bytes, parse
@@ -20,6 +20,8 @@ from aos.kernel.store.interface import Cas
 from aos.kernel.store.limits import StoreLimits
 
 _ABSENT = object()
+# Address space for a spilled scratch CAS (sparse: only what is written takes disk).
+SPILL_MAP_SIZE_BYTES = 1 << 40
 
 
 class _Journal:
@@ -46,9 +48,63 @@ class _Journal:
         return self.base + len(self.records)
 
 
+class _SpillBlobs:
+    """A dict-like blob map on a temporary LMDB environment, so a scratch world's CAS does
+    not have to fit in memory (replays and shadows of large worlds)."""
+
+    def __init__(self, directory: Path) -> None:
+        import lmdb
+
+        self._env = lmdb.open(
+            str(directory), map_size=SPILL_MAP_SIZE_BYTES, sync=False, metasync=False, lock=False
+        )
+        self._count = 0
+
+    def get(self, hash_: Hash) -> bytes | None:
+        with self._env.begin() as txn:
+            data = txn.get(hash_.digest)
+        return None if data is None else bytes(data)
+
+    def __contains__(self, hash_: object) -> bool:
+        return isinstance(hash_, Hash) and self.get(hash_) is not None
+
+    def __setitem__(self, hash_: Hash, data: bytes) -> None:
+        with self._env.begin(write=True) as txn:
+            if txn.put(hash_.digest, data, overwrite=False):
+                self._count += 1
+
+    def pop(self, hash_: Hash, default: Any = None) -> Any:
+        with self._env.begin(write=True) as txn:
+            data = txn.pop(hash_.digest)
+        if data is None:
+            return default
+        self._count -= 1
+        return bytes(data)
+
+    def keys(self) -> list[Hash]:
+        with self._env.begin() as txn:
+            return [Hash.from_digest(bytes(k)) for k, _ in txn.cursor()]
+
+    def items(self) -> Iterator[tuple[Hash, bytes]]:
+        with self._env.begin() as txn:
+            for key, value in txn.cursor():
+                yield Hash.from_digest(bytes(key)), bytes(value)
+
+    def __iter__(self) -> Iterator[Hash]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return self._count
+
+    def close(self) -> None:
+        self._env.close()
+
+
 class _Cas:
-    def __init__(self, fallback: Cas | None, fallback_has: bool) -> None:
-        self.blobs: dict[Hash, bytes] = {}
+    def __init__(
+        self, fallback: Cas | None, fallback_has: bool, spill_dir: Path | None = None
+    ) -> None:
+        self.blobs: Any = {} if spill_dir is None else _SpillBlobs(spill_dir)
         self._fallback = fallback
         self._fallback_has = fallback_has
 
@@ -62,7 +118,7 @@ class _Cas:
 
     def get(self, content_hash: Hash | str) -> bytes:
         hash_ = parse(content_hash)
-        data = self.blobs.get(hash_)
+        data: bytes | None = self.blobs.get(hash_)
         if data is not None:
             return data
         if self._fallback is not None:
@@ -79,7 +135,7 @@ class _Cas:
         return self._fallback_has and self._fallback is not None and self._fallback.has(hash_)
 
     def hashes(self) -> Iterator[Hash]:
-        return iter(sorted(self.blobs))
+        return iter(sorted(self.blobs.keys()))
 
     def delete(self, content_hash: Hash | str) -> bool:
         return self.blobs.pop(parse(content_hash), None) is not None
@@ -153,12 +209,13 @@ class MemoryStore:
         fallback_cas: Cas | None = None,
         fallback_has: bool = True,
         limits: StoreLimits | None = None,
+        spill_dir: Path | None = None,
     ) -> None:
         """`fallback_has=False` makes `has` answer for this store's own blobs only, so that a
         writer that skips blobs the store "has" keeps everything it writes (recovery, which
         must be able to replace a rotten blob of the source)."""
         self._journal = _Journal(base_height)
-        self._cas = _Cas(fallback_cas, fallback_has)
+        self._cas = _Cas(fallback_cas, fallback_has, spill_dir)
         self._meta = _Meta()
         self._limits = limits or StoreLimits()
 
@@ -201,7 +258,8 @@ class MemoryStore:
             self._meta.delete(key)
 
     def close(self) -> None:
-        return None
+        if isinstance(self._cas.blobs, _SpillBlobs):
+            self._cas.blobs.close()
 
     def __enter__(self) -> Self:
         return self
