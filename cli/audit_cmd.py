@@ -118,3 +118,51 @@ def gc_command(apply: bool, keep_snapshots: int | None, world_path: str, as_json
 
 def register(group: click.Group) -> None:
     """The commands attach to `aos world` (registered by world_cmd)."""
+
+
+@world_group.group("time")
+def time_group() -> None:
+    """Logical time of a development world (created with --clock manual)."""
+
+
+def _report_time(world: Any, report: Any, as_json: bool) -> None:
+    if as_json:
+        emit_json(
+            {"logical_ns": world.logical_ns, "report": None if report is None else report.__dict__}
+        )
+    elif report is None:
+        click.echo(f"logical_ns {world.logical_ns}: no timer is pending")
+    else:
+        click.echo(
+            f"logical_ns {world.logical_ns}: {report.steps} steps, {report.faults} faults, "
+            f"{report.intents} intents"
+        )
+
+
+@time_group.command("advance")
+@click.argument("duration")
+@world_option
+@json_option
+@handles_errors
+def time_advance_command(duration: str, world_path: str, as_json: bool) -> None:
+    """Move logical time forward by DURATION (ns, or text such as 30s, 250ms, 1h30m) and
+    settle the kernel timers that fall due."""
+    from aos.kernel.air.normalize import normalize
+    from aos.kernel.air.types import parse_type
+
+    amount: Any = int(duration) if duration.lstrip("-").isdigit() else duration
+    by_ns = normalize(amount, parse_type({"duration": {}}))
+    with _opened(world_path) as world:
+        report = world.advance_time(by_ns)
+        _report_time(world, report, as_json)
+
+
+@time_group.command("jump-next")
+@world_option
+@json_option
+@handles_errors
+def time_jump_next_command(world_path: str, as_json: bool) -> None:
+    """Advance logical time to the earliest pending timer and settle what is due."""
+    with _opened(world_path) as world:
+        report = world.jump_next_timer()
+        _report_time(world, report, as_json)
