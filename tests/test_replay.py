@@ -303,3 +303,12 @@ def test_the_spilled_scratch_store_behaves_like_the_memory_one(tmp_path: Path) -
     assert sorted(store.cas.hashes()) == sorted([h, hash_bytes(b"two")])
     assert store.cas.delete(h) and not store.cas.has(h)
     store.close()
+
+
+def test_reading_a_world_never_changes_its_head(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with create(path, SCRIPTED) as world:
+        world.cells("demo/keyed@1")  # opens an empty cell table
+        world.state("demo/global@1")
+        world.snapshot()
+    assert replay.verify(path).ok

@@ -971,7 +971,8 @@ class World:
     def _append(self, record: dict[str, Any]) -> int:
         self._pending.records.append(record)
         self._head += 1
-        if record["kind"] != records.GOVERNANCE:
+        # Governance actions and snapshots change no state: a shadow stays current across them.
+        if record["kind"] not in (records.GOVERNANCE, records.SNAPSHOT):
             self.state_height = self._head
         if self.on_append is not None:
             self.on_append(self._head, record)
@@ -998,6 +999,10 @@ class World:
     def _checkpoint(self, roots: dict[str, str]) -> dict[str, Any]:
         all_roots = dict(self._stored_roots)
         all_roots.update(roots)
+        # A workflow with no cells has no root entry, so that reading a world (which opens
+        # cell tables) never changes what its head says.
+        empty = str(self._index.empty_root)
+        all_roots = {name: root for name, root in all_roots.items() if root != empty}
         self._stored_roots = all_roots
         return {
             "format": WORLD_FORMAT,

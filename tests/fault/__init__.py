@@ -1,0 +1,1 @@
+"""Fault injection: SIGKILL a workload at the worst moments, reopen, check."""
