@@ -493,3 +493,19 @@ def test_unknown_workflows_are_refused_and_never_checkpointed(world: World) -> N
     world.send(EVENT, inc("a"))
     head = world.store.cas.get_value(world.store.meta.get("world.head"))  # type: ignore[arg-type]
     assert list(head["roots"]) == [COUNTER]  # type: ignore[index,call-overload]
+
+
+def test_long_runs_flush_at_safe_points_within_the_store_batch_limit(tmp_path: Path) -> None:
+    from aos.kernel import replay
+
+    path = tmp_path / "w"
+    with create(path, limits=WorldLimits(flush_records_max=7)) as world:
+        for n in range(40):
+            world.ingress(EVENT, inc(f"k{n % 9}", n))
+        assert world.store.journal.head() > 1  # flushed during ingress, before any run
+        world.run_to_idle()
+        assert world.height == world.store.journal.head()
+        states = {f"k{n}": world.state(COUNTER, f"k{n}") for n in range(9)}
+    with reopen(path) as again:
+        assert {f"k{n}": again.state(COUNTER, f"k{n}") for n in range(9)} == states
+    assert replay.verify(path).ok

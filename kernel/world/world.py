@@ -89,6 +89,7 @@ EVENT_BYTES_MAX_DEFAULT = 256 * 1024
 STEPS_PER_RUN_MAX_DEFAULT = 100_000
 CHECKED_SAMPLE_RATE_DEFAULT = 0.05
 SNAPSHOT_EVERY_RECORDS_DEFAULT = 50_000
+FLUSH_RECORDS_MAX_DEFAULT = 4_096
 
 _META_FORMAT = "world.format"
 _META_CONFIG = "world.config"
@@ -112,6 +113,10 @@ class WorldLimits:
     receipt_bytes_max: int = receipts.RECEIPT_BYTES_MAX_DEFAULT
     # Automatic snapshots after a run: once this many records were journaled since the last
     # one, or this many seconds passed (None turns a trigger off).
+    # A flush happens at the next safe point (between steps, after an input) once this many
+    # records are pending, so one flush never exceeds the store's batch limit however long a
+    # run is. Where flushes fall does not change the journal, only when it is durable.
+    flush_records_max: int = FLUSH_RECORDS_MAX_DEFAULT
     snapshot_every_records: int | None = SNAPSHOT_EVERY_RECORDS_DEFAULT
     snapshot_every_s: float | None = None
 
@@ -474,6 +479,7 @@ class World:
         record = records.ingress_event(schema, normalized, stamp.to_value())
         seq = self._append(record)
         self._enqueue(seq, deliveries, stamp)
+        self._flush_if_full()
         return Admitted(seq, hash_value(record), len(deliveries))
 
     def send(self, schema: str, value: Any) -> tuple[Admitted, RunReport]:
@@ -540,7 +546,9 @@ class World:
             self._flush()
             raise
         self.logical_ns = stamp.logical_ns
-        return self._accept(receipt.body, receipt.signature, open_intent, stamp, None)
+        settlement = self._accept(receipt.body, receipt.signature, open_intent, stamp, None)
+        self._flush_if_full()
+        return settlement
 
     def advance_time(self, by_ns: int) -> RunReport:
         """Move a `manual` clock world's logical time forward, settle the kernel timers that
@@ -737,6 +745,7 @@ class World:
                 )
             if not self.step_next(report):
                 break
+            self._flush_if_full()
         report.last_seq = self._head
         if self._pending.records:
             self._flush()
@@ -977,6 +986,11 @@ class World:
         if self.on_append is not None:
             self.on_append(self._head, record)
         return self._head
+
+    def _flush_if_full(self) -> None:
+        """Flush at a safe point (never inside a step) once enough records are pending."""
+        if len(self._pending.records) >= self.limits.flush_records_max:
+            self._flush()
 
     def _flush(self) -> None:
         """Materialize cells, write the head checkpoint, and commit everything at once."""
