@@ -461,7 +461,7 @@ class Adapter:
                     for lease in self._lease(free, self.lease_wait_ms):
                         self._start(lease)
             except _PollInterrupted:
-                pass
+                pass  # a stop cut the long-poll short; the loop condition ends the run
             except AdapterNodeUnreachableError:
                 if not self._stop.is_set():  # a stop cuts the backoff short: not a failure
                     raise

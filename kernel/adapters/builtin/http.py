@@ -192,7 +192,7 @@ class HttpEffect:
 
 
 class _OverdueError(Exception):
-    pass
+    """The whole exchange ran past `timeout_s` (becomes a `timeout` receipt)."""
 
 
 def _request(params: Any) -> tuple[str, str, dict[str, str], bytes | None] | Result:
