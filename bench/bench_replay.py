@@ -12,9 +12,9 @@
   counter is `strict` (a fresh instance per step, live and in replay alike); the Python
   counter is `checked` (a warm instance live, a fresh one per step in replay).
 * `replay.snapshot`: a 10k-cell world (sync on, as a snapshot is meant to be durable) with
-  `d` cells changed since the last flush (100 / 1k / 4k: see `SNAPSHOT_DIRTY`). `d dirty: snapshot` steps `d`
-  events without flushing and times `snapshot()`, which materializes the dirty cells and writes
-  them, their records and the snapshot in one flush. `d dirty: flush` is the same work ended by
+  `d` cells changed since the last flush (100 / 1k / 4k: see `SNAPSHOT_DIRTY`). `d dirty:
+  snapshot` steps `d` events without flushing and times `snapshot()`, which materializes the
+  dirty cells and writes them, their records and the snapshot in one flush. `d dirty: flush` is the same work ended by
   a plain `run_to_idle` flush, and `clean snapshot` the snapshot right after it: the snapshot's
   own cost on top of a flush.
 """
@@ -52,10 +52,9 @@ REPLAY_BATCH_EVENTS = 100
 REPLAY_EVENTS_QUICK = {"core (C)": 4000, "component (Python)": 400}
 REPLAY_EVENTS_FULL = {"core (C)": 20_000, "component (Python)": 2000}
 SNAPSHOT_CELLS = 10_000
-# Dirty cells exist only between flushes, and one flush holds at most the store's batch limit
-# (10,000 records; a counter event is two: the event and its step), so 4,000 is near the most
-# one snapshot can ever materialize today: `run_to_idle` or `snapshot` over more than 5,000
-# unflushed events fails with `store.batch_too_large` and closes the world.
+# Dirty cells exist only between flushes, and a world flushes at the next safe point once
+# `flush_records_max` (4,096) records are pending, so about 4,000 is the most one snapshot
+# materializes; `step_next` by hand can go further, but only up to the store's batch limit.
 SNAPSHOT_DIRTY = [100, 1000, 4000]
 SNAPSHOT_ROUNDS_QUICK = 1
 SNAPSHOT_ROUNDS_FULL = 3
