@@ -509,3 +509,24 @@ def test_long_runs_flush_at_safe_points_within_the_store_batch_limit(tmp_path: P
     with reopen(path) as again:
         assert {f"k{n}": again.state(COUNTER, f"k{n}") for n in range(9)} == states
     assert replay.verify(path).ok
+
+
+def test_a_kill_during_create_leaves_no_world_and_create_can_run_again(tmp_path: Path) -> None:
+    path = tmp_path / "w"
+    script = (
+        "import os, signal\n"
+        "from aos.kernel.world import pending\n"
+        "def die(self, expected_first_seq):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "pending.PendingWrites.flush = die\n"
+        "from aos.kernel.world.world import World\n"
+        f"World.create({str(path)!r}, {str(COUNTER_C)!r}, sync=False)\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", script], check=False)
+    assert killed.returncode == -9
+    assert not path.exists()
+    with pytest.raises(WorldMissingError):
+        World.open(path)
+    with create(path) as world:
+        world.send(EVENT, inc("a"))
+        assert world.state(COUNTER, "a") == {"count": 1, "resets": 0}

@@ -17,6 +17,7 @@ state left is the last durable one, which reopening restores.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,21 +275,34 @@ class World:
             raise WorldExistsError(f"{root} exists and is not an empty directory")
         built: dict[Hash, Path] = {}
         loaded = load_manifest_dir(manifest_dir, artifact_resolver=building_resolver(built))
-        root.mkdir(parents=True, exist_ok=True)
-        store = open_store(root, sync=sync)
+        # Genesis is written in a sibling directory and renamed into place, so a process killed
+        # while creating leaves either no world or a whole one, never one that neither opens
+        # nor can be created again.
+        root.parent.mkdir(parents=True, exist_ok=True)
+        building = root.parent / f".{root.name}.creating-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        building.mkdir()
+        engine = engine or WasmEngine()
         try:
-            world = cls(
-                store,
-                loaded,
-                engine=engine or WasmEngine(),
-                stamps=stamps or StampSource(),
-                limits=limits or WorldLimits(),
-                clock=clock,
-            )
-            world._genesis(lambda wasm_hash: built[wasm_hash].read_bytes())
+            store = open_store(building, sync=sync)
+            try:
+                genesis = cls(
+                    store,
+                    loaded,
+                    engine=engine,
+                    stamps=stamps or StampSource(),
+                    limits=limits or WorldLimits(),
+                    clock=clock,
+                )
+                genesis._genesis(lambda wasm_hash: built[wasm_hash].read_bytes())
+            finally:
+                store.close()
+            (building / "store" / "writer.lock").unlink(missing_ok=True)
+            os.replace(building, root)  # replaces an empty directory atomically
         except BaseException:
-            store.close()
+            shutil.rmtree(building, ignore_errors=True)
             raise
+        world = cls.open(root, sync=sync, stamps=stamps, engine=engine, limits=limits)
         return world
 
     @classmethod
