@@ -28,7 +28,9 @@ from aos.cli.common import (
     table,
     world_option,
 )
-from aos.cli.world_cmd import _compact, _opened, _short
+from aos.cli.world_cmd import _cell_text as _cell
+from aos.cli.world_cmd import _key_text as _key
+from aos.cli.world_cmd import _opened, _short
 from aos.kernel import cbor, governance, shadow
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.loader import load_manifest_dir, read_document
@@ -331,16 +333,6 @@ def _allowlist_line(change: dict[str, Any]) -> str:
         subject = f"effect {change['effect']}"
     parts = [f"+{name}" for name in added] + [f"-{name}" for name in removed]
     return f"{subject} {what}: {' '.join(parts)}"
-
-
-def _key(key: Any) -> str:
-    if key is None:
-        return "-"
-    return key if isinstance(key, str) else _compact(key)
-
-
-def _cell(workflow: str, key: Any) -> str:
-    return workflow if key is None else f"{workflow}[{_key(key)}]"
 
 
 # --------------------------------------------------------------------------------------------
