@@ -25,7 +25,7 @@ from typing import Any
 
 from aos.kernel.world.cells import CACHE_CELLS_MAX_DEFAULT
 from aos.kernel.world.stamps import PinnedStampSource
-from aos.kernel.world.world import World, WorldLimits
+from aos.kernel.world.world import SNAPSHOT_EVERY_RECORDS_DEFAULT, World, WorldLimits
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST_DEFAULT = REPO / "manifests" / "counter-c"
@@ -67,11 +67,18 @@ def _increment(number: int) -> dict[str, Any]:
 
 
 def grow(
-    manifest: Path, checkpoints: list[int], *, batch: int, cache_cells_max: int
+    manifest: Path,
+    checkpoints: list[int],
+    *,
+    batch: int,
+    cache_cells_max: int,
+    snapshot_every_records: int | None = SNAPSHOT_EVERY_RECORDS_DEFAULT,
 ) -> list[dict[str, Any]]:
     """Create cells up to the largest checkpoint; return one measurement per checkpoint."""
     assert checkpoints == sorted(checkpoints) and all(c % batch == 0 for c in checkpoints)
-    limits = WorldLimits(cache_cells_max=cache_cells_max)
+    limits = WorldLimits(
+        cache_cells_max=cache_cells_max, snapshot_every_records=snapshot_every_records
+    )
     points: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="aos-bench-rss-") as tmp:
         root = Path(tmp) / "world"
@@ -93,6 +100,8 @@ def grow(
                 point.update(memory_kib())
                 point["rss_anon_trimmed_kib"] = anon_after_trim_kib()
                 point["store_bytes"] = _store_bytes(root)
+                point["snapshots"] = len(world.snapshots)
+                point["reclaimed_objects"] = world.reclaimed_objects
                 points.append(point)
                 print(json.dumps(point), flush=True)
             # The first and the last cell both hold one increment.
@@ -107,9 +116,21 @@ def main() -> int:
     parser.add_argument("--manifest", type=Path, default=MANIFEST_DEFAULT)
     parser.add_argument("--batch", type=int, default=BATCH_EVENTS_DEFAULT)
     parser.add_argument("--cache-cells-max", type=int, default=CACHE_CELLS_MAX_DEFAULT)
+    parser.add_argument(
+        "--snapshot-every-records",
+        default=str(SNAPSHOT_EVERY_RECORDS_DEFAULT),
+        help="automatic snapshots every N records, or 'off' (each one is kept)",
+    )
     args = parser.parse_args()
     checkpoints = [int(c) for c in args.cells.split(",") if c]
-    grow(args.manifest, checkpoints, batch=args.batch, cache_cells_max=args.cache_cells_max)
+    every = None if args.snapshot_every_records == "off" else int(args.snapshot_every_records)
+    grow(
+        args.manifest,
+        checkpoints,
+        batch=args.batch,
+        cache_cells_max=args.cache_cells_max,
+        snapshot_every_records=every,
+    )
     return 0
 
 

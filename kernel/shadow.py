@@ -50,7 +50,11 @@ def shadow(
     if not (root / "store").is_dir():
         raise WorldMissingError(f"no world at {root}")
     engine = engine or WasmEngine()
-    with open_store(root, readonly=True) as source, tempfile.TemporaryDirectory() as scratch:
+    with (
+        open_store(root, readonly=True) as source,
+        source.consistent(),
+        tempfile.TemporaryDirectory() as scratch,
+    ):
         head: Any = source.cas.get_value(Hash(str(source.meta.get("world.head"))))
         entry = head.get("proposals", {}).get(proposal)
         if entry is None:

@@ -30,6 +30,10 @@ class PendingBatch:
         # digest -> bytes to store, or None to delete; the last write of a key wins.
         self.cas: dict[bytes, bytes | None] = {}
         self.meta: dict[bytes, bytes | None] = {}
+        # digest -> set (True) or clear (False) the reclaimable mark; applied after
+        # `clear_marks`, and a deleted blob loses its mark whatever this says.
+        self.marks: dict[bytes, bool] = {}
+        self.clear_marks = False
         self._bytes_total = 0
 
     @property
@@ -42,7 +46,7 @@ class PendingBatch:
         return self.head_before + len(self.journal)
 
     def is_empty(self) -> bool:
-        return not (self.journal or self.cas or self.meta)
+        return not (self.journal or self.cas or self.meta or self.marks or self.clear_marks)
 
     def journal_append(self, records: Sequence[object]) -> tuple[int, int]:
         """Add records; return the first and last sequence numbers they will have."""
@@ -80,8 +84,17 @@ class PendingBatch:
         return self.cas_put(cbor.encode(value))
 
     def cas_delete(self, content_hash: Hash | str) -> None:
-        """Remove a blob if present (for garbage collection)."""
+        """Remove a blob if present (garbage collection, reclaiming); its mark goes with it."""
         self.cas[hashing.parse(content_hash).digest] = None
+
+    def cas_mark_reclaimable(self, content_hash: Hash | str, marked: bool = True) -> None:
+        """Set (or clear) the blob's reclaimable mark when the batch commits."""
+        self.marks[hashing.parse(content_hash).digest] = marked
+
+    def cas_clear_reclaimable(self) -> None:
+        """Clear every reclaimable mark when the batch commits, before its own marks."""
+        self.clear_marks = True
+        self.marks.clear()
 
     def meta_put(self, key: str, value: object) -> None:
         """Set a meta key to a canonical value."""

@@ -71,6 +71,14 @@ class Cas(Protocol):
         """Remove a blob (for garbage collection); return whether it was there."""
         ...
 
+    def reclaimable(self, content_hash: Hash | str) -> bool:
+        """Whether the blob is marked reclaimable (see `Batch.cas_mark_reclaimable`)."""
+        ...
+
+    def reclaimable_count(self) -> int:
+        """How many blobs are marked reclaimable."""
+        ...
+
 
 class Meta(Protocol):
     """A small map from text keys to canonical values."""
@@ -112,7 +120,16 @@ class Batch(Protocol):
         ...
 
     def cas_delete(self, content_hash: Hash | str) -> None:
-        """Remove a blob if present."""
+        """Remove a blob if present (and its reclaimable mark)."""
+        ...
+
+    def cas_mark_reclaimable(self, content_hash: Hash | str, marked: bool = True) -> None:
+        """Set or clear a blob's reclaimable mark. The store gives the mark no meaning; the
+        world uses it for the objects it may delete at flush time (spec/05 §5)."""
+        ...
+
+    def cas_clear_reclaimable(self) -> None:
+        """Clear every reclaimable mark, before this batch's own marks apply."""
         ...
 
     def meta_put(self, key: str, value: object) -> None:
@@ -148,6 +165,11 @@ class Store(Protocol):
     def batch(self) -> AbstractContextManager[Batch]:
         """`with store.batch() as b:` groups writes; they commit when the block exits normally
         and are discarded, with nothing written, when it raises."""
+        ...
+
+    def consistent(self) -> AbstractContextManager[None]:
+        """`with store.consistent():` serves every read in the block from one point in time,
+        whatever a writer in another process commits (or reclaims) meanwhile."""
         ...
 
     def close(self) -> None:

@@ -2,7 +2,8 @@
 
 Layout (spec/07-storage.md): `<world_dir>/store/` holds LMDB's `data.mdb` and `lock.mdb` and
 our `writer.lock`. Named databases: `journal` (u64 big-endian sequence -> canonical record),
-`cas` (32-byte BLAKE3 digest -> raw bytes), `meta` (UTF-8 key -> canonical value).
+`cas` (32-byte BLAKE3 digest -> raw bytes), `meta` (UTF-8 key -> canonical value),
+`reclaim` (32-byte digest -> empty: the CAS blobs marked reclaimable).
 
 Concurrency: one writing process per world (an exclusive `flock` on `writer.lock`), any number
 of read-only processes beside it. Inside one process a store may be shared between threads:
@@ -48,6 +49,7 @@ DATA_FILE_NAME = "data.mdb"
 _JOURNAL_DB = b"journal"
 _CAS_DB = b"cas"
 _META_DB = b"meta"
+_RECLAIM_DB = b"reclaim"
 # Room for the databases later milestones add (cell index) without a format change.
 _DBS_MAX = 8
 # Reads are cut into chunks, each in its own short transaction, so that no transaction stays
@@ -196,15 +198,20 @@ def _open_env(
     return env
 
 
-def _open_dbs(env: lmdb.Environment, *, create: bool) -> tuple[lmdb._Database, ...]:
+def _open_dbs(env: lmdb.Environment, *, create: bool) -> tuple[lmdb._Database | None, ...]:
     names = (_JOURNAL_DB, _CAS_DB, _META_DB)
     try:
         if not create:
             # A handle opened inside an explicit read transaction dies with it in py-lmdb;
             # without one, py-lmdb opens it so that it outlives the transaction.
-            return tuple(env.open_db(name, create=False) for name in names)
+            dbs = tuple(env.open_db(name, create=False) for name in names)
+            try:
+                reclaim = env.open_db(_RECLAIM_DB, create=False)
+            except lmdb.NotFoundError:
+                reclaim = None  # a store no writer of this version has opened yet: no marks
+            return (*dbs, reclaim)
         with env.begin(write=True) as txn:
-            return tuple(env.open_db(name, txn=txn, create=True) for name in names)
+            return tuple(env.open_db(name, txn=txn, create=True) for name in (*names, _RECLAIM_DB))
     except lmdb.NotFoundError:
         raise StoreMissingError(f"the store in {env.path()} lacks its databases") from None
 
@@ -228,7 +235,7 @@ class LmdbStore:
     def __init__(
         self,
         env: lmdb.Environment,
-        dbs: tuple[lmdb._Database, ...],
+        dbs: tuple[lmdb._Database | None, ...],
         world_dir: Path,
         limits: StoreLimits,
         *,
@@ -236,13 +243,17 @@ class LmdbStore:
         readonly: bool,
     ) -> None:
         self._env = env
-        self._journal_db, self._cas_db, self._meta_db = dbs
+        journal_db, cas_db, meta_db, self._reclaim_db = dbs
+        if journal_db is None or cas_db is None or meta_db is None:
+            raise KernelInvariantError("the journal, cas and meta databases are required")
+        self._journal_db, self._cas_db, self._meta_db = journal_db, cas_db, meta_db
         self._world_dir = world_dir
         self._limits = limits
         self._sync = sync
         self._readonly = readonly
         self._release: Callable[[], None] = lambda: None
         self._closed = False
+        self._pinned: _Txn | None = None
         self._txn_lock = threading.Lock()
         self._batch_lock = threading.Lock()
         self._batch_thread: int | None = None
@@ -305,6 +316,9 @@ class LmdbStore:
             if self._closed:
                 return
             self._closed = True
+            if self._pinned is not None:
+                self._pinned.abort()
+                self._pinned = None
             try:
                 if not self._readonly and not self._sync:
                     self._env.sync(True)
@@ -330,9 +344,42 @@ class LmdbStore:
             raise StoreReadonlyError(f"the store of {self._world_dir} is open read-only")
 
     @contextmanager
+    def consistent(self) -> Iterator[None]:
+        """Serve every read inside the block from one read transaction: one point in time,
+        however the writer (another process) moves on meanwhile, and however it reclaims
+        what its new head no longer names. Outside such a block each read sees the latest
+        commit. Keep the block short on a busy world: LMDB cannot reuse the pages an open
+        read transaction still sees."""
+        if not self._readonly:
+            # The writer sees its own commits in order, and must be free to grow the map
+            # (LMDB refuses while this process holds a transaction).
+            raise StoreUsageError("consistent reads are for read-only stores")
+        with self._txn_lock:
+            self._check_open()
+            if self._pinned is not None:
+                raise StoreUsageError("consistent reads do not nest")
+            try:
+                self._pinned = _begin_read(self._env)
+            except lmdb.Error as exc:
+                raise StoreIoError(f"cannot read the store: {exc}") from exc
+        try:
+            yield
+        finally:
+            with self._txn_lock:
+                pinned, self._pinned = self._pinned, None
+                if pinned is not None:
+                    pinned.abort()
+
+    @contextmanager
     def _reading(self) -> Iterator[_Txn]:
         with self._txn_lock:
             self._check_open()
+            if self._pinned is not None:
+                try:
+                    yield self._pinned
+                except lmdb.Error as exc:
+                    raise StoreIoError(f"cannot read the store: {exc}") from exc
+                return
             try:
                 txn = _begin_read(self._env)
             except lmdb.Error as exc:
@@ -380,9 +427,20 @@ class LmdbStore:
 
     def _put_pending(self, txn: _Txn, pending: PendingBatch) -> None:
         self._check_tail(txn, pending.head_before)
+        reclaim_db = self._reclaim_db
+        if reclaim_db is None:
+            raise KernelInvariantError("a writable store has the reclaim database")
+        if pending.clear_marks:
+            txn.drop(reclaim_db, delete=False)
+        for digest, marked in pending.marks.items():
+            if marked:
+                txn.put(digest, b"", db=reclaim_db)
+            else:
+                txn.delete(digest, db=reclaim_db)
         for digest, data in pending.cas.items():
             if data is None:
                 txn.delete(digest, db=self._cas_db)
+                txn.delete(digest, db=reclaim_db)
             elif (
                 not txn.put(digest, data, overwrite=False, db=self._cas_db)
                 and txn.get(digest, db=self._cas_db) != data
@@ -570,6 +628,23 @@ class LmdbCas:
         with self._store.batch() as batch:
             batch.cas_delete(content_hash)
         return present
+
+    def reclaimable(self, content_hash: Hash | str) -> bool:
+        """Whether the blob carries the reclaimable mark."""
+        checked = hashing.parse(content_hash)
+        store = self._store
+        if store._reclaim_db is None:
+            return False
+        with store._reading() as txn:
+            return txn.get(checked.digest, db=store._reclaim_db) is not None
+
+    def reclaimable_count(self) -> int:
+        """How many blobs carry the reclaimable mark."""
+        store = self._store
+        if store._reclaim_db is None:
+            return 0
+        with store._reading() as txn:
+            return int(txn.stat(store._reclaim_db)["entries"])
 
     def _chunk(self, start: bytes) -> list[bytes]:
         store = self._store

@@ -107,6 +107,7 @@ class _Cas:
         self.blobs: Any = {} if spill_dir is None else _SpillBlobs(spill_dir)
         self._fallback = fallback
         self._fallback_has = fallback_has
+        self.marks: set[Hash] = set()
 
     def put(self, data: bytes) -> Hash:
         hash_ = hash_bytes(data)
@@ -138,7 +139,15 @@ class _Cas:
         return iter(sorted(self.blobs.keys()))
 
     def delete(self, content_hash: Hash | str) -> bool:
-        return self.blobs.pop(parse(content_hash), None) is not None
+        hash_ = parse(content_hash)
+        self.marks.discard(hash_)
+        return self.blobs.pop(hash_, None) is not None
+
+    def reclaimable(self, content_hash: Hash | str) -> bool:
+        return parse(content_hash) in self.marks
+
+    def reclaimable_count(self) -> int:
+        return len(self.marks)
 
 
 class _Meta:
@@ -174,6 +183,8 @@ class _Batch:
         self.deletes: list[Hash | str] = []
         self.meta: dict[str, object] = {}
         self.meta_deletes: list[str] = []
+        self.marks: dict[Hash, bool] = {}
+        self.clear_marks = False
 
     def journal_append(self, records: Sequence[object]) -> tuple[int, int]:
         for record in records:
@@ -191,6 +202,13 @@ class _Batch:
 
     def cas_delete(self, content_hash: Hash | str) -> None:
         self.deletes.append(content_hash)
+
+    def cas_mark_reclaimable(self, content_hash: Hash | str, marked: bool = True) -> None:
+        self.marks[parse(content_hash)] = marked
+
+    def cas_clear_reclaimable(self) -> None:
+        self.clear_marks = True
+        self.marks.clear()
 
     def meta_put(self, key: str, value: object) -> None:
         self.meta[key] = value
@@ -250,12 +268,24 @@ class MemoryStore:
         self._journal.append(batch.records)
         for data in batch.blobs:
             self._cas.put(data)
+        if batch.clear_marks:
+            self._cas.marks.clear()
+        for marked_hash, marked in batch.marks.items():
+            if marked:
+                self._cas.marks.add(marked_hash)
+            else:
+                self._cas.marks.discard(marked_hash)
         for hash_ in batch.deletes:
             self._cas.delete(hash_)
         for key, value in batch.meta.items():
             self._meta.put(key, value)
         for key in batch.meta_deletes:
             self._meta.delete(key)
+
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        """Reads are consistent already: nothing writes this store from elsewhere."""
+        yield
 
     def close(self) -> None:
         if isinstance(self._cas.blobs, _SpillBlobs):

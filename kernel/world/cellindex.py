@@ -85,6 +85,11 @@ class CellIndex:
             raise ValueError("bucket_entries_max must be at least 1")
         self._store = store
         self._bucket_max = bucket_entries_max
+        # While an update tracks what it supersedes: the nodes it read and wrote, and the
+        # states of the entries it replaced.
+        self._loaded: set[Hash] | None = None
+        self._written: set[Hash] | None = None
+        self._old_states: set[Hash] | None = None
         self.empty_root = self._put({"leaf": []})
 
     # -- reads --------------------------------------------------------------------------
@@ -119,15 +124,35 @@ class CellIndex:
 
     # -- updates ------------------------------------------------------------------------
 
-    def update(self, root: Hash, changes: Mapping[bytes, CellEntry | None]) -> Hash:
-        """Apply upserts (an entry) and deletes (None) keyed by key hash; return the new root."""
+    def update(
+        self,
+        root: Hash,
+        changes: Mapping[bytes, CellEntry | None],
+        superseded: set[Hash] | None = None,
+    ) -> Hash:
+        """Apply upserts (an entry) and deletes (None) keyed by key hash; return the new root.
+
+        Given a `superseded` set, add to it what the old root named and the new one does not:
+        the index nodes the update replaced (on the changed paths, and under branches that
+        collapsed into leaves) and the states of replaced or deleted entries. Whether such an
+        object is garbage also depends on who else names it (the caller's business)."""
         if not changes:
             return root
         for digest in changes:
             if len(digest) != KEY_HASH_BYTES:
                 raise KernelInvariantError("cell key hashes are 32 bytes")
         ordered = sorted(changes.items())
-        return self._put(self._apply(self._load(root), ordered, 0))
+        if superseded is None:
+            return self._put(self._apply(self._load(root), ordered, 0))
+        self._loaded, self._written, self._old_states = set(), set(), set()
+        try:
+            new_root = self._put(self._apply(self._load(root), ordered, 0))
+            new_states = {entry.state for entry in changes.values() if entry is not None}
+            superseded |= self._loaded - self._written - {self.empty_root}
+            superseded |= self._old_states - new_states
+        finally:
+            self._loaded = self._written = self._old_states = None
+        return new_root
 
     def _apply(
         self, node: dict[str, Any], changes: list[tuple[bytes, CellEntry | None]], depth: int
@@ -135,6 +160,9 @@ class CellIndex:
         if "leaf" in node:
             merged = {bytes(d): e for d, e in node["leaf"]}
             for digest, entry in changes:
+                old = merged.get(digest)
+                if old is not None and self._old_states is not None:
+                    self._old_states.add(Hash(old["state"]))
                 if entry is None:
                     merged.pop(digest, None)
                 else:
@@ -180,13 +208,18 @@ class CellIndex:
                 yield from self._collect(node["branch"])
 
     def _load(self, hash_: Hash) -> dict[str, Any]:
+        if self._loaded is not None:
+            self._loaded.add(hash_)
         node = self._store.get_value(hash_)
         if not isinstance(node, dict) or not ({"leaf"} == node.keys() or "branch" in node):
             raise KernelInvariantError(f"{hash_} is not a cell index node")
         return node
 
     def _put(self, node: dict[str, Any]) -> Hash:
-        return self._store.put_value(node)
+        hash_ = self._store.put_value(node)
+        if self._written is not None:
+            self._written.add(hash_)
+        return hash_
 
 
 def _node_count(node: Mapping[str, Any]) -> int:

@@ -154,8 +154,9 @@ class CellTable:
         if current.state is not None:
             self._resident_bytes += len(current.state)
 
-    def materialize(self) -> Hash:
-        """Fold the dirty layer into the index; return the new root."""
+    def materialize(self, superseded: set[Hash] | None = None) -> Hash:
+        """Fold the dirty layer into the index; return the new root. `superseded` collects
+        what the old root named and the new one does not (`CellIndex.update`)."""
         if not self._dirty:
             return self.root
         changes: dict[bytes, CellEntry | None] = {}
@@ -166,7 +167,7 @@ class CellTable:
             if cell.state is not None:
                 self._blobs.put(cell.state)
             changes[digest] = _entry_from_cell(cell)
-        self.root = self._index.update(self.root, changes)
+        self.root = self._index.update(self.root, changes, superseded)
         for digest, cell in self._dirty.items():
             if cell is not None:
                 self._remember(digest, cell)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,14 +113,18 @@ class WorldLimits:
     resident_state_bytes_max: int = RESIDENT_STATE_BYTES_MAX_DEFAULT
     checked_sample_rate: float = CHECKED_SAMPLE_RATE_DEFAULT
     receipt_bytes_max: int = receipts.RECEIPT_BYTES_MAX_DEFAULT
-    # Automatic snapshots after a run: once this many records were journaled since the last
-    # one, or this many seconds passed (None turns a trigger off).
     # A flush happens at the next safe point (between steps, after an input) once this many
     # records are pending, so one flush never exceeds the store's batch limit however long a
     # run is. Where flushes fall does not change the journal, only when it is durable.
     flush_records_max: int = FLUSH_RECORDS_MAX_DEFAULT
+    # Automatic snapshots after a run: once this many records were journaled since the last
+    # one, or this many seconds passed (None turns a trigger off).
     snapshot_every_records: int | None = SNAPSHOT_EVERY_RECORDS_DEFAULT
     snapshot_every_s: float | None = None
+    # Delete, in the flush that supersedes them, the index nodes, states and head checkpoints
+    # written since the last snapshot that nothing names any more (spec/05 §5). Off keeps
+    # them until `aos world gc`.
+    reclaim_superseded: bool = True
 
 
 @dataclass(frozen=True)
@@ -233,6 +238,7 @@ class World:
         self._open_intents: dict[str, _OpenIntent] = {}
         self._waiting: dict[CellId, int] = {}
         self._stored_roots: dict[str, str] = {}
+        self._head_blob: Hash | None = None  # the stored head checkpoint this world wrote or read
         self._head = store.journal.head()
         self.logical_ns = 0
         self.world_id = ""
@@ -365,6 +371,7 @@ class World:
         world.world_id = str(config["id"])
         world.snapshots = _snapshot_list(store.meta.get(_META_SNAPSHOTS, []))
         world._restore(head)
+        world._head_blob = head_hash
         return world
 
     @classmethod
@@ -439,6 +446,12 @@ class World:
     def height(self) -> int:
         """The journal height including records not yet flushed."""
         return self._head
+
+    @property
+    def reclaimed_objects(self) -> int:
+        """CAS objects this world's flushes reclaimed since it was opened (spec/05 §5)."""
+        stats = self._pending.reclaim
+        return stats.deleted_objects + stats.dropped_objects
 
     @property
     def manifest_hash(self) -> Hash:
@@ -779,9 +792,10 @@ class World:
             raise WorldNotQuiescentError(
                 f"{len(self._scheduler)} deliveries are queued; run to idle first"
             )
-        roots = {name: str(table.materialize()) for name, table in sorted(self._cells.items())}
+        roots = self._materialize()
         content = self._checkpoint(roots)
         snapshot_hash = self._pending.put_value(content)
+        self._pending.clear_marks()  # everything the snapshot names must stay
         seq = self._append(records.snapshot(str(snapshot_hash), content["height"]))
         self.snapshots.append((seq, snapshot_hash))
         self._pending.meta[_META_SNAPSHOTS] = [[n, str(h)] for n, h in self.snapshots]
@@ -1009,9 +1023,13 @@ class World:
     def _flush(self) -> None:
         """Materialize cells, write the head checkpoint, and commit everything at once."""
         store = self.store
-        roots = {name: str(table.materialize()) for name, table in sorted(self._cells.items())}
+        roots = self._materialize()
         head = self._checkpoint(roots)
-        self._pending.meta[_META_HEAD] = str(self._pending.put_value(head))
+        with self._reclaiming():
+            head_blob = self._pending.put_value(head)
+        if self.limits.reclaim_superseded and self._head_blob not in (None, head_blob):
+            self._pending.superseded([self._head_blob])
+        self._pending.meta[_META_HEAD] = str(head_blob)
         expected_first = self._head - len(self._pending.records) + 1
         wrote_records = bool(self._pending.records)
         try:
@@ -1021,8 +1039,29 @@ class World:
             store.close()
             self._store = None
             raise
+        self._head_blob = head_blob
         if wrote_records and (first, last) != (expected_first, self._head):
             raise KernelInvariantError("journal sequence numbers drifted from the world's count")
+
+    def _materialize(self) -> dict[str, str]:
+        """Fold every table's dirty cells into its index; the roots by workflow."""
+        superseded: set[Hash] = set()
+        with self._reclaiming():
+            roots = {
+                name: str(table.materialize(superseded if self.limits.reclaim_superseded else None))
+                for name, table in sorted(self._cells.items())
+            }
+        self._pending.superseded(superseded)
+        return roots
+
+    @contextmanager
+    def _reclaiming(self) -> Iterator[None]:
+        """What is written inside is young (reclaimable once superseded), if reclaiming."""
+        if not self.limits.reclaim_superseded:
+            yield
+            return
+        with self._pending.young():
+            yield
 
     def _checkpoint(self, roots: dict[str, str]) -> dict[str, Any]:
         all_roots = dict(self._stored_roots)
