@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from aos.kernel import cbor
+from aos.kernel import cbor, replay
 from aos.kernel.adapters.signing import signed_receipt
 from aos.kernel.world import records
 from aos.kernel.world.errors import ClockManualOnlyError, TimeBackwardsError
@@ -96,6 +96,30 @@ def test_a_duplicate_receipt_is_a_no_op(world: World) -> None:
     again = world.settle(receipt(world, intent))
     assert again.duplicate and again.seq is None
     assert world.height == height
+
+
+def test_a_keyed_effect_emitted_after_it_settled_is_the_same_work_opened_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "w"
+    with create(path, SCRIPTED, clock="manual") as world:
+        world.send("demo/Ping@1", ping("x", "effect_idem", 1))
+        [intent] = [i["intent"] for i in world.open_intents()]
+        first = receipt(world, intent)
+        world.settle(first)
+        world.run_to_idle()
+        assert world.settle(first).duplicate  # while settled: a duplicate, nothing written
+        world.send("demo/Ping@1", ping("x", "effect_idem", 1))
+        # The workflow's key says this is the same work: the same intent, opened again.
+        assert [i["intent"] for i in world.open_intents()] == [intent]
+        # So any valid receipt of that work settles it, a late copy of the first one too.
+        late = world.settle(first)
+        assert not late.duplicate and late.delivered
+        world.run_to_idle()
+        assert world.open_intents() == []
+        kinds = [r["kind"] for r in journal(world) if r["kind"].startswith("effect_")]
+        assert kinds == ["effect_intent", "effect_receipt"] * 2
+    assert replay.verify(path).ok
 
 
 def _refused(world: World, value: Any, code: str) -> None:

@@ -9,8 +9,9 @@ where it came from, never from a clock or a counter outside the journal:
                 idempotency key if the workflow gave one, else (input seq, emission index)}
     intent hash = hash of {identity, params}
 
-So an intent re-emitted with the same idempotency key and params has the same hash, and is
-not opened twice.
+So an intent re-emitted with the same idempotency key and params has the same hash: it is not
+opened twice while open, and is opened again, as the same work, once it has settled
+(spec/03 §9).
 """
 
 from __future__ import annotations
