@@ -496,7 +496,7 @@ def recover(world_dir: str | Path, *, engine: WasmEngine | None = None) -> Recov
             batch.cas_put(data)
         # Which objects only the lost head named is unknown: reclaim nothing until the next
         # snapshot (`aos world gc` still finds the garbage).
-        batch.cas_clear_reclaimable()
+        batch.cas_clear_marks()
         batch.meta_put("world.head", head)
     return Recovery(start=start, skipped=skipped, records=report.records)
 

@@ -13,6 +13,7 @@ from aos.kernel import cbor, hashing
 from aos.kernel.hashing import Hash
 from aos.kernel.store import codec
 from aos.kernel.store.errors import StoreBatchTooLargeError, StoreUsageError
+from aos.kernel.store.interface import Mark
 from aos.kernel.store.limits import StoreLimits
 
 
@@ -30,10 +31,12 @@ class PendingBatch:
         # digest -> bytes to store, or None to delete; the last write of a key wins.
         self.cas: dict[bytes, bytes | None] = {}
         self.meta: dict[bytes, bytes | None] = {}
-        # digest -> set (True) or clear (False) the reclaimable mark; applied after
-        # `clear_marks`, and a deleted blob loses its mark whatever this says.
-        self.marks: dict[bytes, bool] = {}
+        # digest -> encoded mark, or None to remove it; applied after `clear_marks`, and a
+        # deleted blob loses its mark whatever this says.
+        self.marks: dict[bytes, bytes | None] = {}
         self.clear_marks = False
+        # doomed row key (seq + digest) -> write (True) or remove (False)
+        self.doomed: dict[bytes, bool] = {}
         self._bytes_total = 0
 
     @property
@@ -46,7 +49,9 @@ class PendingBatch:
         return self.head_before + len(self.journal)
 
     def is_empty(self) -> bool:
-        return not (self.journal or self.cas or self.meta or self.marks or self.clear_marks)
+        return not (
+            self.journal or self.cas or self.meta or self.marks or self.doomed or self.clear_marks
+        )
 
     def journal_append(self, records: Sequence[object]) -> tuple[int, int]:
         """Add records; return the first and last sequence numbers they will have."""
@@ -87,12 +92,19 @@ class PendingBatch:
         """Remove a blob if present (garbage collection, reclaiming); its mark goes with it."""
         self.cas[hashing.parse(content_hash).digest] = None
 
-    def cas_mark_reclaimable(self, content_hash: Hash | str, marked: bool = True) -> None:
-        """Set (or clear) the blob's reclaimable mark when the batch commits."""
-        self.marks[hashing.parse(content_hash).digest] = marked
+    def cas_mark(self, content_hash: Hash | str, mark: Mark | None) -> None:
+        """Set (or remove, None) the blob's reclaim mark when the batch commits."""
+        digest = hashing.parse(content_hash).digest
+        self.marks[digest] = None if mark is None else codec.encode_mark(mark)
+        if mark is not None and mark.kind == "doomed":
+            self.doomed[codec.seq_key(mark.seq) + digest] = True
 
-    def cas_clear_reclaimable(self) -> None:
-        """Clear every reclaimable mark when the batch commits, before its own marks."""
+    def cas_forget_doomed(self, seq: int, content_hash: Hash | str) -> None:
+        """Remove a doomed row when the batch commits."""
+        self.doomed[codec.seq_key(seq) + hashing.parse(content_hash).digest] = False
+
+    def cas_clear_marks(self) -> None:
+        """Remove every mark when the batch commits, before its own marks."""
         self.clear_marks = True
         self.marks.clear()
 

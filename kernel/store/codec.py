@@ -19,6 +19,7 @@ from aos.kernel.store.errors import (
     StoreRecordTooLargeError,
     StoreUsageError,
 )
+from aos.kernel.store.interface import Mark
 from aos.kernel.store.limits import StoreLimits
 
 # Sequence numbers start at 1, so `head() == 0` means an empty journal and the head is also
@@ -132,3 +133,18 @@ def decode_meta_value(key: str, raw: bytes) -> cbor.Value:
         raise StoreCorruptMetaError(
             f"meta value of {key!r} is corrupt: {exc}", key=key, cause=exc.code
         ) from exc
+
+
+_MARK_KINDS = {"young": b"y", "doomed": b"d"}
+
+
+def encode_mark(mark: Mark) -> bytes:
+    """A mark as stored: one kind byte, then the sequence as a journal key."""
+    return _MARK_KINDS[mark.kind] + seq_key(mark.seq)
+
+
+def decode_mark(raw: bytes) -> Mark:
+    kind = {code: name for name, code in _MARK_KINDS.items()}.get(bytes(raw[:1]))
+    if kind is None or len(raw) != 9:
+        raise StoreCorruptMetaError(f"a reclaim mark reads {bytes(raw).hex()}")
+    return Mark(kind, seq_from_key(bytes(raw[1:])))  # type: ignore[arg-type]

@@ -11,12 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Self
+from typing import Literal, Protocol, Self
 
 from aos.kernel import cbor
 from aos.kernel.hashing import Hash
 from aos.kernel.store.limits import StoreLimits
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A blob's reclaim mark (the world's bookkeeping for reclaiming at flush time, spec/05
+    §5.1; the store only keeps it). `young`: named by one reference of the head, written
+    after the snapshot at journal sequence `seq` (0: none). `doomed`: named by no reference
+    of the head any more, only by snapshots up to the one at `seq`."""
+
+    kind: Literal["young", "doomed"]
+    seq: int
 
 
 class Journal(Protocol):
@@ -71,12 +83,17 @@ class Cas(Protocol):
         """Remove a blob (for garbage collection); return whether it was there."""
         ...
 
-    def reclaimable(self, content_hash: Hash | str) -> bool:
-        """Whether the blob is marked reclaimable (see `Batch.cas_mark_reclaimable`)."""
+    def mark(self, content_hash: Hash | str) -> Mark | None:
+        """The blob's reclaim mark, if it has one (see `Mark`)."""
         ...
 
-    def reclaimable_count(self) -> int:
-        """How many blobs are marked reclaimable."""
+    def marks_count(self) -> int:
+        """How many blobs carry a mark."""
+        ...
+
+    def doomed(self, before_seq: int) -> list[tuple[int, Hash]]:
+        """The `(seq, hash)` rows of doomed marks with `seq < before_seq`, in order (a row
+        outlives the mark it was written with: check the mark before acting on it)."""
         ...
 
 
@@ -123,13 +140,17 @@ class Batch(Protocol):
         """Remove a blob if present (and its reclaimable mark)."""
         ...
 
-    def cas_mark_reclaimable(self, content_hash: Hash | str, marked: bool = True) -> None:
-        """Set or clear a blob's reclaimable mark. The store gives the mark no meaning; the
-        world uses it for the objects it may delete at flush time (spec/05 §5)."""
+    def cas_mark(self, content_hash: Hash | str, mark: Mark | None) -> None:
+        """Set a blob's mark, or remove it (None). A doomed mark also writes its `(seq,
+        hash)` row."""
         ...
 
-    def cas_clear_reclaimable(self) -> None:
-        """Clear every reclaimable mark, before this batch's own marks apply."""
+    def cas_forget_doomed(self, seq: int, content_hash: Hash | str) -> None:
+        """Remove one `(seq, hash)` row of a doomed mark."""
+        ...
+
+    def cas_clear_marks(self) -> None:
+        """Remove every mark, before this batch's own marks apply (rows stay, stale)."""
         ...
 
     def meta_put(self, key: str, value: object) -> None:

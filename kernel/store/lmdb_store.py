@@ -3,7 +3,8 @@
 Layout (spec/07-storage.md): `<world_dir>/store/` holds LMDB's `data.mdb` and `lock.mdb` and
 our `writer.lock`. Named databases: `journal` (u64 big-endian sequence -> canonical record),
 `cas` (32-byte BLAKE3 digest -> raw bytes), `meta` (UTF-8 key -> canonical value),
-`reclaim` (32-byte digest -> empty: the CAS blobs marked reclaimable).
+`reclaim` (32-byte digest -> reclaim mark of that CAS blob), `doomed` (sequence + digest ->
+empty: the rows of doomed marks, by the snapshot they wait for).
 
 Concurrency: one writing process per world (an exclusive `flock` on `writer.lock`), any number
 of read-only processes beside it. Inside one process a store may be shared between threads:
@@ -40,6 +41,7 @@ from aos.kernel.store.errors import (
     StoreReadonlyError,
     StoreUsageError,
 )
+from aos.kernel.store.interface import Mark
 from aos.kernel.store.limits import MIB, StoreLimits
 
 STORE_DIR_NAME = "store"
@@ -50,6 +52,8 @@ _JOURNAL_DB = b"journal"
 _CAS_DB = b"cas"
 _META_DB = b"meta"
 _RECLAIM_DB = b"reclaim"
+_DOOMED_DB = b"doomed"
+_MARK_DBS = (_RECLAIM_DB, _DOOMED_DB)
 # Room for the databases later milestones add (cell index) without a format change.
 _DBS_MAX = 8
 # Reads are cut into chunks, each in its own short transaction, so that no transaction stays
@@ -205,13 +209,14 @@ def _open_dbs(env: lmdb.Environment, *, create: bool) -> tuple[lmdb._Database | 
             # A handle opened inside an explicit read transaction dies with it in py-lmdb;
             # without one, py-lmdb opens it so that it outlives the transaction.
             dbs = tuple(env.open_db(name, create=False) for name in names)
+            marks: tuple[lmdb._Database | None, ...]
             try:
-                reclaim = env.open_db(_RECLAIM_DB, create=False)
+                marks = tuple(env.open_db(name, create=False) for name in _MARK_DBS)
             except lmdb.NotFoundError:
-                reclaim = None  # a store no writer of this version has opened yet: no marks
-            return (*dbs, reclaim)
+                marks = (None, None)  # no writer of this version has opened the store: no marks
+            return (*dbs, *marks)
         with env.begin(write=True) as txn:
-            return tuple(env.open_db(name, txn=txn, create=True) for name in (*names, _RECLAIM_DB))
+            return tuple(env.open_db(name, txn=txn, create=True) for name in (*names, *_MARK_DBS))
     except lmdb.NotFoundError:
         raise StoreMissingError(f"the store in {env.path()} lacks its databases") from None
 
@@ -243,7 +248,7 @@ class LmdbStore:
         readonly: bool,
     ) -> None:
         self._env = env
-        journal_db, cas_db, meta_db, self._reclaim_db = dbs
+        journal_db, cas_db, meta_db, self._reclaim_db, self._doomed_db = dbs
         if journal_db is None or cas_db is None or meta_db is None:
             raise KernelInvariantError("the journal, cas and meta databases are required")
         self._journal_db, self._cas_db, self._meta_db = journal_db, cas_db, meta_db
@@ -427,16 +432,21 @@ class LmdbStore:
 
     def _put_pending(self, txn: _Txn, pending: PendingBatch) -> None:
         self._check_tail(txn, pending.head_before)
-        reclaim_db = self._reclaim_db
-        if reclaim_db is None:
-            raise KernelInvariantError("a writable store has the reclaim database")
+        reclaim_db, doomed_db = self._reclaim_db, self._doomed_db
+        if reclaim_db is None or doomed_db is None:
+            raise KernelInvariantError("a writable store has the reclaim databases")
         if pending.clear_marks:
             txn.drop(reclaim_db, delete=False)
-        for digest, marked in pending.marks.items():
-            if marked:
-                txn.put(digest, b"", db=reclaim_db)
+        for digest, mark in pending.marks.items():
+            if mark is not None:
+                txn.put(digest, mark, db=reclaim_db)
             else:
                 txn.delete(digest, db=reclaim_db)
+        for row, write in pending.doomed.items():
+            if write:
+                txn.put(row, b"", db=doomed_db)
+            else:
+                txn.delete(row, db=doomed_db)
         for digest, data in pending.cas.items():
             if data is None:
                 txn.delete(digest, db=self._cas_db)
@@ -629,22 +639,38 @@ class LmdbCas:
             batch.cas_delete(content_hash)
         return present
 
-    def reclaimable(self, content_hash: Hash | str) -> bool:
-        """Whether the blob carries the reclaimable mark."""
+    def mark(self, content_hash: Hash | str) -> Mark | None:
+        """The blob's reclaim mark, if any."""
         checked = hashing.parse(content_hash)
         store = self._store
         if store._reclaim_db is None:
-            return False
+            return None
         with store._reading() as txn:
-            return txn.get(checked.digest, db=store._reclaim_db) is not None
+            raw = txn.get(checked.digest, db=store._reclaim_db)
+        return None if raw is None else codec.decode_mark(raw)
 
-    def reclaimable_count(self) -> int:
-        """How many blobs carry the reclaimable mark."""
+    def marks_count(self) -> int:
+        """How many blobs carry a mark."""
         store = self._store
         if store._reclaim_db is None:
             return 0
         with store._reading() as txn:
             return int(txn.stat(store._reclaim_db)["entries"])
+
+    def doomed(self, before_seq: int) -> list[tuple[int, Hash]]:
+        """Doomed rows with a sequence below `before_seq`, in (sequence, digest) order."""
+        store = self._store
+        if store._doomed_db is None:
+            return []
+        end = codec.seq_key(before_seq)
+        rows: list[tuple[int, Hash]] = []
+        with store._reading() as txn, txn.cursor(db=store._doomed_db) as cursor:
+            for key in cursor.iternext(keys=True, values=False):
+                if key[: codec.SEQ_KEY_BYTES] >= end:
+                    break
+                seq = codec.seq_from_key(key[: codec.SEQ_KEY_BYTES])
+                rows.append((seq, Hash.from_digest(key[codec.SEQ_KEY_BYTES :])))
+        return rows
 
     def _chunk(self, start: bytes) -> list[bytes]:
         store = self._store

@@ -16,7 +16,7 @@ from typing import Any, Self
 from aos.kernel import cbor
 from aos.kernel.hashing import Hash, hash_bytes, parse
 from aos.kernel.store.errors import StoreNotFoundError
-from aos.kernel.store.interface import Cas
+from aos.kernel.store.interface import Cas, Mark
 from aos.kernel.store.limits import StoreLimits
 
 _ABSENT = object()
@@ -107,7 +107,8 @@ class _Cas:
         self.blobs: Any = {} if spill_dir is None else _SpillBlobs(spill_dir)
         self._fallback = fallback
         self._fallback_has = fallback_has
-        self.marks: set[Hash] = set()
+        self.marks: dict[Hash, Mark] = {}
+        self.doomed_rows: set[tuple[int, Hash]] = set()
 
     def put(self, data: bytes) -> Hash:
         hash_ = hash_bytes(data)
@@ -140,14 +141,17 @@ class _Cas:
 
     def delete(self, content_hash: Hash | str) -> bool:
         hash_ = parse(content_hash)
-        self.marks.discard(hash_)
+        self.marks.pop(hash_, None)
         return self.blobs.pop(hash_, None) is not None
 
-    def reclaimable(self, content_hash: Hash | str) -> bool:
-        return parse(content_hash) in self.marks
+    def mark(self, content_hash: Hash | str) -> Mark | None:
+        return self.marks.get(parse(content_hash))
 
-    def reclaimable_count(self) -> int:
+    def marks_count(self) -> int:
         return len(self.marks)
+
+    def doomed(self, before_seq: int) -> list[tuple[int, Hash]]:
+        return sorted(row for row in self.doomed_rows if row[0] < before_seq)
 
 
 class _Meta:
@@ -183,7 +187,8 @@ class _Batch:
         self.deletes: list[Hash | str] = []
         self.meta: dict[str, object] = {}
         self.meta_deletes: list[str] = []
-        self.marks: dict[Hash, bool] = {}
+        self.marks: dict[Hash, Mark | None] = {}
+        self.doomed: dict[tuple[int, Hash], bool] = {}
         self.clear_marks = False
 
     def journal_append(self, records: Sequence[object]) -> tuple[int, int]:
@@ -203,10 +208,16 @@ class _Batch:
     def cas_delete(self, content_hash: Hash | str) -> None:
         self.deletes.append(content_hash)
 
-    def cas_mark_reclaimable(self, content_hash: Hash | str, marked: bool = True) -> None:
-        self.marks[parse(content_hash)] = marked
+    def cas_mark(self, content_hash: Hash | str, mark: Mark | None) -> None:
+        hash_ = parse(content_hash)
+        self.marks[hash_] = mark
+        if mark is not None and mark.kind == "doomed":
+            self.doomed[(mark.seq, hash_)] = True
 
-    def cas_clear_reclaimable(self) -> None:
+    def cas_forget_doomed(self, seq: int, content_hash: Hash | str) -> None:
+        self.doomed[(seq, parse(content_hash))] = False
+
+    def cas_clear_marks(self) -> None:
         self.clear_marks = True
         self.marks.clear()
 
@@ -270,11 +281,16 @@ class MemoryStore:
             self._cas.put(data)
         if batch.clear_marks:
             self._cas.marks.clear()
-        for marked_hash, marked in batch.marks.items():
-            if marked:
-                self._cas.marks.add(marked_hash)
+        for marked_hash, mark in batch.marks.items():
+            if mark is not None:
+                self._cas.marks[marked_hash] = mark
             else:
-                self._cas.marks.discard(marked_hash)
+                self._cas.marks.pop(marked_hash, None)
+        for row, write in batch.doomed.items():
+            if write:
+                self._cas.doomed_rows.add(row)
+            else:
+                self._cas.doomed_rows.discard(row)
         for hash_ in batch.deletes:
             self._cas.delete(hash_)
         for key, value in batch.meta.items():

@@ -4,14 +4,16 @@ The world works ahead of the store between flushes: cells read states and index 
 just written. This overlay serves those reads, and `flush` writes everything in one store
 batch (one transaction, one fsync).
 
-It also reclaims, at flush time, the objects a flush supersedes (spec/05 §5). An object the
-world writes while materializing cells (an index node, a cell state, a head checkpoint) is
-**young**: new to the CAS since the last snapshot, and named by exactly one reference in the
-head. Young objects carry the store's reclaimable mark. Every later write of the same bytes,
-from anywhere, is a second reference and takes the mark away for good. So when a flush
-replaces the one reference to a marked object, nothing else can name it (no snapshot, no
-other cell, no other workflow's index, no receipt), and the same transaction deletes it. A
-snapshot clears every mark: what it names must stay.
+It also reclaims, at flush time, the objects a flush supersedes (spec/05 §5.1). An object
+the world writes while materializing cells or writing its head (an index node, a cell state,
+a head checkpoint) that is new to the CAS is **young**: named by exactly one reference of
+the head. It gets a `young` mark carrying the **epoch** it was written in (the journal
+sequence of the newest snapshot before its flush, 0 for none). Any later write of the same
+bytes, from anywhere, is a second name and removes the mark for good. When a flush replaces
+the one reference to a young object, nothing in the head names it any more: if no snapshot
+was taken since it was written (its epoch is the current one) the same transaction deletes
+it; otherwise the snapshots taken since name it, and it is marked `doomed` with the newest of
+them, to be deleted once retention has dropped that snapshot (and so every older one).
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ from typing import Any
 
 from aos.kernel import cbor
 from aos.kernel.hashing import Hash, hash_bytes
-from aos.kernel.store.interface import Store
+from aos.kernel.store.interface import Mark, Store
 
 
 @dataclass
 class ReclaimStats:
     """What reclaiming did over a world's life in this process (for benches and `status`)."""
 
-    deleted_objects: int = 0  # marked objects deleted from the store
+    deleted_objects: int = 0  # young objects deleted as their flush superseded them
     dropped_objects: int = 0  # objects written and superseded before they reached the store
+    doomed_objects: int = 0  # superseded objects a retained snapshot still names
+    released_objects: int = 0  # doomed objects deleted once retention dropped their snapshot
 
 
 class PendingWrites:
@@ -48,7 +52,12 @@ class PendingWrites:
         self._unmark: set[Hash] = set()
         # Objects a materialization superseded: reclaimed at the flush if still young.
         self._superseded: set[Hash] = set()
-        self._clear_marks = False
+        # Doomed rows whose snapshots retention dropped, and dropped snapshot blobs.
+        self._released: list[tuple[int, Hash]] = []
+        self._forgotten: list[Hash] = []
+        # The journal sequence of the newest snapshot before the current flush (0: none);
+        # the world moves it on after the flush that writes a snapshot.
+        self.epoch = 0
 
     # -- CAS view (the world's BlobStore) ----------------------------------------------------
 
@@ -57,7 +66,7 @@ class PendingWrites:
         if hash_ in self.blobs:
             self._young_new.discard(hash_)  # a second reference
         elif self._store.cas.has(hash_):
-            if self._store.cas.reclaimable(hash_):
+            if self._store.cas.mark(hash_) is not None:
                 self._unmark.add(hash_)  # a second reference
         else:
             self.blobs[hash_] = data
@@ -96,9 +105,12 @@ class PendingWrites:
         """The head no longer names these through the reference it just replaced."""
         self._superseded.update(hashes)
 
-    def clear_marks(self) -> None:
-        """This flush writes a snapshot: clear every mark, and mark nothing it writes."""
-        self._clear_marks = True
+    def release(self, oldest_snapshot_seq: int, dropped_snapshots: list[Hash]) -> None:
+        """Retention dropped these snapshot blobs and kept none older than the snapshot at
+        `oldest_snapshot_seq`: this flush deletes them, and the objects doomed with any
+        snapshot before that one which nothing has named again since."""
+        self._forgotten.extend(dropped_snapshots)
+        self._released.extend(self._store.cas.doomed(oldest_snapshot_seq))
 
     # -- flushing ----------------------------------------------------------------------------
 
@@ -108,44 +120,60 @@ class PendingWrites:
     def flush(self, expected_first_seq: int) -> tuple[int, int]:
         """Write everything in one batch; return the journal range written."""
         first = last = expected_first_seq - 1
-        dropped, deletes = self._reclaimable()
+        dropped, deletes, doomed, released = self._reclaimable()
         with self._store.batch() as batch:
             for hash_, data in self.blobs.items():
                 if hash_ not in dropped:
                     batch.cas_put(data)
-            for hash_ in deletes:
-                batch.cas_delete(hash_)
             for hash_ in self._unmark:
-                batch.cas_mark_reclaimable(hash_, False)
-            if self._clear_marks:
-                batch.cas_clear_reclaimable()
-            else:
-                for hash_ in self._young_new - dropped:
-                    batch.cas_mark_reclaimable(hash_)
+                batch.cas_mark(hash_, None)
+            for hash_ in [*deletes, *self._forgotten]:
+                batch.cas_delete(hash_)
+            for hash_ in doomed:
+                batch.cas_mark(hash_, Mark("doomed", self.epoch))
+            for seq, hash_ in self._released:
+                if hash_ in released:
+                    batch.cas_delete(hash_)
+                batch.cas_forget_doomed(seq, hash_)
+            for hash_ in self._young_new - dropped:
+                batch.cas_mark(hash_, Mark("young", self.epoch))
             if self.records:
                 first, last = batch.journal_append(self.records)
             for key, value in self.meta.items():
                 batch.meta_put(key, value)
         self.reclaim.dropped_objects += len(dropped)
         self.reclaim.deleted_objects += len(deletes)
+        self.reclaim.doomed_objects += len(doomed)
+        self.reclaim.released_objects += len(released)
         self.blobs.clear()
         self.records.clear()
         self.meta.clear()
         self._young_new.clear()
         self._unmark.clear()
         self._superseded.clear()
-        self._clear_marks = False
+        self._released.clear()
+        self._forgotten.clear()
         return first, last
 
-    def _reclaimable(self) -> tuple[set[Hash], list[Hash]]:
-        """The superseded objects nothing else names: young blobs of this flush (never
-        written), and marked blobs in the store no write since the last flush named again."""
+    def _reclaimable(self) -> tuple[set[Hash], list[Hash], list[Hash], set[Hash]]:
+        """What this flush reclaims: young blobs of this flush it superseded (never written);
+        young objects in the store it superseded, deleted if written in this epoch and doomed
+        if a snapshot was taken since; and released doomed objects nothing named again."""
         dropped = self._superseded & self._young_new
-        deletes = sorted(
+        deletes: list[Hash] = []
+        doomed: list[Hash] = []
+        for hash_ in sorted(self._superseded - dropped):
+            if hash_ in self.blobs or hash_ in self._unmark:
+                continue
+            mark = self._store.cas.mark(hash_)
+            if mark is None or mark.kind != "young":
+                continue
+            (deletes if mark.seq == self.epoch else doomed).append(hash_)
+        released = {
             hash_
-            for hash_ in self._superseded - dropped
-            if hash_ not in self.blobs
-            and hash_ not in self._unmark
-            and self._store.cas.reclaimable(hash_)
-        )
-        return dropped, deletes
+            for seq, hash_ in self._released
+            if hash_ not in self._unmark
+            and hash_ not in self.blobs
+            and self._store.cas.mark(hash_) == Mark("doomed", seq)
+        }
+        return dropped, deletes, doomed, released

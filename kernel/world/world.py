@@ -91,6 +91,7 @@ EVENT_BYTES_MAX_DEFAULT = 256 * 1024
 STEPS_PER_RUN_MAX_DEFAULT = 100_000
 CHECKED_SAMPLE_RATE_DEFAULT = 0.05
 SNAPSHOT_EVERY_RECORDS_DEFAULT = 50_000
+SNAPSHOTS_KEPT_MAX_DEFAULT = 4
 FLUSH_RECORDS_MAX_DEFAULT = 4_096
 
 _META_FORMAT = "world.format"
@@ -122,9 +123,15 @@ class WorldLimits:
     snapshot_every_records: int | None = SNAPSHOT_EVERY_RECORDS_DEFAULT
     snapshot_every_s: float | None = None
     # Delete, in the flush that supersedes them, the index nodes, states and head checkpoints
-    # written since the last snapshot that nothing names any more (spec/05 §5). Off keeps
-    # them until `aos world gc`.
+    # nothing names any more (spec/05 §5.1). Off keeps them until `aos world gc`.
     reclaim_superseded: bool = True
+    # Snapshots kept: taking one more drops the oldest, and with it what only it named
+    # (None keeps every snapshot; replays from genesis never need one).
+    snapshots_kept_max: int | None = SNAPSHOTS_KEPT_MAX_DEFAULT
+
+    def __post_init__(self) -> None:
+        if self.snapshots_kept_max is not None and self.snapshots_kept_max < 1:
+            raise ValueError("snapshots_kept_max must be at least 1 (or None)")
 
 
 @dataclass(frozen=True)
@@ -372,6 +379,7 @@ class World:
         world.snapshots = _snapshot_list(store.meta.get(_META_SNAPSHOTS, []))
         world._restore(head)
         world._head_blob = head_hash
+        world._pending.epoch = world.snapshots[-1][0] if world.snapshots else 0
         return world
 
     @classmethod
@@ -388,7 +396,12 @@ class World:
         instance, and no automatic snapshots are taken (a replay follows the recorded ones)."""
         base = limits or WorldLimits()
         limits = WorldLimits(
-            **{**base.__dict__, "snapshot_every_records": None, "snapshot_every_s": None}
+            **{
+                **base.__dict__,
+                "snapshot_every_records": None,
+                "snapshot_every_s": None,
+                "snapshots_kept_max": None,
+            }
         )
         return cls(
             store,
@@ -795,9 +808,13 @@ class World:
         roots = self._materialize()
         content = self._checkpoint(roots)
         snapshot_hash = self._pending.put_value(content)
-        self._pending.clear_marks()  # everything the snapshot names must stay
         seq = self._append(records.snapshot(str(snapshot_hash), content["height"]))
         self.snapshots.append((seq, snapshot_hash))
+        kept = self.limits.snapshots_kept_max
+        dropped = self.snapshots[:-kept] if kept is not None else []
+        self.snapshots = self.snapshots[len(dropped) :]
+        if self.limits.reclaim_superseded:
+            self._pending.release(self.snapshots[0][0], [h for _, h in dropped])
         self._pending.meta[_META_SNAPSHOTS] = [[n, str(h)] for n, h in self.snapshots]
         self._flush()
         self._last_snapshot_wall_s = _monotonic_s()
@@ -1040,6 +1057,7 @@ class World:
             self._store = None
             raise
         self._head_blob = head_blob
+        self._pending.epoch = self.snapshots[-1][0] if self.snapshots else 0
         if wrote_records and (first, last) != (expected_first, self._head):
             raise KernelInvariantError("journal sequence numbers drifted from the world's count")
 

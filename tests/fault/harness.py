@@ -20,7 +20,8 @@ After the child is gone the harness checks the world:
 * no intent is lost or doubled: every `effect_intent` hash appears once, every settled intent
   has exactly one `effect_receipt` (and its `settled/` marker names it), no receipt names an
   unknown intent, and the reopened world's open intents are exactly journaled - settled;
-* acknowledged snapshots are in the world's snapshot list.
+* acknowledged snapshots are journaled, and the world's snapshot list is the newest
+  `snapshots_kept_max` of the journaled ones (retention drops the older ones).
 
 Then the next child continues the same world, so it grows across kills; a lane starts a fresh
 world every `--fresh-every` kills to bound the time a check takes. A failing round keeps its
@@ -53,7 +54,7 @@ from aos.kernel.hashing import hash_value
 from aos.kernel.replay import ReplayReport, verify
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import records
-from aos.kernel.world.world import World
+from aos.kernel.world.world import SNAPSHOTS_KEPT_MAX_DEFAULT, World
 from tests.fault import workload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -233,13 +234,19 @@ def _check_acks(
             if found != expected:
                 problems.append(f"acked record {seq} ({ack['op']}) differs: {record['kind']}")
     receipted = {_receipt_intent(r) for r in journal.values() if r["kind"] == "effect_receipt"}
-    snapshots = {(seq, str(hash_)) for seq, hash_ in world.snapshots}
+    kept = [(seq, str(hash_)) for seq, hash_ in world.snapshots]
+    journaled = [
+        (s, str(r["snapshot"])) for s, r in sorted(journal.items()) if r["kind"] == "snapshot"
+    ]
+    newest = journaled[-SNAPSHOTS_KEPT_MAX_DEFAULT:]
+    if kept != newest:
+        problems.append(f"the snapshot list {kept} is not the newest journaled ones {newest}")
     for ack in acks:
         for intent in ack.get("intents", []) + ([ack["intent"]] if "intent" in ack else []):
             if intent not in receipted:
                 problems.append(f"acked settlement of {intent} ({ack['op']}) is not journaled")
-        if ack["op"] == "snapshot" and (ack["seq"], ack["hash"]) not in snapshots:
-            problems.append(f"acked snapshot {ack['seq']} is not in the snapshot list")
+        if ack["op"] == "snapshot" and (ack["seq"], ack["hash"]) not in journaled:
+            problems.append(f"acked snapshot {ack['seq']} is not journaled")
 
 
 def _receipt_intent(record: dict[str, Any]) -> str:
