@@ -4,8 +4,12 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The bench's own environment: the peers it runs against (bench/bench_peers.py), kept out of
+# the project's virtualenv so that `make test` never needs them.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-full fault fault-ci clean
+.PHONY: setup demo test test-fast lint bench bench-full bench-setup fault fault-ci clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -45,11 +49,19 @@ fault: setup
 fault-ci: setup
 	$(BIN)/python -m tests.fault.harness --kills $(FAULT_CI_KILLS) --jobs 2 --quiet
 
-bench: setup
+bench-setup: setup $(BENCH_STAMP)
+
+$(BENCH_STAMP): bench/peers/requirements.txt
+	@test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt
+	@touch $(BENCH_STAMP)
+
+bench: bench-setup
 	$(BIN)/python -m bench.run --quick
 
-bench-full: setup
+bench-full: bench-setup
 	$(BIN)/python -m bench.run --full
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo

@@ -56,9 +56,32 @@ def _table(rows: list[Row]) -> str:
             baselines[r.group] = r.median_s
     for r in rows:
         base = baselines.get(r.group)
-        ratio = f"{r.median_s / base:.2f}x" if base else "-"
+        ratio = _ratio(r.median_s / base) if base else "-"
         lines.append(f"| {r.group} | {r.name} | {_format(r.median_s)} | {r.per} | {ratio} |")
     return "\n".join(lines)
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}x" if value >= 0.01 else f"{value:.2g}x"
+
+
+def _round_ratio_table(rows: list[Row]) -> str:
+    """Rows whose module measured them in rounds interleaved with their baseline's (bench_peers)
+    carry their ratio to the baseline round by round: the spread shows how far a noisy
+    machine moved the comparison."""
+    lines = [
+        "| group | benchmark | ratio to baseline, per round | median of ratios |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        ratios = r.extra.get("ratio_per_round")
+        if not isinstance(ratios, list):
+            continue
+        each = " ".join(_ratio(x) for x in ratios)
+        lines.append(
+            f"| {r.group} | {r.name} | {each} | {_ratio(float(r.extra['ratio_median']))} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def main() -> int:
@@ -72,15 +95,25 @@ def main() -> int:
     only = {t for t in args.only.split(",") if t}
     topics = sorted(p.stem[len("bench_") :] for p in HERE.glob("bench_*.py"))
     rows: list[Row] = []
+    module_s: dict[str, float] = {}
+    # What a module running another interpreter (bench_peers) reports of it.
+    module_environments: dict[str, object] = {}
     for topic in topics:
         if only and topic not in only:
             continue
         module = importlib.import_module(f"bench.bench_{topic}")
         print(f"# running bench_{topic} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
         rows.extend(module.run(quick))
+        if hasattr(module, "environment"):
+            module_environments[topic] = module.environment()
+        elapsed_s = time.perf_counter() - started
+        module_s[topic] = round(elapsed_s, 1)
+        print(f"# bench_{topic} took {elapsed_s:.1f} s", file=sys.stderr, flush=True)
     result = {
         "mode": "quick" if quick else "full",
-        "environment": _environment(),
+        "environment": {**_environment(), "modules": module_environments},
+        "module_s": module_s,
         "rows": [
             {
                 "group": r.group,
@@ -99,6 +132,9 @@ def main() -> int:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(_table(rows))
+    per_round = _round_ratio_table(rows)
+    if per_round:
+        print(f"\n{per_round}")
     print(f"\nresults: {out.relative_to(HERE.parent)}")
     return 0
 
