@@ -124,9 +124,10 @@ class Model:
     """Two workflows' cell tables over one pending view, as a world drives them: flushes,
     snapshots every so often with the newest `kept_max` retained, and outside blobs."""
 
-    def __init__(self, *, bucket: int = 2, kept_max: int = 2) -> None:
+    def __init__(self, *, bucket: int = 2, kept_max: int = 2, release_max: int = 3) -> None:
         self.store = MemoryStore()
         self.pending = PendingWrites(self.store)
+        self.pending.release_max = release_max  # small: releasing spreads over flushes
         self.index = CellIndex(self.pending, bucket_entries_max=bucket)
         self.tables = {
             name: CellTable(self.pending, self.index, self.index.empty_root) for name in "ab"
@@ -147,7 +148,7 @@ class Model:
         if snapshot:
             self.snapshots.append((self.seq, list(self.roots.values())))
             del self.snapshots[: -self.kept_max]
-            self.pending.release(self.snapshots[0][0], [])
+            self.pending.release_before = self.snapshots[0][0]
         self.pending.flush(1)
         self.pending.epoch = self.snapshots[-1][0] if self.snapshots else 0
 
@@ -211,7 +212,7 @@ def test_reclaiming_never_deletes_what_a_root_a_snapshot_or_a_blob_still_names(
 
 
 def test_what_only_dropped_snapshots_named_is_released_with_them() -> None:
-    model = Model(bucket=2, kept_max=2)
+    model = Model(bucket=2, kept_max=2, release_max=10**6)
     for round_ in range(6):
         for key in range(12):
             model.tables["a"].put(cbor.encode(key), cbor.encode({"r": round_, "k": key}), 1)
@@ -220,6 +221,23 @@ def test_what_only_dropped_snapshots_named_is_released_with_them() -> None:
     # Only the head and the two newest snapshots' objects are left.
     assert set(model.store.cas.blobs) == model.named()
     assert model.pending.reclaim.released_objects > 0
+
+
+def test_releasing_is_spread_over_flushes_and_catches_up() -> None:
+    model = Model(bucket=2, kept_max=1, release_max=4)
+    for round_ in range(3):
+        for key in range(12):
+            model.tables["a"].put(cbor.encode(key), cbor.encode({"r": round_, "k": key}), 1)
+        model.flush(snapshot=True)
+    backlog = len(model.store.cas.doomed(10**9))
+    assert backlog > 4
+    released = model.pending.reclaim.released_objects
+    model.flush()  # at most release_max per flush
+    assert model.pending.reclaim.released_objects - released <= 4
+    for _ in range(backlog):
+        model.flush()
+    assert model.store.cas.doomed(10**9) == []
+    assert set(model.store.cas.blobs) == model.named()
 
 
 def test_a_node_both_workflows_name_survives_when_one_moves_on() -> None:
@@ -334,9 +352,11 @@ def test_retention_drops_old_snapshots_and_what_only_they_named(tmp_path: Path) 
         replay.verify(path, from_snapshot=str(taken[0][0]))
 
 
-def test_snapshots_kept_max_is_at_least_one() -> None:
+def test_retention_limits_are_checked() -> None:
     with pytest.raises(ValueError):
         WorldLimits(snapshots_kept_max=0)
+    with pytest.raises(ValueError):
+        WorldLimits(release_objects_per_flush_max=0)
 
 
 def test_reclaiming_is_invisible_in_the_journal_and_the_roots(tmp_path: Path) -> None:

@@ -91,9 +91,10 @@ class Cas(Protocol):
         """How many blobs carry a mark."""
         ...
 
-    def doomed(self, before_seq: int) -> list[tuple[int, Hash]]:
-        """The `(seq, hash)` rows of doomed marks with `seq < before_seq`, in order (a row
-        outlives the mark it was written with: check the mark before acting on it)."""
+    def doomed(self, before_seq: int, limit: int | None = None) -> list[tuple[int, Hash]]:
+        """The first `limit` (all if None) `(seq, hash)` rows of doomed marks with
+        `seq < before_seq`, in order (a row outlives the mark it was written with: check the
+        mark before acting on it)."""
         ...
 
 

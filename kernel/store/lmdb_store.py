@@ -657,8 +657,9 @@ class LmdbCas:
         with store._reading() as txn:
             return int(txn.stat(store._reclaim_db)["entries"])
 
-    def doomed(self, before_seq: int) -> list[tuple[int, Hash]]:
-        """Doomed rows with a sequence below `before_seq`, in (sequence, digest) order."""
+    def doomed(self, before_seq: int, limit: int | None = None) -> list[tuple[int, Hash]]:
+        """The first `limit` doomed rows with a sequence below `before_seq`, in (sequence,
+        digest) order."""
         store = self._store
         if store._doomed_db is None:
             return []
@@ -667,6 +668,8 @@ class LmdbCas:
         with store._reading() as txn, txn.cursor(db=store._doomed_db) as cursor:
             for key in cursor.iternext(keys=True, values=False):
                 if key[: codec.SEQ_KEY_BYTES] >= end:
+                    break
+                if limit is not None and len(rows) >= limit:
                     break
                 seq = codec.seq_from_key(key[: codec.SEQ_KEY_BYTES])
                 rows.append((seq, Hash.from_digest(key[codec.SEQ_KEY_BYTES :])))

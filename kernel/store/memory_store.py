@@ -150,8 +150,9 @@ class _Cas:
     def marks_count(self) -> int:
         return len(self.marks)
 
-    def doomed(self, before_seq: int) -> list[tuple[int, Hash]]:
-        return sorted(row for row in self.doomed_rows if row[0] < before_seq)
+    def doomed(self, before_seq: int, limit: int | None = None) -> list[tuple[int, Hash]]:
+        rows = sorted(row for row in self.doomed_rows if row[0] < before_seq)
+        return rows if limit is None else rows[:limit]
 
 
 class _Meta:

@@ -13,7 +13,8 @@ bytes, from anywhere, is a second name and removes the mark for good. When a flu
 the one reference to a young object, nothing in the head names it any more: if no snapshot
 was taken since it was written (its epoch is the current one) the same transaction deletes
 it; otherwise the snapshots taken since name it, and it is marked `doomed` with the newest of
-them, to be deleted once retention has dropped that snapshot (and so every older one).
+them, to be deleted once retention has dropped that snapshot (and so every older one),
+a bounded number per flush.
 """
 
 from __future__ import annotations
@@ -52,12 +53,17 @@ class PendingWrites:
         self._unmark: set[Hash] = set()
         # Objects a materialization superseded: reclaimed at the flush if still young.
         self._superseded: set[Hash] = set()
-        # Doomed rows whose snapshots retention dropped, and dropped snapshot blobs.
-        self._released: list[tuple[int, Hash]] = []
+        # Dropped snapshot blobs, and the doomed rows this flush releases.
         self._forgotten: list[Hash] = []
+        self._released: list[tuple[int, Hash]] = []
         # The journal sequence of the newest snapshot before the current flush (0: none);
         # the world moves it on after the flush that writes a snapshot.
         self.epoch = 0
+        # Objects doomed with a snapshot before this sequence are named by no kept snapshot
+        # (the oldest kept one; past every sequence when none is kept). A flush releases at
+        # most `release_max` of them, so retention never makes one huge transaction.
+        self.release_before = 0
+        self.release_max = 4096
 
     # -- CAS view (the world's BlobStore) ----------------------------------------------------
 
@@ -105,12 +111,9 @@ class PendingWrites:
         """The head no longer names these through the reference it just replaced."""
         self._superseded.update(hashes)
 
-    def release(self, oldest_snapshot_seq: int, dropped_snapshots: list[Hash]) -> None:
-        """Retention dropped these snapshot blobs and kept none older than the snapshot at
-        `oldest_snapshot_seq`: this flush deletes them, and the objects doomed with any
-        snapshot before that one which nothing has named again since."""
+    def forget(self, dropped_snapshots: list[Hash]) -> None:
+        """Retention dropped these snapshots: this flush deletes their blobs."""
         self._forgotten.extend(dropped_snapshots)
-        self._released.extend(self._store.cas.doomed(oldest_snapshot_seq))
 
     # -- flushing ----------------------------------------------------------------------------
 
@@ -120,6 +123,8 @@ class PendingWrites:
     def flush(self, expected_first_seq: int) -> tuple[int, int]:
         """Write everything in one batch; return the journal range written."""
         first = last = expected_first_seq - 1
+        if self.release_before > 0:
+            self._released = self._store.cas.doomed(self.release_before, self.release_max)
         dropped, deletes, doomed, released = self._reclaimable()
         with self._store.batch() as batch:
             for hash_, data in self.blobs.items():

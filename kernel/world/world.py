@@ -42,6 +42,7 @@ from aos.kernel.air.types import RefType
 from aos.kernel.errors import AosError, KernelInvariantError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.store import open_store
+from aos.kernel.store.codec import SEQ_MAX
 from aos.kernel.store.interface import Store
 from aos.kernel.wasm import StepFault, StepResult, WasmEngine, encode_input
 from aos.kernel.world import receipts, records
@@ -91,7 +92,8 @@ EVENT_BYTES_MAX_DEFAULT = 256 * 1024
 STEPS_PER_RUN_MAX_DEFAULT = 100_000
 CHECKED_SAMPLE_RATE_DEFAULT = 0.05
 SNAPSHOT_EVERY_RECORDS_DEFAULT = 50_000
-SNAPSHOTS_KEPT_MAX_DEFAULT = 4
+SNAPSHOTS_KEPT_MAX_DEFAULT = 3
+RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT = 4096
 FLUSH_RECORDS_MAX_DEFAULT = 4_096
 
 _META_FORMAT = "world.format"
@@ -128,10 +130,15 @@ class WorldLimits:
     # Snapshots kept: taking one more drops the oldest, and with it what only it named
     # (None keeps every snapshot; replays from genesis never need one).
     snapshots_kept_max: int | None = SNAPSHOTS_KEPT_MAX_DEFAULT
+    # What only dropped snapshots named is deleted at most this many objects per flush (the
+    # rest in the next ones), so that one LMDB transaction stays small.
+    release_objects_per_flush_max: int = RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         if self.snapshots_kept_max is not None and self.snapshots_kept_max < 1:
             raise ValueError("snapshots_kept_max must be at least 1 (or None)")
+        if self.release_objects_per_flush_max < 1:
+            raise ValueError("release_objects_per_flush_max must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -379,7 +386,7 @@ class World:
         world.snapshots = _snapshot_list(store.meta.get(_META_SNAPSHOTS, []))
         world._restore(head)
         world._head_blob = head_hash
-        world._pending.epoch = world.snapshots[-1][0] if world.snapshots else 0
+        world._sync_retention()
         return world
 
     @classmethod
@@ -814,7 +821,8 @@ class World:
         dropped = self.snapshots[:-kept] if kept is not None else []
         self.snapshots = self.snapshots[len(dropped) :]
         if self.limits.reclaim_superseded:
-            self._pending.release(self.snapshots[0][0], [h for _, h in dropped])
+            self._pending.forget([h for _, h in dropped])
+            self._pending.release_before = self.snapshots[0][0]
         self._pending.meta[_META_SNAPSHOTS] = [[n, str(h)] for n, h in self.snapshots]
         self._flush()
         self._last_snapshot_wall_s = _monotonic_s()
@@ -1057,9 +1065,20 @@ class World:
             self._store = None
             raise
         self._head_blob = head_blob
-        self._pending.epoch = self.snapshots[-1][0] if self.snapshots else 0
+        self._sync_retention()
         if wrote_records and (first, last) != (expected_first, self._head):
             raise KernelInvariantError("journal sequence numbers drifted from the world's count")
+
+    def _sync_retention(self) -> None:
+        """Tell the pending view the current epoch (the newest snapshot) and what retention
+        lets go (objects doomed with snapshots older than the oldest kept one)."""
+        pending = self._pending
+        pending.epoch = self.snapshots[-1][0] if self.snapshots else 0
+        # No snapshot kept (gc --keep-snapshots 0): nothing doomed is named any more.
+        pending.release_before = self.snapshots[0][0] if self.snapshots else SEQ_MAX
+        pending.release_max = self.limits.release_objects_per_flush_max
+        if not self.limits.reclaim_superseded:
+            pending.release_before = 0
 
     def _materialize(self) -> dict[str, str]:
         """Fold every table's dirty cells into its index; the roots by workflow."""
