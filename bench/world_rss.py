@@ -17,6 +17,7 @@ import ctypes
 import ctypes.util
 import gc
 import json
+import os
 import sys
 import tempfile
 import time
@@ -32,6 +33,7 @@ MANIFEST_DEFAULT = REPO / "manifests" / "counter-c"
 BATCH_EVENTS_DEFAULT = 1000
 SCHEMA = "demo/CounterEvent@1"
 WORKFLOW = "demo/counter@1"
+MIB = 1024 * 1024
 _STATUS_FIELDS = {"VmRSS": "vm_rss_kib", "RssAnon": "rss_anon_kib", "RssFile": "rss_file_kib"}
 
 
@@ -58,6 +60,79 @@ def anon_after_trim_kib() -> int | None:
     return memory_kib()["rss_anon_kib"]
 
 
+class MemoryCgroup:
+    """A cgroup-v1 memory cgroup the bench runs in (`--memory-limit-mib`).
+
+    The kernel then holds everything the process makes resident under one limit: its heap
+    and the page cache it maps (the LMDB store). Clean file pages are reclaimed as the limit
+    is reached; memory that cannot be reclaimed ends in the OOM killer. A run that finishes
+    inside the limit shows what the world really needs resident, whatever VmRSS shows on a
+    machine with memory to spare. Needs a writable `/sys/fs/cgroup/memory` (root in a VM or
+    a privileged container).
+
+    `enter` moves this process into a new cgroup and re-executes it, so that everything the
+    run allocates (imports included) is charged there; the re-executed process finds the
+    cgroup through `ENV` and moves back out when done."""
+
+    ROOT = Path("/sys/fs/cgroup/memory")
+    ENV = "AOS_BENCH_MEMORY_CGROUP"
+
+    def __init__(self, path: Path, home: Path) -> None:
+        self.path = path
+        self._home = home
+
+    @classmethod
+    def enter(cls, limit_bytes: int) -> None:
+        """Create the cgroup, move in, and exec this bench again inside it (never returns)."""
+        if not os.access(cls.ROOT / "cgroup.procs", os.W_OK):
+            raise SystemExit(f"--memory-limit-mib needs a writable cgroup-v1 {cls.ROOT}")
+        home = cls.ROOT / _own_memory_cgroup().lstrip("/")
+        path = cls.ROOT / f"aos-bench-rss-{os.getpid()}"
+        path.mkdir()
+        (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        (path / "cgroup.procs").write_text(str(os.getpid()))
+        os.environ[cls.ENV] = f"{path}:{home}"
+        os.execv(sys.executable, [sys.executable, "-m", "bench.world_rss", *sys.argv[1:]])
+
+    @classmethod
+    def inside(cls) -> MemoryCgroup | None:
+        """The cgroup `enter` put this process in, if any."""
+        found = os.environ.get(cls.ENV)
+        if not found:
+            return None
+        path, home = found.split(":", 1)
+        return cls(Path(path), Path(home))
+
+    def reading(self) -> dict[str, int]:
+        """Usage now and at peak (page cache included), and how often the limit was hit."""
+        stat = dict(
+            (name, int(value))
+            for name, value in (
+                line.split() for line in (self.path / "memory.stat").read_text().splitlines()
+            )
+        )
+        return {
+            "cgroup_limit_kib": int((self.path / "memory.limit_in_bytes").read_text()) // 1024,
+            "cgroup_usage_kib": int((self.path / "memory.usage_in_bytes").read_text()) // 1024,
+            "cgroup_peak_kib": int((self.path / "memory.max_usage_in_bytes").read_text()) // 1024,
+            "cgroup_limit_hits": int((self.path / "memory.failcnt").read_text()),
+            "cgroup_rss_kib": stat.get("rss", 0) // 1024,
+            "cgroup_cache_kib": stat.get("cache", 0) // 1024,
+        }
+
+    def leave(self) -> None:
+        (self._home / "cgroup.procs").write_text(str(os.getpid()))
+        self.path.rmdir()
+
+
+def _own_memory_cgroup() -> str:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path
+    return "/"
+
+
 def _store_bytes(root: Path) -> int:
     return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
 
@@ -73,6 +148,7 @@ def grow(
     batch: int,
     cache_cells_max: int,
     snapshot_every_records: int | None = SNAPSHOT_EVERY_RECORDS_DEFAULT,
+    cgroup: MemoryCgroup | None = None,
 ) -> list[dict[str, Any]]:
     """Create cells up to the largest checkpoint; return one measurement per checkpoint."""
     assert checkpoints == sorted(checkpoints) and all(c % batch == 0 for c in checkpoints)
@@ -102,6 +178,8 @@ def grow(
                 point["store_bytes"] = _store_bytes(root)
                 point["snapshots"] = len(world.snapshots)
                 point["reclaimed_objects"] = world.reclaimed_objects
+                if cgroup is not None:
+                    point.update(cgroup.reading())
                 points.append(point)
                 print(json.dumps(point), flush=True)
             # The first and the last cell both hold one increment.
@@ -121,16 +199,30 @@ def main() -> int:
         default=str(SNAPSHOT_EVERY_RECORDS_DEFAULT),
         help="automatic snapshots every N records, or 'off' (each one is kept)",
     )
+    parser.add_argument(
+        "--memory-limit-mib",
+        type=int,
+        default=None,
+        help="run inside a memory cgroup of this size, page cache included (needs root)",
+    )
     args = parser.parse_args()
     checkpoints = [int(c) for c in args.cells.split(",") if c]
     every = None if args.snapshot_every_records == "off" else int(args.snapshot_every_records)
-    grow(
-        args.manifest,
-        checkpoints,
-        batch=args.batch,
-        cache_cells_max=args.cache_cells_max,
-        snapshot_every_records=every,
-    )
+    cgroup = MemoryCgroup.inside()
+    if args.memory_limit_mib is not None and cgroup is None:
+        MemoryCgroup.enter(args.memory_limit_mib * MIB)
+    try:
+        grow(
+            args.manifest,
+            checkpoints,
+            batch=args.batch,
+            cache_cells_max=args.cache_cells_max,
+            snapshot_every_records=every,
+            cgroup=cgroup,
+        )
+    finally:
+        if cgroup is not None:
+            cgroup.leave()
     return 0
 
 
