@@ -31,7 +31,7 @@ from aos.kernel.store.interface import Mark, Store
 
 @dataclass
 class ReclaimStats:
-    """What reclaiming did over a world's life in this process (for benches and `status`)."""
+    """What reclaiming did since the world was opened in this process (benches, tests)."""
 
     deleted_objects: int = 0  # young objects deleted as their flush superseded them
     dropped_objects: int = 0  # objects written and superseded before they reached the store

@@ -469,9 +469,10 @@ class World:
 
     @property
     def reclaimed_objects(self) -> int:
-        """CAS objects this world's flushes reclaimed since it was opened (spec/05 §5)."""
+        """CAS objects this world's flushes reclaimed since it was opened: deleted, never
+        written, or released after retention dropped their snapshot (spec/05 §5.1)."""
         stats = self._pending.reclaim
-        return stats.deleted_objects + stats.dropped_objects
+        return stats.deleted_objects + stats.dropped_objects + stats.released_objects
 
     @property
     def manifest_hash(self) -> Hash:
