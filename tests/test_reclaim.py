@@ -348,7 +348,7 @@ def test_retention_drops_old_snapshots_and_what_only_they_named(tmp_path: Path) 
     for seq, _ in taken[-2:]:
         assert replay.verify(path, from_snapshot=str(seq)).ok
     assert replay.verify(path).ok
-    with pytest.raises(Exception):  # noqa: B017 - a dropped snapshot is unknown
+    with pytest.raises(replay.SnapshotUnknownError):  # a dropped snapshot is unknown
         replay.verify(path, from_snapshot=str(taken[0][0]))
 
 
