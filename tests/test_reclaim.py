@@ -376,3 +376,15 @@ def test_reclaiming_is_invisible_in_the_journal_and_the_roots(tmp_path: Path) ->
                 )
             )
     assert heads[0] == heads[1]
+
+
+def test_snapshots_kept_max_none_keeps_every_snapshot(tmp_path: Path) -> None:
+    limits = WorldLimits(snapshot_every_records=None, snapshots_kept_max=None)
+    with create(tmp_path / "w", limits=limits) as world:
+        taken = []
+        for _ in range(5):
+            _grow(world, 2)
+            taken.append(world.snapshot())
+        assert world.snapshots == taken
+        assert all(world.store.cas.has(h) for _, h in taken)
+        assert world._pending.reclaim.released_objects == 0
