@@ -214,7 +214,12 @@ class _Replay:
     def _scratch(self, store: MemoryStore, loaded: LoadedManifest) -> World:
         world = World.scratch(store, loaded, engine=self.engine, clock=str(self.config["clock"]))
         world.on_append = self._capture
+        world.blob_source = self._source_blob
         return world
+
+    def _source_blob(self, hash_: Hash) -> bytes | None:
+        """A blob the replayed steps read (spec/08 §4.1) comes from the audited store."""
+        return self.source.cas.get(hash_) if self.source.cas.has(hash_) else None
 
     def _from_genesis(self) -> World:
         genesis: Any = next(iter(self.source.journal.read(1, 1)))[1]

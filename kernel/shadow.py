@@ -136,7 +136,9 @@ class _Beside:
             envelope["state"] = self.states[cell_id]
         try:
             runner = self.beside.runtime.runner(message.workflow)
-            result = runner.step(cbor.encode(envelope), seq=message.seq)
+            result = runner.step(
+                cbor.encode(envelope), seq=message.seq, read_blob=self.beside.read_blob
+            )
             return self.beside._check_output(message, result, runner.module_hash)
         except StepFault as fault:
             return fault

@@ -63,6 +63,7 @@ from aos.kernel.air.errors import (
 )
 from aos.kernel.air.model import DefSchema
 from aos.kernel.air.types import (
+    AnyType,
     ListType,
     MapType,
     OptionType,
@@ -192,6 +193,8 @@ class _Normalizer:
             type_ = self.resolved(type_, path)
         if isinstance(type_, OptionType):
             return None if value is None else self.value(value, type_.item, path, depth_left)
+        if isinstance(type_, AnyType):
+            return self._any(value, path, depth_left)
         container = _CONTAINERS.get(type(type_))
         if container is not None:
             if depth_left <= 0:
@@ -200,6 +203,30 @@ class _Normalizer:
                 )
             return container(self, value, type_, path, depth_left - 1)
         return _PRIMITIVES[type_.TAG](value, path)
+
+    def _any(self, value: Any, path: str, depth_left: int) -> Any:
+        """A data-model value, checked and with its maps in canonical key order: the same
+        value always has one form, whatever order its maps arrived in."""
+        kind = type(value)
+        if value is None or kind in (bool, str, bytes, float):
+            return value
+        if kind is int:
+            return _ranged_int(value, path, "an integer", -(2**64), 2**64 - 1)
+        if depth_left <= 0 and kind in (list, tuple, dict):
+            raise ValueTooDeepError(
+                f"the value nests more than {self.depth_max} containers deep", path=path
+            )
+        if kind in (list, tuple):
+            return [self._any(item, f"{path}[{i}]", depth_left - 1) for i, item in enumerate(value)]
+        if kind is dict:
+            if any(type(k) not in (str, int) or type(k) is bool for k in value):
+                raise ValueInvalidError("map keys are text or integers", path=path)
+            entries = {
+                key: self._any(item, _child(path, str(key)), depth_left - 1)
+                for key, item in value.items()
+            }
+            return {key: entries[key] for key in _canonical_key_order(entries)}
+        raise ValueInvalidError(f"expected a data value, got {_describe(value)}", path=path)
 
     # Containers ---------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ PRIMITIVE_TAGS = (
     "hash",
     "uuid",
     "unit",
+    "any",
 )
 COMPOSITE_TAGS = ("record", "variant", "list", "set", "option", "map", "ref")
 MAP_KEY_TAGS = ("int", "nat", "text", "uuid", "hash")
@@ -178,6 +179,15 @@ class UnitType(_TypeNode):
     unit: Empty
 
 
+class AnyType(_TypeNode):
+    """`{"any": {}}`: any value of the data model (null, bool, integer, float, text, bytes,
+    lists and maps with text or integer keys), for data whose shape the definitions do not
+    fix: a flow's workload, a signal's payload, a tool's result."""
+
+    TAG = "any"
+    any_: Empty = Field(alias="any")
+
+
 # Composite types.
 
 
@@ -272,6 +282,7 @@ TypeExpr = Annotated[
     | Annotated[HashType, Tag(":hash")]
     | Annotated[UuidType, Tag(":uuid")]
     | Annotated[UnitType, Tag(":unit")]
+    | Annotated[AnyType, Tag(":any")]
     | Annotated[RecordType, Tag(":record")]
     | Annotated[VariantType, Tag(":variant")]
     | Annotated[ListType, Tag(":list")]
@@ -300,6 +311,7 @@ TYPE_NODES: tuple[type[AirModel], ...] = (
     HashType,
     UuidType,
     UnitType,
+    AnyType,
     RecordType,
     VariantType,
     ListType,

@@ -21,6 +21,8 @@ not a rebuild, is what makes a module hash stable.
 from __future__ import annotations
 
 import ast
+import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -57,6 +59,7 @@ C_FLAGS = (
 )
 _PYTHON_SUFFIXES = (".py",)
 _C_SUFFIXES = (".c", ".zig")
+BUNDLE_FILE = "bundle.txt"
 _RESERVED_MODULES = frozenset({"wit_world", "aos_sdk", "componentize_py_types", "poll_loop"})
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -224,6 +227,7 @@ def build_python(
     must define `WitWorld = aos_sdk.export(<workflow>)`."""
     src_dir, module = _python_entry(Path(src), entry)
     extra = [Path(p).resolve() for p in python_path]
+    bundled = _bundled_packages(src_dir)
     sdk_root = _sdk_root()
     wit = Path(wit_dir) if wit_dir is not None else WIT_DIR_DEFAULT
     module_files = _python_files(src_dir)
@@ -234,6 +238,7 @@ def build_python(
         "entry": module,
         "module": _file_hashes(src_dir, module_files),
         "extra": [_file_hashes(p, _python_files(p)) for p in extra],
+        "bundle": {name: _file_hashes(path, _python_files(path)) for name, path in bundled},
         "sdk": _file_hashes(sdk_root, _python_files(sdk_root / "aos_sdk")),
         "wit": _file_hashes(wit, sorted(wit.glob("*.wit"))),
         "tools": {"componentize-py": _tool_version("componentize-py")},
@@ -245,7 +250,9 @@ def build_python(
     if hit is not None:
         return hit
     cache.mkdir(parents=True, exist_ok=True)
-    with _temp_output(cache) as out:
+    with _temp_output(cache) as out, _bundle_dir(bundled) as bundle_root:
+        if bundle_root is not None:
+            extra = [*extra, bundle_root]
         command = [
             _componentize_py(),
             "-q",
@@ -262,6 +269,45 @@ def build_python(
         ]
         _run_tool(command, timeout_s=timeout_s, cwd=src_dir, tool="componentize-py")
         return _cache_store(cache, key, "component", out)
+
+
+def _bundled_packages(src_dir: Path) -> list[tuple[str, Path]]:
+    """The pure-Python packages a module bundles: `bundle.txt` beside it names one importable
+    package per line (`#` starts a comment); each is taken from the build environment, so
+    the packages' sources are part of the build key like the module's own."""
+    listing = src_dir / BUNDLE_FILE
+    if not listing.is_file():
+        return []
+    names = [line.split("#", 1)[0].strip() for line in listing.read_text().splitlines()]
+    found: list[tuple[str, Path]] = []
+    for name in sorted({n for n in names if n}):
+        if not name.isidentifier() or name in _RESERVED_MODULES:
+            raise BuildUnsupportedSourceError(f"{name!r} cannot be bundled", path=str(listing))
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise BuildUnsupportedSourceError(
+                f"{name} is not an installed package: pip install it into the build environment",
+                path=str(listing),
+            )
+        found.append((name, Path(next(iter(spec.submodule_search_locations))).resolve()))
+    return found
+
+
+@contextlib.contextmanager
+def _bundle_dir(bundled: list[tuple[str, Path]]) -> Iterator[Path | None]:
+    """A temporary folder holding the bundled packages' Python files only: compiled
+    extensions cannot load inside a component (a package with a pure-Python fallback, such
+    as markupsafe, uses the fallback)."""
+    if not bundled:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="aos-bundle-") as root:
+        for name, path in bundled:
+            for source in _python_files(path):
+                target = Path(root) / name / source.relative_to(path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+        yield Path(root)
 
 
 def _python_entry(src: Path, entry: str | None) -> tuple[Path, str]:

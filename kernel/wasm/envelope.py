@@ -3,13 +3,18 @@
 Input (built by the host):
 
     {"version": 1, "state": bytes|null, "event": {"schema": text, "value": bytes, "key"?: bytes},
-     "ctx"?: bytes}
+     "ctx"?: bytes, "data"?: {hash: bytes}}
 
 Output (returned by the guest):
 
     {"state": bytes|null, "domain_events"?: [{"schema": text, "value": bytes}],
      "effects"?: [{"effect": text, "params": bytes, "idempotency_key"?: bytes,
-                   "issuer_ref"?: text}], "ann"?: bytes}
+                   "issuer_ref"?: text}], "ann"?: bytes, "cancel"?: [text],
+     "reads"?: [hash]}
+
+`data` holds raw CAS blobs the guest asked for with `reads` (a read request: the host runs
+the step again with them; spec/08 §4.1); `cancel` names, by issuer_ref, open intents of the
+stepping cell to close (§4.2).
 
 Every embedded value (`state`, `event.value`, `event.key`, `ctx`, an event's `value`, an
 effect's `params`, `ann`) is itself a full canonical encoding, self-describe prefix included,
@@ -25,8 +30,11 @@ from typing import Any
 from aos.kernel import cbor
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.wasm.faults import (
+    StepAnnotationTooLargeError,
     StepOutputMalformedError,
     StepOutputTooLargeError,
+    StepReadRefusedError,
+    StepTooManyCancelsError,
     StepTooManyEffectsError,
     StepTooManyEventsError,
 )
@@ -37,7 +45,7 @@ CONTEXT_SCHEMA = "sys/WorkflowContext@1"
 CONTEXT_ENTROPY_BYTES = 64
 
 _OUTPUT_KEYS_REQUIRED = frozenset({"state"})
-_OUTPUT_KEYS = frozenset({"state", "domain_events", "effects", "ann"})
+_OUTPUT_KEYS = frozenset({"state", "domain_events", "effects", "ann", "cancel", "reads"})
 _EVENT_KEYS = frozenset({"schema", "value"})
 _EFFECT_KEYS_REQUIRED = frozenset({"effect", "params"})
 _EFFECT_KEYS = frozenset({"effect", "params", "idempotency_key", "issuer_ref"})
@@ -105,6 +113,8 @@ class StepOutput:
     domain_events: tuple[EmittedEvent, ...] = ()
     effects: tuple[EmittedEffect, ...] = ()
     ann: bytes | None = None
+    cancel: tuple[str, ...] = ()  # issuer_refs of the cell's open intents to close
+    reads: tuple[str, ...] = ()  # a read request: nothing else of the output counts
 
 
 # --------------------------------------------------------------------------------------------
@@ -118,6 +128,7 @@ def encode_input(
     event_value: bytes,
     key: bytes | None = None,
     ctx: bytes | None = None,
+    data: dict[str, bytes] | None = None,
 ) -> bytes:
     """The canonical input envelope of one step. The embedded encodings come from the kernel's
     own store; a non-canonical one is a kernel bug, so it stops loudly."""
@@ -130,6 +141,16 @@ def encode_input(
     envelope: dict[str, Any] = {"version": INPUT_ENVELOPE_VERSION, "state": state, "event": event}
     if ctx is not None:
         envelope["ctx"] = ctx
+    if data:
+        envelope["data"] = data
+    return cbor.encode(envelope)
+
+
+def with_data(input_bytes: bytes, data: dict[str, bytes]) -> bytes:
+    """The same input envelope with `data` (blobs by hash) added, for a read request's
+    second run."""
+    envelope: Any = cbor.decode(input_bytes)
+    envelope["data"] = {**envelope.get("data", {}), **data}
     return cbor.encode(envelope)
 
 
@@ -178,6 +199,10 @@ def encode_output(output: StepOutput) -> bytes:
     }
     if output.ann is not None:
         envelope["ann"] = output.ann
+    if output.cancel:
+        envelope["cancel"] = list(output.cancel)
+    if output.reads:
+        envelope["reads"] = list(output.reads)
     return cbor.encode(envelope)
 
 
@@ -205,12 +230,40 @@ def decode_output(data: bytes, limits: StepLimits, *, module_hash: str | None = 
     events = _check_list(body.get("domain_events", []), "$.domain_events", module_hash)
     effects = _check_list(body.get("effects", []), "$.effects", module_hash)
     _check_counts(len(events), len(effects), limits, module_hash)
+    cancel = _texts(body.get("cancel", []), "$.cancel", limits.cancels_per_step_max, module_hash)
+    reads = _texts(body.get("reads", []), "$.reads", limits.reads_per_step_max, module_hash)
+    ann = _optional_value(body.get("ann"), "$.ann", module_hash)
+    if ann is not None and len(ann) > limits.ann_bytes_max:
+        raise StepAnnotationTooLargeError(
+            f"the annotation is {len(ann)} bytes; the limit is {limits.ann_bytes_max}",
+            module_hash=module_hash,
+            ann_bytes=len(ann),
+            ann_bytes_max=limits.ann_bytes_max,
+        )
     return StepOutput(
         state=_optional_value(body["state"], "$.state", module_hash),
         domain_events=tuple(_event(item, index, module_hash) for index, item in enumerate(events)),
         effects=tuple(_effect(item, index, module_hash) for index, item in enumerate(effects)),
-        ann=_optional_value(body.get("ann"), "$.ann", module_hash),
+        ann=ann,
+        cancel=cancel,
+        reads=reads,
     )
+
+
+def _texts(item: object, path: str, count_max: int, module_hash: str | None) -> tuple[str, ...]:
+    """A list of distinct texts (issuer_refs to cancel, hashes to read), at most `count_max`."""
+    items = _check_list(item, path, module_hash)
+    if len(items) > count_max:
+        fault = StepReadRefusedError if path == "$.reads" else StepTooManyCancelsError
+        raise fault(
+            f"{path} has {len(items)} entries; the limit is {count_max}",
+            module_hash=module_hash,
+            path=path,
+        )
+    texts = tuple(_text(entry, f"{path}[{i}]", module_hash) for i, entry in enumerate(items))
+    if len(set(texts)) != len(texts):
+        raise _malformed("entries repeat", path, module_hash)
+    return texts
 
 
 def _check_counts(events: int, effects: int, limits: StepLimits, module_hash: str | None) -> None:

@@ -88,6 +88,24 @@ class StepTooManyEventsError(StepFault):
     hint = "the step emitted more domain events than events_per_step_max"
 
 
+class StepTooManyCancelsError(StepFault):
+    code = "step.too_many_cancels"
+    hint = "a step cancels at most cancels_per_step_max intents"
+
+
+class StepReadRefusedError(StepFault):
+    code = "step.read_refused"
+    hint = (
+        "a step reads at most reads_per_step_max blobs of read_bytes_per_step_max bytes in "
+        "all, each one that is in the world's CAS, in at most two read rounds"
+    )
+
+
+class StepAnnotationTooLargeError(StepFault):
+    code = "step.ann_too_large"
+    hint = "a step's annotation is at most ann_bytes_max bytes; keep history small"
+
+
 class StepNondeterministicError(StepFault):
     code = "step.nondeterministic"
     hint = "a warm instance and a fresh instance disagreed: the module keeps hidden state"

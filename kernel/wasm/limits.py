@@ -32,6 +32,14 @@ OUTPUT_BYTES_MAX_DEFAULT = 1 * MIB
 # Effect intents and domain events one step may emit.
 EFFECTS_PER_STEP_MAX_DEFAULT = 64
 EVENTS_PER_STEP_MAX_DEFAULT = 64
+# Open intents one step may cancel (by issuer_ref; spec/08 §4.2).
+CANCELS_PER_STEP_MAX_DEFAULT = 256
+# CAS blobs one step may read, and their total bytes (spec/08 §4.1): a read request that
+# asks for more faults the step.
+READS_PER_STEP_MAX_DEFAULT = 16
+READ_BYTES_PER_STEP_MAX_DEFAULT = 16 * MIB
+# Bytes of one step's annotation (`ann`), which the step record carries inline.
+ANN_BYTES_MAX_DEFAULT = 256 * KIB
 
 # Upper bounds of the overrides themselves: fuel must fit wasmtime's u64 counter with room for
 # the one extra unit the runner adds (see abi_core.py); output stays decodable by the default
@@ -51,6 +59,10 @@ class StepLimits:
     output_bytes_max: int = OUTPUT_BYTES_MAX_DEFAULT
     effects_per_step_max: int = EFFECTS_PER_STEP_MAX_DEFAULT
     events_per_step_max: int = EVENTS_PER_STEP_MAX_DEFAULT
+    cancels_per_step_max: int = CANCELS_PER_STEP_MAX_DEFAULT
+    reads_per_step_max: int = READS_PER_STEP_MAX_DEFAULT
+    read_bytes_per_step_max: int = READ_BYTES_PER_STEP_MAX_DEFAULT
+    ann_bytes_max: int = ANN_BYTES_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -61,8 +73,15 @@ class StepLimits:
             "memory_bytes_max", self.memory_bytes_max, WASM_PAGE_BYTES, MEMORY_BYTES_CEILING
         )
         _check_range("output_bytes_max", self.output_bytes_max, 1, OUTPUT_BYTES_MAX_CEILING)
-        for name in ("effects_per_step_max", "events_per_step_max"):
+        for name in (
+            "effects_per_step_max",
+            "events_per_step_max",
+            "cancels_per_step_max",
+            "reads_per_step_max",
+        ):
             _check_range(name, getattr(self, name), 0, EMITTED_PER_STEP_MAX_CEILING)
+        _check_range("read_bytes_per_step_max", self.read_bytes_per_step_max, 0, 1 * GIB)
+        _check_range("ann_bytes_max", self.ann_bytes_max, 0, OUTPUT_BYTES_MAX_CEILING)
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, Any]) -> StepLimits:

@@ -20,6 +20,7 @@ half-applied.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -27,12 +28,13 @@ from aos.kernel.hashing import digest_bytes, hash_bytes
 from aos.kernel.wasm.abi_component import ComponentInstance
 from aos.kernel.wasm.abi_core import CoreInstance
 from aos.kernel.wasm.engine import Abi, LoadedModule
-from aos.kernel.wasm.envelope import StepOutput, decode_output
+from aos.kernel.wasm.envelope import StepOutput, decode_output, with_data
 from aos.kernel.wasm.faults import (
     StepFault,
     StepFuelExhaustedError,
     StepMemoryExhaustedError,
     StepNondeterministicError,
+    StepReadRefusedError,
     StepTrapError,
     WasmUsageError,
 )
@@ -79,6 +81,22 @@ def is_sampled(module_hash: str, seq: int, sample_rate: float) -> bool:
     return int.from_bytes(digest[:4], "big") < threshold
 
 
+BlobReader = Callable[[str], "bytes | None"]
+"""Reads one CAS blob by its `blake3:` hash text; None when the store does not have it."""
+
+READ_ROUNDS_MAX = 2
+# The output key `reads` as canonical CBOR text (0x65 = text of 5 bytes): outputs without these
+# bytes cannot be read requests, so most outputs skip the decode below.
+_READS_KEY_BYTES = b"\x65reads"
+
+
+def _read_request(output_bytes: bytes, limits: StepLimits, module_hash: str) -> tuple[str, ...]:
+    """The hashes a read-request output asks for (empty for an ordinary output)."""
+    if _READS_KEY_BYTES not in output_bytes:
+        return ()
+    return decode_output(output_bytes, limits, module_hash=module_hash).reads
+
+
 class StepRunner:
     """Runs the steps of one workflow module under its limits and determinism profile."""
 
@@ -104,14 +122,24 @@ class StepRunner:
         self.warm_steps_max = warm_steps_max
         self._warm: GuestInstance | None = None
         self._warm_steps = 0
+        self._read_blob: BlobReader | None = None
 
     @property
     def module_hash(self) -> str:
         return str(self.module.module_hash)
 
-    def step(self, input_bytes: bytes, *, seq: int, verify: bool = False) -> StepResult:
+    def step(
+        self,
+        input_bytes: bytes,
+        *,
+        seq: int,
+        verify: bool = False,
+        read_blob: BlobReader | None = None,
+    ) -> StepResult:
         """Run one step. `seq` is the step's journal sequence number (it drives sampling);
-        `verify` forces the fresh-instance comparison of `checked` (replay audits)."""
+        `verify` forces the fresh-instance comparison of `checked` (replay audits);
+        `read_blob` serves the guest's read requests (None: the step may read nothing)."""
+        self._read_blob = read_blob
         if self.determinism is Determinism.STRICT:
             output_bytes, fuel = self._run_fresh(input_bytes)
             return StepResult(self._decode(output_bytes), output_bytes, fuel, True, False)
@@ -166,7 +194,7 @@ class StepRunner:
             self._warm = self._instantiate(self.limits.memory_bytes_max)
             self._warm_steps = 0
         self._warm_steps += 1
-        output_bytes = self._warm.call(input_bytes, output_bytes_max=self.limits.output_bytes_max)
+        output_bytes = self._call(self._warm, input_bytes)
         return output_bytes, self._warm.fuel_used
 
     def _diverged(
@@ -207,8 +235,63 @@ class StepRunner:
 
     def _attempt(self, input_bytes: bytes, memory_bytes_max: int) -> tuple[bytes, int]:
         instance = self._instantiate(memory_bytes_max)
-        output_bytes = instance.call(input_bytes, output_bytes_max=self.limits.output_bytes_max)
+        output_bytes = self._call(instance, input_bytes)
         return output_bytes, instance.fuel_used
+
+    def _call(self, instance: GuestInstance, input_bytes: bytes) -> bytes:
+        """Call the guest; while its output is a read request, call it again with the blobs
+        it asked for (at most `READ_ROUNDS_MAX` rounds). What it reads is content-addressed,
+        so the final output depends only on the input and the CAS: a warm instance that kept
+        a decoded blob and a fresh one that had to ask return the same bytes."""
+        output_bytes = instance.call(input_bytes, output_bytes_max=self.limits.output_bytes_max)
+        data: dict[str, bytes] = {}
+        for _ in range(READ_ROUNDS_MAX):
+            reads = _read_request(output_bytes, self.limits, self.module_hash)
+            if not reads:
+                return output_bytes
+            data.update(self._fetch(reads, data))
+            input_bytes = with_data(input_bytes, data)
+            output_bytes = instance.call(input_bytes, output_bytes_max=self.limits.output_bytes_max)
+        if _read_request(output_bytes, self.limits, self.module_hash):
+            raise StepReadRefusedError(
+                f"the step still asks to read after {READ_ROUNDS_MAX} rounds",
+                module_hash=self.module_hash,
+            )
+        return output_bytes
+
+    def _fetch(self, reads: tuple[str, ...], have: dict[str, bytes]) -> dict[str, bytes]:
+        if self._read_blob is None:
+            raise StepReadRefusedError(
+                "the step asked to read blobs, and this host serves no reads",
+                module_hash=self.module_hash,
+            )
+        found = dict(have)
+        for hash_ in reads:
+            if hash_ in found:
+                raise StepReadRefusedError(
+                    f"the step asked again for {hash_}, which it was given",
+                    module_hash=self.module_hash,
+                )
+            blob = self._read_blob(hash_)
+            if blob is None:
+                raise StepReadRefusedError(
+                    f"the step asked to read {hash_}, which is not in the world's store",
+                    module_hash=self.module_hash,
+                    hash=hash_,
+                )
+            found[hash_] = blob
+        if len(found) > self.limits.reads_per_step_max:
+            raise StepReadRefusedError(
+                f"the step read {len(found)} blobs; the limit is {self.limits.reads_per_step_max}",
+                module_hash=self.module_hash,
+            )
+        total = sum(len(blob) for blob in found.values())
+        if total > self.limits.read_bytes_per_step_max:
+            raise StepReadRefusedError(
+                f"the step read {total} bytes; the limit is {self.limits.read_bytes_per_step_max}",
+                module_hash=self.module_hash,
+            )
+        return found
 
     def _memory_caused(self, trap: StepTrapError, input_bytes: bytes) -> bool:
         relaxed = min(2 * self.limits.memory_bytes_max, MEMORY_BYTES_CEILING)

@@ -74,6 +74,11 @@ class StepStateInvalidError(StepFault):
     hint = "the state a step returned does not fit the workflow's state schema"
 
 
+class StepAnnotationInvalidError(StepFault):
+    code = "step.ann_invalid"
+    hint = "the annotation a step returned does not fit the workflow's annotations schema"
+
+
 class StepEventInvalidError(StepFault):
     code = "step.event_invalid"
     hint = "an emitted domain event names an unknown or sys/ schema, or does not fit its schema"

@@ -60,6 +60,11 @@ class ReceiptSignatureInvalidError(ReceiptError):
     hint = "the signature does not verify with the adapter's public key from the manifest"
 
 
+class ReceiptIntentCancelledError(ReceiptError):
+    code = "receipt.intent_cancelled"
+    hint = "the workflow cancelled this intent before the receipt arrived; the work is not wanted"
+
+
 class ReceiptUnknownIntentError(ReceiptError):
     code = "receipt.unknown_intent"
     hint = "no open intent has that hash"

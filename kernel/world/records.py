@@ -77,8 +77,12 @@ def step(
     state: str | None,
     events: int,
     intents: list[str],
+    cancelled: list[str] | None = None,
+    ann: Any = None,
 ) -> dict[str, Any]:
-    return {
+    """A step record. `cancelled` (intents the step closed) and `ann` (its annotation) are
+    written only when the step has them, so steps without either keep their old form."""
+    record: dict[str, Any] = {
         "kind": STEP,
         "input": input_seq,
         "delivery": delivery,
@@ -88,6 +92,11 @@ def step(
         "events": events,
         "intents": intents,
     }
+    if cancelled:
+        record["cancelled"] = cancelled
+    if ann is not None:
+        record["ann"] = ann
+    return record
 
 
 def step_fault(

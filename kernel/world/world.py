@@ -35,12 +35,12 @@ from aos.kernel.air import (
 )
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest, load_manifest_dir
-from aos.kernel.air.model import Manifest, canonical_form
+from aos.kernel.air.model import DefWorkflow, Manifest, canonical_form
 from aos.kernel.air.names import is_sys_name
 from aos.kernel.air.normalize import normalize
 from aos.kernel.air.types import RefType
 from aos.kernel.errors import AosError, KernelInvariantError
-from aos.kernel.hashing import Hash, hash_bytes, hash_value
+from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store import open_store
 from aos.kernel.store.codec import SEQ_MAX
 from aos.kernel.store.interface import Store
@@ -64,6 +64,7 @@ from aos.kernel.world.errors import (
     KeyRequiredError,
     SchemaReservedError,
     SchemaUnknownError,
+    StepAnnotationInvalidError,
     StepBudgetExceededError,
     StepEventInvalidError,
     StepRouteError,
@@ -268,6 +269,9 @@ class World:
         self.on_step: Callable[[Message, bytes, Any], None] | None = None
         # Called with every record as it is appended (a replay compares them as they come).
         self.on_append: Callable[[int, dict[str, Any]], None] | None = None
+        # Where a step's reads look after this world's own CAS: a replay's or a shadow's
+        # scratch world reads the audited world's blobs (deployed definitions, say) here.
+        self.blob_source: Callable[[Hash], bytes | None] | None = None
         self._last_snapshot_wall_s = _monotonic_s()
 
     # ----------------------------------------------------------------------------------------
@@ -584,6 +588,12 @@ class World:
             if open_intent is None:
                 if self._settled_seq(receipt.intent) is not None:
                     return Settlement(receipt.intent, None, duplicate=True, delivered=False)
+                cancelled = self.cancelled_seq(receipt.intent)
+                if cancelled is not None:
+                    raise receipts.ReceiptIntentCancelledError(
+                        f"intent {receipt.intent} was cancelled by the step at seq {cancelled}",
+                        cancelled_seq=cancelled,
+                    )
                 raise receipts.ReceiptUnknownIntentError(f"no open intent {receipt.intent}")
             receipts.authorize(receipt, self._runtime.effects[open_intent.effect])
         except receipts.ReceiptError as error:
@@ -692,11 +702,7 @@ class World:
                 payload_error=payload_error,
             )
         )
-        del self._open_intents[intent]
-        cell: CellId = (open_intent.workflow, open_intent.key)
-        self._waiting[cell] -= 1
-        if not self._waiting[cell]:
-            del self._waiting[cell]
+        self._close_intent(intent, (open_intent.workflow, open_intent.key))
         self._pending.meta[_settled_key(intent)] = seq
         origin = {
             "origin_workflow": open_intent.workflow,
@@ -880,7 +886,7 @@ class World:
             ctx=self._context(message) if workflow.context is not None else None,
         )
         try:
-            result = runner.step(step_input, seq=message.seq)
+            result = runner.step(step_input, seq=message.seq, read_blob=self.read_blob)
             outcome = self._check_output(message, result, module)
         except StepFault as fault:
             if self.on_step is not None:
@@ -890,6 +896,16 @@ class World:
         if self.on_step is not None:
             self.on_step(message, step_input, outcome)
         self._apply(message, outcome, report)
+
+    def read_blob(self, hash_text: str) -> bytes | None:
+        """A CAS blob a step asked to read (spec/08 §4.1), or None when there is none by that
+        hash. Blobs are content-addressed, so what a step reads is fixed by its hash."""
+        if not is_hash(hash_text):
+            return None
+        hash_ = Hash(hash_text)
+        if self._pending.has(hash_):
+            return self._pending.get(hash_)
+        return self.blob_source(hash_) if self.blob_source is not None else None
 
     def _context(self, message: Message) -> bytes:
         workflow = self._runtime.workflows[message.workflow]
@@ -937,6 +953,7 @@ class World:
                     f"{error.code}: {error}", path=path, module=module, route_code=error.code
                 ) from None
             events.append((emitted.schema, value, deliveries))
+        ann = self._checked_annotation(workflow, output.ann, module)
         effects = [
             admit(
                 emitted,
@@ -950,11 +967,25 @@ class World:
             )
             for index, emitted in enumerate(output.effects)
         ]
-        return StepOutcome(state, events, effects, result.fuel_used)
+        return StepOutcome(state, events, effects, result.fuel_used, ann, output.cancel)
+
+    def _checked_annotation(self, workflow: DefWorkflow, ann: bytes | None, module: str) -> Any:
+        """The step's annotation as the step record carries it: normalized against the
+        workflow's `annotations` schema when it declares one."""
+        if ann is None:
+            return None
+        value = cbor.decode(ann)
+        if workflow.annotations is None:
+            return value
+        try:
+            return normalize(value, workflow.annotations, self._runtime.schemas)
+        except AirError as error:
+            raise StepAnnotationInvalidError(str(error), module=module) from None
 
     def _apply(self, message: Message, outcome: StepOutcome, report: RunReport) -> None:
         table = self._table(message.workflow)
         cell: CellId = (message.workflow, message.key)
+        cancelled = self._cancellable(cell, outcome.cancel)
         step_seq = self._append(
             records.step(
                 input_seq=message.seq,
@@ -964,8 +995,13 @@ class World:
                 state=str(hash_bytes(outcome.state)) if outcome.state else None,
                 events=len(outcome.events),
                 intents=[str(effect.intent) for effect in outcome.effects],
+                cancelled=cancelled,
+                ann=outcome.ann,
             )
         )
+        for intent in cancelled:
+            self._close_intent(intent, cell)
+            self._pending.meta[_cancelled_key(intent)] = step_seq
         table.put(message.key, outcome.state, step_seq)
         report.steps += 1
         # Fuel is reported, never journaled: a warm instance may spend less than a fresh one
@@ -978,6 +1014,33 @@ class World:
             report.events += 1
         for effect in outcome.effects:
             self._open_intent(effect, message, cell, step_seq, report)
+
+    def _cancellable(self, cell: CellId, issuer_refs: tuple[str, ...]) -> list[str]:
+        """The open intents of `cell` a step's `cancel` names, in the order they were opened
+        (so the step record lists them deterministically)."""
+        if not issuer_refs or cell not in self._waiting:
+            return []
+        wanted = set(issuer_refs)
+        found = [
+            (open_.seq, intent)
+            for intent, open_ in self._open_intents.items()
+            if (open_.workflow, open_.key) == cell and open_.issuer_ref in wanted
+        ]
+        return [intent for _, intent in sorted(found)]
+
+    def _close_intent(self, intent: str, cell: CellId) -> None:
+        del self._open_intents[intent]
+        self._waiting[cell] -= 1
+        if not self._waiting[cell]:
+            del self._waiting[cell]
+
+    def cancelled_seq(self, intent: str) -> int | None:
+        """The step that cancelled `intent`, or None if no step did."""
+        key = _cancelled_key(intent)
+        if key in self._pending.meta:
+            return int(self._pending.meta[key])
+        found = self.store.meta.get(key, None)
+        return None if found is None else int(found)  # type: ignore[arg-type]
 
     def _open_intent(
         self,
@@ -1275,6 +1338,10 @@ def _monotonic_s() -> float:
     return time.monotonic()
 
 
+def _cancelled_key(intent: str) -> str:
+    return f"cancelled/{intent}"
+
+
 def _settled_key(intent: str) -> str:
     return f"settled/{intent}"
 
@@ -1299,3 +1366,5 @@ class StepOutcome:
     events: list[tuple[str, Any, list[Delivery]]]
     effects: list[AdmittedEffect]
     fuel: int
+    ann: Any = None  # the annotation the step record carries (normalized), or None
+    cancel: tuple[str, ...] = ()  # issuer_refs of the cell's open intents to close

@@ -1,12 +1,15 @@
 """The step envelopes as the guest sees them (DESIGN §6, spec/wit/workflow.wit).
 
 Input (canonical CBOR): `{"version": 1, "state": bytes|null, "event": {"schema": text,
-"value": bytes, "key"?: bytes}, "ctx"?: bytes}`; every embedded bytes field is itself the
-canonical encoding (d9d9f7 prefix) of a value.
+"value": bytes, "key"?: bytes}, "ctx"?: bytes, "data"?: {hash: bytes}}`; every embedded bytes
+field is itself the canonical encoding (d9d9f7 prefix) of a value, except `data`, which holds
+raw CAS blobs the step asked to read.
 
 Output (canonical CBOR): `{"state": bytes|null, "domain_events": [{"schema", "value"}],
-"effects": [{"effect", "params", "idempotency_key"?, "issuer_ref"?}], "ann"?: bytes}`.
-`domain_events` and `effects` are always written, absent optionals are left out.
+"effects": [{"effect", "params", "idempotency_key"?, "issuer_ref"?}], "ann"?: bytes,
+"cancel"?: [text], "reads"?: [hash]}`. `domain_events` and `effects` are always written,
+absent optionals are left out. An output with `reads` is a read request: the host runs the
+step again with those blobs in `data`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class StepInput:
     key: Any = None
     has_key: bool = False
     ctx: dict[str, Any] | None = None
+    data: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class StepOutput:
     effects: list[EffectIntent] = field(default_factory=list)
     ann: Any = None
     has_ann: bool = False
+    cancel: list[str] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)
 
 
 def decode_input(data: bytes) -> StepInput:
@@ -82,6 +88,8 @@ def decode_input(data: bytes) -> StepInput:
     _require(ctx_bytes is None or type(ctx_bytes) is bytes, "ctx is not bytes")
     ctx = cbor.decode(ctx_bytes) if ctx_bytes is not None else None
     _require(ctx is None or type(ctx) is dict, "ctx is not a map")
+    data = envelope.get("data", {})
+    _require(type(data) is dict, "data is not a map")
     return StepInput(
         state=cbor.decode(state_bytes) if state_bytes is not None else None,
         has_state=state_bytes is not None,
@@ -90,6 +98,7 @@ def decode_input(data: bytes) -> StepInput:
         key=cbor.decode(key_bytes) if key_bytes is not None else None,
         has_key=key_bytes is not None,
         ctx=ctx,
+        data=data,
     )
 
 
@@ -102,6 +111,7 @@ def encode_input(
     key: Any = None,
     has_key: bool = False,
     ctx: dict[str, Any] | None = None,
+    data: dict[str, bytes] | None = None,
 ) -> bytes:
     """The input envelope the host would send (for native tests and tools)."""
     event: dict[str, Any] = {"schema": schema, "value": cbor.encode(value)}
@@ -114,6 +124,8 @@ def encode_input(
     }
     if ctx is not None:
         envelope["ctx"] = cbor.encode(ctx)
+    if data:
+        envelope["data"] = dict(data)
     return cbor.encode(envelope)
 
 
@@ -128,6 +140,10 @@ def encode_output(output: StepOutput) -> bytes:
     }
     if output.has_ann:
         envelope["ann"] = cbor.encode(output.ann)
+    if output.cancel:
+        envelope["cancel"] = list(output.cancel)
+    if output.reads:
+        envelope["reads"] = list(output.reads)
     return cbor.encode(envelope)
 
 
@@ -165,6 +181,8 @@ def decode_output(data: bytes) -> StepOutput:
         )
     if "ann" in envelope:
         output.ann, output.has_ann = cbor.decode(envelope["ann"]), True
+    output.cancel = list(envelope.get("cancel", []))
+    output.reads = list(envelope.get("reads", []))
     return output
 
 

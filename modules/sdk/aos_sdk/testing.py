@@ -110,6 +110,40 @@ def run(
     return Outcome(new_state, output.domain_events, output.effects)
 
 
+READ_ROUNDS_MAX = 2
+
+
+def step(
+    workflow: Workflow[Any],
+    state: Any,
+    event: Event,
+    ctx: dict[str, Any] | None = None,
+    *,
+    blobs: dict[str, bytes] | None = None,
+) -> envelope.StepOutput:
+    """One step as the host runs it, read requests included: a step that asks for CAS blobs
+    runs again with them from `blobs` (at most two rounds, as the host). Returns the whole
+    decoded output (state, events, effects, `ann`, `cancel`); `state` is the plain value."""
+    if ctx is None:
+        ctx = make_ctx(workflow=workflow.name, key=event.key if event.has_key else _NO_KEY)
+    data = input_bytes(state, event, ctx)
+    given: dict[str, bytes] = {}
+    output = envelope.decode_output(step_bytes(workflow, data))
+    for _ in range(READ_ROUNDS_MAX):
+        if not output.reads:
+            return output
+        for hash_ in output.reads:
+            if blobs is None or hash_ not in blobs:
+                raise KeyError(f"the step asked to read {hash_}, which `blobs` does not have")
+            given[hash_] = blobs[hash_]
+        probe: dict[str, Any] = cbor.decode(data)
+        probe["data"] = dict(given)
+        output = envelope.decode_output(step_bytes(workflow, cbor.encode(probe)))
+    if output.reads:
+        raise RuntimeError(f"the step still asks to read after {READ_ROUNDS_MAX} rounds")
+    return output
+
+
 def explain(workflow: Workflow[Any], data: bytes) -> str | None:
     """Why a step traps: run `data` natively and return the traceback, or None if the native
     step succeeds. A component cannot pass its exception text out, so this is how you read it."""

@@ -48,6 +48,16 @@ class ContextUnavailableError(StepError):
     code = "sdk.ctx_unavailable"
 
 
+class ReadRequest(BaseException):
+    """Raised by `ctx.read` for a blob the host did not send; the step returns a read request
+    and the host runs it again with the blob. A BaseException so that a handler's own
+    `except Exception` cannot swallow it."""
+
+    def __init__(self, hashes: list[str]) -> None:
+        super().__init__(", ".join(hashes))
+        self.hashes = hashes
+
+
 class _Delete:
     _instance: _Delete | None = None
 
@@ -74,6 +84,7 @@ class Context:
         self._effects: list[EffectIntent] = []
         self._ann: Any = None
         self._has_ann = False
+        self._cancel: list[str] = []
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -146,6 +157,33 @@ class Context:
             EffectIntent(effect, schema.to_value(params), idempotency_key, issuer_ref)
         )
 
+    def cancel(self, issuer_ref: str) -> None:
+        """Close this cell's open intents whose issuer_ref is `issuer_ref` (an intent this
+        step emits is not affected). Their late receipts are refused and journaled; a timer is
+        never delivered."""
+        _check_name(issuer_ref, "issuer_ref")
+        if issuer_ref not in self._cancel:
+            self._cancel.append(issuer_ref)
+
+    def read(self, blob_hash: str) -> bytes:
+        """The bytes of a blob in the world's CAS (`blake3:<hex>`). The first time a step asks
+        for a blob it was not sent, the step stops here and runs again with it: keep
+        everything before a read free of effects on anything but local variables."""
+        found = self._input.data.get(blob_hash)
+        if found is None:
+            raise ReadRequest([blob_hash])
+        return bytes(found)
+
+    def readable(self, blob_hash: str) -> bool:
+        """Whether the host sent `blob_hash` with this step (reading it costs no round)."""
+        return blob_hash in self._input.data
+
+    def require(self, blob_hashes: list[str]) -> None:
+        """Ask for several blobs at once (one read round instead of one each)."""
+        missing = [h for h in blob_hashes if h not in self._input.data]
+        if missing:
+            raise ReadRequest(missing)
+
     def annotate(self, value: Any) -> None:
         """Attach an annotation to the step's output (`ann`); the last call wins."""
         self._ann, self._has_ann = schema.to_value(value), True
@@ -211,7 +249,10 @@ class Workflow(Generic[S]):
         ctx = Context(step_input)
         state = self._read_state(step_input)
         event = schema.from_value(handler.event_type, step_input.value, "$event")
-        result = handler.fn(state, event, ctx)
+        try:
+            result = handler.fn(state, event, ctx)
+        except ReadRequest as request:
+            return StepOutput(state=None, has_state=False, reads=list(request.hashes))
         output = StepOutput(state=None, has_state=False)
         if result is None:
             raise StepError(
@@ -223,6 +264,7 @@ class Workflow(Generic[S]):
         output.domain_events = ctx._events
         output.effects = ctx._effects
         output.ann, output.has_ann = ctx._ann, ctx._has_ann
+        output.cancel = ctx._cancel
         return output
 
     def step_bytes(self, data: bytes) -> bytes:
