@@ -1,7 +1,10 @@
 """`aos node up`: serve a world over HTTP; `aos task ...`: the human task inbox of a node.
 
     aos node up [--world PATH] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
-    aos task ls | task show INTENT | task complete INTENT --status ok --payload-json JSON
+    aos task ls [--assignee U] [--role R] [--status open|claimed] | task show INTENT
+    aos task claim INTENT --user U [--role R ...] | task release INTENT --user U
+    aos task reassign INTENT --user U (--to V | --unassign) | task history INTENT
+    aos task complete INTENT --status ok --payload-json JSON [--user U]
 
 The node holds the world (one writer), so the task commands talk to the running node over its
 HTTP API (`--node URL`, env AOS_NODE) instead of opening the world.
@@ -17,6 +20,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from types import FrameType
 from typing import IO, Any
 
@@ -39,6 +43,7 @@ NODE_URL_DEFAULT = "http://127.0.0.1:9010"
 NODE_TIMEOUT_S_DEFAULT = 30.0
 TASKS_LIMIT_DEFAULT = 100
 PARAMS_CHARS_MAX = 60
+TASK_STATUS_FILTERS = ("open", "claimed")
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
@@ -262,27 +267,46 @@ def task_group() -> None:
 
 
 @task_group.command("ls")
+@click.option("--assignee", metavar="USER", help="Only tasks assigned to USER.")
+@click.option("--role", metavar="ROLE", help="Only tasks that name ROLE.")
+@click.option(
+    "--status", type=click.Choice(TASK_STATUS_FILTERS), help="Only unclaimed or claimed tasks."
+)
 @click.option("--limit", type=click.IntRange(min=1), default=TASKS_LIMIT_DEFAULT, show_default=True)
 @_node_option
 @json_option
 @handles_errors
-def task_ls_command(limit: int, node_url: str, as_json: bool) -> None:
+def task_ls_command(
+    assignee: str | None,
+    role: str | None,
+    status: str | None,
+    limit: int,
+    node_url: str,
+    as_json: bool,
+) -> None:
     """List open tasks, oldest first."""
-    found = _request(node_url, "GET", "/v1/tasks", as_json=as_json, params={"limit": limit})
+    params: dict[str, Any] = {"limit": limit}
+    params.update(
+        {k: v for k, v in {"assignee": assignee, "role": role, "status": status}.items() if v}
+    )
+    found = _request(node_url, "GET", "/v1/tasks", as_json=as_json, params=params)
     if as_json:
         emit_json(found)
         return
     rows = [
         [
             task["intent"],
-            task["effect"],
+            _status_text(task),
+            task["assignee"] or "-",
+            ",".join(task["roles"]) or "-",
             _cell_text(task["origin"]),
-            task["issuer_ref"] or "-",
-            _clip(json.dumps(task["params"], sort_keys=True, separators=(",", ":"))),
+            _clip(
+                task["title"] or json.dumps(task["params"], sort_keys=True, separators=(",", ":"))
+            ),
         ]
         for task in found["tasks"]
     ]
-    click.echo(table(["INTENT", "EFFECT", "CELL", "ISSUER REF", "PARAMS"], rows))
+    click.echo(table(["INTENT", "STATUS", "ASSIGNEE", "ROLES", "CELL", "TITLE OR PARAMS"], rows))
 
 
 @task_group.command("show")
@@ -301,8 +325,85 @@ def task_show_command(intent: str, node_url: str, as_json: bool) -> None:
     click.echo(f"cell        {_cell_text(found['origin'])}")
     click.echo(f"issuer ref  {found['issuer_ref'] or '-'}")
     click.echo(f"journal     seq {found['seq']}")
+    click.echo(f"status      {_status_text(found)}")
+    click.echo(f"assignee    {found['assignee'] or '-'}")
+    click.echo(f"roles       {', '.join(found['roles']) or '-'}")
+    if found["title"] is not None:
+        click.echo(f"title       {found['title']}")
+    if found["description"] is not None:
+        click.echo(f"description {found['description']}")
     click.echo("params")
     click.echo(json.dumps(found["params"], indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@task_group.command("claim")
+@click.argument("intent")
+@click.option("--user", required=True, help="Who claims the task.")
+@click.option(
+    "--role", "roles", multiple=True, metavar="ROLE", help="A role of the user (repeatable)."
+)
+@_node_option
+@json_option
+@handles_errors
+def task_claim_command(
+    intent: str, user: str, roles: tuple[str, ...], node_url: str, as_json: bool
+) -> None:
+    """Claim a task: nobody else may hold it, it must not be assigned to someone else, and a
+    task that names roles needs one of them. Claiming a task you hold changes nothing."""
+    body = {"user": user, "roles": list(roles)}
+    found = _request(node_url, "POST", f"/v1/tasks/{intent}/claim", as_json=as_json, json_body=body)
+    _print_task_change(found, as_json)
+
+
+@task_group.command("release")
+@click.argument("intent")
+@click.option("--user", required=True, help="The task's holder.")
+@_node_option
+@json_option
+@handles_errors
+def task_release_command(intent: str, user: str, node_url: str, as_json: bool) -> None:
+    """Give back a task you claimed."""
+    body = {"user": user}
+    path = f"/v1/tasks/{intent}/release"
+    _print_task_change(_request(node_url, "POST", path, as_json=as_json, json_body=body), as_json)
+
+
+@task_group.command("reassign")
+@click.argument("intent")
+@click.option("--user", required=True, help="Who reassigns: the holder, or anyone if unclaimed.")
+@click.option("--to", metavar="USER", help="The new assignee.")
+@click.option("--unassign", is_flag=True, help="Assign the task to nobody.")
+@_node_option
+@json_option
+@handles_errors
+def task_reassign_command(
+    intent: str, user: str, to: str | None, unassign: bool, node_url: str, as_json: bool
+) -> None:
+    """Assign a task to another user (handing over a claimed task releases it)."""
+    if (to is None) == (not unassign):
+        raise click.UsageError("give exactly one of --to USER, --unassign")
+    body = {"user": user, "to": to}
+    path = f"/v1/tasks/{intent}/reassign"
+    _print_task_change(_request(node_url, "POST", path, as_json=as_json, json_body=body), as_json)
+
+
+@task_group.command("history")
+@click.argument("intent")
+@_node_option
+@json_option
+@handles_errors
+def task_history_command(intent: str, node_url: str, as_json: bool) -> None:
+    """A task's history, oldest first (also of a closed task the node still remembers)."""
+    found = _request(node_url, "GET", f"/v1/tasks/{intent}/history", as_json=as_json)
+    if as_json:
+        emit_json(found)
+        return
+    click.echo(f"task {found['intent']}: {found['status']}")
+    rows = [
+        [_time_text(entry["at_unix_ms"]), entry["kind"], entry["user"] or "-", _detail(entry)]
+        for entry in found["entries"]
+    ]
+    click.echo(table(["AT (UTC)", "EVENT", "USER", "DETAIL"], rows))
 
 
 @task_group.command("complete")
@@ -312,6 +413,7 @@ def task_show_command(intent: str, node_url: str, as_json: bool) -> None:
 @click.option(
     "--payload-file", type=click.File("r", encoding="utf-8"), help="A file with the answer."
 )
+@click.option("--user", help="Who completes it (required: the holder, if it is claimed).")
 @_node_option
 @json_option
 @handles_errors
@@ -320,13 +422,16 @@ def task_complete_command(
     status: str,
     payload_json: str | None,
     payload_file: IO[str] | None,
+    user: str | None,
     node_url: str,
     as_json: bool,
 ) -> None:
     """Complete a task: the node signs the receipt with the human adapter's key and the
     origin cell resumes. The payload must fit the effect's receipt schema (status ok)."""
     payload = _payload(payload_json, payload_file)
-    body = {"status": status, "payload": payload}
+    body: dict[str, Any] = {"status": status, "payload": payload}
+    if user is not None:
+        body["user"] = user
     found = _request(
         node_url, "POST", f"/v1/tasks/{intent}/complete", as_json=as_json, json_body=body
     )
@@ -336,6 +441,35 @@ def task_complete_command(
     click.echo(f"settled   {found['intent']}  (journal seq {found['seq']})")
     if found["report"] is not None:
         click.echo(f"run       {found['report']['steps']} steps")
+
+
+def _print_task_change(found: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(found)
+        return
+    click.echo(f"task      {found['intent']}")
+    click.echo(f"status    {_status_text(found)}")
+    click.echo(f"assignee  {found['assignee'] or '-'}")
+
+
+def _status_text(task: dict[str, Any]) -> str:
+    return f"claimed by {task['holder']}" if task["holder"] is not None else str(task["status"])
+
+
+def _time_text(unix_ms: int) -> str:
+    moment = datetime.fromtimestamp(unix_ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{unix_ms % 1000:03d}"
+
+
+def _detail(entry: dict[str, Any]) -> str:
+    parts = []
+    if entry["kind"] == "reassigned":
+        parts.append(f"to {entry['to'] or 'nobody'}")
+    if entry["status"] is not None:
+        parts.append(f"status {entry['status']}")
+    if entry["receipt_seq"] is not None:
+        parts.append(f"receipt seq {entry['receipt_seq']}")
+    return ", ".join(parts)
 
 
 def _payload(payload_json: str | None, payload_file: IO[str] | None) -> Any:

@@ -546,6 +546,19 @@ class Adapter:
             self.on_outcome(outcome)
         return outcome
 
+    def renew(self, lease: Lease) -> bool:
+        """Extend `lease` by the node's lease_ms, for work that runs long. False when the
+        workflow cancelled the intent (`lease.revoked`): stop, since its receipt would be
+        refused. A lease that expired meanwhile (`lease.unknown`) is still worth finishing:
+        the first valid receipt settles the intent, so that raises the node's refusal."""
+        try:
+            self._receipt_client.request("POST", f"/v1/leases/{lease.lease_id}/renew", {})
+        except AdapterNodeRefusedError as error:
+            if error.detail.get("node_code") == "lease.revoked":
+                return False
+            raise
+        return True
+
     # ---- helpers
 
     def _require_handlers(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +30,7 @@ from aos.kernel.node.errors import (
     RequestTooLargeError,
     http_status,
 )
+from aos.kernel.node.human import InboxError
 from aos.kernel.node.node import CELLS_LIMIT_DEFAULT, JOURNAL_LIMIT_DEFAULT, Node
 
 API_VERSION = "1"
@@ -111,6 +112,12 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         """Lease open intents the adapter may settle; long-poll up to `wait_ms` for work."""
         return await node.lease(request.adapter, request.effects, request.max, request.wait_ms)
 
+    @app.post("/v1/leases/{lease_id}/renew", response_model=models.RenewResponse, tags=["adapters"])
+    async def post_lease_renew(lease_id: str) -> dict[str, Any]:
+        """Extend a held lease by lease_ms. `lease.revoked` (409) when the workflow cancelled
+        the intent: the adapter should stop, since its receipt would be refused."""
+        return node.renew(lease_id)
+
     @app.post(
         "/v1/receipts",
         response_model=models.SettleResponse,
@@ -142,9 +149,15 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         return await node.put_blob(await request.body())
 
     @app.get("/v1/tasks", response_model=models.TasksResponse, tags=["human"])
-    async def get_tasks(limit: int = 100) -> dict[str, Any]:
-        """Open tasks of the human adapter this node hosts."""
-        return await node.tasks(limit)
+    async def get_tasks(
+        limit: int = 100,
+        assignee: str | None = None,
+        role: str | None = None,
+        status: Literal["open", "claimed"] | None = None,
+    ) -> dict[str, Any]:
+        """Open tasks of the human adapter this node hosts, oldest first: only those assigned
+        to `assignee`, naming `role`, or (not) claimed, when given."""
+        return await node.tasks(limit, assignee=assignee, role=role, status=status)
 
     @app.get("/v1/tasks/{intent}", response_model=models.TaskBody, tags=["human"])
     async def get_task(intent: str) -> dict[str, Any]:
@@ -152,8 +165,33 @@ def _add_routes(app: FastAPI, node: Node) -> None:
 
     @app.post("/v1/tasks/{intent}/complete", response_model=models.SettleResponse, tags=["human"])
     async def complete_task(intent: str, request: models.TaskCompleteRequest) -> dict[str, Any]:
-        """Complete a task: the node signs the receipt with the human adapter's key."""
-        return await node.complete_task(intent, request.status, request.payload)
+        """Complete a task: the node signs the receipt with the human adapter's key. A
+        claimed task only by its holder (`user`)."""
+        return await node.complete_task(intent, request.status, request.payload, request.user)
+
+    @app.post("/v1/tasks/{intent}/claim", response_model=models.TaskBody, tags=["human"])
+    async def claim_task(intent: str, request: models.TaskClaimRequest) -> dict[str, Any]:
+        """Claim a task: it must not be held by or assigned to someone else, and the user
+        must present one of its roles (if it names any). Idempotent for its holder."""
+        return await node.claim_task(intent, request.user, request.roles)
+
+    @app.post("/v1/tasks/{intent}/release", response_model=models.TaskBody, tags=["human"])
+    async def release_task(intent: str, request: models.TaskReleaseRequest) -> dict[str, Any]:
+        """Give a claimed task back (its holder only)."""
+        return await node.release_task(intent, request.user)
+
+    @app.post("/v1/tasks/{intent}/reassign", response_model=models.TaskBody, tags=["human"])
+    async def reassign_task(intent: str, request: models.TaskReassignRequest) -> dict[str, Any]:
+        """Set a task's assignee (its holder, or anyone while it is not claimed); handing it
+        to someone else releases the claim."""
+        return await node.reassign_task(intent, request.user, request.to)
+
+    @app.get(
+        "/v1/tasks/{intent}/history", response_model=models.TaskHistoryResponse, tags=["human"]
+    )
+    async def get_task_history(intent: str) -> dict[str, Any]:
+        """A task's history, oldest first; also of a closed task the inbox remembers."""
+        return await node.task_history(intent)
 
     @app.post("/v1/time/advance", response_model=models.TimeResponse, tags=["time"])
     async def advance_time(request: models.TimeAdvanceRequest) -> dict[str, Any]:
@@ -268,6 +306,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AosError)
     async def on_aos_error(_: Request, error: AosError) -> JSONResponse:
         return error_response(error)
+
+    @app.exception_handler(InboxError)
+    async def on_inbox_error(_: Request, error: InboxError) -> JSONResponse:
+        # The inbox's codes carry their own status (human.py).
+        return JSONResponse({"error": error.to_dict()}, status_code=error.http_status)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(_: Request, error: RequestValidationError) -> JSONResponse:

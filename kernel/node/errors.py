@@ -64,6 +64,16 @@ class LeaseAdapterNotAllowedError(NodeError):
     hint = "the effect's adapters list does not include this adapter"
 
 
+class LeaseRevokedError(NodeError):
+    code = "lease.revoked"
+    hint = "the workflow cancelled the leased intent: stop the work; its receipt would be refused"
+
+
+class LeaseUnknownError(NodeError):
+    code = "lease.unknown"
+    hint = "no such lease is held: it expired (the intent may be leased again) or was settled"
+
+
 class LeaseEffectUnknownError(NodeError):
     code = "lease.effect_unknown"
     hint = "the manifest defines no such effect"
@@ -94,6 +104,9 @@ _STATUS_BY_CODE = {
     "receipt.malformed": 400,
     "receipt.too_large": 413,
     "receipt.unknown_intent": 409,
+    "receipt.intent_cancelled": 409,
+    "lease.revoked": 409,
+    "lease.unknown": 404,
     "receipt.wrong_world": 409,
     "receipt.signature_invalid": 403,
     "receipt.adapter_unknown": 403,
@@ -117,6 +130,13 @@ _STATUS_BY_CODE = {
     "node.task_unknown": 404,
     "node.human_disabled": 409,
     "node.busy": 503,
+    # The flow operations' codes (aos.flows, served by the same app).
+    "flow.unknown": 404,
+    "flow.version_unknown": 404,
+    "flow.execution_unknown": 404,
+    "flow.execution_exists": 409,
+    "flow.execution_ended": 409,
+    "flow.too_large": 413,
     "node.internal": 500,
 }
 _STATUS_BY_NAMESPACE = {"route": 422}

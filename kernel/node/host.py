@@ -32,10 +32,10 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from aos.kernel import cbor
 from aos.kernel.air import TIMER_ADAPTER, TIMER_SET_EFFECT
@@ -76,6 +76,22 @@ class Admission(Generic[T]):
 Admit = Callable[[World], Admission[T]]
 
 
+class PublishWatcher(Protocol):
+    """Told on the host thread what was published and withdrawn (the human task inbox)."""
+
+    def opened(self, intents: Sequence[PublishedIntent]) -> None:
+        """Every intent open when the world was opened."""
+
+    def published(
+        self,
+        fresh: Sequence[PublishedIntent],
+        settled: Mapping[str, int],
+        cancelled: Collection[str],
+    ) -> None:
+        """Intents just journaled; intents just settled (intent -> its receipt's seq) or
+        cancelled."""
+
+
 @dataclass
 class _BatchJob(Generic[T]):
     admit: Admit[T]
@@ -94,8 +110,10 @@ class WorldHost:
         *,
         limits: NodeLimits,
         on_manifest: Callable[[World], None] | None = None,
+        watcher: PublishWatcher | None = None,
     ) -> None:
         self._opener = opener
+        self._watcher = watcher
         self._on_manifest = on_manifest
         self._manifest_hash = ""
         self._leases = leases
@@ -347,7 +365,8 @@ class WorldHost:
             if self._on_manifest is not None:
                 self._on_manifest(world)
         fresh: list[PublishedIntent] = []
-        settled: set[str] = set()
+        settled: dict[str, int] = {}  # intent -> its effect_receipt's seq
+        cancelled: set[str] = set()
         timers_changed = False
         for seq, record in world.store.journal.read(self._published_height + 1, head):
             if not isinstance(record, dict):
@@ -357,16 +376,23 @@ class WorldHost:
                 published = _published(world, seq, record)
                 if published is not None:
                     fresh.append(published)
+            elif record["kind"] == records.STEP and "cancelled" in record:
+                closed: Any = record["cancelled"]
+                cancelled.update(str(intent) for intent in closed)
+                timers_changed = True
             elif record["kind"] == records.EFFECT_RECEIPT:
                 body = record["body"]
                 timers_changed |= isinstance(body, dict) and body.get("adapter") == TIMER_ADAPTER
-                settled.add(str(record["intent"]))
+                settled[str(record["intent"])] = seq
         self._published_height = head
         self._leases.withdraw(settled)
-        self._leases.publish(p for p in fresh if p.intent not in settled)
+        self._leases.revoke(cancelled)
+        self._leases.publish(p for p in fresh if p.intent not in settled.keys() | cancelled)
         if timers_changed:
             # Asking the world scans every open intent: only when a timer came or went.
             self._timer_pending = world.next_timer_ns() is not None
+        if self._watcher is not None:
+            self._watcher.published(fresh, settled, cancelled)
 
     def _publish_open_intents(self, world: World) -> None:
         """On open: intents journaled (and flushed) before this node started are still open."""
@@ -379,6 +405,8 @@ class WorldHost:
         self._published_height = world.store.journal.head()
         self._leases.publish(fresh)
         self._timer_pending = world.next_timer_ns() is not None
+        if self._watcher is not None:
+            self._watcher.opened(fresh)
 
     def _fail_waiting(self) -> None:
         while True:

@@ -26,8 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from aos.kernel.errors import KernelInvariantError
+from aos.kernel.node.errors import LeaseRevokedError, LeaseUnknownError
 
 _LEASE_ID_BYTES = 12
+# Revoked leases remembered so that their holders learn of the cancellation on renewal.
+REVOKED_LEASES_KEPT_MAX = 10_000
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,10 @@ class LeaseManager:
         self._available: dict[str, OrderedDict[str, None]] = {}
         self._expiries: list[tuple[float, str, str]] = []  # (deadline ms, lease id, intent)
         self._waiters: dict[int, Callable[[], None]] = {}
+        # Leases whose intent the workflow cancelled, newest last, so that their holders learn
+        # it when they renew (bounded: the oldest are forgotten, then answer `lease.unknown`).
+        self._revoked: OrderedDict[str, str] = OrderedDict()
+        self._renewed_until: dict[str, float] = {}  # lease id -> its latest deadline (ms)
         self._waiter_ids = itertools.count()
         self.closed = False
 
@@ -108,6 +115,40 @@ class LeaseManager:
                 slot = self._open.pop(intent, None)
                 if slot is not None:
                     self._available.get(slot.published.effect, OrderedDict()).pop(intent, None)
+                    self._renewed_until.pop(slot.lease_id or "", None)
+
+    def revoke(self, intents: Iterable[str]) -> None:
+        """Withdraw cancelled intents and remember the leases that held them."""
+        with self._lock:
+            for intent in intents:
+                slot = self._open.pop(intent, None)
+                if slot is None:
+                    continue
+                self._available.get(slot.published.effect, OrderedDict()).pop(intent, None)
+                if slot.lease_id is not None:
+                    self._revoked[slot.lease_id] = intent
+                    self._renewed_until.pop(slot.lease_id, None)
+            while len(self._revoked) > REVOKED_LEASES_KEPT_MAX:
+                self._revoked.popitem(last=False)
+
+    def renew(self, lease_id: str) -> Lease:
+        """Extend a held lease by `lease_ms` from now. A lease whose intent was cancelled is
+        `lease.revoked`; one that expired or was settled is `lease.unknown`."""
+        with self._lock:
+            self._reclaim_expired()
+            if lease_id in self._revoked:
+                raise LeaseRevokedError(
+                    f"lease {lease_id}: intent {self._revoked[lease_id]} was cancelled",
+                    intent=self._revoked[lease_id],
+                )
+            slot = next((s for s in self._open.values() if s.lease_id == lease_id), None)
+            if slot is None:
+                raise LeaseUnknownError(f"no lease {lease_id} is held")
+            deadline = self._clock_ms() + self.lease_ms
+            self._renewed_until[lease_id] = deadline
+            heapq.heappush(self._expiries, (deadline, lease_id, slot.published.intent))
+            expires_unix_ms = self._wall_ms() + self.lease_ms
+            return Lease(lease_id, slot.published, "", expires_unix_ms)
 
     def close(self) -> None:
         """The node is stopping: waiting lease requests return at once, empty."""
@@ -175,14 +216,20 @@ class LeaseManager:
     def _reclaim_expired(self) -> None:
         now = self._clock_ms()
         while self._expiries and self._expiries[0][0] <= now:
-            _, lease_id, intent = heapq.heappop(self._expiries)
+            deadline, lease_id, intent = heapq.heappop(self._expiries)
             slot = self._open.get(intent)
             if slot is None or slot.lease_id != lease_id:
                 continue  # settled meanwhile, or already re-leased under a newer lease
+            if self._renewed_past(lease_id, deadline):
+                continue  # renewed: a later entry of the same lease decides
+            self._renewed_until.pop(lease_id, None)
             slot.lease_id = None
             queue = self._available.setdefault(slot.published.effect, OrderedDict())
             queue[intent] = None
             queue.move_to_end(intent, last=False)
+
+    def _renewed_past(self, lease_id: str, deadline: float) -> bool:
+        return self._renewed_until.get(lease_id, deadline) > deadline
 
     def _wake(self) -> None:
         with self._lock:

@@ -130,6 +130,12 @@ class LeaseBody(_Model):
     expires_unix_ms: int
 
 
+class RenewResponse(_Model):
+    lease_id: str
+    intent: str
+    expires_unix_ms: int
+
+
 class LeaseResponse(_Model):
     world_id: str = Field(description="Sign receipts for this world.")
     leases: list[LeaseBody]
@@ -180,6 +186,16 @@ class TaskBody(_Model):
     origin: Origin
     seq: int
     published_unix_ms: int
+    title: str | None = Field(description="From the params' `title` (text), if any.")
+    description: str | None
+    assignee: str | None = Field(
+        description="Who the task is for: the params' `assignee`, or whom it was reassigned to."
+    )
+    roles: list[str] = Field(description="Claiming needs one of these (none: anyone may).")
+    form: Value
+    data: Value
+    status: Literal["open", "claimed"]
+    holder: str | None = Field(description="The user who claimed it.")
 
 
 class TasksResponse(_Model):
@@ -190,6 +206,40 @@ class TasksResponse(_Model):
 class TaskCompleteRequest(_Model):
     status: Literal["ok", "error"]
     payload: Value = None
+    user: str | None = Field(None, description="Required (its holder) when the task is claimed.")
+
+
+class TaskClaimRequest(_Model):
+    user: str
+    roles: list[str] = Field(
+        default_factory=list, description="The user's roles; one must be among the task's."
+    )
+
+
+class TaskReleaseRequest(_Model):
+    user: str = Field(description="The task's holder.")
+
+
+class TaskReassignRequest(_Model):
+    user: str = Field(description="Who reassigns: the holder, or anyone while unclaimed.")
+    to: str | None = Field(description="The new assignee (null: nobody).")
+
+
+class TaskHistoryEntry(_Model):
+    kind: Literal[
+        "created", "claimed", "released", "reassigned", "completed", "closed", "cancelled"
+    ]
+    at_unix_ms: int
+    user: str | None
+    to: str | None = Field(description="reassigned: the new assignee.")
+    status: str | None = Field(description="completed: the receipt's status.")
+    receipt_seq: int | None = Field(description="completed, closed: the effect_receipt record.")
+
+
+class TaskHistoryResponse(_Model):
+    intent: str
+    status: Literal["open", "claimed", "completed", "closed", "cancelled"]
+    entries: list[TaskHistoryEntry] = Field(description="Oldest first.")
 
 
 class TimeAdvanceRequest(_Model):

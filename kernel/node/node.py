@@ -6,7 +6,9 @@ access runs on the host thread (host.py).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor
@@ -22,7 +24,14 @@ from aos.kernel.node.errors import (
     TaskUnknownError,
 )
 from aos.kernel.node.host import Admission, WorldHost
-from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
+from aos.kernel.node.human import (
+    INBOX_FILE_NAME,
+    TASK_STATUSES,
+    HumanAdapter,
+    TaskInbox,
+    check_name,
+    check_roles,
+)
 from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_for_leases
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.world import records
@@ -48,15 +57,23 @@ class Node:
         *,
         limits: NodeLimits | None = None,
         human: HumanAdapter | None = None,
+        inbox_path: Path | None = None,
+        inbox_sync: bool = True,
     ) -> None:
         self.limits = limits or NodeLimits()
         self.human = human
+        self.inbox = (
+            TaskInbox(human.name, inbox_path, limits=human.limits, sync=inbox_sync)
+            if human is not None
+            else None
+        )
         self.leases = LeaseManager(lease_ms=self.limits.lease_ms)
         self.host = WorldHost(
             self._opening(opener),
             self.leases,
             limits=self.limits,
             on_manifest=self._learn_effects,
+            watcher=self.inbox,
         )
         # What each adapter may settle, learnt from the manifest (again when it changes).
         self._effects_of: dict[str, tuple[str, ...]] = {}
@@ -71,13 +88,21 @@ class Node:
         human: HumanAdapter | None = None,
         **world_options: Any,
     ) -> Node:
-        return cls(lambda: World.open(path, **world_options), limits=limits, human=human)
+        return cls(
+            lambda: World.open(path, **world_options),
+            limits=limits,
+            human=human,
+            inbox_path=Path(path) / INBOX_FILE_NAME,
+            inbox_sync=bool(world_options.get("sync", True)),
+        )
 
     def _opening(self, opener: Callable[[], World]) -> Callable[[], World]:
         def open_world() -> World:
             world = opener()
             try:
                 self._learn_manifest(world)
+                if self.inbox is not None:
+                    self.inbox.load()  # before the open intents are published
             except BaseException:
                 world.close()
                 raise
@@ -247,6 +272,16 @@ class Node:
         leases = await wait_for_leases(self.leases, adapter, wanted, count, wait_ms)
         return {"world_id": self.world_id, "leases": [_lease(lease) for lease in leases]}
 
+    def renew(self, lease_id: str) -> dict[str, Any]:
+        """Extend a held lease; a lease whose intent the workflow cancelled is `lease.revoked`
+        (the adapter should stop), one not held any more is `lease.unknown`."""
+        lease = self.leases.renew(lease_id)
+        return {
+            "lease_id": lease.lease_id,
+            "intent": lease.intent.intent,
+            "expires_unix_ms": lease.expires_unix_ms,
+        }
+
     async def settle(self, receipt_value: Any) -> dict[str, Any]:
         """Settle a signed receipt; the origin cell runs (and everything is flushed) together
         with the other receipts and events queued with it (group commit, host.py)."""
@@ -273,20 +308,40 @@ class Node:
 
     # -- human tasks -------------------------------------------------------------------------
 
-    def _human(self) -> HumanAdapter:
-        if self.human is None:
+    def _human(self) -> tuple[HumanAdapter, TaskInbox]:
+        if self.human is None or self.inbox is None:
             raise HumanDisabledError("this node hosts no human adapter")
-        return self.human
+        return self.human, self.inbox
 
-    async def tasks(self, limit: int) -> dict[str, Any]:
-        human = self._human()
+    async def tasks(
+        self,
+        limit: int,
+        *,
+        assignee: str | None = None,
+        role: str | None = None,
+        status: str | None = None,
+    ) -> dict[str, Any]:
+        """Open tasks, oldest first, that pass every filter given."""
+        human, inbox = self._human()
         _within("limit", limit, self.limits.tasks_per_request_max)
-        found = self.leases.open_for(human.name, limit)
-        return {"adapter": human.name, "tasks": [_task(task) for task in found]}
+        found = inbox.select(
+            self.leases.open_for(human.name, sys.maxsize),
+            assignee=assignee,
+            role=role,
+            status=status,
+            limit=limit,
+        )
+        return {"adapter": human.name, "tasks": [{**_task(t), **shown} for t, shown in found]}
 
     async def task(self, intent: str) -> dict[str, Any]:
-        human = self._human()
-        return _task(self._open_task(human, intent))
+        human, inbox = self._human()
+        task = self._open_task(human, intent)
+        return {**_task(task), **inbox.shown(task)}
+
+    async def task_history(self, intent: str) -> dict[str, Any]:
+        """A task's history, open or closed (while the inbox remembers it)."""
+        _, inbox = self._human()
+        return inbox.history(intent)
 
     def _open_task(self, human: HumanAdapter, intent: str) -> PublishedIntent:
         task = self.leases.get(intent)
@@ -294,17 +349,59 @@ class Node:
             raise TaskUnknownError(f"no open task {intent}")
         return task
 
-    async def complete_task(self, intent: str, status: str, payload_json: Any) -> dict[str, Any]:
-        human = self._human()
+    async def claim_task(self, intent: str, user: str, roles: list[str]) -> dict[str, Any]:
+        """Claim a task for `user`, who presents `roles` (idempotent for its holder)."""
+        human, inbox = self._human()
+        user = check_name(user, "$.user", human.limits)
+        presented = check_roles(roles, human.limits)
+        return await self._change_task(intent, lambda t: inbox.claim(t, user, presented))
+
+    async def release_task(self, intent: str, user: str) -> dict[str, Any]:
+        human, inbox = self._human()
+        user = check_name(user, "$.user", human.limits)
+        return await self._change_task(intent, lambda t: inbox.release(t, user))
+
+    async def reassign_task(self, intent: str, user: str, to: str | None) -> dict[str, Any]:
+        """Assign a task to `to` (null: nobody): its holder may, or anyone while it is not
+        claimed. Handing it to someone else releases the claim."""
+        human, inbox = self._human()
+        user = check_name(user, "$.user", human.limits)
+        to = None if to is None else check_name(to, "$.to", human.limits)
+        return await self._change_task(intent, lambda t: inbox.reassign(t, user, to))
+
+    async def _change_task(
+        self, intent: str, change: Callable[[PublishedIntent], None]
+    ) -> dict[str, Any]:
+        human, inbox = self._human()
+
+        def run(_: World) -> dict[str, Any]:
+            # On the host thread, like completions: a task settled just before is gone.
+            task = self._open_task(human, intent)
+            change(task)
+            return {**_task(task), **inbox.shown(task)}
+
+        return await self.host.run(run)
+
+    async def complete_task(
+        self, intent: str, status: str, payload_json: Any, user: str | None = None
+    ) -> dict[str, Any]:
+        """Complete a task: a claimed one only by its holder (`user`)."""
+        human, inbox = self._human()
         if status not in TASK_STATUSES:
             raise RequestInvalidError(f"status is one of {TASK_STATUSES}", path="$.status")
+        if user is not None:
+            user = check_name(user, "$.user", human.limits)
         payload = cbor.from_json(payload_json, "$.payload")
 
         def admit(world: World) -> Admission[dict[str, Any]]:
             # Looked up on the host thread: a receipt settled just before is withdrawn by now.
             # (Within one batch, a second completion of the same task is a duplicate.)
             task = self._open_task(human, intent)
-            return _settled(world.settle(human.receipt(world.world_id, task, status, payload)))
+            inbox.completing(task, user)
+            settlement = world.settle(human.receipt(world.world_id, task, status, payload))
+            if not settlement.duplicate:
+                inbox.note_completion(intent, user, status)
+            return _settled(settlement)
 
         return await self.host.run_batched(admit)
 
