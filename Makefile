@@ -17,6 +17,7 @@ $(VENV)/mypy-path/aos: $(STAMP)
 	@mkdir -p $@
 	@ln -sfn ../../../kernel $@/kernel
 	@ln -sfn ../../../cli $@/cli
+	@ln -sfn ../../../flows $@/flows
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,9 +29,9 @@ demo: setup
 	$(BIN)/python -m aos.cli.demo
 
 lint: setup
-	$(BIN)/ruff check kernel cli modules tests bench
-	$(BIN)/ruff format --check kernel cli modules tests bench
-	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos.kernel -p aos.cli
+	$(BIN)/ruff check kernel cli flows modules tests bench
+	$(BIN)/ruff format --check kernel cli flows modules tests bench
+	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos.kernel -p aos.cli -p aos.flows
 
 test: lint
 	$(BIN)/python -m pytest

@@ -1,0 +1,338 @@
+"""Semantic checks of a flow definition (spec/11-flows.md §1.6): what the models' structural
+validation cannot see, because it needs the whole definition.
+
+    flow.step_duplicate    two steps with one name
+    flow.step_unknown      an arc, `entry` or `final_step` naming no step
+    flow.task_duplicate    two tasks of one step with one name (nested lists included: a
+                           task's name is its handle in `results` and for `jump`)
+    flow.task_unknown      a `jump` to no task of the jumping task's own list
+    flow.tool_unknown      a `tool.kind` that is not supported
+    flow.subflow_unknown   a subflow or continue-with `flow` that is neither `self` nor an alias
+    flow.template_invalid  a template or template guard that does not parse
+    flow.jsonpath_invalid  a JSONPath guard that does not compile
+    flow.unreachable       a step no path from `entry` reaches (`final_step` excepted)
+    flow.limit             more steps, tasks, arcs, rules, subflows or nesting than allowed
+
+`check_definition` returns every problem, in definition order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import jsonpath
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from aos.flows.errors import Problem, json_path
+from aos.flows.limits import DefinitionLimits
+
+if TYPE_CHECKING:
+    from aos.flows.cfd import (
+        FlowDefinition,
+        JsonPathGuard,
+        Rule,
+        Step,
+        Task,
+        TemplateGuard,
+        Tool,
+    )
+
+TOOL_KINDS = ("echo", "http", "python")
+"""Supported `tool.kind`s; each becomes the effect `aos/tool.KIND@1` (§1.2)."""
+
+# Parsing only: the interpreter adds its own filters (coalesce, merge_objects, ...), which a
+# plain environment would refuse at compile time but not at parse time.
+_JINJA = ImmutableSandboxedEnvironment()
+
+Parts = tuple[str | int, ...]
+
+
+@dataclass
+class _Context:
+    defn: FlowDefinition
+    limits: DefinitionLimits
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(self, code: str, parts: Parts, message: str) -> None:
+        self.problems.append(Problem(code, json_path(parts), message))
+
+
+def check_definition(defn: FlowDefinition, limits: DefinitionLimits) -> list[Problem]:
+    """Every semantic problem of a structurally valid definition."""
+    context = _Context(defn, limits)
+    steps = _step_names(context)
+    _check_step_refs(context, steps)
+    for index, step in enumerate(defn.steps):
+        _check_step(context, step, ("steps", index))
+    if len(defn.subflows) > limits.subflows_max:
+        context.add("flow.limit", ("subflows",), f"more than {limits.subflows_max} subflows")
+    if defn.entry in steps:
+        _check_reachable(context, steps)
+    return context.problems
+
+
+def nesting_depth(value: Any, stop: int) -> int:
+    """How deeply maps and lists nest in `value` (a scalar is 0, `{}` is 1), counted no
+    further than `stop`."""
+    if stop <= 0 or not isinstance(value, (dict, list)):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((nesting_depth(item, stop - 1) for item in items), default=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Steps and arcs
+
+
+def _step_names(context: _Context) -> dict[str, int]:
+    """Step name -> index of its first definition."""
+    steps: dict[str, int] = {}
+    if len(context.defn.steps) > context.limits.steps_max:
+        context.add("flow.limit", ("steps",), f"more than {context.limits.steps_max} steps")
+    for index, step in enumerate(context.defn.steps):
+        if step.name in steps:
+            first = json_path(("steps", steps[step.name]))
+            message = f"a step named {step.name!r} is already defined at {first}"
+            context.add("flow.step_duplicate", ("steps", index, "name"), message)
+            continue
+        steps[step.name] = index
+    return steps
+
+
+def _check_step_refs(context: _Context, steps: dict[str, int]) -> None:
+    defn = context.defn
+    if defn.entry not in steps:
+        context.add("flow.step_unknown", ("entry",), f"no step named {defn.entry!r}")
+    final = defn.policy.final_step
+    if final is not None and final not in steps:
+        context.add("flow.step_unknown", ("policy", "final_step"), f"no step named {final!r}")
+    for index, step in enumerate(defn.steps):
+        for arc_index, arc in enumerate(step.next.arcs):
+            if arc.to not in steps:
+                parts = ("steps", index, "next", "arcs", arc_index, "to")
+                context.add("flow.step_unknown", parts, f"no step named {arc.to!r}")
+
+
+def _check_reachable(context: _Context, steps: dict[str, int]) -> None:
+    defn = context.defn
+    by_name = {step.name: step for step in defn.steps}
+    seen = {defn.entry}
+    frontier = [defn.entry]
+    while frontier:
+        step = by_name[frontier.pop()]
+        for arc in step.next.arcs:
+            if arc.to in steps and arc.to not in seen:
+                seen.add(arc.to)
+                frontier.append(arc.to)
+    for name, index in steps.items():
+        if name not in seen and name != defn.policy.final_step:
+            message = f"no path from the entry step {defn.entry!r} reaches {name!r}"
+            context.add("flow.unreachable", ("steps", index), message)
+
+
+def _check_step(context: _Context, step: Step, parts: Parts) -> None:
+    limits = context.limits
+    if step.admit is not None:
+        _check_guard(context, step.admit, (*parts, "admit"))
+    if step.loop is not None:
+        _check_templates(context, step.loop.in_, (*parts, "loop", "in"))
+        in_flight = step.loop.max_in_flight
+        if in_flight is not None and in_flight > context.defn.limits.in_flight_max:
+            message = f"more than limits.in_flight_max ({context.defn.limits.in_flight_max})"
+            context.add("flow.limit", (*parts, "loop", "max_in_flight"), message)
+    _check_templates(context, step.result, (*parts, "result"))
+    arcs = step.next.arcs
+    if len(arcs) > limits.arcs_per_step_max:
+        message = f"more than {limits.arcs_per_step_max} arcs"
+        context.add("flow.limit", (*parts, "next", "arcs"), message)
+    for index, arc in enumerate(arcs):
+        arc_parts = (*parts, "next", "arcs", index)
+        if arc.when is not None:
+            _check_guard(context, arc.when, (*arc_parts, "when"))
+        _check_templates(context, arc.args, (*arc_parts, "args"))
+    _check_tasks(context, step, parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks
+
+
+@dataclass
+class _TaskList:
+    parts: Parts
+    tasks: list[Task]
+    depth: int
+
+
+def _task_lists(context: _Context, step: Step, parts: Parts) -> Iterator[_TaskList]:
+    """Every task list of a step, depth first; lists nested too deeply are reported and not
+    entered."""
+    pending = [_TaskList((*parts, "tasks"), step.tasks, 1)]
+    while pending:
+        current = pending.pop()
+        yield current
+        for index in reversed(range(len(current.tasks))):
+            task = current.tasks[index]
+            for sub_parts, sub_tasks in reversed(task.task_lists()):
+                nested = _TaskList(
+                    (*current.parts, index, *sub_parts), sub_tasks, current.depth + 1
+                )
+                if nested.depth > context.limits.task_nesting_max:
+                    message = f"task lists nest deeper than {context.limits.task_nesting_max}"
+                    context.add("flow.limit", nested.parts, message)
+                    continue
+                pending.append(nested)
+
+
+def _check_tasks(context: _Context, step: Step, parts: Parts) -> None:
+    names: dict[str, Parts] = {}
+    count = 0
+    for task_list in _task_lists(context, step, parts):
+        count += len(task_list.tasks)
+        local = {task.name for task in task_list.tasks}
+        for index, task in enumerate(task_list.tasks):
+            task_parts = (*task_list.parts, index)
+            first = names.setdefault(task.name, task_parts)
+            if first != task_parts:
+                message = f"a task named {task.name!r} is already defined at {json_path(first)}"
+                context.add("flow.task_duplicate", (*task_parts, "name"), message)
+            _check_task(context, task, task_parts, local)
+    if count > context.limits.tasks_per_step_max:
+        message = f"{count} tasks; a step has at most {context.limits.tasks_per_step_max}"
+        context.add("flow.limit", (*parts, "tasks"), message)
+
+
+def _check_task(context: _Context, task: Task, parts: Parts, local: set[str]) -> None:
+    if task.when is not None:
+        _check_guard(context, task.when, (*parts, "when"))
+    if task.policy is not None:
+        rules = task.policy.rules
+        if len(rules) > context.limits.rules_per_task_max:
+            message = f"more than {context.limits.rules_per_task_max} rules"
+            context.add("flow.limit", (*parts, "policy", "rules"), message)
+        for index, rule in enumerate(rules):
+            _check_rule(context, rule, (*parts, "policy", "rules", index), local)
+    _check_action(context, task, parts)
+
+
+def _check_rule(context: _Context, rule: Rule, parts: Parts, local: set[str]) -> None:
+    if rule.when is not None:
+        _check_guard(context, rule.when, (*parts, "when"))
+    then = rule.then
+    if then.do == "jump" and then.to is not None and then.to not in local:
+        message = f"no task named {then.to!r} in this task's own list (a jump stays in it)"
+        context.add("flow.task_unknown", (*parts, "then", "to"), message)
+    for key, value in then.set_ctx.items():
+        _check_templates(context, value, (*parts, "then", "set_ctx", key))
+    for key, value in then.set_iter.items():
+        _check_templates(context, value, (*parts, "then", "set_iter", key))
+
+
+def _check_action(context: _Context, task: Task, parts: Parts) -> None:
+    """The action's own fields: its templates, and the tool or flow it names."""
+    if task.do == "call":
+        _check_tool(context, task.tool, (*parts, "tool"))
+    elif task.do == "branch":
+        for index, case in enumerate(task.cases):
+            _check_guard(context, case.when, (*parts, "cases", index, "when"))
+    elif task.do in ("subflow", "continue_with"):
+        flow = task.flow
+        if flow != "self" and flow not in context.defn.subflows:
+            message = f"{flow!r} is neither `self` nor an alias of `subflows`"
+            context.add("flow.subflow_unknown", (*parts, "flow"), message)
+    for field_parts, value in _template_fields(task):
+        _check_templates(context, value, (*parts, *field_parts))
+
+
+def _check_tool(context: _Context, tool: Tool, parts: Parts) -> None:
+    if tool.kind not in TOOL_KINDS:
+        message = f"unknown tool kind {tool.kind!r}; supported: {', '.join(TOOL_KINDS)}"
+        context.add("flow.tool_unknown", (*parts, "kind"), message)
+    for key, value in (tool.model_extra or {}).items():
+        _check_templates(context, value, (*parts, key))
+
+
+def _template_fields(task: Task) -> list[tuple[Parts, Any]]:
+    """The fields of a task rendered at run time, by path from the task."""
+    if task.do == "assign":
+        return [(("set", key), value) for key, value in task.set.items()]
+    if task.do == "business_ref":
+        return [(("value",), task.value)]
+    if task.do == "call":
+        return [(("args",), task.args)]
+    if task.do == "repeat":
+        return [(("over",), task.over)]
+    if task.do == "human":
+        fields = ("title", "description", "assignee", "data")
+        return [((name,), getattr(task, name)) for name in fields]
+    if task.do == "wait_timer":
+        return [(("until_ns",), task.until_ns)]
+    if task.do in ("subflow", "continue_with"):
+        return [(("workload",), task.workload)]
+    if task.do == "fail":
+        return [(("message",), task.message)]
+    if task.do == "noop":
+        return [(("result",), task.result)]
+    return []
+
+
+# --------------------------------------------------------------------------------------------
+# Templates and guards
+
+
+def is_template(text: str) -> bool:
+    """A string is a template iff it contains `{{` or `{%` (§3.6)."""
+    return "{{" in text or "{%" in text
+
+
+def _check_templates(context: _Context, value: Any, parts: Parts) -> None:
+    """Parse every template string in `value` (nested values included)."""
+    if isinstance(value, str):
+        if is_template(value):
+            _parse_template(context, value, parts)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_templates(context, item, (*parts, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_templates(context, item, (*parts, index))
+
+
+def _check_guard(context: _Context, guard: TemplateGuard | JsonPathGuard, parts: Parts) -> None:
+    text = guard.text
+    if guard.kind == "template":
+        # A bare guard is an expression: the interpreter renders `{{ TEXT }}`.
+        wrapped = text if is_template(text) else "{{ " + text + " }}"
+        _parse_template(context, wrapped, (*parts, "template"))
+        return
+    problem = _jsonpath_problem(text)
+    if problem is not None:
+        context.add("flow.jsonpath_invalid", (*parts, "jsonpath"), problem)
+
+
+def _parse_template(context: _Context, text: str, parts: Parts) -> None:
+    try:
+        _JINJA.parse(text)
+    except RecursionError:
+        context.add("flow.template_invalid", parts, "the template nests too deeply to parse")
+    except Exception as error:  # any parse failure is the author's problem
+        context.add("flow.template_invalid", parts, _first_line(error))
+
+
+def _jsonpath_problem(text: str) -> str | None:
+    if not text.startswith("$"):
+        return "a JSONPath query starts with `$` (the root)"
+    try:
+        jsonpath.compile(text)
+    except RecursionError:
+        return "the query nests too deeply to compile"
+    except Exception as error:  # any compile failure is the author's problem
+        return _first_line(error)
+    return None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
