@@ -1,0 +1,85 @@
+"""Reading the CAS: the definition and results stored by reference (`{"$ref", "size"}`).
+
+A blob is content-addressed, so a decoded copy kept in a module-level memo (bounded, keyed
+by hash) can never change a result: a warm instance that remembers it and a fresh one that
+has to ask return the same output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from errors import ExprError, Missing
+
+from aos_sdk import cbor
+
+REF_KEYS = ("$ref", "size", "schema_hint")
+DECODED_MAX = 32
+REQUEST_MAX = 12
+_DECODED: dict[str, Any] = {}
+
+
+def is_ref(value: Any) -> bool:
+    """A result stored in the CAS: `{"$ref": "blake3:...", "size": N}` (and maybe a hint)."""
+    if type(value) is not dict or type(value.get("$ref")) is not str:
+        return False
+    return value["$ref"].startswith("blake3:") and all(key in REF_KEYS for key in value)
+
+
+def remember(table: dict[str, Any], key: str, value: Any, bound: int) -> None:
+    """Insert into a bounded memo, evicting the oldest entry (results never depend on it)."""
+    if key not in table and len(table) >= bound:
+        del table[next(iter(table))]
+    table[key] = value
+
+
+class Blobs:
+    """The blobs this step may read: those the host sent; any other raises `Missing`."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+    def raw(self, blob_hash: str) -> bytes:
+        if not self.ctx.readable(blob_hash):
+            raise Missing(blob_hash)
+        return self.ctx.read(blob_hash)
+
+    def deref(self, value: Any) -> Any:
+        """The value a reference stands for (anything else is returned as it is)."""
+        if not is_ref(value):
+            return value
+        blob_hash = value["$ref"]
+        if blob_hash in _DECODED:
+            return _DECODED[blob_hash]
+        try:
+            decoded = cbor.decode(self.raw(blob_hash))
+        except cbor.CborError as error:
+            raise ExprError(f"{blob_hash} is not a canonical CBOR value: {error}") from None
+        remember(_DECODED, blob_hash, decoded, DECODED_MAX)
+        return decoded
+
+    def request(self, missing: str, business: Any) -> list[str]:
+        """What to ask the host for when `missing` is absent: it, and the other references
+        the business state holds (so that a step walking several refs needs one read round,
+        the host allowing two)."""
+        wanted = [missing]
+        for found in _refs(business):
+            if len(wanted) >= REQUEST_MAX:
+                break
+            if found not in wanted and not self.ctx.readable(found) and found not in _DECODED:
+                wanted.append(found)
+        return wanted
+
+
+def _refs(value: Any) -> list[str]:
+    """Every reference hash in `value`, in a deterministic walk order."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if is_ref(item):
+            found.append(item["$ref"])
+        elif type(item) is dict:
+            stack.extend(reversed(list(item.values())))
+        elif type(item) is list:
+            stack.extend(reversed(item))
+    return found

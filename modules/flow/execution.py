@@ -1,0 +1,237 @@
+"""The execution cell of `aos/FlowExec@1`: one handler for `aos/FlowExecEvent@1` (Start,
+Signal, Cancel, Ended, Receipt).
+
+Every input is first checked against the open waits without touching the state: a stale
+one returns the state exactly as it came (version included) and records why. Any other
+input increments `engine_version`, is applied, and the engine runs to wait. Nothing leaves
+the handler as an exception but the SDK's read request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import definition
+import engine
+import waits
+from blobs import Blobs
+from errors import DefinitionError, EngineFailure, Missing
+from expressions import deep_merge
+from history import History
+from run import TIMER_EFFECT, Run
+from tasks import copy_value
+
+from aos_sdk import DELETE
+
+ITERATION_KEY = "$iteration"
+
+
+def on_event(state: Any, event: Any, ctx: Any) -> Any:
+    tag = event.get("$tag") if type(event) is dict else None
+    value = event.get("$value") if type(event) is dict else None
+    value = value if type(value) is dict else {}
+    if tag == "Start":
+        return _start(state, value, ctx)
+    if state is None:  # no such execution: nothing to change, nothing to create
+        ctx.annotate({"events": [_stale_event(tag, value, "no execution")]})
+        return DELETE
+    apply, stale = _resolve(state, tag, value)
+    if apply is None:
+        ctx.annotate({"events": [stale]})
+        return state
+    return _apply(state, ctx, apply)
+
+
+def _resolve(
+    state: dict[str, Any], tag: Any, value: dict[str, Any]
+) -> tuple[Callable[[Run], None] | None, dict[str, Any]]:
+    """What the input does to the execution, or the history event saying it is stale."""
+    if tag == "Receipt":
+        wait_id = waits.receipt_wait(state, value)
+        if wait_id is not None:
+            return (lambda run: waits.on_receipt(run, wait_id, value)), {}
+        return None, _stale_event(tag, value, "no open wait")
+    if tag == "Signal":
+        wait_id, reason = waits.signal_wait(state, value)
+        if wait_id is not None:
+            return (lambda run: waits.on_signal(run, wait_id, value)), {}
+        return None, _stale_event(tag, value, reason)
+    if tag == "Ended":
+        wait_id = waits.child_wait(state, value)
+        if wait_id is not None:
+            return (lambda run: waits.on_ended(run, wait_id, value)), {}
+        return None, _stale_event(tag, value, "no open wait")
+    if tag == "Cancel" and state["status"] == "running":
+        return (lambda run: engine.cancel(run, value.get("reason"))), {}
+    return None, _stale_event(tag, value, f"the execution is {state['status']}")
+
+
+def _stale_event(tag: Any, value: dict[str, Any], reason: str) -> dict[str, Any]:
+    """As the history records events: absent (null) fields are left out."""
+    event = _stale_fields(tag, value, reason)
+    return {key: item for key, item in event.items() if item is not None}
+
+
+def _stale_fields(tag: Any, value: dict[str, Any], reason: str) -> dict[str, Any]:
+    if tag == "Receipt":
+        name = "timer.stale" if value.get("effect") == TIMER_EFFECT else "receipt.stale"
+        return {
+            "event": name,
+            "issuer_ref": value.get("issuer_ref"),
+            "effect": value.get("effect"),
+            "reason": reason,
+        }
+    if tag == "Signal":
+        return {
+            "event": "signal.stale",
+            "name": value.get("name"),
+            "expect_version": value.get("expect_version"),
+            "reason": reason,
+        }
+    if tag == "Ended":
+        return {
+            "event": "child.stale",
+            "child": value.get("child"),
+            "token": value.get("token"),
+            "reason": reason,
+        }
+    if tag == "Start":
+        return {"event": "start.stale", "exec": value.get("exec"), "reason": reason}
+    if tag == "Cancel":
+        return {"event": "cancel.stale", "reason": reason}
+    return {"event": "input.unknown", "tag": tag if type(tag) is str else None, "reason": reason}
+
+
+# -- starting ---------------------------------------------------------------------------------
+
+
+def _start(state: Any, value: dict[str, Any], ctx: Any) -> Any:
+    if state is not None:
+        ctx.annotate({"events": [_stale_event("Start", value, "already started")]})
+        return state
+    state = _initial(value, ctx)
+    return _apply(state, ctx, lambda run: _begin(run, value))
+
+
+def _initial(value: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    version = value.get("version")
+    business_ref = value.get("business_ref")
+    parent = value.get("parent")
+    return {
+        "exec": value["exec"] if type(value.get("exec")) is str else str(ctx.key),
+        "flow": value["flow"] if type(value.get("flow")) is str else "",
+        "version": version if type(version) is int and version >= 0 else 0,
+        "definition": value["definition"] if definition.is_hash(value.get("definition")) else None,
+        "status": "running",
+        "engine_version": 0,
+        "started_seq": _journal_height(ctx),
+        "business": {
+            "workload": {},
+            "ctx": {},
+            "steps": {},
+            "business_ref": business_ref if type(business_ref) is str else None,
+        },
+        "engine": engine.new_engine(_parent(parent)),
+    }
+
+
+def _parent(parent: Any) -> dict[str, str] | None:
+    if (
+        type(parent) is dict
+        and type(parent.get("exec")) is str
+        and type(parent.get("token")) is str
+    ):
+        return {"exec": parent["exec"], "token": parent["token"]}
+    return None
+
+
+def _journal_height(ctx: Any) -> int:
+    try:
+        return ctx.journal_height
+    except Exception:  # a host that sends no ctx: the sequence is unknown
+        return 0
+
+
+def _begin(run: Run, value: dict[str, Any]) -> None:
+    """The run's workload deep-merged onto the definition's; one token for `entry`."""
+    given = value.get("workload")
+    if given is not None and type(given) is not dict:
+        raise EngineFailure("workload.invalid", "a workload is a map")
+    workload = deep_merge(copy_value(run.defn.workload), given or {})
+    marker = workload.pop(ITERATION_KEY, None)
+    run.business["workload"] = workload
+    run.history.add(
+        "playbook.started",
+        exec=run.exec_id,
+        flow=run.state["flow"],
+        version=run.state["version"],
+        definition=run.state["definition"],
+    )
+    if marker is not None:
+        _begin_iteration(run, marker)
+    else:
+        engine.new_token(run, run.defn.entry, {})
+
+
+def _begin_iteration(run: Run, marker: Any) -> None:
+    """A distributed loop's iteration: run that step's pipeline once, with the parent's
+    item, args and ctx; the iteration's result is this execution's result."""
+    if type(marker) is not dict or type(marker.get("step")) is not str:
+        raise EngineFailure("iteration.invalid", "the $iteration marker is malformed")
+    step = marker["step"]
+    if step not in run.defn.steps or run.defn.step(step)["loop"] is None:
+        raise EngineFailure("iteration.invalid", f"{step!r} is not a loop step")
+    index, total = marker.get("index"), marker.get("total")
+    if type(index) is not int or type(total) is not int or not 0 <= index < total:
+        raise EngineFailure("iteration.invalid", "the iteration's index is out of range")
+    iterator = marker.get("iterator") if type(marker.get("iterator")) is str else "item"
+    run.engine["iteration"] = {"step": step, "index": index, "total": total}
+    run.business["ctx"] = marker["ctx"] if type(marker.get("ctx")) is dict else {}
+    token = engine.new_token(
+        run, step, marker.get("args") if marker.get("args") is not None else {}
+    )
+    token["single"] = {
+        "index": index,
+        "iter": {
+            iterator: marker.get("item"),
+            "index": index,
+            "first": index == 0,
+            "last": index == total - 1,
+            "parent": None,
+        },
+    }
+
+
+# -- applying an input ------------------------------------------------------------------------
+
+
+def _apply(state: dict[str, Any], ctx: Any, apply: Callable[[Run], None]) -> Any:
+    history = History()
+    blobs = Blobs(ctx)
+    state["engine_version"] += 1
+    try:
+        try:
+            defn = definition.load(blobs, state["definition"])
+        except DefinitionError as error:
+            run = Run(state, ctx, None, history, blobs)
+            engine.fail_execution(run, "definition.invalid", error.message)
+        else:
+            history.limit = max(1, defn.limits["history_events_per_step_max"])
+            _run(Run(state, ctx, defn, history, blobs), apply)
+    except Missing as missing:
+        # The definition alone when it is the one missing (a fresh instance's first read);
+        # a missing result also brings the state's other references along.
+        others = state["business"] if missing.blob_hash != state["definition"] else None
+        ctx.require(blobs.request(missing.blob_hash, others))
+    ctx.annotate(history.value())
+    return state
+
+
+def _run(run: Run, apply: Callable[[Run], None]) -> None:
+    try:
+        apply(run)
+        engine.run_to_wait(run)
+    except EngineFailure as failure:
+        engine.fail_execution(run, failure.code, failure.message)
+    except Exception as error:  # a bug must fail the execution, not trap every later step
+        engine.fail_execution(run, "engine.exception", f"{type(error).__name__}: {error}")

@@ -1,0 +1,372 @@
+"""Templates and guards (spec/11 §1.3, §3.6).
+
+A string is a template iff it contains `{{` or `{%`. A whole-string plain path
+(`{{ a.b[0].c }}`) is resolved natively and yields the value itself; anything else renders
+in a sandboxed Jinja2 environment and the text is read back as a literal when it looks like
+one. Guards are templates (truthy) or JSONPath queries over the namespace.
+
+Compiled template code and compiled JSONPath queries are memoized by their source text
+(pure, bounded). The Jinja2 environment itself is made per step: it carries the step's blob
+reader, so that a template walking into a `{"$ref"}` result loads it."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import encodings.unicode_escape  # noqa: F401 -- see below
+import json
+import math
+import re
+from typing import Any
+
+import jinja2.debug  # noqa: F401 -- see below
+import jsonpath
+
+# A component has no filesystem after its snapshot: what Jinja2 imports lazily must be
+# imported here. Its lexer decodes string literals with the `unicode_escape` codec, and a
+# template that raises goes through `jinja2.debug` (found by running the tests with every
+# import after `import app` flagged).
+from blobs import Blobs, is_ref, remember
+from errors import ExprError
+from jinja2 import StrictUndefined, Undefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+CODE_MAX = 1024
+JSONPATH_MAX = 1024
+_CODE: dict[str, Any] = {}
+_JSONPATH: dict[str, Any] = {}
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_PLAIN_PATH = re.compile(r"\{\{\s*(" + _NAME + r"(?:\." + _NAME + r"|\[\d+\])*)\s*\}\}")
+_SEGMENT = re.compile(r"\.(" + _NAME + r")|\[(\d+)\]")
+_INT = re.compile(r"[-+]?\d+")
+_FLOAT = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?")
+_FALSY_TEXT = ("false", "0", "no", "none", "")
+CBOR_INT_MIN = -(2**64)
+CBOR_INT_MAX = 2**64 - 1
+
+
+def is_template(value: Any) -> bool:
+    return type(value) is str and ("{{" in value or "{%" in value)
+
+
+def truthy(value: Any) -> bool:
+    """Booleans as they are; text `false/0/no/none/""` (any case) is false."""
+    if value is None or value is False:
+        return False
+    if value is True:
+        return True
+    if type(value) is str:
+        return value.strip().lower() not in _FALSY_TEXT
+    if type(value) in (int, float):
+        return value != 0
+    if type(value) in (list, dict, bytes):
+        return len(value) > 0
+    return True
+
+
+class Evaluator:
+    """Renders templates and evaluates guards for one step."""
+
+    def __init__(self, blobs: Blobs) -> None:
+        self.blobs = blobs
+        self.env = _Environment(blobs)
+        self.templates: dict[str, Any] = {}
+
+    def render(self, value: Any, scope: dict[str, Any]) -> Any:
+        """A TEMPLATE: strings that are templates render, containers are rebuilt (so a value
+        taken from the definition is never shared with the state), the rest is kept."""
+        if type(value) is str:
+            return self.render_text(value, scope) if is_template(value) else value
+        if type(value) is dict:
+            return {key: self.render(item, scope) for key, item in value.items()}
+        if type(value) is list:
+            return [self.render(item, scope) for item in value]
+        return value
+
+    def render_text(self, text: str, scope: dict[str, Any]) -> Any:
+        plain = _PLAIN_PATH.fullmatch(text)
+        if plain is not None:
+            return self.resolve(plain.group(1), scope)
+        template = self._template(text)
+        try:
+            rendered = template.render(scope)
+        except Exception as error:  # Jinja raises many types; each is an expression error
+            raise ExprError(f"{type(error).__name__}: {error}") from None
+        return read_back(rendered)
+
+    def resolve(self, path: str, scope: dict[str, Any]) -> Any:
+        """A plain dotted path, natively: map keys before attributes, refs dereferenced
+        when the path walks into them."""
+        head = re.match(_NAME, path)
+        assert head is not None
+        if head.group(0) not in scope:
+            raise ExprError(f"'{head.group(0)}' is undefined")
+        value = scope[head.group(0)]
+        for match in _SEGMENT.finditer(path, head.end()):
+            key: Any = match.group(1) if match.group(1) is not None else int(match.group(2))
+            value = _step_into(self.blobs, value, key, path)
+        return value
+
+    def guard(self, guard: dict[str, str] | None, scope: dict[str, Any]) -> bool:
+        """Whether a guard holds (null holds). Raises ExprError when it cannot be evaluated:
+        the caller decides that this is false and records it."""
+        if guard is None:
+            return True
+        if "jsonpath" in guard:
+            query = _jsonpath(guard["jsonpath"])
+            try:
+                nodes = query.findall(scope)
+            except Exception as error:
+                raise ExprError(f"{type(error).__name__}: {error}") from None
+            return any(node is not None and node is not False for node in nodes)
+        text = guard["template"]
+        if not is_template(text):  # a bare guard is an expression: `x > 1` means `{{ x > 1 }}`
+            text = "{{ " + text + " }}"
+        return truthy(self.render_text(text, scope))
+
+    def _template(self, text: str) -> Any:
+        template = self.templates.get(text)
+        if template is None:
+            code = _compiled(self.env, text)
+            template = self.env.template_class.from_code(
+                self.env, code, self.env.make_globals(None)
+            )
+            self.templates[text] = template
+        return template
+
+
+def _step_into(blobs: Blobs, value: Any, key: Any, path: str) -> Any:
+    if is_ref(value) and key not in ("$ref", "size", "schema_hint"):
+        value = blobs.deref(value)
+    if type(value) is dict and key in value:
+        return value[key]
+    if type(value) is list and type(key) is int and key < len(value):
+        return value[key]
+    raise ExprError(f"{path}: no {key!r} in {_describe(value)}")
+
+
+def _describe(value: Any) -> str:
+    return type(value).__name__ if value is not None else "null"
+
+
+def _compiled(env: Any, text: str) -> Any:
+    cached = _CODE.get(text)
+    if cached is None:
+        try:
+            cached = ("ok", env.compile(text))
+        except Exception as error:
+            cached = ("error", f"{type(error).__name__}: {error}")
+        remember(_CODE, text, cached, CODE_MAX)
+    if cached[0] == "error":
+        raise ExprError(cached[1])
+    return cached[1]
+
+
+def _jsonpath(text: str) -> Any:
+    cached = _JSONPATH.get(text)
+    if cached is None:
+        try:
+            cached = ("ok", jsonpath.compile(text))
+        except Exception as error:
+            cached = ("error", f"{type(error).__name__}: {error}")
+        remember(_JSONPATH, text, cached, JSONPATH_MAX)
+    if cached[0] == "error":
+        raise ExprError(cached[1])
+    return cached[1]
+
+
+# -- literal read-back --------------------------------------------------------------------------
+
+
+def read_back(text: str) -> Any:
+    """Rendered text as the literal it looks like (JSON or Python literal, booleans, numbers,
+    null/none), else the text itself."""
+    stripped = text.strip()
+    lowered = stripped.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "none"):
+        return None
+    if _INT.fullmatch(stripped):
+        number = int(stripped)
+        return number if CBOR_INT_MIN <= number <= CBOR_INT_MAX else text
+    if _FLOAT.fullmatch(stripped):
+        number = float(stripped)
+        return number if math.isfinite(number) else text
+    if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
+        return _structured(stripped, text)
+    return text
+
+
+def _structured(stripped: str, text: str) -> Any:
+    try:
+        value = json.loads(stripped, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        try:
+            value = ast.literal_eval(stripped)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return text
+    try:
+        return _plain(value)
+    except ValueError:
+        return text
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a value")
+
+
+def _plain(value: Any) -> Any:
+    """The CBOR data model only: tuples become lists; sets, complex and non-finite floats
+    are not values (the text is kept instead)."""
+    if value is None or type(value) in (bool, str, bytes):
+        return value
+    if type(value) is int:
+        if not CBOR_INT_MIN <= value <= CBOR_INT_MAX:
+            raise ValueError("integer out of range")
+        return value
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise ValueError("not finite")
+        return value
+    if type(value) in (list, tuple):
+        return [_plain(item) for item in value]
+    if type(value) is dict:
+        if not all(type(key) in (str, int) for key in value):
+            raise ValueError("map keys are text or integers")
+        return {key: _plain(item) for key, item in value.items()}
+    raise ValueError(f"{type(value).__name__} is not a value")
+
+
+# -- the Jinja2 environment -------------------------------------------------------------------
+
+
+class _Environment(ImmutableSandboxedEnvironment):
+    """Sandboxed and strict; map keys win over attributes (`r.items` is the key `items`),
+    and references are loaded when a path walks into them."""
+
+    def __init__(self, blobs: Blobs) -> None:
+        super().__init__(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+        self._blobs = blobs
+        self.filters.update(FILTERS)
+        self.globals.update(FUNCTIONS)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        obj = self._loaded(obj, attribute)
+        if type(obj) is dict and attribute in obj:
+            return obj[attribute]
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        return super().getitem(self._loaded(obj, argument), argument)
+
+    def _loaded(self, obj: Any, key: Any) -> Any:
+        if is_ref(obj) and key not in ("$ref", "size", "schema_hint"):
+            return self._blobs.deref(obj)
+        return obj
+
+
+def _defined(value: Any) -> bool:
+    return value is not None and not isinstance(value, Undefined)
+
+
+def _tojson(value: Any, indent: int | None = None) -> str:
+    return json.dumps(
+        value,
+        sort_keys=True,
+        ensure_ascii=False,
+        indent=indent,
+        separators=None if indent else (",", ":"),
+        default=_json_default,
+    )
+
+
+def _json_default(value: Any) -> Any:
+    if type(value) is bytes:
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _b64encode(value: Any) -> str:
+    data = value if type(value) is bytes else str(value).encode("utf-8")
+    return base64.b64encode(data).decode("ascii")
+
+
+def _coalesce(*values: Any) -> Any:
+    for value in values:
+        if _defined(value):
+            return value
+    return None
+
+
+def _concat(*values: Any) -> Any:
+    if values and all(type(value) is list for value in values):
+        return [item for value in values for item in value]
+    return "".join("" if not _defined(value) else str(value) for value in values)
+
+
+def _add(left: Any, right: Any) -> Any:
+    if type(left) is dict and type(right) is dict:
+        return {**left, **right}
+    return left + right
+
+
+def _if(condition: Any, then: Any = None, otherwise: Any = None) -> Any:
+    return then if truthy(condition) else otherwise
+
+
+def _is_null_or_whitespace(value: Any) -> bool:
+    return not _defined(value) or (type(value) is str and not value.strip())
+
+
+def _length(value: Any) -> int:
+    return len(value) if _defined(value) else 0
+
+
+def _upper(value: Any) -> str:
+    return str(value).upper()
+
+
+def _first(value: Any) -> Any:
+    for item in value:
+        return item
+    return None
+
+
+def merge_objects(*values: Any) -> dict[str, Any]:
+    """Deep merge of maps, left to right: maps merge, anything else the right side wins."""
+    merged: dict[str, Any] = {}
+    for value in values:
+        if type(value) is dict:
+            merged = deep_merge(merged, value)
+    return merged
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """A new map: `over` deep-merged onto `base` (neither is modified)."""
+    merged = dict(base)
+    for key, value in over.items():
+        if type(value) is dict and type(merged.get(key)) is dict:
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+FILTERS = {
+    "tojson": _tojson,
+    "b64encode": _b64encode,
+    "coalesce": _coalesce,
+    "concat": _concat,
+    "add": _add,
+    "if": _if,
+    "is_null_or_whitespace": _is_null_or_whitespace,
+    "merge_objects": merge_objects,
+}
+FUNCTIONS = {
+    **FILTERS,
+    "length": _length,
+    "upper": _upper,
+    "first": _first,
+}

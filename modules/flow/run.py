@@ -1,0 +1,197 @@
+"""`Run`: one input being applied to one execution (the state, the step's ctx, the
+definition, the history), and the helpers every part of the engine shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blobs import Blobs
+from definition import LIMIT_DEFAULTS, Definition
+from errors import EngineFailure, ExprError
+from expressions import Evaluator
+from history import History
+
+TIMER_EFFECT = "sys/timer.set@1"
+HUMAN_EFFECT = "aos/human.task@1"
+START_EVENT = "aos/FlowStart@1"
+ENDED_EVENT = "aos/FlowEnded@1"
+CANCEL_EVENT = "aos/FlowCancel@1"
+NS_PER_MS = 1_000_000
+TIME_NS_MAX = 2**63 - 1
+
+
+class Run:
+    """Mutable for the length of one input: the handler builds it, the engine applies the
+    input and runs to wait, the handler returns `state` and annotates `history`."""
+
+    def __init__(
+        self,
+        state: dict[str, Any],
+        ctx: Any,
+        defn: Definition | None,
+        history: History,
+        blobs: Blobs,
+    ) -> None:
+        self.state = state
+        self.business: dict[str, Any] = state["business"]
+        self.engine: dict[str, Any] = state["engine"]
+        self.ctx = ctx
+        self.now: int = ctx.now_ns
+        self.defn = defn
+        self.limits = defn.limits if defn is not None else dict(LIMIT_DEFAULTS)
+        self.history = history
+        self.blobs = blobs
+        self.eval = Evaluator(blobs)
+        self.version: int = state["engine_version"]
+        self.ctx_changed = False
+        self.tasks_run = 0
+        self.aborted = False  # fail_fast ended the execution's branches during this input
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def exec_id(self) -> str:
+        return self.state["exec"]
+
+    def execution(self) -> dict[str, Any]:
+        state = self.state
+        return {
+            "id": state["exec"],
+            "flow": state["flow"],
+            "version": state["version"],
+            "definition": state["definition"],
+        }
+
+    def next_id(self, counter: str, prefix: str) -> str:
+        counters = self.engine["counters"]
+        counters[counter] = counters.get(counter, 0) + 1
+        return f"{prefix}{counters[counter]}"
+
+    # -- the template namespace (spec/11 §3.6) ----------------------------------------------
+
+    def scope(
+        self, token: dict[str, Any] | None = None, frame: dict[str, Any] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """Workload keys, then step results by name, at the top level; the named
+        namespaces win over both."""
+        business = self.business
+        scope: dict[str, Any] = dict(business["workload"])
+        scope.update(business["steps"])
+        scope.update(
+            workload=business["workload"],
+            ctx=business["ctx"],
+            steps=business["steps"],
+            business_ref=business["business_ref"],
+            execution=self.execution(),
+            args=token["args"] if token is not None else {},
+            inputs=token["inputs"] if token is not None else None,
+            iter=current_iter(frame) if frame is not None else {},
+            event=None,
+            _prev=frame["prev"] if frame is not None else None,
+            results=frame["results"] if frame is not None else {},
+        )
+        if frame is not None:
+            for block in frame["stack"]:
+                if block["repeat"] is not None:
+                    repeat = block["repeat"]
+                    scope[repeat["as"]] = repeat["iter"][repeat["as"]]
+        scope.update(extra)
+        return scope
+
+    def check(self, guard: dict[str, str] | None, scope: dict[str, Any], **where: Any) -> bool:
+        """A guard's truth; one that cannot be evaluated is false, and recorded."""
+        try:
+            return self.eval.guard(guard, scope)
+        except ExprError as error:
+            self.history.add("template.failed", error=error.message, **where)
+            return False
+
+    def render(self, value: Any, scope: dict[str, Any]) -> Any:
+        return self.eval.render(value, scope)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def set_ctx(self, path: str, value: Any) -> None:
+        """`ctx.PATH = value` (copy on write: values read from ctx elsewhere stay as they
+        were); pending tokens are re-evaluated afterwards."""
+        parts = _parts(path, "ctx")
+        self.business["ctx"] = set_path(self.business["ctx"], parts, value)
+        self.ctx_changed = True
+
+    def count_task(self) -> None:
+        self.tasks_run += 1
+        if self.tasks_run > self.limits["tasks_per_input_max"]:
+            raise EngineFailure(
+                "limit.tasks_per_input_max",
+                f"more than {self.limits['tasks_per_input_max']} tasks ran on one input",
+            )
+
+    def effect(self, effect: str, params: dict[str, Any], issuer_ref: str) -> None:
+        self.ctx.effect(effect, params, issuer_ref=issuer_ref)
+
+    def arm_timer(self, wait_id: str, deliver_at_ns: int) -> None:
+        """A `sys/timer.set@1` whose issuer_ref and key are the waiting token (its time
+        clamped to the kernel's `time` range)."""
+        at = min(max(0, deliver_at_ns), TIME_NS_MAX)
+        self.effect(TIMER_EFFECT, {"deliver_at_ns": at, "key": wait_id}, wait_id)
+
+    def emit(self, schema: str, value: dict[str, Any]) -> None:
+        self.ctx.emit(schema, value)
+
+
+def current_iter(frame: dict[str, Any]) -> dict[str, Any]:
+    """The innermost iteration context: a repeat's, else the frame's (loop or step)."""
+    for block in reversed(frame["stack"]):
+        if block["repeat"] is not None:
+            return block["repeat"]["iter"]
+    return frame["iter"]
+
+
+def set_iter(frame: dict[str, Any], path: str, value: Any) -> None:
+    parts = _parts(path, "iter")
+    for block in reversed(frame["stack"]):
+        if block["repeat"] is not None:
+            block["repeat"]["iter"] = set_path(block["repeat"]["iter"], parts, value)
+            return
+    frame["iter"] = set_path(frame["iter"], parts, value)
+
+
+def _parts(path: Any, namespace: str) -> list[str]:
+    """A dotted PATH; a leading `ctx.` / `iter.` names the namespace written, not a key."""
+    if type(path) is not str or not path:
+        raise ExprError(f"{path!r} is not a path")
+    parts = path.split(".")
+    if len(parts) > 1 and parts[0] == namespace:
+        parts = parts[1:]
+    if not all(parts):
+        raise ExprError(f"{path!r} is not a path")
+    return parts
+
+
+def set_path(container: Any, parts: list[str], value: Any) -> dict[str, Any]:
+    """A copy of `container` with `value` at `parts` (maps on the way are copied, never
+    modified: the old ones may be shared with step results or the definition)."""
+    updated = dict(container) if type(container) is dict else {}
+    head = parts[0]
+    updated[head] = value if len(parts) == 1 else set_path(updated.get(head), parts[1:], value)
+    return updated
+
+
+def error_value(kind: str, code: str, message: str, retryable: bool = False) -> dict[str, Any]:
+    return {"kind": kind, "code": code, "message": message, "retryable": retryable}
+
+
+def ok_outcome(result: Any, attempt: int, duration_ms: int = 0) -> dict[str, Any]:
+    return {
+        "status": "ok",
+        "result": result,
+        "meta": {"attempt": attempt, "duration_ms": duration_ms},
+    }
+
+
+def error_outcome(error: dict[str, Any], attempt: int, duration_ms: int = 0) -> dict[str, Any]:
+    return {
+        "status": "error",
+        "error": error,
+        "meta": {"attempt": attempt, "duration_ms": duration_ms},
+    }
