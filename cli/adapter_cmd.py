@@ -2,6 +2,7 @@
 
     aos adapter keygen NAME [--out FILE]               new key file; prints the public key
     aos adapter run http|python --node URL --key FILE --name ADAPTER --effect NAME ...
+    aos adapter run tool-echo|tool-http|tool-python --node URL --key FILE [--name ADAPTER]
 
 `run` serves the node until SIGINT/SIGTERM (or, with `--once`, for one lease request) and
 prints one line per settled intent: human text, or JSON lines with `--json`.
@@ -21,6 +22,11 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option
+from aos.flows.tools import (
+    HTTP_TIMEOUT_S_MAX_DEFAULT,
+    PYTHON_TIMEOUT_S_MAX_DEFAULT,
+    make_adapter,
+)
 from aos.kernel.adapters.builtin.http import (
     HTTP_BODY_BYTES_INLINE_MAX_DEFAULT,
     HTTP_BODY_BYTES_MAX_DEFAULT,
@@ -52,7 +58,11 @@ from aos.kernel.adapters.sdk import (
 from aos.kernel.adapters.signing import generate_seed, public_key_of
 from aos.kernel.air.names import name_problem
 
-KINDS = ("http", "python")
+BUILTIN_KINDS = ("http", "python")
+TOOL_PREFIX = "tool-"
+TOOL_KINDS = ("tool-echo", "tool-http", "tool-python")
+"""The flow world's tool adapters (spec/11-flows.md, `flows/tools.py`)."""
+KINDS = (*BUILTIN_KINDS, *TOOL_KINDS)
 _SHORT_HASH_CHARS = 19  # "blake3:" and 12 digits
 
 
@@ -75,6 +85,12 @@ def _adapter_name(_ctx: click.Context, _param: click.Parameter, value: str) -> s
     if problem is not None:
         raise click.BadParameter(problem)
     return value
+
+
+def _optional_adapter_name(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    return None if value is None else _adapter_name(ctx, param, value)
 
 
 def default_key_file(name: str) -> Path:
@@ -126,9 +142,18 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     type=click.Path(dir_okay=False, path_type=Path),
     help="The adapter's key file (aos adapter keygen).",
 )
-@click.option("--name", "name", required=True, callback=_adapter_name, help="Its defadapter.")
 @click.option(
-    "--effect", "effects", required=True, multiple=True, help="An effect to serve (repeatable)."
+    "--name",
+    "name",
+    callback=_optional_adapter_name,
+    help="Its defadapter (required for http and python; tool-KIND: aos/KIND@1).",
+)
+@click.option(
+    "--effect",
+    "effects",
+    multiple=True,
+    help="http, python: an effect to serve (repeatable, at least one). A tool-KIND adapter "
+    "serves aos/tool.KIND@1.",
 )
 @click.option(
     "--concurrency",
@@ -158,6 +183,13 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     help=f"Per intent (http: {HTTP_TIMEOUT_S_DEFAULT:g}, python: {PYTHON_TIMEOUT_S_DEFAULT:g}).",
 )
 @click.option(
+    "--timeout-s-max",
+    type=click.FloatRange(min=0, min_open=True),
+    help="tool-http, tool-python: the most a tool's timeout_ms may ask for; a longer one is "
+    f"cut to it (tool-http: {HTTP_TIMEOUT_S_MAX_DEFAULT:g}, "
+    f"tool-python: {PYTHON_TIMEOUT_S_MAX_DEFAULT:g}).",
+)
+@click.option(
     "--body-bytes-inline-max",
     type=click.IntRange(min=0),
     help="http: largest response body inlined in the receipt; a larger one is uploaded to "
@@ -166,7 +198,7 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
 @click.option(
     "--body-bytes-max",
     type=click.IntRange(min=0),
-    help=f"http: largest response body read at all [{HTTP_BODY_BYTES_MAX_DEFAULT}].",
+    help=f"http, tool-http: largest response body read at all [{HTTP_BODY_BYTES_MAX_DEFAULT}].",
 )
 @click.option(
     "--url-map",
@@ -187,7 +219,15 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     "module_paths",
     multiple=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="python: a folder to import functions from (repeatable).",
+    help="python, tool-python: a folder to import functions from (repeatable).",
+)
+@click.option(
+    "--allow",
+    "allow",
+    multiple=True,
+    metavar="PREFIX",
+    help="tool-python: a module prefix whose functions flows may call (repeatable; PREFIX "
+    "admits the module and its submodules). Without any, every python tool call is refused.",
 )
 @json_option
 @handles_errors
@@ -195,47 +235,81 @@ def run_command(
     kind: str,
     node: str,
     key_file: Path,
-    name: str,
+    name: str | None,
     effects: tuple[str, ...],
     concurrency: int,
     lease_wait_ms: int,
     retries: int,
     once: bool,
     timeout_s: float | None,
+    timeout_s_max: float | None,
     body_bytes_inline_max: int | None,
     body_bytes_max: int | None,
     url_map: tuple[str, ...],
     functions: tuple[str, ...],
     module_paths: tuple[Path, ...],
+    allow: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Run a built-in adapter of KIND against a node: lease the intents of each --effect,
+    """Run a built-in adapter of KIND against a node: lease the intents of its effects,
     perform them, and post receipts signed with the key in --key.
 
     \b
-    http    params {method, url, headers, body?} -> payload {status, headers, body, body_ref?}
-    python  params as JSON -> MODULE:FUNCTION(params) in a subprocess -> payload
+    http         params {method, url, headers, body?} -> payload {status, headers, body, body_ref?}
+    python       params as JSON -> MODULE:FUNCTION(params) in a subprocess -> payload
+    tool-echo    aos/tool.echo@1 (flows): the result is the call's args
+    tool-http    aos/tool.http@1: the tool's HTTP request -> {status, headers, json|text|body}
+    tool-python  aos/tool.python@1: the tool's function(args) in a subprocess, --allow only
     """
     if not node.startswith(("http://", "https://")):
         raise click.BadParameter(f"{node!r} is not http(s)://HOST:PORT", param_hint="--node")
-    http_options = {
+    given = {
+        "--effect": bool(effects),
+        "--timeout-s": timeout_s is not None,
+        "--timeout-s-max": timeout_s_max is not None,
         "--body-bytes-inline-max": body_bytes_inline_max is not None,
         "--body-bytes-max": body_bytes_max is not None,
         "--url-map": bool(url_map),
+        "--function": bool(functions),
+        "--module-path": bool(module_paths),
+        "--allow": bool(allow),
     }
-    _check_kind_options(kind, http_options, functions, module_paths)
+    _check_kind_options(kind, given, name)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
     seed = read_seed(key_file)
     printer = _Printer(as_json)
-    adapter = Adapter(
-        name=name,
-        seed=seed,
-        node=node,
-        concurrency=concurrency,
-        lease_wait_ms=lease_wait_ms,
-        retry=RetryPolicy(attempts_max=retries),
-        on_outcome=printer.outcome,
-    )
+    options: dict[str, Any] = {
+        "concurrency": concurrency,
+        "lease_wait_ms": lease_wait_ms,
+        "retry": RetryPolicy(attempts_max=retries),
+        "on_outcome": printer.outcome,
+    }
+    if kind in TOOL_KINDS:
+        tool = kind.removeprefix(TOOL_PREFIX)
+        limits: dict[str, Any] = {}
+        if timeout_s_max is not None:
+            limits[f"{tool}_timeout_s_max"] = timeout_s_max
+        if body_bytes_max is not None:
+            limits["http_response_bytes_max"] = body_bytes_max
+        if kind == "tool-python" and not allow:
+            printer.note(
+                "no --allow PREFIX: every python tool call is refused (python.not_allowed)"
+            )
+        adapter = make_adapter(
+            tool,
+            seed=seed,
+            node=node,
+            name=name,
+            python_allow=allow,
+            python_paths=module_paths,
+            **limits,
+            **options,
+        )
+        with adapter:
+            _serve(adapter, once=once, printer=printer, kind=kind)
+        return
+    assert name is not None  # _check_kind_options
+    adapter = Adapter(name=name, seed=seed, node=node, **options)
     with adapter:
         if kind == "http":
             handler, close = _http_handler(
@@ -251,21 +325,31 @@ def run_command(
             close()
 
 
-def _check_kind_options(
-    kind: str,
-    http_options: dict[str, bool],
-    functions: tuple[str, ...],
-    module_paths: tuple[Path, ...],
-) -> None:
-    given = {
-        "http": list(http_options.items()),
-        "python": [("--function", bool(functions)), ("--module-path", bool(module_paths))],
-    }
-    for other, options in given.items():
-        for option, present in options:
-            if other != kind and present:
-                raise click.UsageError(f"{option} is for {other} adapters, not {kind}")
-    if kind == "python" and not functions:
+_OPTION_KINDS: dict[str, tuple[str, ...]] = {
+    "--effect": BUILTIN_KINDS,
+    "--timeout-s": BUILTIN_KINDS,
+    "--timeout-s-max": ("tool-http", "tool-python"),
+    "--body-bytes-inline-max": ("http",),
+    "--body-bytes-max": ("http", "tool-http"),
+    "--url-map": ("http",),
+    "--function": ("python",),
+    "--module-path": ("python", "tool-python"),
+    "--allow": ("tool-python",),
+}
+"""The kinds each kind-specific option is for."""
+
+
+def _check_kind_options(kind: str, given: dict[str, bool], name: str | None) -> None:
+    for option, present in given.items():
+        kinds = _OPTION_KINDS[option]
+        if present and kind not in kinds:
+            raise click.UsageError(f"{option} is for {', '.join(kinds)} adapters, not {kind}")
+    if kind in BUILTIN_KINDS:
+        if name is None:
+            raise click.UsageError(f"the {kind} adapter needs --name ADAPTER (its defadapter)")
+        if not given["--effect"]:
+            raise click.UsageError(f"the {kind} adapter needs --effect NAME (at least one)")
+    if kind == "python" and not given["--function"]:
         raise click.UsageError("a python adapter needs --function [EFFECT=]MODULE:FUNCTION")
 
 

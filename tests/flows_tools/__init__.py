@@ -1,0 +1,1 @@
+"""The flow tool adapters (flows/tools.py): handlers, and adapter processes on a node."""
