@@ -18,6 +18,7 @@ _COMMAND_MODULES = [
     "aos.cli.audit_cmd",
     "aos.cli.adapter_cmd",
     "aos.cli.gov_cmd",
+    "aos.cli.flow_cmd",
 ]
 
 

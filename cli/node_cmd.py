@@ -29,6 +29,7 @@ import httpx
 import uvicorn
 
 from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, table, world_option
+from aos.flows.http import add_flow_routes
 from aos.kernel.adapters.keys import read_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node import limits as node_limits
@@ -167,8 +168,10 @@ def up_command(
     )
     node = Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start()
     try:
+        app = create_app(node)
+        add_flow_routes(app, node)  # answers world.workflow_unknown on a world without flows
         config = uvicorn.Config(
-            create_app(node),
+            app,
             host=host,
             port=port,
             log_level="warning",

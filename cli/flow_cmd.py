@@ -1,0 +1,478 @@
+"""`aos flow`: check, compile, draw, deploy and run flows; status, history, signals, cancel
+(spec/11-flows.md §9).
+
+Commands that touch a world open it directly (`--world`, like `aos world`), or talk to a node
+serving it (`--node URL`, env `AOS_NODE`). `aos flow run FILE --local` needs neither: it
+creates a flow world in a temporary folder (or at `--world` when that does not exist yet),
+runs the adapters in process and prints the execution's end and history.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aos.cli.common import emit_json, fail, handles_errors, json_option, table, world_option
+from aos.flows import operations as ops
+from aos.flows.cfd import FlowDefinition, canonical_value, load_definition
+from aos.flows.client import FlowNodeClient
+from aos.flows.draw import to_mermaid, to_text
+from aos.flows.errors import FlowCheckError, FlowError
+from aos.flows.local import LocalAdapters
+from aos.flows.world import create_flow_world, default_keys_dir
+from aos.kernel import cbor
+from aos.kernel.errors import AosError
+from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, World
+
+WORKLOAD_BYTES_MAX = 1024 * 1024
+
+
+def node_option(fn: Any) -> Any:
+    return click.option(
+        "--node",
+        "node_url",
+        envvar="AOS_NODE",
+        default=None,
+        metavar="URL",
+        help="Talk to the node serving the world (env AOS_NODE) instead of opening it.",
+    )(fn)
+
+
+@contextmanager
+def _opened(world_path: str) -> Iterator[World]:
+    world = World.open(world_path)
+    try:
+        yield world
+    finally:
+        world.close()
+
+
+def _definition(path: Path) -> FlowDefinition:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise FlowError(f"cannot read {path}: {error.strerror}", path=str(path)) from None
+    return load_definition(data, source=str(path))
+
+
+@click.group("flow")
+def flow_group() -> None:
+    """Declarative flows: definitions, executions, their history (spec/11-flows.md)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Definitions: check, compile, draw
+
+
+@flow_group.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@json_option
+def check_command(files: tuple[Path, ...], as_json: bool) -> None:
+    """Check flow definitions: every problem of each file, with its path. Exit 1 if any."""
+    results: list[dict[str, Any]] = []
+    for path in files:
+        try:
+            definition = _definition(path)
+            value = canonical_value(definition)
+            digest = str(cbor_hash(value))
+            results.append({"file": str(path), "ok": True, "name": definition.name, "hash": digest})
+        except FlowCheckError as error:
+            problems = [p.to_dict() for p in error.problems]
+            results.append({"file": str(path), "ok": False, "problems": problems})
+        except AosError as error:
+            results.append({"file": str(path), "ok": False, "problems": [_problem(error)]})
+    _print_checks(results, as_json)
+    if not all(r["ok"] for r in results):
+        raise SystemExit(1)
+
+
+def cbor_hash(value: Any) -> str:
+    from aos.kernel.hashing import hash_value
+
+    return str(hash_value(value))
+
+
+def _problem(error: AosError) -> dict[str, Any]:
+    return {"code": error.code, "path": str(error.detail.get("path", "$")), "message": str(error)}
+
+
+def _print_checks(results: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        emit_json(results)
+        return
+    for result in results:
+        if result["ok"]:
+            click.echo(f"ok    {result['file']}  {result['name']}  {result['hash']}")
+            continue
+        click.echo(f"error {result['file']}: {len(result['problems'])} problem(s)")
+        rows = [[p["code"], p["path"], p["message"]] for p in result["problems"]]
+        click.echo(table(["CODE", "PATH", "MESSAGE"], rows))
+
+
+@flow_group.command("compile")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@json_option
+@handles_errors
+def compile_command(file: Path, out: Path | None, as_json: bool) -> None:
+    """The canonical definition: JSON on stdout, or canonical CBOR into OUT when it ends in
+    .cbor (JSON otherwise)."""
+    value = canonical_value(_definition(file))
+    if out is not None and out.suffix == ".cbor":
+        out.write_bytes(cbor.encode(value))
+        click.echo(f"wrote {out}  {cbor_hash(value)}")
+        return
+    text = json.dumps(cbor.to_json(value), indent=2, sort_keys=True, ensure_ascii=False)
+    if out is not None:
+        out.write_text(text + "\n")
+        click.echo(f"wrote {out}  {cbor_hash(value)}")
+        return
+    click.echo(text)
+
+
+@flow_group.command("draw")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "text"]), default="mermaid")
+@json_option
+@handles_errors
+def draw_command(file: Path, fmt: str, as_json: bool) -> None:
+    """The flow's graph: a Mermaid stateDiagram-v2, or an indented outline."""
+    definition = _definition(file)
+    text = to_mermaid(definition) if fmt == "mermaid" else to_text(definition)
+    if as_json:
+        emit_json({"format": fmt, "text": text})
+        return
+    click.echo(text)
+
+
+# --------------------------------------------------------------------------------------------
+# A flow world
+
+
+@flow_group.group("world")
+def flow_world_group() -> None:
+    """Create a world that runs flows."""
+
+
+@flow_world_group.command("create")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--keys",
+    "keys_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Adapter key folder (made if missing; default DIRECTORY.keys beside the world).",
+)
+@click.option("--clock", type=click.Choice([CLOCK_WALL, CLOCK_MANUAL]), default=CLOCK_WALL)
+@click.option("--no-sync", is_flag=True, help="Skip fsync on commit (scratch worlds, tests).")
+@json_option
+@handles_errors
+def flow_world_create(
+    directory: Path, keys_dir: Path | None, clock: str, no_sync: bool, as_json: bool
+) -> None:
+    """Create a flow world in DIRECTORY with its own adapter keys (echo, http, python, human):
+    run `aos node up --human-adapter aos/human@1 --human-key KEYS/human.key` and `aos adapter
+    run tool-echo --key KEYS/echo.key ...` against it."""
+    keys_dir = keys_dir if keys_dir is not None else default_keys_dir(directory)
+    world, keys = create_flow_world(directory, keys_dir=keys_dir, clock=clock, sync=not no_sync)
+    with world:
+        body = {
+            "world": str(directory),
+            "keys": str(keys.folder),
+            "manifest": str(world.manifest_hash),
+        }
+    if as_json:
+        emit_json(body)
+        return
+    click.echo(f"created   {body['world']}\nkeys      {body['keys']}\nmanifest  {body['manifest']}")
+
+
+# --------------------------------------------------------------------------------------------
+# deploy, ls, run
+
+
+@flow_group.command("deploy")
+@click.argument("file", type=click.Path(path_type=Path))
+@world_option
+@node_option
+@json_option
+@handles_errors
+def deploy_command(file: Path, world_path: str, node_url: str | None, as_json: bool) -> None:
+    """Check FILE and journal it as a new version of its flow (the same definition as the
+    latest version changes nothing). Prints name, version and definition hash."""
+    definition = _definition(file)
+    if node_url is not None:
+        body = FlowNodeClient(node_url).deploy(file.read_text(), source=str(file))
+    else:
+        with _opened(world_path) as world:
+            body = ops.deploy(world, definition).to_json()
+    if as_json:
+        emit_json(body)
+        return
+    note = "" if body["changed"] else "  (unchanged: already the latest version)"
+    click.echo(f"deployed  {body['name']} v{body['version']}  {body['definition']}{note}")
+
+
+@flow_group.command("ls")
+@world_option
+@node_option
+@json_option
+@handles_errors
+def ls_command(world_path: str, node_url: str | None, as_json: bool) -> None:
+    """Deployed flows and their versions; executions and their status."""
+    if node_url is not None:
+        body = FlowNodeClient(node_url).listing()
+    else:
+        with _opened(world_path) as world:
+            body = ops.listing(world)
+    if as_json:
+        emit_json(body)
+        return
+    rows = [[f["name"], len(f["versions"]), f["versions"][-1]["definition"]] for f in body["flows"]]
+    click.echo(table(["FLOW", "VERSIONS", "LATEST"], rows))
+    click.echo("")
+    rows = [[e["exec"], e["flow"], e["version"], e["status"]] for e in body["executions"]]
+    click.echo(table(["EXECUTION", "FLOW", "VERSION", "STATUS"], rows))
+
+
+def _workload(text: str | None) -> Any:
+    if text is None:
+        return {}
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if path.stat().st_size > WORKLOAD_BYTES_MAX:
+            raise ops.FlowRequestInvalidError(f"{path} is over {WORKLOAD_BYTES_MAX} bytes")
+        text = path.read_text()
+    if len(text) > WORKLOAD_BYTES_MAX:
+        raise ops.FlowRequestInvalidError(f"the workload is over {WORKLOAD_BYTES_MAX} bytes")
+    try:
+        return cbor.from_json(json.loads(text))
+    except (ValueError, cbor.CborError) as error:
+        raise ops.FlowRequestInvalidError(f"--workload is not JSON: {error}") from None
+
+
+@flow_group.command("run")
+@click.argument("target")
+@click.option("--workload", default=None, help="The workload: JSON, or @FILE.")
+@click.option("--id", "exec_id", default=None, help="The execution id (default: generated).")
+@click.option("--version", "version", type=int, default=None, help="A deployed version.")
+@click.option("--local", is_flag=True, help="Run on an embedded world, adapters in process.")
+@click.option(
+    "--python-allow",
+    multiple=True,
+    help="Module prefix the python tool may import (--local; repeatable).",
+)
+@world_option
+@node_option
+@json_option
+@handles_errors
+def run_command(
+    target: str,
+    workload: str | None,
+    exec_id: str | None,
+    version: int | None,
+    local: bool,
+    python_allow: tuple[str, ...],
+    world_path: str,
+    node_url: str | None,
+    as_json: bool,
+) -> None:
+    """Start an execution of TARGET: a deployed flow's name, or a definition file (deployed
+    first). With --local, run it to its end (or its first human task) on a fresh world."""
+    value = _workload(workload)
+    if local:
+        _run_local(Path(target), value, exec_id, python_allow, world_path, as_json)
+        return
+    if node_url is not None:
+        client = FlowNodeClient(node_url)
+        name = target
+        if Path(target).is_file():
+            name = client.deploy(Path(target).read_text(), source=target)["name"]
+        body = client.run(name, value, exec_id=exec_id, version=version)
+    else:
+        with _opened(world_path) as world:
+            name = target
+            if Path(target).is_file():
+                name = ops.deploy(world, _definition(Path(target))).name
+            started = ops.start(world, name, workload=value, exec_id=exec_id, version=version)
+            body = {**_started_json(started), "status": ops.status(world, started.exec)["status"]}
+    _print_started(body, as_json)
+
+
+def _started_json(started: ops.Started) -> dict[str, Any]:
+    return {
+        "exec": started.exec,
+        "flow": started.flow,
+        "version": started.version,
+        "definition": started.definition,
+    }
+
+
+def _print_started(body: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(body)
+        return
+    click.echo(f"started   {body['exec']}  ({body['flow']} v{body['version']})")
+    click.echo(f"status    {body.get('status', 'running')}")
+
+
+def _run_local(
+    file: Path,
+    workload: Any,
+    exec_id: str | None,
+    python_allow: tuple[str, ...],
+    world_path: str,
+    as_json: bool,
+) -> None:
+    definition = _definition(file)
+    with tempfile.TemporaryDirectory(prefix="aos-flow-local-") as scratch:
+        explicit = world_path != "./.aos" and not Path(world_path).exists()
+        path = Path(world_path) if explicit else Path(scratch) / "world"
+        world, keys = create_flow_world(path, clock=CLOCK_MANUAL, sync=explicit)
+        with world:
+            adapters = LocalAdapters(world, keys, python_allow=python_allow)
+            ops.deploy(world, definition)
+            started = ops.start(world, definition.name, workload=workload, exec_id=exec_id)
+            drained = adapters.drain()
+            state = ops.status(world, started.exec)
+            events = ops.history(world, started.exec)
+    body = {
+        **_started_json(started),
+        "status": state["status"],
+        "result": state["business"].get("result") if isinstance(state["business"], dict) else None,
+        "human_tasks": drained.human_tasks,
+        "receipts": drained.receipts,
+        "timers_skipped": drained.timers_skipped,
+        "events": [{"seq": e.seq, **e.event} for e in events],
+    }
+    if as_json:
+        emit_json(cbor.to_json(body))
+        return
+    for event in body["events"]:
+        click.echo(_event_line(event))
+    click.echo(f"status    {body['status']}  ({started.exec})")
+    if drained.human_tasks:
+        click.echo(f"waiting   {len(drained.human_tasks)} human task(s)")
+
+
+# --------------------------------------------------------------------------------------------
+# status, events, signal, cancel
+
+
+@flow_group.command("status")
+@click.argument("exec_id", metavar="EXEC")
+@world_option
+@node_option
+@json_option
+@handles_errors
+def status_command(exec_id: str, world_path: str, node_url: str | None, as_json: bool) -> None:
+    """An execution's status, version, business state and waits."""
+    if node_url is not None:
+        state = FlowNodeClient(node_url).status(exec_id)
+    else:
+        with _opened(world_path) as world:
+            state = cbor.to_json(ops.status(world, exec_id))
+    if as_json:
+        emit_json(state)
+        return
+    click.echo(f"execution {state['exec']}  ({state['flow']} v{state['version']})")
+    click.echo(f"status    {state['status']}  version {state['engine_version']}")
+    click.echo("business  " + json.dumps(state["business"], sort_keys=True)[:2000])
+    waits = (state.get("engine") or {}).get("waits") or {}
+    for token, wait in sorted(waits.items()):
+        click.echo(f"waiting   {token}  {json.dumps(wait, sort_keys=True)[:200]}")
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    rest = {k: v for k, v in event.items() if k not in ("seq", "event")}
+    detail = json.dumps(rest, sort_keys=True, default=str)[:160] if rest else ""
+    return f"{event['seq']:>6}  {event['event']:<26} {detail}"
+
+
+@flow_group.command("events")
+@click.argument("exec_id", metavar="EXEC")
+@world_option
+@node_option
+@json_option
+@handles_errors
+def events_command(exec_id: str, world_path: str, node_url: str | None, as_json: bool) -> None:
+    """An execution's history in journal order, each event with the journal sequence of the
+    step record that carries it."""
+    if node_url is not None:
+        events = FlowNodeClient(node_url).events(exec_id)
+    else:
+        with _opened(world_path) as world:
+            events = [{"seq": e.seq, **cbor.to_json(e.event)} for e in ops.history(world, exec_id)]
+    if as_json:
+        emit_json(events)
+        return
+    for event in events:
+        click.echo(_event_line(event))
+
+
+@flow_group.command("signal")
+@click.argument("exec_id", metavar="EXEC")
+@click.argument("name")
+@click.option("--payload", default=None, help="The signal's payload as JSON.")
+@click.option("--expect-version", type=int, default=None, help="Stale unless the wait has it.")
+@world_option
+@node_option
+@json_option
+@handles_errors
+def signal_command(
+    exec_id: str,
+    name: str,
+    payload: str | None,
+    expect_version: int | None,
+    world_path: str,
+    node_url: str | None,
+    as_json: bool,
+) -> None:
+    """Send the signal NAME to a running execution."""
+    value = _workload(payload) if payload is not None else None
+    if node_url is not None:
+        body = FlowNodeClient(node_url).signal(exec_id, name, value, expect_version)
+    else:
+        with _opened(world_path) as world:
+            ops.signal(world, exec_id, name, value, expect_version=expect_version)
+            body = {"exec": exec_id, "status": ops.status(world, exec_id)["status"]}
+    if as_json:
+        emit_json(body)
+        return
+    click.echo(f"signalled {exec_id} {name}; status {body['status']}")
+
+
+@flow_group.command("cancel")
+@click.argument("exec_id", metavar="EXEC")
+@click.option("--reason", default=None)
+@world_option
+@node_option
+@json_option
+@handles_errors
+def cancel_command(
+    exec_id: str, reason: str | None, world_path: str, node_url: str | None, as_json: bool
+) -> None:
+    """Cancel a running execution: its open intents, waits and children."""
+    if node_url is not None:
+        body = FlowNodeClient(node_url).cancel(exec_id, reason)
+    else:
+        with _opened(world_path) as world:
+            ops.cancel(world, exec_id, reason)
+            body = {"exec": exec_id, "status": ops.status(world, exec_id)["status"]}
+    if as_json:
+        emit_json(body)
+        return
+    click.echo(f"cancelled {exec_id}; status {body['status']}")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(flow_group)
+
+
+__all__ = ["fail", "register"]

@@ -1,0 +1,94 @@
+"""`aos flow --node URL`: the flow operations over a node's HTTP API (`/v1/flows`,
+`/v1/executions`; spec/11-flows.md §9.1). Answers are JSON; a refusal is raised as the
+node's own error code, so the CLI reports it exactly as when it opens the world itself."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from aos.flows.errors import FlowError
+from aos.kernel import cbor
+
+REQUEST_TIMEOUT_S = 60.0
+
+
+class FlowNodeUnreachableError(FlowError):
+    code = "node.unreachable"
+    hint = "is `aos node up` serving the world at that URL?"
+
+
+class FlowNodeRefusedError(FlowError):
+    """The node's refusal; `refused` makes one that carries the node's own code and hint."""
+
+    code = "node.refused"
+
+
+def refused(error: dict[str, Any], fallback_message: str) -> FlowNodeRefusedError:
+    """The node's error answer as an error of the same code, so the CLI reports it exactly as
+    when it opens the world itself."""
+    kind: type[FlowNodeRefusedError] = type(
+        "FlowNodeRefusedError",
+        (FlowNodeRefusedError,),
+        {"code": str(error.get("code", "node.refused")), "hint": error.get("hint")},
+    )
+    detail = error.get("detail")
+    return kind(
+        str(error.get("message", fallback_message)),
+        path=error.get("path"),
+        **(detail if isinstance(detail, dict) else {}),
+    )
+
+
+class FlowNodeClient:
+    def __init__(self, url: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def deploy(self, text: str, *, source: str = "") -> dict[str, Any]:
+        """Deploy a definition's text (YAML or JSON); `source` names it in errors."""
+        return self._call("POST", "/v1/flows", {"text": text, "source": source})
+
+    def listing(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/flows")
+
+    def run(
+        self, name: str, workload: Any, *, exec_id: str | None = None, version: int | None = None
+    ) -> dict[str, Any]:
+        body = {"workload": cbor.to_json(workload), "exec": exec_id, "version": version}
+        return self._call("POST", f"/v1/flows/{quote(name, safe='')}/run", body)
+
+    def status(self, exec_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/executions/{quote(exec_id, safe='')}")
+
+    def events(self, exec_id: str) -> list[dict[str, Any]]:
+        answer = self._call("GET", f"/v1/executions/{quote(exec_id, safe='')}/events")
+        return list(answer["events"])
+
+    def signal(
+        self, exec_id: str, name: str, payload: Any, expect_version: int | None
+    ) -> dict[str, Any]:
+        body = {"name": name, "payload": cbor.to_json(payload), "expect_version": expect_version}
+        return self._call("POST", f"/v1/executions/{quote(exec_id, safe='')}/signal", body)
+
+    def cancel(self, exec_id: str, reason: str | None) -> dict[str, Any]:
+        body = {"reason": reason}
+        return self._call("POST", f"/v1/executions/{quote(exec_id, safe='')}/cancel", body)
+
+    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        try:
+            response = httpx.request(method, self.url + path, json=body, timeout=self.timeout_s)
+        except httpx.HTTPError as failure:
+            raise FlowNodeUnreachableError(f"{self.url}: {failure}") from None
+        try:
+            answer = response.json() if response.content else {}
+        except ValueError:
+            answer = {}
+        if not isinstance(answer, dict):
+            answer = {}
+        if response.is_success:
+            return answer
+        error = answer.get("error")
+        raise refused(error if isinstance(error, dict) else {}, response.text[:500])

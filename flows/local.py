@@ -1,0 +1,139 @@
+"""Running a flow world's adapters in process: `aos flow run --local`, the demo and tests.
+
+A real deployment runs `aos node up` and one adapter process per tool kind. For one command
+on an embedded world, `LocalAdapters` does their work in this process instead: it performs
+every open tool intent (the same handlers the adapter processes run, `flows/tools.py`),
+signs each receipt with the world's own adapter keys and settles it, so the journal is the
+same as with real adapters: signed receipts, one flush per batch. Human tasks stay open
+until someone completes them (`complete_task`). On a `manual`-clock world, when nothing is
+left to do but timers and no execution waits for a person or a signal, it skips time to the
+next timer (a time-skipping test world: retries and timer waits take no wall time).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aos.flows.tools import TOOL_EFFECTS, ToolContext, run_tool
+from aos.flows.world import EXEC_WORKFLOW, HUMAN_ADAPTER, HUMAN_EFFECT, FlowKeys
+from aos.kernel.adapters.signing import signed_receipt
+from aos.kernel.world.world import CLOCK_MANUAL, World
+
+ROUNDS_MAX_DEFAULT = 10_000
+
+
+@dataclass
+class DrainReport:
+    """What one `drain` did, and what it left waiting."""
+
+    rounds: int = 0
+    receipts: int = 0
+    timers_skipped: int = 0
+    human_tasks: list[str] = field(default_factory=list)  # open human task intents
+    timers_pending: bool = False
+
+
+class LocalAdapters:
+    """The flow world's tool adapters and human adapter, in this process."""
+
+    def __init__(
+        self,
+        world: World,
+        keys: FlowKeys,
+        *,
+        python_allow: tuple[str, ...] = (),
+        skip_time: bool = True,
+    ) -> None:
+        self.world = world
+        self.keys = keys
+        self.python_allow = python_allow
+        self.skip_time = skip_time and world.clock == CLOCK_MANUAL
+
+    def drain(self, *, rounds_max: int = ROUNDS_MAX_DEFAULT) -> DrainReport:
+        """Perform open tool intents (and skip to due timers) until only human tasks, or
+        nothing, are left open."""
+        report = DrainReport()
+        while report.rounds < rounds_max:
+            report.rounds += 1
+            tool_intents = self._open(tool=True)
+            if tool_intents:
+                report.receipts += self._perform(tool_intents)
+                continue
+            if self.world.next_timer_ns() is None:
+                break
+            if self.world.clock == CLOCK_MANUAL:
+                if not self.skip_time or self._awaiting_outside():
+                    break
+                self.world.jump_next_timer()
+                report.timers_skipped += 1
+                continue
+            if self._awaiting_outside() or not self._tick_wall():
+                break
+        report.human_tasks = [i["intent"] for i in self._open(tool=False)]
+        report.timers_pending = self.world.next_timer_ns() is not None
+        return report
+
+    def complete_task(self, intent: str, payload: Any, *, status: str = "ok") -> None:
+        """Complete a human task as the world's human adapter, then run to idle."""
+        self._settle(intent, HUMAN_ADAPTER, status, payload)
+        self.world.run_to_idle()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _awaiting_outside(self) -> bool:
+        """Whether an execution waits for a person or a signal: skipping time then would
+        only time that wait out, so the drain stops and leaves it to the caller."""
+        if self._open(tool=False):
+            return True
+        for cell in self.world.cells(EXEC_WORKFLOW):
+            state = self.world.state(EXEC_WORKFLOW, cell.key)
+            engine = state.get("engine") if isinstance(state, dict) else None
+            waits = engine.get("waits", {}) if isinstance(engine, dict) else {}
+            if any(isinstance(w, dict) and w.get("kind") == "signal" for w in waits.values()):
+                return True
+        return False
+
+    def _open(self, *, tool: bool) -> list[dict[str, Any]]:
+        wanted = set(TOOL_EFFECTS) if tool else {HUMAN_EFFECT}
+        return [i for i in self.world.open_intents() if i["effect"] in wanted]
+
+    def _perform(self, intents: list[dict[str, Any]]) -> int:
+        """Run each tool, settle every receipt, then run the world once (group commit)."""
+        for intent in intents:
+            record = self.world.open_intent(str(intent["intent"]))
+            if record is None:
+                continue
+            context = ToolContext(
+                intent=str(intent["intent"]),
+                put_blob=lambda data: str(self.world.put_blob(data)),
+                python_allow=self.python_allow,
+            )
+            outcome = run_tool(str(intent["effect"]), record["params"], context=context)
+            adapter = TOOL_EFFECTS[str(intent["effect"])]
+            self._settle(str(intent["intent"]), adapter, outcome.status, outcome.payload)
+        self.world.run_to_idle()
+        return len(intents)
+
+    def _settle(self, intent: str, adapter: str, status: str, payload: Any) -> None:
+        now = time.time_ns()
+        body = {
+            "world": self.world.world_id,
+            "intent": intent,
+            "status": status,
+            "payload": payload,
+            "adapter": adapter,
+            "started_ns": now,
+            "finished_ns": now,
+        }
+        self.world.settle(signed_receipt(self.keys.seed(adapter), body))
+
+    def _tick_wall(self) -> bool:
+        """On a wall-clock world, wait for the next timer (bounded by the drain's rounds)."""
+        due = self.world.next_timer_ns()
+        if due is None:
+            return False
+        time.sleep(max(0.0, min((due - time.time_ns()) / 1e9, 1.0)))
+        self.world.tick()
+        return True

@@ -1,0 +1,309 @@
+"""Flow operations on an open world: deploy, start, signal, cancel, and the reads (status,
+history, listing) — what `aos flow` and the node's `/v1/flows` API do (spec/11-flows.md §5).
+
+Every write is one journaled input through `World.send`, checked before anything is sent, so
+a refused request changes nothing: the world's height, state and journal are as before.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from aos.flows.cfd import FlowDefinition, canonical_value
+from aos.flows.errors import FlowError
+from aos.flows.world import (
+    CANCEL_EVENT,
+    DEPLOY_EVENT,
+    EXEC_WORKFLOW,
+    REGISTRY_WORKFLOW,
+    SIGNAL_EVENT,
+    START_EVENT,
+)
+from aos.kernel import cbor
+from aos.kernel.hashing import Hash, hash_bytes
+from aos.kernel.world import records
+from aos.kernel.world.world import RunReport, World
+
+EXEC_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
+"""Execution ids given by users; `:` and `~` are kept for derived ids (children,
+continue-with), so a user id never collides with one."""
+HISTORY_SCAN_RECORDS_MAX_DEFAULT = 1_000_000
+SIGNAL_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+EXEC_ID_RANDOM_BYTES = 6
+
+STATUS_RUNNING = "running"
+TERMINAL_STATUSES = frozenset({"completed", "failed", "partial", "cancelled"})
+
+
+class FlowUnknownError(FlowError):
+    code = "flow.unknown"
+    hint = "deploy it first: aos flow deploy FILE"
+
+
+class FlowVersionUnknownError(FlowError):
+    code = "flow.version_unknown"
+    hint = "aos flow ls lists the deployed versions"
+
+
+class ExecutionUnknownError(FlowError):
+    code = "flow.execution_unknown"
+    hint = "aos flow ls lists executions"
+
+
+class ExecutionExistsError(FlowError):
+    code = "flow.execution_exists"
+    hint = "execution ids are unique: choose another --id, or leave it out"
+
+
+class ExecutionEndedError(FlowError):
+    code = "flow.execution_ended"
+    hint = "the execution has ended; signals and cancels are for running executions"
+
+
+class FlowRequestInvalidError(FlowError):
+    code = "flow.request_invalid"
+
+
+@dataclass(frozen=True)
+class Deployed:
+    name: str
+    version: int
+    definition: str
+    changed: bool  # False when that definition was already the latest version
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__}
+
+
+@dataclass(frozen=True)
+class Started:
+    exec: str
+    flow: str
+    version: int
+    definition: str
+    report: RunReport
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    seq: int  # the journaled step record that carries it
+    event: dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------
+# Writes
+
+
+def deploy(world: World, definition: FlowDefinition) -> Deployed:
+    """Resolve the definition's subflows against the flows deployed in this world, store the
+    canonical definition in the CAS and journal a new version of it."""
+    value = resolve_subflows(world, canonical_value(definition))
+    data = cbor.encode(value)
+    definition_hash = str(hash_bytes(data))
+    before = versions(world, definition.name)
+    if before and before[-1]["definition"] == definition_hash:
+        return Deployed(definition.name, int(before[-1]["version"]), definition_hash, False)
+    world.put_blob(data)
+    world.send(DEPLOY_EVENT, {"name": definition.name, "definition": definition_hash})
+    after = versions(world, definition.name)
+    return Deployed(definition.name, int(after[-1]["version"]), definition_hash, True)
+
+
+def resolve_subflows(world: World, value: dict[str, Any]) -> dict[str, Any]:
+    """Pin every subflow alias to a deployed definition hash (the latest version unless the
+    alias names `flow@N`)."""
+    subflows: dict[str, Any] = value.get("subflows") or {}
+    for alias, entry in subflows.items():
+        if entry.get("definition"):
+            continue
+        name, _, wanted = str(entry["flow"]).partition("@")
+        version, found = resolve(world, name, int(wanted) if wanted.isdigit() else None)
+        subflows[alias] = {**entry, "flow": name, "definition": found}
+        del version
+    return value
+
+
+def start(
+    world: World,
+    name: str,
+    *,
+    workload: Any = None,
+    exec_id: str | None = None,
+    version: int | None = None,
+    business_ref: str | None = None,
+) -> Started:
+    """Start an execution of the deployed flow `name`, pinned to its latest version's
+    definition (or `version`'s)."""
+    picked, definition_hash = resolve(world, name, version)
+    exec_id = exec_id if exec_id is not None else new_exec_id(name)
+    _check_exec_id(exec_id)
+    if _exec_state(world, exec_id) is not None:
+        raise ExecutionExistsError(f"an execution {exec_id} exists", exec=exec_id)
+    _check_data(workload, "$.workload")
+    value = {
+        "exec": exec_id,
+        "flow": name,
+        "version": picked,
+        "definition": definition_hash,
+        "workload": {} if workload is None else workload,
+        "parent": None,
+        "business_ref": business_ref,
+    }
+    _, report = world.send(START_EVENT, value)
+    return Started(exec_id, name, picked, definition_hash, report)
+
+
+def signal(
+    world: World,
+    exec_id: str,
+    name: str,
+    payload: Any = None,
+    *,
+    expect_version: int | None = None,
+) -> RunReport:
+    """Send a signal to a running execution. Whether it resumes a wait or is stale is the
+    interpreter's decision, recorded in the execution's history."""
+    _running_state(world, exec_id)
+    if not SIGNAL_NAME_PATTERN.fullmatch(name):
+        raise FlowRequestInvalidError(f"signal name {name!r} is not a name", path="$.name")
+    if expect_version is not None and expect_version < 0:
+        raise FlowRequestInvalidError("expect_version is a natural number", path="$.version")
+    _check_data(payload, "$.payload")
+    value = {"exec": exec_id, "name": name, "payload": payload, "expect_version": expect_version}
+    return world.send(SIGNAL_EVENT, value)[1]
+
+
+def cancel(world: World, exec_id: str, reason: str | None = None) -> RunReport:
+    """Cancel a running execution: its open intents, waits and children."""
+    _running_state(world, exec_id)
+    return world.send(CANCEL_EVENT, {"exec": exec_id, "reason": reason})[1]
+
+
+def new_exec_id(name: str) -> str:
+    """A fresh execution id: the flow's name and random hex. It is chosen outside the world
+    and journaled in the start event, so replays see the same id."""
+    base = re.sub(r"[^A-Za-z0-9._-]", "-", name)[:100]
+    return f"{base}-{secrets.token_hex(EXEC_ID_RANDOM_BYTES)}"
+
+
+# --------------------------------------------------------------------------------------------
+# Reads
+
+
+def versions(world: World, name: str) -> list[dict[str, Any]]:
+    """The deployed versions of `name`, oldest first (empty when never deployed)."""
+    state = world.state(REGISTRY_WORKFLOW, name)
+    return list(state["versions"]) if isinstance(state, dict) else []
+
+
+def resolve(world: World, name: str, version: int | None) -> tuple[int, str]:
+    found = versions(world, name)
+    if not found:
+        raise FlowUnknownError(f"no flow {name} is deployed", flow=name)
+    if version is None:
+        latest = found[-1]
+        return int(latest["version"]), str(latest["definition"])
+    for entry in found:
+        if int(entry["version"]) == version:
+            return version, str(entry["definition"])
+    raise FlowVersionUnknownError(f"{name} has no version {version}", flow=name)
+
+
+def status(world: World, exec_id: str) -> dict[str, Any]:
+    """An execution's state, decoded: status, version, business state, waits."""
+    state = _exec_state(world, exec_id)
+    if state is None:
+        raise ExecutionUnknownError(f"no execution {exec_id}", exec=exec_id)
+    return state
+
+
+def history(
+    world: World,
+    exec_id: str,
+    *,
+    scan_records_max: int = HISTORY_SCAN_RECORDS_MAX_DEFAULT,
+) -> list[HistoryEvent]:
+    """The execution's history events in journal order, read from the annotations of its
+    step records (spec/11 §6), from the record that started it."""
+    state = status(world, exec_id)
+    return list(_history(world, exec_id, int(state["started_seq"]), scan_records_max))
+
+
+def _history(world: World, exec_id: str, first: int, scan_max: int) -> Iterator[HistoryEvent]:
+    key = world.key_bytes(EXEC_WORKFLOW, exec_id)
+    last = min(world.store.journal.head(), first + scan_max - 1)
+    for seq, record in world.store.journal.read(max(first, 1), last):
+        if not isinstance(record, dict) or record.get("kind") != records.STEP:
+            continue
+        if record["workflow"] != EXEC_WORKFLOW or record["key"] != key:
+            continue
+        ann: Any = record.get("ann")
+        events = ann.get("events", []) if isinstance(ann, dict) else []
+        for event in events if isinstance(events, list) else []:
+            if isinstance(event, dict):
+                yield HistoryEvent(seq, event)
+
+
+def listing(world: World) -> dict[str, Any]:
+    """Deployed flows with their versions, and executions by status."""
+    flows = [
+        {"name": cell.key, "versions": versions(world, str(cell.key))}
+        for cell in world.cells(REGISTRY_WORKFLOW)
+    ]
+    executions = []
+    for cell in world.cells(EXEC_WORKFLOW):
+        state = _exec_state(world, str(cell.key))
+        if state is not None:
+            executions.append(_summary(state, cell.status))
+    return {
+        "flows": sorted(flows, key=lambda f: str(f["name"])),
+        "executions": sorted(executions, key=lambda e: str(e["exec"])),
+    }
+
+
+def _summary(state: dict[str, Any], cell_status: str) -> dict[str, Any]:
+    return {
+        "exec": state["exec"],
+        "flow": state["flow"],
+        "version": state["version"],
+        "status": state["status"] if cell_status != "failed" else "engine_failed",
+        "engine_version": state["engine_version"],
+    }
+
+
+def _exec_state(world: World, exec_id: str) -> dict[str, Any] | None:
+    value = world.state(EXEC_WORKFLOW, exec_id)
+    return value if isinstance(value, dict) else None
+
+
+def _running_state(world: World, exec_id: str) -> dict[str, Any]:
+    state = status(world, exec_id)
+    if state["status"] in TERMINAL_STATUSES:
+        raise ExecutionEndedError(
+            f"execution {exec_id} has ended ({state['status']})", exec=exec_id
+        )
+    return state
+
+
+def _check_exec_id(exec_id: str) -> None:
+    if not EXEC_ID_PATTERN.fullmatch(exec_id):
+        raise FlowRequestInvalidError(
+            f"execution id {exec_id!r}: 1-128 of letters, digits, '.', '_', '-', '/'",
+            path="$.exec",
+        )
+
+
+def _check_data(value: Any, path: str) -> None:
+    try:
+        cbor.encode(value)
+    except cbor.CborError as error:
+        raise FlowRequestInvalidError(f"not data: {error}", path=path) from None
+
+
+def definition_blob(world: World, definition_hash: str) -> bytes | None:
+    """A deployed definition's canonical bytes."""
+    return world.read_blob(str(Hash(definition_hash)))
