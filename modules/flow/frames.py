@@ -13,6 +13,7 @@ import tasks
 import waits
 from errors import EngineFailure, ExprError
 from run import Run, error_value, set_iter
+from waits import PROTOCOL_FIELDS
 
 
 def new_frame(index: int | None, iteration: dict[str, Any]) -> dict[str, Any]:
@@ -313,7 +314,7 @@ def _jump(run: Run, token: dict[str, Any], frame: dict[str, Any], target: Any) -
 def _keep(frame: dict[str, Any], task: dict[str, Any], outcome: dict[str, Any]) -> None:
     """The task's result becomes `_prev` and `results[task]` (an error that a rule
     continued past is kept as `{error: ...}`)."""
-    value = outcome["result"] if outcome["status"] == "ok" else {"error": outcome["error"]}
+    value = outcome["result"] if outcome["status"] == "ok" else _failed_result(outcome)
     frame["prev"] = value
     frame["results"] = {**frame["results"], task["name"]: value}
 
@@ -342,3 +343,8 @@ def _failure(task: dict[str, Any], outcome: dict[str, Any]) -> dict[str, Any]:
     if outcome["status"] == "error":
         return outcome["error"]
     return error_value("expression", "policy.fail", f"task {task['name']} failed by its policy")
+
+
+def _failed_result(outcome: dict[str, Any]) -> dict[str, Any]:
+    """What a failed task leaves as its result: the error and the tool's own details."""
+    return {"error": outcome["error"], **{k: outcome[k] for k in PROTOCOL_FIELDS if k in outcome}}

@@ -238,8 +238,22 @@ def _receipt_outcome(run: Run, wait: dict[str, Any], envelope: dict[str, Any]) -
         error = normalize_error(payload, "timeout", "receipt.timeout")
         error["kind"] = "timeout"
         error["retryable"] = type(payload) is not dict or payload.get("retryable") is not False
-        return error_outcome(error, attempt, duration)
-    return error_outcome(normalize_error(payload, "transport", "tool.error"), attempt, duration)
+        return _with_protocol(error_outcome(error, attempt, duration), payload)
+    outcome = error_outcome(normalize_error(payload, "transport", "tool.error"), attempt, duration)
+    return _with_protocol(outcome, payload)
+
+
+def _with_protocol(outcome: dict[str, Any], payload: Any) -> dict[str, Any]:
+    """The tool's own details beside the error (spec/11 §3.3): `http {status, headers}`,
+    `pg {code, sqlstate}`, `py {exception}`, as the adapter reported them."""
+    if type(payload) is dict:
+        for name in PROTOCOL_FIELDS:
+            if name in payload:
+                outcome[name] = payload[name]
+    return outcome
+
+
+PROTOCOL_FIELDS = ("http", "pg", "py")
 
 
 def normalize_error(value: Any, kind: str, code: str) -> dict[str, Any]:
