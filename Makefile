@@ -65,4 +65,4 @@ bench-full: bench-setup
 	$(BIN)/python -m bench.run --full
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo .aos-demo-flows

@@ -1,4 +1,4 @@
-"""`make demo`: the main job in two parts.
+"""`make demo`: the main job in three parts.
 
 1. The counter world, in process on the embedded default (LMDB, no servers): creates a world
    from `manifests/counter` (the Python counter, built into a WASM component on first use
@@ -7,6 +7,8 @@
 2. The orders world, every part its own process (`aos.cli.demo_orders`): a world host, an
    HTTP adapter with its own Ed25519 key, a local payment server; orders charge over HTTP
    and arm timers, signed receipts resume them. It starts and stops everything it uses.
+3. A declarative flow (`aos.cli.demo_flows`), in process on the embedded default: a tool call
+   retried through timers, a human task the demo completes, a signal, a fork and a join.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from aos.cli import demo_orders
+from aos.cli import demo_flows, demo_orders
 from aos.cli.common import table
 from aos.kernel import cbor
 from aos.kernel.world.world import World
@@ -32,10 +34,12 @@ KEYS = 40
 
 
 def main() -> None:
-    _heading("1/2  the counter world: in process, embedded store, no servers")
+    _heading("1/3  the counter world: in process, embedded store, no servers")
     counter()
-    _heading("2/2  the orders world: a node, an HTTP adapter and a payment server, as processes")
+    _heading("2/3  the orders world: a node, an HTTP adapter and a payment server, as processes")
     demo_orders.main()
+    _heading("3/3  a declarative flow: retries, a human task, a signal, a fork and a join")
+    demo_flows.main()
 
 
 def _heading(text: str) -> None:

@@ -1,0 +1,117 @@
+"""`make demo`, part 3: a declarative flow on the embedded default (LMDB, no node).
+
+It creates a flow world (the interpreter module is built once and cached) with the adapters in
+process, deploys `flows/examples/restock.flow.yaml` and runs it: the inventory call fails
+twice (a local HTTP server answering 503) and is retried through timers, a manager approves
+the purchase (the demo completes the human task), the supplier's confirmation arrives as a
+signal, and two tool calls run in parallel before a join closes the execution. It prints the
+execution's history and checks the world with `replay --verify`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aos.flows import operations as ops
+from aos.flows.cfd import load_definition
+from aos.flows.local import LocalAdapters
+from aos.flows.world import create_flow_world
+from aos.kernel import replay
+from aos.kernel.world.world import CLOCK_MANUAL
+
+DEMO_DIR = Path(".aos-demo-flows")
+DEFINITION = Path("flows/examples/restock.flow.yaml")
+FAILURES_BEFORE_SUCCESS = 2
+ON_HAND = 3
+TARGET = 20
+
+
+class _Inventory(BaseHTTPRequestHandler):
+    """A flaky inventory service: 503 to its first requests, then the stock level."""
+
+    calls = 0
+
+    def do_POST(self) -> None:
+        type(self).calls += 1
+        healthy = type(self).calls > FAILURES_BEFORE_SUCCESS
+        body = json.dumps({"on_hand": ON_HAND} if healthy else {"error": "busy"}).encode()
+        self.send_response(200 if healthy else 503)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        return None
+
+
+@contextmanager
+def _inventory() -> Iterator[str]:
+    _Inventory.calls = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Inventory)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/stock"
+    finally:
+        server.shutdown()
+
+
+def main() -> None:
+    if DEMO_DIR.exists():
+        shutil.rmtree(DEMO_DIR)
+    click.echo(f"creating a flow world in {DEMO_DIR}/ (builds the interpreter module once)")
+    world, keys = create_flow_world(
+        DEMO_DIR / "world", keys_dir=DEMO_DIR / "keys", clock=CLOCK_MANUAL
+    )
+    with world, _inventory() as url:
+        adapters = LocalAdapters(world, keys)
+        deployed = ops.deploy(world, load_definition(DEFINITION.read_bytes()))
+        click.echo(f"deployed  {deployed.name} v{deployed.version}  {deployed.definition}")
+        workload = {"sku": "SKU-1", "inventory_url": url, "target": TARGET}
+        ops.start(world, deployed.name, workload=workload, exec_id="restock-1")
+        _drain(adapters, "the inventory call is retried through timers")
+        (task,) = [i for i in world.open_intents() if i["effect"] == "aos/human.task@1"]
+        params = world.open_intent(str(task["intent"]))["params"]  # type: ignore[index]
+        click.echo(f"human task: {params['title']!r} for roles {params['roles']}: approving")
+        adapters.complete_task(str(task["intent"]), {"approved": True})
+        _drain(adapters, "waiting for the supplier")
+        click.echo("signal supplier.confirmed {'eta': '2026-12-01'}")
+        ops.signal(world, "restock-1", "supplier.confirmed", {"eta": "2026-12-01"})
+        _drain(adapters, "order and notify in parallel, then close")
+        state = ops.status(world, "restock-1")
+        click.echo("")
+        for event in ops.history(world, "restock-1"):
+            click.echo(_line(event.seq, event.event))
+        click.echo(f"\nstatus {state['status']}, result {state['business']['steps']['close']}")
+        click.echo(f"inventory service called {_Inventory.calls} times (2 failures, 1 success)")
+    report = replay.verify(DEMO_DIR / "world")
+    verdict = "ok: every record and the head match" if report.ok else f"{report.divergence}"
+    click.echo(f"replay --verify: {report.records} records, {report.steps} steps; {verdict}")
+    if not report.ok or state["status"] != "completed":
+        raise SystemExit(1)
+
+
+def _drain(adapters: LocalAdapters, what: str) -> None:
+    drained = adapters.drain()
+    click.echo(
+        f"ran: {drained.receipts} tool receipts, {drained.timers_skipped} timers skipped ({what})"
+    )
+
+
+def _line(seq: int, event: dict[str, Any]) -> str:
+    where = ".".join(str(event[k]) for k in ("step", "task") if event.get(k))
+    extra = {k: event[k] for k in ("status", "attempt", "to") if k in event}
+    return f"{seq:>5}  {event['event']:<24} {where:<28} {json.dumps(extra) if extra else ''}"
+
+
+if __name__ == "__main__":
+    main()
