@@ -90,7 +90,7 @@ def main() -> None:
         state = ops.status(world, "restock-1")
         click.echo("")
         for event in ops.history(world, "restock-1"):
-            click.echo(_line(event.seq, event.event))
+            click.echo(f"{event.seq:>5}  {ops.describe_event(event.event)}")
         click.echo(f"\nstatus {state['status']}, result {state['business']['steps']['close']}")
         click.echo(f"inventory service called {_Inventory.calls} times (2 failures, 1 success)")
     report = replay.verify(DEMO_DIR / "world")
@@ -105,12 +105,6 @@ def _drain(adapters: LocalAdapters, what: str) -> None:
     click.echo(
         f"ran: {drained.receipts} tool receipts, {drained.timers_skipped} timers skipped ({what})"
     )
-
-
-def _line(seq: int, event: dict[str, Any]) -> str:
-    where = ".".join(str(event[k]) for k in ("step", "task") if event.get(k))
-    extra = {k: event[k] for k in ("status", "attempt", "to") if k in event}
-    return f"{seq:>5}  {event['event']:<24} {where:<28} {json.dumps(extra) if extra else ''}"
 
 
 if __name__ == "__main__":

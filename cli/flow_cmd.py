@@ -241,20 +241,25 @@ def ls_command(world_path: str, node_url: str | None, as_json: bool) -> None:
     click.echo(table(["EXECUTION", "FLOW", "VERSION", "STATUS"], rows))
 
 
-def _workload(text: str | None) -> Any:
+def _workload(text: str | None, option: str = "--workload") -> Any:
     if text is None:
         return {}
     if text.startswith("@"):
         path = Path(text[1:])
-        if path.stat().st_size > WORKLOAD_BYTES_MAX:
-            raise ops.FlowRequestInvalidError(f"{path} is over {WORKLOAD_BYTES_MAX} bytes")
-        text = path.read_text()
+        try:
+            if path.stat().st_size > WORKLOAD_BYTES_MAX:
+                raise ops.FlowRequestInvalidError(f"{path} is over {WORKLOAD_BYTES_MAX} bytes")
+            text = path.read_text()
+        except OSError as error:
+            raise ops.FlowRequestInvalidError(
+                f"{option}: cannot read {path}: {error.strerror}"
+            ) from None
     if len(text) > WORKLOAD_BYTES_MAX:
-        raise ops.FlowRequestInvalidError(f"the workload is over {WORKLOAD_BYTES_MAX} bytes")
+        raise ops.FlowRequestInvalidError(f"{option} is over {WORKLOAD_BYTES_MAX} bytes")
     try:
         return cbor.from_json(json.loads(text))
     except (ValueError, cbor.CborError) as error:
-        raise ops.FlowRequestInvalidError(f"--workload is not JSON: {error}") from None
+        raise ops.FlowRequestInvalidError(f"{option} is not JSON: {error}") from None
 
 
 @flow_group.command("run")
@@ -345,7 +350,7 @@ def _run_local(
     body = {
         **_started_json(started),
         "status": state["status"],
-        "result": state["business"].get("result") if isinstance(state["business"], dict) else None,
+        "result": state["engine"].get("result") if isinstance(state["engine"], dict) else None,
         "human_tasks": drained.human_tasks,
         "receipts": drained.receipts,
         "timers_skipped": drained.timers_skipped,
@@ -390,9 +395,7 @@ def status_command(exec_id: str, world_path: str, node_url: str | None, as_json:
 
 
 def _event_line(event: dict[str, Any]) -> str:
-    rest = {k: v for k, v in event.items() if k not in ("seq", "event")}
-    detail = json.dumps(rest, sort_keys=True, default=str)[:160] if rest else ""
-    return f"{event['seq']:>6}  {event['event']:<26} {detail}"
+    return f"{event['seq']:>6}  {ops.describe_event(event)}"
 
 
 @flow_group.command("events")
@@ -435,7 +438,7 @@ def signal_command(
     as_json: bool,
 ) -> None:
     """Send the signal NAME to a running execution."""
-    value = _workload(payload) if payload is not None else None
+    value = _workload(payload, "--payload") if payload is not None else None
     if node_url is not None:
         body = FlowNodeClient(node_url).signal(exec_id, name, value, expect_version)
     else:

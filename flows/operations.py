@@ -7,6 +7,7 @@ a refused request changes nothing: the world's height, state and journal are as 
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Iterator
@@ -171,7 +172,7 @@ def signal(
     if not SIGNAL_NAME_PATTERN.fullmatch(name):
         raise FlowRequestInvalidError(f"signal name {name!r} is not a name", path="$.name")
     if expect_version is not None and expect_version < 0:
-        raise FlowRequestInvalidError("expect_version is a natural number", path="$.version")
+        raise FlowRequestInvalidError("expect_version is a natural number", path="$.expect_version")
     _check_data(payload, "$.payload")
     value = {"exec": exec_id, "name": name, "payload": payload, "expect_version": expect_version}
     return world.send(SIGNAL_EVENT, value)[1]
@@ -246,6 +247,21 @@ def _history(world: World, exec_id: str, first: int, scan_max: int) -> Iterator[
         for event in events if isinstance(events, list) else []:
             if isinstance(event, dict):
                 yield HistoryEvent(seq, event)
+
+
+_EVENT_DETAIL_KEYS = ("status", "attempt", "index", "to", "wait", "signal", "child", "total")
+
+
+def describe_event(event: dict[str, Any]) -> str:
+    """One history event as a line: its name, where (step.task) and the few fields that say
+    what happened (an error by its code)."""
+    where = ".".join(str(event[k]) for k in ("step", "task") if event.get(k))
+    detail = {k: event[k] for k in _EVENT_DETAIL_KEYS if k in event and event[k] is not None}
+    error = event.get("error")
+    if isinstance(error, dict):
+        detail["error"] = f"{error.get('kind')}/{error.get('code')}"
+    text = " ".join(f"{k}={json.dumps(cbor.to_json(v), sort_keys=True)}" for k, v in detail.items())
+    return f"{event.get('event', '?'):<24} {where:<28} {text}".rstrip()
 
 
 def listing(world: World) -> dict[str, Any]:
