@@ -23,15 +23,15 @@ from aos.kernel import cbor
 from aos.kernel.node.node import Node
 from aos.kernel.world.world import World
 
-DEFINITION_TEXT_CHARS_MAX = 1024 * 1024
-
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class DeployRequest(_Request):
-    text: str = Field(max_length=DEFINITION_TEXT_CHARS_MAX, description="YAML or JSON.")
+    # No length bound of its own: the node's request_bytes_max bounds the body, and a text
+    # over definition_bytes_max is refused by `load_definition` as `flow.too_large` (413).
+    text: str = Field(description="YAML or JSON.")
     source: str = Field("", max_length=1000, description="A name for errors (a file name).")
 
 
@@ -70,7 +70,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     @app.post("/v1/flows/{name:path}/run", tags=["flows"])
     async def run(name: str, request: RunRequest) -> dict[str, Any]:
         """Start an execution, pinned to the latest version (or `version`)."""
-        workload = cbor.from_json(request.workload) if request.workload is not None else None
+        workload = _data(request.workload, "$.workload") if request.workload is not None else None
 
         def start(world: World) -> dict[str, Any]:
             started = ops.start(
@@ -105,7 +105,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     @app.post("/v1/executions/{exec_id:path}/signal", tags=["flows"])
     async def signal(exec_id: str, request: SignalRequest) -> dict[str, Any]:
         """Send a signal; a stale one is recorded in the history, not applied."""
-        payload = cbor.from_json(request.payload)
+        payload = _data(request.payload, "$.payload")
 
         def send(world: World) -> dict[str, Any]:
             ops.signal(world, exec_id, request.name, payload, expect_version=request.expect_version)
@@ -127,3 +127,12 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     async def status(exec_id: str) -> dict[str, Any]:
         """The execution's state: status, version, business and engine state."""
         return await node.host.run(lambda world: cbor.to_json(ops.status(world, exec_id)))
+
+
+def _data(value: Any, path: str) -> Any:
+    """A request's JSON value as data (bytes as {'$bytes': hex}); refused as the CLI refuses
+    it (`flow.request_invalid`)."""
+    try:
+        return cbor.from_json(value)
+    except cbor.CborError as error:
+        raise ops.FlowRequestInvalidError(f"not data: {error}", path=path) from None
