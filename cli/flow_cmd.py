@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,8 @@ from aos.kernel.errors import AosError
 from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, World
 
 WORKLOAD_BYTES_MAX = 1024 * 1024
+WAIT_S_MAX = 24 * 3600.0
+POLL_S = 0.25
 
 
 def node_option(fn: Any) -> Any:
@@ -269,6 +272,13 @@ def _workload(text: str | None, option: str = "--workload") -> Any:
 @click.option("--version", "version", type=int, default=None, help="A deployed version.")
 @click.option("--local", is_flag=True, help="Run on an embedded world, adapters in process.")
 @click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0, WAIT_S_MAX),
+    default=None,
+    help="With --node: wait up to this many seconds for the execution to end.",
+)
+@click.option(
     "--python-allow",
     multiple=True,
     help="Module prefix the python tool may import (--local; repeatable).",
@@ -283,14 +293,20 @@ def run_command(
     exec_id: str | None,
     version: int | None,
     local: bool,
+    wait_s: float | None,
     python_allow: tuple[str, ...],
     world_path: str,
     node_url: str | None,
     as_json: bool,
 ) -> None:
     """Start an execution of TARGET: a deployed flow's name, or a definition file (deployed
-    first). With --local, run it to its end (or its first human task) on a fresh world."""
+    first). With --local, run it to its end (or its first human task) on a fresh world; with
+    --node and --wait, wait for it to end."""
     value = _workload(workload)
+    if wait_s is not None and node_url is None:
+        raise ops.FlowRequestInvalidError(
+            "--wait needs --node: an embedded world moves only while a command holds it"
+        )
     if local:
         _run_local(Path(target), value, exec_id, python_allow, world_path, as_json)
         return
@@ -300,6 +316,8 @@ def run_command(
         if Path(target).is_file():
             name = client.deploy(Path(target).read_text(), source=target)["name"]
         body = client.run(name, value, exec_id=exec_id, version=version)
+        if wait_s is not None:
+            body["status"] = _wait_for_end(client, str(body["exec"]), wait_s)
     else:
         with _opened(world_path) as world:
             name = target
@@ -308,6 +326,16 @@ def run_command(
             started = ops.start(world, name, workload=value, exec_id=exec_id, version=version)
             body = {**_started_json(started), "status": ops.status(world, started.exec)["status"]}
     _print_started(body, as_json)
+
+
+def _wait_for_end(client: FlowNodeClient, exec_id: str, wait_s: float) -> str:
+    """Poll the node until the execution has a terminal status or `wait_s` passed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        status = str(client.status(exec_id)["status"])
+        if status in ops.TERMINAL_STATUSES or time.monotonic() >= deadline:
+            return status
+        time.sleep(POLL_S)
 
 
 def _started_json(started: ops.Started) -> dict[str, Any]:
@@ -400,13 +428,21 @@ def _event_line(event: dict[str, Any]) -> str:
 
 @flow_group.command("events")
 @click.argument("exec_id", metavar="EXEC")
+@click.option("--follow", is_flag=True, help="With --node: print new events until it ends.")
 @world_option
 @node_option
 @json_option
 @handles_errors
-def events_command(exec_id: str, world_path: str, node_url: str | None, as_json: bool) -> None:
+def events_command(
+    exec_id: str, follow: bool, world_path: str, node_url: str | None, as_json: bool
+) -> None:
     """An execution's history in journal order, each event with the journal sequence of the
     step record that carries it."""
+    if follow:
+        if node_url is None:
+            raise ops.FlowRequestInvalidError("--follow needs --node")
+        _follow(FlowNodeClient(node_url), exec_id, as_json)
+        return
     if node_url is not None:
         events = FlowNodeClient(node_url).events(exec_id)
     else:
@@ -417,6 +453,20 @@ def events_command(exec_id: str, world_path: str, node_url: str | None, as_json:
         return
     for event in events:
         click.echo(_event_line(event))
+
+
+def _follow(client: FlowNodeClient, exec_id: str, as_json: bool) -> None:
+    """Print events as the node journals them (one JSON object a line with --json) until the
+    execution ends."""
+    shown = 0
+    while True:
+        events = client.events(exec_id)
+        for event in events[shown:]:
+            click.echo(json.dumps(event, sort_keys=True) if as_json else _event_line(event))
+        shown = len(events)
+        if any(e.get("event") == "playbook.finished" for e in events):
+            return
+        time.sleep(POLL_S)
 
 
 @flow_group.command("signal")

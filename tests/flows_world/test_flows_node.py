@@ -78,6 +78,12 @@ steps:
 # Processes
 
 
+QUICK_FLOW = """
+name: t/quick
+steps: [{name: a, tasks: [{do: call, tool: {kind: echo}, args: {n: 1}}]}]
+"""
+
+
 def _readline(process: subprocess.Popen[str], timeout_s: float) -> str:
     found: list[str] = []
     reader = threading.Thread(target=lambda: found.append(process.stdout.readline()))  # type: ignore[union-attr]
@@ -291,11 +297,21 @@ def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
             assert refused.status_code == 409
             assert refused.json()["error"]["code"] == "flow.execution_ended"
 
+            # --wait polls the node until the run ends; --follow prints events until then.
+            quick = tmp_path / "quick.flow.yaml"
+            quick.write_text(QUICK_FLOW)
+            third = aos_json("flow", "run", quick, "--id", "e3", "--wait", "60", *at)
+            assert third["status"] == "completed"
+            followed = aos("flow", "events", "e3", "--follow", "--json", *at)
+            lines = [json.loads(line) for line in followed.stdout.splitlines()]
+            assert lines[-1]["event"] == "playbook.finished"
+
             listing = aos_json("flow", "ls", *at)
-            assert [f["name"] for f in listing["flows"]] == ["t/hold", "t/order"]
+            assert [f["name"] for f in listing["flows"]] == ["t/hold", "t/order", "t/quick"]
             assert {e["exec"]: e["status"] for e in listing["executions"]} == {
                 "e1": "completed",
                 "e2": "cancelled",
+                "e3": "completed",
             }
 
             code, stderr = _stop(echo)
