@@ -38,7 +38,7 @@ from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import stored_definitions
 from aos.kernel.world.stamps import Stamp
-from aos.kernel.world.world import World
+from aos.kernel.world.world import World, cancelled_key
 
 SCRATCH_FLUSH_RECORDS_DEFAULT = 2_000
 
@@ -245,7 +245,14 @@ class _Replay:
         # The snapshot describes the world at `height`; its own record follows it.
         world.replay_restore({**content, "height": seq}, str(self.config["id"]))
         world.snapshots = [(s, h) for s, h in _snapshot_records(self.source) if s <= seq]
+        world.cancelled_source = lambda intent: self._cancelled_before(intent, seq)
         return world
+
+    def _cancelled_before(self, intent: str, seq: int) -> int | None:
+        """The step that cancelled `intent`, if it was before the snapshot at `seq` (later
+        cancellations the replay makes itself)."""
+        found = self.source.meta.get(cancelled_key(intent), None)
+        return found if isinstance(found, int) and found < seq else None
 
     def _store(self, base_height: int) -> MemoryStore:
         spill = None

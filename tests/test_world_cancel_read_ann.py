@@ -147,3 +147,20 @@ def test_annotations_are_journaled_in_the_step_record(world: World) -> None:
     assert last_step(world)["ann"] == {"id": "x", "n": 5}
     world.send("demo/Ping@1", ping("x", "none"))
     assert "ann" not in last_step(world)  # steps without one keep the old record form
+
+
+def test_a_late_receipt_after_a_snapshot_replays_from_that_snapshot(tmp_path: Path) -> None:
+    """The refusal of a receipt for an intent cancelled before a snapshot must be the same
+    when the replay starts from the snapshot (found by the flow fault slice)."""
+    path = tmp_path / "w"
+    with create(path, SCRIPTED, clock="manual") as world:
+        world.send("demo/Ping@1", ping("x", "effect", 1))
+        intent = open_refs(world)["ref-0"]
+        world.send("demo/Ping@1", ping("x", "cancel", 0))
+        snapshot_seq, _ = world.snapshot()
+        with pytest.raises(ReceiptError) as refused:
+            world.settle(receipt(world, intent))
+        assert refused.value.code == "receipt.intent_cancelled"
+    report = replay.verify(path, from_snapshot=str(snapshot_seq))
+    assert report.ok, report.divergence
+    assert replay.verify(path).ok

@@ -8,6 +8,7 @@ public half goes into the manifest (`defadapter.public_key`, see `signing.public
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from aos.kernel.adapters.signing import SEED_BYTES
@@ -41,18 +42,36 @@ def read_seed(path: str | os.PathLike[str]) -> bytes:
 
 def write_seed(path: str | os.PathLike[str], seed: bytes, *, overwrite: bool = False) -> None:
     """Write a key file with mode 0600. An existing file is refused unless `overwrite`, since
-    replacing a key orphans the public key already in manifests."""
+    replacing a key orphans the public key already in manifests. The file appears whole or
+    not at all (written and fsynced under a temporary name, then linked or renamed into
+    place), so a crash never leaves an empty key file that every later start refuses."""
     if len(seed) != SEED_BYTES:
         raise KeyFileError(f"a seed is {SEED_BYTES} bytes, not {len(seed)}")
     target = Path(path)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+    if not overwrite and target.exists():
+        raise KeyFileError(f"{target} exists; refusing to replace a key")
     try:
-        descriptor = os.open(target, flags, KEY_FILE_MODE)
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError as error:
+        raise KeyFileError(f"cannot write key file {target}: {error}") from None
+    try:
+        with os.fdopen(descriptor, "w", encoding="ascii") as file:
+            os.fchmod(file.fileno(), KEY_FILE_MODE)
+            file.write(seed.hex() + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        _place(Path(temporary), target, overwrite=overwrite)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def _place(temporary: Path, target: Path, *, overwrite: bool) -> None:
+    if overwrite:
+        os.replace(temporary, target)
+        return
+    try:
+        os.link(temporary, target)  # fails if the target appeared meanwhile: never replaced
     except FileExistsError:
         raise KeyFileError(f"{target} exists; refusing to replace a key") from None
     except OSError as error:
         raise KeyFileError(f"cannot write key file {target}: {error}") from None
-    with os.fdopen(descriptor, "w", encoding="ascii") as file:
-        # An existing file keeps its mode through O_TRUNC: narrow it too.
-        os.fchmod(file.fileno(), KEY_FILE_MODE)
-        file.write(seed.hex() + "\n")

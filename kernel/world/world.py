@@ -272,6 +272,10 @@ class World:
         # Where a step's reads look after this world's own CAS: a replay's or a shadow's
         # scratch world reads the audited world's blobs (deployed definitions, say) here.
         self.blob_source: Callable[[Hash], bytes | None] | None = None
+        # Where `cancelled_seq` looks after this world's own store: a replay that starts from
+        # a snapshot does not have the markers of intents cancelled before it (the audited
+        # store does, and those are history by then).
+        self.cancelled_source: Callable[[str], int | None] | None = None
         self._last_snapshot_wall_s = _monotonic_s()
 
     # ----------------------------------------------------------------------------------------
@@ -1040,6 +1044,8 @@ class World:
         if key in self._pending.meta:
             return int(self._pending.meta[key])
         found = self.store.meta.get(key, None)
+        if found is None and self.cancelled_source is not None:
+            return self.cancelled_source(intent)
         return None if found is None else int(found)  # type: ignore[arg-type]
 
     def _open_intent(
@@ -1336,6 +1342,11 @@ def _monotonic_s() -> float:
     import time
 
     return time.monotonic()
+
+
+def cancelled_key(intent: str) -> str:
+    """The meta key that records which step cancelled `intent` (spec/08 §4.2)."""
+    return _cancelled_key(intent)
 
 
 def _cancelled_key(intent: str) -> str:
