@@ -18,6 +18,7 @@ from aos.kernel.air import (
     normalize_to_bytes,
     parse_type,
 )
+from aos.kernel.air.errors import AirError
 from aos.kernel.air.normalize import (
     DEC128_TEXT_LENGTH_MAX,
     INT_MAX,
@@ -457,3 +458,42 @@ def test_map_key_order_follows_canonical_cbor() -> None:
     result = normalize(value, t({"map": {"key": {"text": {}}, "value": {"int": {}}}}))
     assert list(result) == ["a", "b", "bb", "ccc"]
     assert json.dumps(result) == '{"a": 2, "b": 4, "bb": 1, "ccc": 3}'
+
+
+# --------------------------------------------------------------------------------------------
+# any
+
+
+def test_any_takes_every_data_value_as_it_is() -> None:
+    any_type = {"any": {}}
+    value = {"b": [1, 2.5, None, {"z": 1, "a": b"x"}], "a": True, 7: -(2**64)}
+    assert normalize(value, parse_type(any_type)) is value
+    assert normalize((1, 2), parse_type(any_type)) == [1, 2]
+    assert cbor.encode(normalize({"b": 1, "a": 2}, parse_type(any_type))) == cbor.encode(
+        {"a": 2, "b": 1}
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "path"),
+    [
+        ({1.5: 2}, "air.value_invalid", "$"),
+        ({"a": [1, {"q": object()}]}, "air.value_invalid", "$.a[1].q"),
+        ({"x": 2**64}, "air.value_out_of_range", "$.x"),
+        ({"x": {1, 2}}, "air.value_invalid", "$.x"),
+    ],
+)
+def test_any_refuses_what_is_not_data_with_its_path(value: Any, code: str, path: str) -> None:
+    with pytest.raises(AirError) as refused:
+        normalize(value, parse_type({"any": {}}))
+    assert (refused.value.code, refused.value.path) == (code, path)
+
+
+def test_any_depth_at_the_edge() -> None:
+    nested: Any = 1
+    for _ in range(4):
+        nested = [nested]
+    assert normalize(nested, parse_type({"any": {}}), depth_max=4) == nested
+    with pytest.raises(AirError) as refused:
+        normalize([nested], parse_type({"any": {}}), depth_max=4)
+    assert refused.value.code == "air.value_too_deep"

@@ -205,28 +205,39 @@ class _Normalizer:
         return _PRIMITIVES[type_.TAG](value, path)
 
     def _any(self, value: Any, path: str, depth_left: int) -> Any:
-        """A data-model value, checked and with its maps in canonical key order: the same
-        value always has one form, whatever order its maps arrived in."""
-        kind = type(value)
-        if value is None or kind in (bool, str, bytes, float):
-            return value
-        if kind is int:
-            return _ranged_int(value, path, "an integer", -(2**64), 2**64 - 1)
-        if depth_left <= 0 and kind in (list, tuple, dict):
-            raise ValueTooDeepError(
-                f"the value nests more than {self.depth_max} containers deep", path=path
-            )
-        if kind in (list, tuple):
-            return [self._any(item, f"{path}[{i}]", depth_left - 1) for i, item in enumerate(value)]
-        if kind is dict:
-            if any(type(k) not in (str, int) or type(k) is bool for k in value):
-                raise ValueInvalidError("map keys are text or integers", path=path)
-            entries = {
-                key: self._any(item, _child(path, str(key)), depth_left - 1)
-                for key, item in value.items()
-            }
-            return {key: entries[key] for key in _canonical_key_order(entries)}
-        raise ValueInvalidError(f"expected a data value, got {_describe(value)}", path=path)
+        """A data-model value, checked in place and returned as it is: nothing is copied,
+        since its encoding orders map keys canonically whatever order they are in (this is
+        on the hot path: a flow's whole state is `any`). Paths are spelled only for an
+        error."""
+        stack: list[tuple[Any, Any, int]] = [(value, path, depth_left)]
+        while stack:
+            item, where, left = stack.pop()
+            kind = type(item)
+            if item is None or kind is bool or kind is str or kind is bytes or kind is float:
+                continue
+            if kind is int:
+                if not -(2**64) <= item <= 2**64 - 1:
+                    _ranged_int(item, _any_path(where), "an integer", -(2**64), 2**64 - 1)
+                continue
+            if kind is not list and kind is not tuple and kind is not dict:
+                raise ValueInvalidError(
+                    f"expected a data value, got {_describe(item)}", path=_any_path(where)
+                )
+            if left <= 0:
+                raise ValueTooDeepError(
+                    f"the value nests more than {self.depth_max} containers deep",
+                    path=_any_path(where),
+                )
+            if kind is dict:
+                for key, child in item.items():
+                    if type(key) is not str and type(key) is not int:
+                        raise ValueInvalidError(
+                            "map keys are text or integers", path=_any_path(where)
+                        )
+                    stack.append((child, (where, f".{key}"), left - 1))
+            else:
+                stack.extend((child, (where, f"[{i}]"), left - 1) for i, child in enumerate(item))
+        return list(value) if type(value) is tuple else value
 
     # Containers ---------------------------------------------------------------------------
 
@@ -550,6 +561,15 @@ def _expect_text_keyed_map(value: Any, kind: str, path: str) -> dict[str, Any]:
         if type(key) is not str:
             raise ValueInvalidError(f"{kind} keys are text, got {_describe(key)}", path=path)
     return value
+
+
+def _any_path(where: Any) -> str:
+    """A path kept as (parent, step) pairs while walking an `any` value, spelled out."""
+    steps: list[str] = []
+    while isinstance(where, tuple):
+        where, step = where
+        steps.append(step)
+    return str(where) + "".join(reversed(steps))
 
 
 def _canonical_key_order(keys: Any) -> list[Any]:

@@ -72,7 +72,9 @@ class StepOutput:
 
 
 def decode_input(data: bytes) -> StepInput:
-    envelope = cbor.decode(data)
+    """The host built every byte of the input envelope and checked it canonical
+    (`_require_canonical_input` in the kernel), so it is read without re-encoding it."""
+    envelope = cbor.decode(data, trusted=True)
     _require(type(envelope) is dict, "the input envelope is not a map")
     _require(envelope.get("version") == ENVELOPE_VERSION, "unsupported envelope version")
     state_bytes = envelope.get("state")
@@ -86,16 +88,16 @@ def decode_input(data: bytes) -> StepInput:
     _require(key_bytes is None or type(key_bytes) is bytes, "event.key is not bytes")
     ctx_bytes = envelope.get("ctx")
     _require(ctx_bytes is None or type(ctx_bytes) is bytes, "ctx is not bytes")
-    ctx = cbor.decode(ctx_bytes) if ctx_bytes is not None else None
+    ctx = cbor.decode(ctx_bytes, trusted=True) if ctx_bytes is not None else None
     _require(ctx is None or type(ctx) is dict, "ctx is not a map")
     data = envelope.get("data", {})
     _require(type(data) is dict, "data is not a map")
     return StepInput(
-        state=cbor.decode(state_bytes) if state_bytes is not None else None,
+        state=cbor.decode(state_bytes, trusted=True) if state_bytes is not None else None,
         has_state=state_bytes is not None,
         schema=schema,
-        value=cbor.decode(event["value"]),
-        key=cbor.decode(key_bytes) if key_bytes is not None else None,
+        value=cbor.decode(event["value"], trusted=True),
+        key=cbor.decode(key_bytes, trusted=True) if key_bytes is not None else None,
         has_key=key_bytes is not None,
         ctx=ctx,
         data=data,

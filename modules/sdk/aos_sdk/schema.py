@@ -75,8 +75,20 @@ def _prepare(tp: Any, seen: set[int]) -> None:
 # Python objects -> CBOR values
 
 
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, str, bytes})
+
+
 def to_value(obj: Any) -> Any:
     """The CBOR data-model value of a typed object (dataclasses become maps)."""
+    kind = type(obj)
+    # Exact types first: plain data, which is most of what flows through a step, is
+    # dispatched without the isinstance chain below.
+    if kind in _PLAIN_TYPES:
+        return obj
+    if kind is dict:
+        return {key: to_value(item) for key, item in obj.items()}
+    if kind is list:
+        return [to_value(item) for item in obj]
     if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
         return obj
     if isinstance(obj, Variant):
