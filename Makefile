@@ -41,14 +41,20 @@ test-fast: setup
 
 # Fault injection (tests/fault): SIGKILL a workload at random and named points, reopen, check
 # that no acknowledged input is lost, replay verifies, and no intent is lost or doubled.
+# The flow slice (--workload flows) kills flow executions (forks, joins, parallel loops,
+# retries, signals, cancels) and checks each ends once and no tool call is issued twice.
 FAULT_KILLS ?= 1000
 FAULT_CI_KILLS ?= 200
+FAULT_FLOW_KILLS ?= 300
+FAULT_CI_FLOW_KILLS ?= 50
 
 fault: setup
 	$(BIN)/python -m tests.fault.harness --kills $(FAULT_KILLS) --jobs 2 --quiet
+	$(BIN)/python -m tests.fault.harness --workload flows --kills $(FAULT_FLOW_KILLS) --jobs 2 --quiet
 
 fault-ci: setup
 	$(BIN)/python -m tests.fault.harness --kills $(FAULT_CI_KILLS) --jobs 2 --quiet
+	$(BIN)/python -m tests.fault.harness --workload flows --kills $(FAULT_CI_FLOW_KILLS) --jobs 2 --quiet
 
 bench-setup: setup $(BENCH_STAMP)
 

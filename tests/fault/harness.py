@@ -3,6 +3,7 @@
     python -m tests.fault.harness --kills 1000                 # make fault
     python -m tests.fault.harness --kills 200 --jobs 2         # make fault-ci
     python -m tests.fault.harness --kills 50 --seed 1234 --keep /tmp/fault
+    python -m tests.fault.harness --workload flows --kills 50 --jobs 2   # the flow slice
 
 Each round starts `tests/fault/workload.py` in a child process against the lane's current
 world, with a seed and a kill point drawn from the run's seed: either `delay` (the harness
@@ -19,14 +20,25 @@ After the child is gone the harness checks the world:
   world is retired; each includes the head checkpoint == replayed head;
 * no intent is lost or doubled: every `effect_intent` hash appears once, every settled intent
   has exactly one `effect_receipt` (and its `settled/` marker names it), no receipt names an
-  unknown intent, and the reopened world's open intents are exactly journaled - settled;
+  unknown intent, an intent a step cancelled was neither settled nor cancelled twice (and its
+  `cancelled/` marker names the step), and the reopened world's open intents are exactly
+  journaled - settled - cancelled;
 * acknowledged snapshots are journaled, and the world's snapshot list is the newest
   `snapshots_kept_max` of the journaled ones (retention drops the older ones).
 
 Then the next child continues the same world, so it grows across kills; a lane starts a fresh
-world every `--fresh-every` kills to bound the time a check takes. A failing round keeps its
-world and ack file under `<work>/failures/` and is reported with its seeds and point. The
-exit status is non-zero on any failure.
+world every `--fresh-every` kills to bound the time a check takes.
+
+`--workload flows` runs the flow slice instead (`tests/fault/flows.py`): the child drives flow
+executions (parallel branches, a join, parallel loops, retries, timeouts, signals, cancels) on
+a flow world, and the harness adds the flow checks after each kill (every execution ends at
+most once and is terminal iff it ended; no tool call is issued twice for one decision; every
+acknowledged start, signal and cancel is there). When a lane retires a flow world it drains
+every execution to its end in the harness, checks that each ended exactly once, and replays
+the whole journal.
+
+A failing round keeps its world and ack file under `<work>/failures/` and is reported with its
+seeds and point. The exit status is non-zero on any failure.
 """
 
 from __future__ import annotations
@@ -50,12 +62,13 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from aos.flows.world import load_or_make_keys
 from aos.kernel.hashing import hash_value
 from aos.kernel.replay import ReplayReport, verify
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import records
 from aos.kernel.world.world import SNAPSHOTS_KEPT_MAX_DEFAULT, World
-from tests.fault import workload
+from tests.fault import flows, workload
 
 REPO = Path(__file__).resolve().parents[2]
 FRESH_EVERY_DEFAULT = 25
@@ -82,6 +95,55 @@ POINT_AT_MAX = {
     "ack.torn": 30,
 }
 assert set(POINT_AT_MAX) == set(workload.POINTS)
+# The flow child does fewer, heavier operations (each a few interpreter steps).
+FLOW_POINT_AT_MAX = {
+    "flush.before": 25,
+    "flush.race": 25,
+    "flush.after": 25,
+    "step.mid": 50,
+    "receipt.after": 12,
+    "receipt.flush": 10,
+    "reject.flush": 2,
+    "snapshot.flush": 2,
+    "snapshot.after": 2,
+    "tick.flush": 4,
+    "ack.before": 25,
+    "ack.torn": 25,
+}
+assert set(FLOW_POINT_AT_MAX) == set(workload.POINTS)
+FLOW_FRESH_EVERY_DEFAULT = 10
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What a lane runs: the child's module, how often its points are visited, and whether
+    the flow checks apply."""
+
+    name: str
+    module: str
+    point_at_max: dict[str, int]
+    delay_s_max: float
+    delay_from_start_s_max: float
+    fresh_every: int
+
+    @property
+    def flows(self) -> bool:
+        return self.name == "flows"
+
+
+MODES = {
+    "kernel": Mode(
+        "kernel",
+        "tests.fault.workload",
+        POINT_AT_MAX,
+        DELAY_S_MAX,
+        DELAY_FROM_START_S_MAX,
+        FRESH_EVERY_DEFAULT,
+    ),
+    "flows": Mode(
+        "flows", "tests.fault.flows", FLOW_POINT_AT_MAX, 1.0, 2.5, FLOW_FRESH_EVERY_DEFAULT
+    ),
+}
 
 
 @dataclass
@@ -94,16 +156,18 @@ class Failure:
     at: int
     problems: list[str]
     kept: str
+    module: str = "tests.fault.workload"
 
     def describe(self) -> str:
         env = f"{workload.ENV_POINT}={self.point} {workload.ENV_AT}={self.at} "
         if self.point == "delay":
             env = ""
+        keys = f" --keys {self.kept}/keys" if self.module == "tests.fault.flows" else ""
         lines = [
             f"lane {self.lane} round {self.round} world {self.world} point {self.point} "
             f"at {self.at} child seed {self.child_seed}; kept in {self.kept}",
-            f"  rerun the child on the kept world: {env}python -m tests.fault.workload "
-            f"--world {self.kept}/world --ack {self.kept}/ack.jsonl --seed {self.child_seed}",
+            f"  rerun the child on the kept world: {env}python -m {self.module} "
+            f"--world {self.kept}/world{keys} --ack {self.kept}/ack.jsonl --seed {self.child_seed}",
         ]
         lines += [f"  - {problem}" for problem in self.problems[:20]]
         return "\n".join(lines)
@@ -113,6 +177,8 @@ class Failure:
 class Summary:
     seed: int
     jobs: int = 1
+    workload: str = "kernel"
+    executions: int = 0  # flow executions drained to their end and checked when retired
     kills: int = 0
     rounds: int = 0
     unreached: int = 0  # children that finished their operations before reaching the point
@@ -133,16 +199,22 @@ class Summary:
         self.acked_ops += other.acked_ops
         self.acked_records += other.acked_records
         self.records_checked += other.records_checked
+        self.executions += other.executions
         self.points.update(other.points)
         self.unreached_points.update(other.unreached_points)
         self.failures.extend(other.failures)
 
     def render(self) -> str:
+        flows_note = ""
+        if self.workload == "flows":
+            flows_note = f", {self.executions} flow executions drained and ended once"
         lines = [
-            f"fault injection: seed {self.seed}: {self.kills} kills in {self.rounds} rounds "
+            f"fault injection ({self.workload}): seed {self.seed}: {self.kills} kills in "
+            f"{self.rounds} rounds "
             f"({self.unreached} ended before their point), {self.worlds} worlds, "
             f"{self.acked_ops} acked operations ({self.acked_records} records), "
-            f"{self.records_checked} journal records checked, {self.elapsed_s:.0f} s",
+            f"{self.records_checked} journal records checked{flows_note}, "
+            f"{self.elapsed_s:.0f} s",
             "kills per point (and rounds that ended before reaching it):",
         ]
         for point in ["delay", *workload.POINTS]:
@@ -155,7 +227,8 @@ class Summary:
         if self.failures:
             lines.append(
                 f"rerun the whole schedule: python -m tests.fault.harness --seed {self.seed} "
-                f"--kills {self.kills} --jobs {self.jobs} (delays are wall-clock: close, not exact)"
+                f"--workload {self.workload} --kills {self.kills} --jobs {self.jobs} "
+                "(delays are wall-clock: close, not exact)"
             )
         lines += [failure.describe() for failure in self.failures]
         return "\n".join(lines)
@@ -191,9 +264,15 @@ class _Check:
 
 
 def check_world(
-    world_dir: Path, acks: list[dict[str, Any]], engine: WasmEngine, *, from_seq: int | None
+    world_dir: Path,
+    acks: list[dict[str, Any]],
+    engine: WasmEngine,
+    *,
+    from_seq: int | None,
+    flow_checks: bool = False,
 ) -> _Check:
-    """Everything a killed world must satisfy; `from_seq` None replays from genesis."""
+    """Everything a killed world must satisfy; `from_seq` None replays from genesis;
+    `flow_checks` adds the flow world's (`flows.check`)."""
     problems: list[str] = []
     _replay(problems, verify(world_dir, engine=engine, from_seq=from_seq), "replay")
     with World.open(world_dir, sync=True, engine=engine) as world:
@@ -203,6 +282,8 @@ def check_world(
             problems.append(f"the journal is not contiguous 1..{head}")
         _check_acks(problems, acks, journal, world)
         _check_intents(problems, journal, world)
+        if flow_checks:
+            flows.check(problems, journal, world, acks)
     return _Check(problems, head, len(journal))
 
 
@@ -259,6 +340,12 @@ def _check_intents(problems: list[str], journal: dict[int, dict[str, Any]], worl
     for seq, record in journal.items():
         if record["kind"] == records.EFFECT_RECEIPT:
             receipt_seqs.setdefault(_receipt_intent(record), []).append(seq)
+    # A step may cancel open intents of its own cell (spec/04 §1.1): closed without a receipt.
+    cancelled: dict[str, list[int]] = {}
+    for seq, record in journal.items():
+        if record["kind"] == records.STEP:
+            for intent in record.get("cancelled") or []:
+                cancelled.setdefault(str(intent), []).append(seq)
     problems += [f"intent {i} journaled {n} times" for i, n in opened.items() if n > 1]
     for intent, seqs in receipt_seqs.items():
         if len(seqs) > 1:
@@ -268,7 +355,16 @@ def _check_intents(problems: list[str], journal: dict[int, dict[str, Any]], worl
         marker = world.store.meta.get(f"settled/{intent}", None)
         if marker != seqs[-1]:
             problems.append(f"settled/{intent} is {marker}, its receipt is at {seqs[-1]}")
-    expected_open = set(opened) - set(receipt_seqs)
+    for intent, seqs in cancelled.items():
+        if len(seqs) > 1 or intent in receipt_seqs or intent not in opened:
+            problems.append(
+                f"intent {intent} cancelled at {seqs}, settled at {receipt_seqs.get(intent)}, "
+                f"journaled {opened.get(intent, 0)} times"
+            )
+        marker = world.store.meta.get(f"cancelled/{intent}", None)
+        if marker != seqs[-1]:
+            problems.append(f"cancelled/{intent} is {marker!r}, its step is at {seqs[-1]}")
+    expected_open = set(opened) - set(receipt_seqs) - set(cancelled)
     found_open = {i["intent"] for i in world.open_intents()}
     if found_open != expected_open:
         lost = sorted(expected_open - found_open)
@@ -296,24 +392,28 @@ class _Outcome:
     hung: bool = False
 
 
-def _draw(rng: random.Random) -> _Round:
+def _draw(rng: random.Random, mode: Mode) -> _Round:
     child_seed = rng.getrandbits(32)
     if rng.random() < DELAY_SHARE:
         from_start = rng.random() < DELAY_FROM_START_SHARE
-        delay_s = rng.uniform(0, DELAY_FROM_START_S_MAX if from_start else DELAY_S_MAX)
+        delay_s = rng.uniform(0, mode.delay_from_start_s_max if from_start else mode.delay_s_max)
         return _Round(child_seed, "delay", 0, delay_s, from_start)
     point = rng.choice(sorted(workload.POINTS))
-    return _Round(child_seed, point, rng.randint(1, POINT_AT_MAX[point]), 0.0, False)
+    return _Round(child_seed, point, rng.randint(1, mode.point_at_max[point]), 0.0, False)
 
 
-def _run_child(world_dir: Path, ack: Path, stderr: Path, chosen: _Round) -> _Outcome:
+def _run_child(
+    world_dir: Path, ack: Path, stderr: Path, chosen: _Round, mode: Mode = MODES["kernel"]
+) -> _Outcome:
     env = dict(os.environ)
     env.pop(workload.ENV_POINT, None)
     if chosen.point != "delay":
         env[workload.ENV_POINT] = chosen.point
         env[workload.ENV_AT] = str(chosen.at)
-    command = [sys.executable, "-m", "tests.fault.workload"]
+    command = [sys.executable, "-m", mode.module]
     command += ["--world", str(world_dir), "--ack", str(ack), "--seed", str(chosen.child_seed)]
+    if mode.flows:
+        command += ["--keys", str(world_dir.parent / "keys")]
     with open(stderr, "ab") as errors:
         child = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=errors)
         hung = threading.Event()
@@ -351,15 +451,17 @@ class _Lane:
         log: Callable[[str], None],
         *,
         verbose: bool,
+        mode: Mode = MODES["kernel"],
     ) -> None:
         self.lane = lane
+        self.mode = mode
         self.verbose = verbose
         self.rng = random.Random(seed)
         self.work = work
         self.fresh_every = fresh_every
         self.log = log
         self.engine = WasmEngine()
-        self.summary = Summary(seed)
+        self.summary = Summary(seed, workload=mode.name)
         self.world_number = 0
         self.kills_in_world = 0
         self.checked_head = 0
@@ -389,29 +491,53 @@ class _Lane:
         self.failed = False
         self.acked = (0, 0)
         self.folder.mkdir(parents=True)
+        if self.mode.flows:
+            # The adapter keys the lane's flow world is created with and reopened with. Made
+            # here, not in a child: a key file is written in place, so a child killed while
+            # writing one would leave a key folder the next child cannot read.
+            load_or_make_keys(self.folder / "keys")
         self.summary.worlds += 1
 
     def _retire(self) -> None:
-        """A full replay from genesis (unless the world already failed); the folder goes."""
+        """A full replay from genesis (unless the world already failed); the folder goes.
+        A flow world first has every execution drained to its end, and checked."""
         folder = self.folder
         if not self.failed and (folder / "world" / "store").is_dir() and self._created():
             problems: list[str] = []
-            _replay(problems, verify(folder / "world", engine=self.engine), "full replay")
+            if self.mode.flows:
+                problems = self._retire_flows()
+            else:
+                _replay(problems, verify(folder / "world", engine=self.engine), "full replay")
             if problems:
                 self._fail(_Round(0, "retire", 0, 0.0, False), problems)
         self.summary.acked_ops += self.acked[0]
         self.summary.acked_records += self.acked[1]
         shutil.rmtree(folder, ignore_errors=True)
 
+    def _retire_flows(self) -> list[str]:
+        """Drain every execution of the flow world to its end (no kills), check each ended
+        exactly once, then every check on the whole journal, with a replay from genesis."""
+        world_dir, acks = self.folder / "world", read_acks(self.folder / "ack.jsonl")
+        problems: list[str] = []
+        keys = load_or_make_keys(self.folder / "keys")
+        try:
+            with World.open(world_dir, sync=True, engine=self.engine, limits=flows.limits()) as w:
+                self.summary.executions += flows.check_final(problems, w, acks, keys)
+            checked = check_world(world_dir, acks, self.engine, from_seq=None, flow_checks=True)
+            problems += checked.problems
+        except Exception as error:
+            problems.append(f"retiring raised {type(error).__name__}: {error}")
+        return problems
+
     def _created(self) -> bool:
         return any(ack["op"] == "create" for ack in read_acks(self.folder / "ack.jsonl"))
 
     def _round(self) -> None:
-        chosen = _draw(self.rng)
+        chosen = _draw(self.rng, self.mode)
         folder = self.folder
         world_dir, ack = folder / "world", folder / "ack.jsonl"
         self.summary.rounds += 1
-        outcome = _run_child(world_dir, ack, folder / "stderr.log", chosen)
+        outcome = _run_child(world_dir, ack, folder / "stderr.log", chosen, self.mode)
         if outcome.killed:
             self.summary.kills += 1
             self.summary.points[chosen.point] += 1
@@ -432,7 +558,13 @@ class _Lane:
             shutil.rmtree(world_dir, ignore_errors=True)
             return
         try:
-            checked = check_world(world_dir, acks, self.engine, from_seq=self.checked_head + 1)
+            checked = check_world(
+                world_dir,
+                acks,
+                self.engine,
+                from_seq=self.checked_head + 1,
+                flow_checks=self.mode.flows,
+            )
         except Exception as error:  # a world that cannot even be checked is a failure
             checked = _Check([f"checking raised {type(error).__name__}: {error}"], 0, 0)
         self.acked = (len(acks), sum(len(ack["records"]) for ack in acks))
@@ -462,6 +594,7 @@ class _Lane:
             chosen.at,
             problems,
             str(kept),
+            self.mode.module,
         )
         self.summary.failures.append(failure)
         self.log("FAILURE " + failure.describe())
@@ -472,8 +605,18 @@ def _stderr_log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run_lane(lane: int, seed: int, kills: int, work: str, fresh_every: int, quiet: bool) -> Summary:
-    lane_runner = _Lane(lane, seed, Path(work), fresh_every, _stderr_log, verbose=not quiet)
+def run_lane(
+    lane: int,
+    seed: int,
+    kills: int,
+    work: str,
+    fresh_every: int,
+    quiet: bool,
+    mode: str = "kernel",
+) -> Summary:
+    lane_runner = _Lane(
+        lane, seed, Path(work), fresh_every, _stderr_log, verbose=not quiet, mode=MODES[mode]
+    )
     return lane_runner.run(kills)
 
 
@@ -483,21 +626,25 @@ def run(
     seed: int,
     work: Path,
     jobs: int = 1,
-    fresh_every: int = FRESH_EVERY_DEFAULT,
+    fresh_every: int | None = None,
     quiet: bool = False,
+    mode: str = "kernel",
 ) -> Summary:
-    """`kills` kills over `jobs` lanes (processes), each with its own seed from `seed`."""
+    """`kills` kills over `jobs` lanes (processes), each with its own seed from `seed`;
+    `mode` is `kernel` (tests/fault/workload.py) or `flows` (tests/fault/flows.py)."""
     start = time.monotonic()
+    if fresh_every is None:
+        fresh_every = MODES[mode].fresh_every
     seeds = random.Random(seed)
     shares = [kills // jobs + (1 if lane < kills % jobs else 0) for lane in range(jobs)]
     lanes = [(lane, seeds.getrandbits(32), share) for lane, share in enumerate(shares)]
-    summary = Summary(seed, jobs)
+    summary = Summary(seed, jobs, workload=mode)
     if jobs == 1:
-        summary.merge(run_lane(0, lanes[0][1], kills, str(work), fresh_every, quiet))
+        summary.merge(run_lane(0, lanes[0][1], kills, str(work), fresh_every, quiet, mode))
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             futures = [
-                pool.submit(run_lane, lane, lane_seed, share, str(work), fresh_every, quiet)
+                pool.submit(run_lane, lane, lane_seed, share, str(work), fresh_every, quiet, mode)
                 for lane, lane_seed, share in lanes
             ]
             for future in futures:
@@ -511,16 +658,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=200)
     parser.add_argument("--seed", type=int, default=None, help="default: random, printed")
     parser.add_argument("--jobs", type=int, default=1, help="lanes run in parallel")
-    parser.add_argument("--fresh-every", type=int, default=FRESH_EVERY_DEFAULT)
+    parser.add_argument(
+        "--workload",
+        choices=sorted(MODES),
+        default="kernel",
+        help="kernel: the scripted world (default); flows: flow executions on a flow world",
+    )
+    parser.add_argument(
+        "--fresh-every",
+        type=int,
+        default=None,
+        help=f"kills per world (default {FRESH_EVERY_DEFAULT}; flows {FLOW_FRESH_EVERY_DEFAULT})",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="work folder (default: temp)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)
-    print(f"fault injection: seed {seed}, {args.kills} kills, {args.jobs} jobs", flush=True)
+    print(
+        f"fault injection ({args.workload}): seed {seed}, {args.kills} kills, {args.jobs} jobs",
+        flush=True,
+    )
     options: dict[str, Any] = {
         "jobs": args.jobs,
         "fresh_every": args.fresh_every,
         "quiet": args.quiet,
+        "mode": args.workload,
     }
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)

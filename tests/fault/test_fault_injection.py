@@ -1,5 +1,6 @@
-"""A bounded slice of the fault-injection run (`make fault` and `make fault-ci` run more), and
-the harness's checker shown to see what it must see."""
+"""A bounded slice of the fault-injection run (`make fault` and `make fault-ci` run more, and
+the flow slice), and the harness's checkers (the flow checks too) shown to see what they must
+see."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from aos.kernel.wasm import WasmEngine
-from tests.fault import harness
+from aos.kernel.world.world import World
+from tests.fault import flows, harness
 
 pytestmark = pytest.mark.fault
 
@@ -56,3 +59,52 @@ def test_a_torn_ack_line_is_cut_off(tmp_path: Path) -> None:
     ack.write_bytes(b'{"op": "send", "records": []}\n{"op": "se')
     assert harness.read_acks(ack) == [{"op": "send", "records": []}]
     assert ack.read_bytes() == b'{"op": "send", "records": []}\n'
+
+
+def test_the_flow_checker_sees_a_doubled_call_a_second_end_and_a_lost_input(
+    tmp_path: Path,
+) -> None:
+    world_dir, ack = tmp_path / "world", tmp_path / "ack.jsonl"
+    command = [sys.executable, "-m", "tests.fault.flows", "--world", str(world_dir)]
+    command += ["--keys", str(tmp_path / "keys"), "--ack", str(ack), "--seed", "7"]
+    env = {k: v for k, v in os.environ.items() if k != "AOS_FAULT_POINT"}
+    subprocess.run(
+        [*command, "--ops-max", "60"], cwd=harness.REPO, env=env, check=True, capture_output=True
+    )
+    acks = harness.read_acks(ack)
+    with World.open(world_dir, engine=WasmEngine()) as world:
+        journal: dict[int, dict[str, Any]] = dict(world.store.journal.read(1))  # type: ignore[arg-type]
+        head = max(journal)
+
+        def problems(changed: dict[int, dict[str, Any]], more: list[dict[str, Any]]) -> list[str]:
+            found: list[str] = []
+            flows.check(found, changed, world, acks + more)
+            return found
+
+        assert problems(journal, []) == []
+        call = next(
+            r
+            for _, r in sorted(journal.items())
+            if r["kind"] == "effect_intent" and str(r["effect"]).startswith("aos/tool.")
+        )
+        again = {**call, "intent": "blake3:" + "2" * 64}
+        found = problems({**journal, head + 1: again}, [])
+        assert len(found) == 3 and all("issued 2 times" in p or "reuses" in p for p in found)
+        found = problems({**journal, head + 1: {**again, "issuer_ref": "w9999"}}, [])
+        assert len(found) == 1 and "for one decision" in found[0], found
+        ended = next(
+            r
+            for _, r in sorted(journal.items())
+            if r["kind"] == "step"
+            and any(e["event"] == "playbook.finished" for e in r.get("ann", {}).get("events", []))
+        )
+        found = problems({**journal, head + 1: ended}, [])
+        assert len(found) == 1 and "finished 2 times" in found[0], found
+        running = next(e for e, s in flows.exec_states(world).items() if s["status"] == "running")
+        lost = [
+            {"op": "start", "exec": "never-started", "records": []},
+            {"op": "signal", "exec": running, "name": "never-sent", "records": []},
+            {"op": "cancel", "exec": running, "records": []},
+        ]
+        found = problems(journal, lost)
+        assert len(found) == 5, found  # start: no cell, not journaled; signal; cancel: twice
