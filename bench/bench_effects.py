@@ -89,7 +89,7 @@ def _body(world: World, intent: str) -> dict[str, Any]:
     }
 
 
-def _run_chains(world: World, keys: list[str], effects: int, *, flush_each: bool) -> float:
+def run_chains(world: World, keys: list[str], effects: int, *, flush_each: bool) -> float:
     """Start a chain of `effects` in each key's cell and settle until every chain is done;
     the seconds it took."""
     started = time.perf_counter()
@@ -107,7 +107,7 @@ def _run_chains(world: World, keys: list[str], effects: int, *, flush_each: bool
 
 
 @contextmanager
-def _world(*, sync: bool) -> Iterator[World]:
+def chain_world(*, sync: bool) -> Iterator[World]:
     with tempfile.TemporaryDirectory(prefix="aos-bench-effects-") as tmp:
         world = World.create(Path(tmp) / "w", CHAIN, sync=sync, stamps=PinnedStampSource())
         with world:
@@ -118,10 +118,10 @@ def _in_process_rows(quick: bool) -> list[Row]:
     rows = []
     effects, rounds = SEQUENTIAL_EFFECTS[quick], SEQUENTIAL_ROUNDS[quick]
     for sync in (True, False):
-        with _world(sync=sync) as world:
-            _run_chains(world, ["warm"], 5, flush_each=True)
+        with chain_world(sync=sync) as world:
+            run_chains(world, ["warm"], 5, flush_each=True)
             samples = [
-                _run_chains(world, [f"seq-{r}"], effects, flush_each=True) / effects
+                run_chains(world, [f"seq-{r}"], effects, flush_each=True) / effects
                 for r in range(rounds)
             ]
         label = "sync on" if sync else "sync off"
@@ -130,11 +130,11 @@ def _in_process_rows(quick: bool) -> list[Row]:
         )
     cells, per_cell = MANY_CELLS[quick], MANY_EFFECTS_PER_CELL[quick]
     for flush_each in (False, True):
-        with _world(sync=True) as world:
+        with chain_world(sync=True) as world:
             samples = []
             for r in range(MANY_ROUNDS[quick]):
                 keys = [f"many-{r}-{n}" for n in range(cells)]
-                elapsed = _run_chains(world, keys, per_cell, flush_each=flush_each)
+                elapsed = run_chains(world, keys, per_cell, flush_each=flush_each)
                 samples.append(elapsed / (cells * per_cell))
         how = "1 flush per receipt" if flush_each else "receipts of all open intents, 1 flush"
         rows.append(

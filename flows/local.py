@@ -77,7 +77,7 @@ class LocalAdapters:
 
     def complete_task(self, intent: str, payload: Any, *, status: str = "ok") -> None:
         """Complete a human task as the world's human adapter, then run to idle."""
-        self._settle(intent, HUMAN_ADAPTER, status, payload)
+        self.settle(intent, HUMAN_ADAPTER, status, payload)
         self.world.run_to_idle()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -112,11 +112,13 @@ class LocalAdapters:
             )
             outcome = run_tool(str(intent["effect"]), record["params"], context=context)
             adapter = TOOL_EFFECTS[str(intent["effect"])]
-            self._settle(str(intent["intent"]), adapter, outcome.status, outcome.payload)
+            self.settle(str(intent["intent"]), adapter, outcome.status, outcome.payload)
         self.world.run_to_idle()
         return len(intents)
 
-    def _settle(self, intent: str, adapter: str, status: str, payload: Any) -> None:
+    def settle(self, intent: str, adapter: str, status: str, payload: Any) -> None:
+        """Sign a receipt as `adapter` (a key of this world) and settle it; a refusal is the
+        world's typed error, journaled."""
         now = time.time_ns()
         body = {
             "world": self.world.world_id,

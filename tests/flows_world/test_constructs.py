@@ -145,7 +145,7 @@ def test_a_step_timeout_races_the_call_and_the_loser_is_cancelled(flows: FlowWor
     assert cancelling and cancelling[0]["cancelled"] == [call["intent"]]
     height = flows.world.height
     with pytest.raises(ReceiptError) as late:
-        flows.adapters._settle(str(call["intent"]), "aos/echo@1", "ok", {"x": 1})
+        flows.adapters.settle(str(call["intent"]), "aos/echo@1", "ok", {"x": 1})
     assert late.value.code == "receipt.intent_cancelled"
     assert flows.world.height == height + 1  # only the receipt_rejected record
     assert flows.state()["engine_version"] == state["engine_version"]

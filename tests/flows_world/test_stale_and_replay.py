@@ -214,6 +214,6 @@ def test_a_late_receipt_for_a_cancelled_call_is_refused_after_cancel(flows: Flow
     (call,) = [i for i in flows.world.open_intents() if i["effect"] == "aos/tool.echo@1"]
     ops.cancel(flows.world, "e1")
     with pytest.raises(ReceiptError) as late:
-        flows.adapters._settle(str(call["intent"]), "aos/echo@1", "ok", {})
+        flows.adapters.settle(str(call["intent"]), "aos/echo@1", "ok", {})
     assert late.value.code == "receipt.intent_cancelled"
     assert flows.state()["status"] == "cancelled"
