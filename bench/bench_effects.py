@@ -64,7 +64,7 @@ POLL_S = 0.001
 # In process
 
 
-def _settle_all(world: World, *, flush_each: bool) -> int:
+def settle_all(world: World, *, flush_each: bool) -> int:
     """Sign and settle a receipt for every open intent; flush once, or once per receipt."""
     intents = [intent["intent"] for intent in world.open_intents()]
     for intent in intents:
@@ -98,7 +98,7 @@ def run_chains(world: World, keys: list[str], effects: int, *, flush_each: bool)
     world.run_to_idle()
     settled = 0
     while settled < len(keys) * effects:
-        count = _settle_all(world, flush_each=flush_each)
+        count = settle_all(world, flush_each=flush_each)
         assert count, "a chain stopped before its end"
         settled += count
     elapsed = time.perf_counter() - started

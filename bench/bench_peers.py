@@ -40,7 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from aos.kernel.world.world import World
-from bench.bench_effects import CHAIN, _run_chains, _world
+from bench.bench_effects import CHAIN, chain_world, run_chains
 from bench.harness import Row
 
 REPO = Path(__file__).resolve().parent.parent
@@ -246,7 +246,7 @@ def _aos(
 ) -> _Contender:
     def run(r: int) -> float:
         chains = keys(r)
-        return _run_chains(world, chains, steps, flush_each=flush_each) / (len(chains) * steps)
+        return run_chains(world, chains, steps, flush_each=flush_each) / (len(chains) * steps)
 
     return _Contender(name, run)
 
@@ -292,8 +292,8 @@ def _sequential_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
         return [f"seq-{r}"]
 
     with ExitStack() as stack:
-        durable = stack.enter_context(_world(sync=True))
-        nosync = stack.enter_context(_world(sync=False))
+        durable = stack.enter_context(chain_world(sync=True))
+        nosync = stack.enter_context(chain_world(sync=False))
         contenders = [
             _aos(
                 f"aos durable (fsync per flush), 1 flush per effect, {size}",
@@ -330,9 +330,9 @@ def _fanout_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
         return [f"fan-{r}-{n}" for n in range(workflows)]
 
     with ExitStack() as stack:
-        durable = stack.enter_context(_world(sync=True))
-        nosync = stack.enter_context(_world(sync=False))
-        each = stack.enter_context(_world(sync=True))
+        durable = stack.enter_context(chain_world(sync=True))
+        nosync = stack.enter_context(chain_world(sync=False))
+        each = stack.enter_context(chain_world(sync=True))
         contenders = [
             _aos(f"aos durable, {group}, {size}", durable, keys, steps, flush_each=False),
             _aos(f"aos no-sync, {group}, {size}", nosync, keys, steps, flush_each=False),

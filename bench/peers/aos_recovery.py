@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from aos.kernel.world.world import World
-from bench.bench_effects import CHAIN, START, WORKFLOW, _settle_all
+from bench.bench_effects import CHAIN, START, WORKFLOW, settle_all
 
 RECOVER_PREFIX = "recover-"
 
@@ -35,7 +35,7 @@ def _start(path: Path, chains: int, effects: int) -> None:
         world.ingress(START, {"id": key, "n": effects})
     world.run_to_idle()
     for _ in range(effects - 1):
-        assert _settle_all(world, flush_each=False) == chains
+        assert settle_all(world, flush_each=False) == chains
     assert len(world.open_intents()) == chains
     print(json.dumps({"blocked": chains}), flush=True)
     threading.Event().wait()  # until the bench kills this process, world open
@@ -48,7 +48,7 @@ def _recover(path: Path, chains: int, effects: int) -> None:
     height = world.height
     settled = 0
     while settled < chains:
-        count = _settle_all(world, flush_each=False)
+        count = settle_all(world, flush_each=False)
         assert count, "a chain stopped before its end"
         settled += count
     done = time.perf_counter()

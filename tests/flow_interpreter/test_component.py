@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from aos.kernel.wasm import StepRunner, WasmEngine
-from aos.kernel.wasm.build import BuildToolMissingError, build_python
+from aos.kernel.wasm.build import build_python
 from aos_sdk import envelope as sdk_envelope
 from aos_sdk import testing
 from tests.flow_interpreter.harness import (
@@ -32,10 +32,7 @@ from tests.flow_interpreter.harness import (
 def runner(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> StepRunner:
     cache = request.config.cache
     build_cache = cache.mkdir("aos_builds") if cache is not None else tmp_path_factory.mktemp("b")
-    try:
-        built = build_python(FLOW_DIR, cache_dir=build_cache)
-    except BuildToolMissingError as error:  # no componentize-py in this environment
-        pytest.skip(f"cannot build: {error}")
+    built = build_python(FLOW_DIR, cache_dir=build_cache)
     engine = WasmEngine(cache_dir=Path(build_cache).parent / "aos_engine_compiled")
     module = engine.load_file(built.wasm_path, abi="component")
     return StepRunner(module, determinism="checked", sample_rate=1.0)
