@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from aos.cli.common import emit_json, fail, handles_errors, json_option, table, world_option
+from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
 from aos.flows import operations as ops
 from aos.flows.cfd import FlowDefinition, canonical_value, load_definition
 from aos.flows.client import FlowNodeClient
@@ -29,6 +29,7 @@ from aos.flows.local import LocalAdapters
 from aos.flows.world import create_flow_world, default_keys_dir
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
+from aos.kernel.hashing import hash_value
 from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, World
 
 WORKLOAD_BYTES_MAX = 1024 * 1024
@@ -96,8 +97,7 @@ def check_command(files: tuple[Path, ...], as_json: bool) -> None:
 
 
 def cbor_hash(value: Any) -> str:
-    from aos.kernel.hashing import hash_value
-
+    """The hash that names a canonical definition value (the BLAKE3 of its canonical CBOR)."""
     return str(hash_value(value))
 
 
@@ -526,6 +526,3 @@ def cancel_command(
 
 def register(group: click.Group) -> None:
     group.add_command(flow_group)
-
-
-__all__ = ["fail", "register"]

@@ -122,9 +122,8 @@ def resolve_subflows(world: World, value: dict[str, Any]) -> dict[str, Any]:
         if entry.get("definition"):
             continue
         name, _, wanted = str(entry["flow"]).partition("@")
-        version, found = resolve(world, name, int(wanted) if wanted.isdigit() else None)
+        _, found = resolve(world, name, int(wanted) if wanted.isdigit() else None)
         subflows[alias] = {**entry, "flow": name, "definition": found}
-        del version
     return value
 
 
