@@ -70,8 +70,16 @@ class Evaluator:
 
     def __init__(self, blobs: Blobs) -> None:
         self.blobs = blobs
-        self.env = _Environment(blobs)
+        self._env: _Environment | None = None
         self.templates: dict[str, Any] = {}
+
+    @property
+    def env(self) -> _Environment:
+        """Made on first use: most steps render only plain paths, which need no Jinja2, and
+        an environment costs about as much as the rest of a small step inside a component."""
+        if self._env is None:
+            self._env = _Environment(self.blobs)
+        return self._env
 
     def render(self, value: Any, scope: dict[str, Any]) -> Any:
         """A TEMPLATE: strings that are templates render, containers are rebuilt (so a value
