@@ -43,8 +43,8 @@ from aos.kernel.adapters.builtin.http import (
     HTTP_TIMEOUT_S_MAX,
     IDEMPOTENCY_HEADER,
     METHODS,
+    response_headers,
 )
-from aos.kernel.adapters.builtin.http import _headers as response_headers
 from aos.kernel.adapters.builtin.python_fn import (
     PYTHON_TIMEOUT_S_DEFAULT,
     PYTHON_TIMEOUT_S_MAX,

@@ -147,7 +147,7 @@ class HttpEffect:
 
     def _read(self, response: httpx.Response, deadline: float) -> Result:
         limit = self.options.body_bytes_max
-        headers = _headers(response.headers)
+        headers = response_headers(response.headers)
         chunks: list[bytes] = []
         size = 0
         # httpx's timeout bounds each read, not the whole body; a server that trickles bytes
@@ -214,7 +214,7 @@ def _request(params: Any) -> tuple[str, str, dict[str, str], bytes | None] | Res
     return method.upper(), url, headers, body
 
 
-def _headers(headers: httpx.Headers) -> dict[str, str]:
+def response_headers(headers: httpx.Headers) -> dict[str, str]:
     """Lowercase names; a repeated header's values joined with ", " (RFC 9110 §5.3)."""
     kept: dict[str, str] = {}
     for name, value in headers.multi_items():
