@@ -286,7 +286,7 @@ def _task(value: Any, position: int, path: str) -> dict[str, Any]:
         "when": guard(task.get("when"), f"{path}.when"),
         "policy": _policy_rules(task.get("policy"), f"{path}.policy"),
     }
-    normal.update(_ACTION_FIELDS[action](task, path))
+    normal.update(ACTION_READERS[action](task, path))
     return normal
 
 
@@ -384,7 +384,7 @@ def _noop(task: dict[str, Any], path: str) -> dict[str, Any]:
     return {"result": task.get("result")}
 
 
-_ACTION_FIELDS = {
+ACTION_READERS = {
     "assign": _assign,
     "business_ref": _business_ref,
     "call": _call,

@@ -43,7 +43,7 @@ def perform(run: Run, token: Token, frame: Frame, task: Task) -> Any:
     """Run one task once (its `when` was already checked). A template that fails is the
     task's `expression` error, which its rules may handle."""
     try:
-        return _ACTIONS[task["do"]](run, token, frame, task)
+        return HANDLERS[task["do"]](run, token, frame, task)
     except ExprError as error:
         return failed(frame, "expression", "template", error.message)
 
@@ -289,7 +289,7 @@ def copy_value(value: Any) -> Any:
     return value
 
 
-_ACTIONS: dict[str, Callable[[Run, Token, Frame, Task], Any]] = {
+HANDLERS: dict[str, Callable[[Run, Token, Frame, Task], Any]] = {
     "assign": _assign,
     "business_ref": _business_ref,
     "call": _call,
