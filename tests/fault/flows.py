@@ -65,7 +65,7 @@ from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import records
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.world import World, WorldLimits
-from tests.fault.workload import Killer, Workload, _Context, install_hooks
+from tests.fault.workload import KillContext, Killer, Workload, install_hooks, open_or_create
 
 OPS_MAX_DEFAULT = 600  # a bound; a child normally dies long before
 SNAPSHOT_EVERY_RECORDS = 120  # automatic snapshots inside run_to_idle (and short replay tails)
@@ -253,7 +253,7 @@ class FlowWorkload(Workload):
         keys: FlowKeys,
         rng: random.Random,
         killer: Killer,
-        context: _Context,
+        context: KillContext,
         ack_fd: int,
         seed: int,
     ) -> None:
@@ -399,15 +399,13 @@ class FlowWorkload(Workload):
 
 
 def open_world(world_dir: Path, keys_dir: Path, engine: WasmEngine, ack_fd: int) -> World:
-    if world_dir.exists():
-        return World.open(world_dir, sync=True, engine=engine, limits=limits())
-    world, _ = create_flow_world(
-        world_dir, keys_dir=keys_dir, clock="manual", sync=True, engine=engine, limits=limits()
-    )
-    line = json.dumps({"op": "create", "records": [], "world_id": world.world_id}) + "\n"
-    os.write(ack_fd, line.encode())
-    os.fsync(ack_fd)
-    return world
+    def create() -> World:
+        world, _ = create_flow_world(
+            world_dir, keys_dir=keys_dir, clock="manual", sync=True, engine=engine, limits=limits()
+        )
+        return world
+
+    return open_or_create(world_dir, engine, ack_fd, limits(), create)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -423,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     ack_fd = os.open(args.ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     keys = load_or_make_keys(args.keys)
     world = open_world(args.world, args.keys, WasmEngine(), ack_fd)
-    context = _Context()
+    context = KillContext()
     install_hooks(world, killer, context)
     print("ready", flush=True)
     with world:

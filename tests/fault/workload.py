@@ -124,12 +124,12 @@ def _kill_after(delay_s: float) -> None:
 
 
 @dataclass
-class _Context:
+class KillContext:
     op: str = ""
     appended: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
-def install_hooks(world: World, killer: Killer, context: _Context) -> None:
+def install_hooks(world: World, killer: Killer, context: KillContext) -> None:
     """Wrap the world's flush, snapshot and step on the instance so kill points fire there."""
     flush: Callable[[], None] = world._flush
     snapshot = world.snapshot
@@ -165,7 +165,7 @@ def install_hooks(world: World, killer: Killer, context: _Context) -> None:
 
 class Workload:
     def __init__(
-        self, world: World, rng: random.Random, killer: Killer, context: _Context, ack_fd: int
+        self, world: World, rng: random.Random, killer: Killer, context: KillContext, ack_fd: int
     ) -> None:
         self.world = world
         self.rng = rng
@@ -334,9 +334,26 @@ class Workload:
 
 def open_world(world_dir: Path, engine: WasmEngine, ack_fd: int) -> World:
     limits = WorldLimits(snapshot_every_records=SNAPSHOT_EVERY_RECORDS)
+    return open_or_create(
+        world_dir,
+        engine,
+        ack_fd,
+        limits,
+        lambda: World.create(world_dir, SCRIPTED, sync=True, engine=engine, limits=limits),
+    )
+
+
+def open_or_create(
+    world_dir: Path,
+    engine: WasmEngine,
+    ack_fd: int,
+    limits: WorldLimits,
+    create: Callable[[], World],
+) -> World:
+    """Open the lane's world, or create it and ack the creation (durable before the ack)."""
     if world_dir.exists():
         return World.open(world_dir, sync=True, engine=engine, limits=limits)
-    world = World.create(world_dir, SCRIPTED, sync=True, engine=engine, limits=limits)
+    world = create()
     line = json.dumps({"op": "create", "records": [], "world_id": world.world_id}) + "\n"
     os.write(ack_fd, line.encode())
     os.fsync(ack_fd)
@@ -354,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     killer = Killer.from_env(random.Random(args.seed ^ 0x5EED))
     ack_fd = os.open(args.ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     world = open_world(args.world, WasmEngine(), ack_fd)
-    context = _Context()
+    context = KillContext()
     install_hooks(world, killer, context)
     print("ready", flush=True)
     with world:
