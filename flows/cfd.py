@@ -64,6 +64,7 @@ __all__ = [
     "Guard",
     "HumanTask",
     "JsonPathGuard",
+    "KeychainEntry",
     "Limits",
     "Loop",
     "Next",
@@ -113,6 +114,7 @@ IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 """Iterator and `as` names: template variables, so no dots or dashes."""
 SUBFLOW_FLOW_PATTERN = r"^[a-z0-9][a-z0-9._/-]{0,127}(@[0-9]{1,9})?$"
 """A deployed flow's name, optionally pinned to a version (`orders/charge@3`)."""
+KEYCHAIN_KIND_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){0,31}$"
 """A dotted path under `ctx` (or the iteration) that assignments write."""
 
@@ -764,6 +766,17 @@ class Subflow(CfdModel):
     definition: HashText | None = None
 
 
+class KeychainEntry(CfdModel):
+    """A credential the flow may use, by name (§1.7). Every field but `name` and `kind` is the
+    entry's spec, kept as written; resolving it is an effect, so no secret enters the CFD or
+    the journal."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: Identifier
+    kind: Annotated[str, StringConstraints(pattern=KEYCHAIN_KIND_PATTERN)]
+
+
 class FlowDefinition(CfdModel):
     """A canonical flow definition (§1)."""
 
@@ -777,6 +790,7 @@ class FlowDefinition(CfdModel):
     policy: Policy = Field(default_factory=Policy)
     limits: Limits = Field(default_factory=Limits)
     subflows: dict[SubflowAlias, Subflow] = Field(default_factory=dict)
+    keychain: list[KeychainEntry] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1)
 
     @model_validator(mode="before")

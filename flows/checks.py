@@ -11,7 +11,9 @@ validation cannot see, because it needs the whole definition.
     flow.template_invalid  a template or template guard that does not parse
     flow.jsonpath_invalid  a JSONPath guard that does not compile
     flow.unreachable       a step no path from `entry` reaches (`final_step` excepted)
-    flow.limit             more steps, tasks, arcs, rules, subflows or nesting than allowed
+    flow.keychain_duplicate two keychain entries with one name
+    flow.limit             more steps, tasks, arcs, rules, subflows, keychain entries or
+                           nesting than allowed
 
 `check_definition` returns every problem, in definition order.
 """
@@ -68,9 +70,24 @@ def check_definition(defn: FlowDefinition, limits: DefinitionLimits) -> list[Pro
         _check_step(context, step, ("steps", index))
     if len(defn.subflows) > limits.subflows_max:
         context.add("flow.limit", ("subflows",), f"more than {limits.subflows_max} subflows")
+    _check_keychain(context)
     if defn.entry in steps:
         _check_reachable(context, steps)
     return context.problems
+
+
+def _check_keychain(context: _Context) -> None:
+    """Keychain entry names are unique: templates name an entry as `keychain.NAME`."""
+    entries = context.defn.keychain
+    if len(entries) > context.limits.keychain_entries_max:
+        limit = context.limits.keychain_entries_max
+        context.add("flow.limit", ("keychain",), f"more than {limit} keychain entries")
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        if entry.name in seen:
+            message = f"keychain entry {entry.name!r} is defined twice; rename or remove one"
+            context.add("flow.keychain_duplicate", ("keychain", index, "name"), message)
+        seen.add(entry.name)
 
 
 def nesting_depth(value: Any, stop: int) -> int:

@@ -29,6 +29,7 @@ TASK_NESTING_MAX = 16
 ARCS_PER_STEP_MAX = 1000
 RULES_PER_TASK_MAX = 100
 SUBFLOWS_MAX = 1000
+KEYCHAIN_ENTRIES_MAX = 256
 
 NAME_LENGTH_MAX = 128
 """Flow, step, signal, subflow alias and iterator names (their patterns say so too)."""
@@ -56,6 +57,7 @@ class DefinitionLimits:
     arcs_per_step_max: int = ARCS_PER_STEP_MAX
     rules_per_task_max: int = RULES_PER_TASK_MAX
     subflows_max: int = SUBFLOWS_MAX
+    keychain_entries_max: int = KEYCHAIN_ENTRIES_MAX
 
 
 # Execution limits (the CFD's `limits`): default and the most a definition may ask for.

@@ -171,6 +171,7 @@ def test_canonical_top_level_has_every_default() -> None:
         },
         "limits": {name: default for name, (default, _) in EXECUTION_LIMITS.items()},
         "subflows": {},
+        "keychain": [],
         "steps": [
             {
                 "name": "a",
@@ -988,3 +989,35 @@ def test_loading_does_not_change_its_input() -> None:
     before = copy.deepcopy(value)
     FlowDefinition.model_validate(value)
     assert value == before
+
+
+# --------------------------------------------------------------------------------------------
+# Keychain (§1.7)
+
+
+def test_keychain_entries_keep_their_spec_and_default_to_empty() -> None:
+    assert canonical_value(load(minimal()))["keychain"] == []
+    entry = {"name": "pg_local", "kind": "postgres", "host": "{{ workload.host }}", "port": 5432}
+    defn = load(minimal(keychain=[entry]))
+    assert canonical_value(defn)["keychain"] == [entry]
+    round_trip_hash(defn)
+
+
+def test_keychain_names_are_unique_identifiers_and_kinds_lower_case() -> None:
+    twice = [{"name": "token", "kind": "secret"}, {"name": "token", "kind": "secret"}]
+    assert problems_of(minimal(keychain=twice)) == [
+        ("flow.keychain_duplicate", "$.keychain[1].name")
+    ]
+    bad = [{"name": "no-dash", "kind": "secret"}, {"name": "ok", "kind": "Upper"}, {"kind": "x"}]
+    assert {path for _, path in problems_of(minimal(keychain=bad))} == {
+        "$.keychain[0].name",
+        "$.keychain[1].kind",
+        "$.keychain[2].name",
+    }
+
+
+def test_keychain_entries_are_bounded() -> None:
+    entries = [{"name": f"k{n}", "kind": "secret"} for n in range(3)]
+    limits = DefinitionLimits(keychain_entries_max=2)
+    assert problems_of(minimal(keychain=entries), limits=limits) == [("flow.limit", "$.keychain")]
+    assert canonical_value(load(minimal(keychain=entries[:2]), limits=limits))["keychain"]
