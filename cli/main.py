@@ -19,6 +19,7 @@ _COMMAND_MODULES = [
     "aos.cli.adapter_cmd",
     "aos.cli.gov_cmd",
     "aos.cli.flow_cmd",
+    "aos.cli.errors_cmd",
 ]
 
 

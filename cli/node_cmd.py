@@ -31,10 +31,9 @@ import uvicorn
 from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, table, world_option
 from aos.flows.http import add_flow_routes
 from aos.kernel.adapters.keys import read_seed
-from aos.kernel.errors import AosError
 from aos.kernel.node import limits as node_limits
 from aos.kernel.node.app import create_app
-from aos.kernel.node.errors import JsonInvalidError, NodeConfigError
+from aos.kernel.node.errors import JsonInvalidError, NodeConfigError, NodeUnreachableError
 from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
@@ -46,11 +45,6 @@ TASKS_LIMIT_DEFAULT = 100
 PARAMS_CHARS_MAX = 60
 TASK_STATUS_FILTERS = ("open", "claimed")
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
-
-
-class NodeUnreachableError(AosError):
-    code = "node.unreachable"
-    hint = "start one with `aos node up`, or point --node (env AOS_NODE) at it"
 
 
 # --------------------------------------------------------------------------------------------

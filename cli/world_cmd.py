@@ -39,7 +39,7 @@ from aos.kernel.air import AirCheckError
 from aos.kernel.air.errors import AirError
 from aos.kernel.world import records
 from aos.kernel.world.cells import STATUS_FAILED
-from aos.kernel.world.errors import WorldError
+from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.trace import (
     ROLE_TARGET,
@@ -59,16 +59,6 @@ STATUS_INTENTS_MAX = 100
 SUMMARY_CHARS_MAX = 100
 HASH_DIGITS_SHORT = 12
 _TAIL_WINDOW_RECORDS = 256
-
-
-class CellMissingError(WorldError):
-    code = "world.cell_missing"
-    hint = "`aos world state cells WORKFLOW` lists the cells that exist"
-
-
-class KeyUnexpectedError(WorldError):
-    code = "world.key_unexpected"
-    hint = "the workflow is not keyed: it has one cell, named by no key"
 
 
 @contextmanager

@@ -11,13 +11,9 @@ import httpx
 
 from aos.flows.errors import FlowError
 from aos.kernel import cbor
+from aos.kernel.node.errors import NodeUnreachableError
 
 REQUEST_TIMEOUT_S = 60.0
-
-
-class FlowNodeUnreachableError(FlowError):
-    code = "node.unreachable"
-    hint = "is `aos node up` serving the world at that URL?"
 
 
 class FlowNodeRefusedError(FlowError):
@@ -81,7 +77,7 @@ class FlowNodeClient:
         try:
             response = httpx.request(method, self.url + path, json=body, timeout=self.timeout_s)
         except httpx.HTTPError as failure:
-            raise FlowNodeUnreachableError(f"{self.url}: {failure}") from None
+            raise NodeUnreachableError(f"{self.url}: {failure}") from None
         try:
             answer = response.json() if response.content else {}
         except ValueError:

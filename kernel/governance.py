@@ -264,9 +264,9 @@ def propose(
         raise GovDuplicateProposalError(f"{proposal} is already proposed")
     if (
         sum(1 for p in world.proposals.values() if p["status"] not in ("applied", "rejected"))
-        >= PROPOSALS_OPEN_MAX_DEFAULT
+        >= proposals_open_max
     ):
-        raise GovTooManyProposalsError(f"{PROPOSALS_OPEN_MAX_DEFAULT} proposals are open")
+        raise GovTooManyProposalsError(f"{proposals_open_max} proposals are open")
     for data in (blobs or {}).values():
         world._pending.put(data)
     loaded = apply_patch(

@@ -550,6 +550,17 @@ def test_open_proposals_are_bounded(counter: Path) -> None:
         governance.propose(world, _add_schema_patch(world, "demo/OneTooMany@1"))
 
 
+def test_the_open_proposals_bound_is_overridable(counter: Path) -> None:
+    with reopen(counter) as world:
+        governance.propose(world, _add_schema_patch(world, "demo/A@1"), proposals_open_max=2)
+        governance.propose(world, _add_schema_patch(world, "demo/B@1"), proposals_open_max=2)
+        height = world.height
+        with refused("gov.too_many_proposals"):
+            governance.propose(world, _add_schema_patch(world, "demo/C@1"), proposals_open_max=2)
+        assert world.height == height
+        governance.propose(world, _add_schema_patch(world, "demo/C@1"), proposals_open_max=3)
+
+
 # --------------------------------------------------------------------------------------------
 # Governance history replays
 

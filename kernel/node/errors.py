@@ -39,6 +39,13 @@ class TaskUnknownError(NodeError):
     hint = "`aos task ls` lists the open tasks; a completed task is gone"
 
 
+class NodeUnreachableError(AosError):
+    """A client (the CLI, the flow client) cannot reach the node at a URL."""
+
+    code = "node.unreachable"
+    hint = "start one with `aos node up`, or point --node (env AOS_NODE) at it"
+
+
 class HumanDisabledError(NodeError):
     code = "node.human_disabled"
     hint = "start the node with --human-adapter NAME --human-key FILE to host human tasks"
@@ -47,11 +54,6 @@ class HumanDisabledError(NodeError):
 class HumanAdapterError(NodeError):
     code = "node.human_adapter_invalid"
     hint = "the human adapter must be a defadapter of the manifest, and the key its private half"
-
-
-class CellMissingError(NodeError):
-    code = "world.cell_missing"
-    hint = "GET /v1/cells/{workflow} lists the cells that exist"
 
 
 class LeaseAdapterUnknownError(NodeError):

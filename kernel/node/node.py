@@ -13,7 +13,6 @@ from typing import Any
 
 from aos.kernel import cbor
 from aos.kernel.node.errors import (
-    CellMissingError,
     HumanDisabledError,
     LeaseAdapterNotAllowedError,
     LeaseAdapterUnknownError,
@@ -36,16 +35,12 @@ from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_fo
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.world import records
 from aos.kernel.world.cells import STATUS_FAILED
+from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import CellInfo, RunReport, Settlement, World
 
 JOURNAL_LIMIT_DEFAULT = 100
 CELLS_LIMIT_DEFAULT = 1000
-
-
-class KeyUnexpectedError(RequestInvalidError):
-    code = "world.key_unexpected"
-    hint = "the workflow is not keyed: it has one cell, named by no key"
 
 
 class Node:

@@ -56,6 +56,18 @@ class StepBudgetExceededError(WorldError):
     hint = "a workflow storm: more steps than one run allows; the rest stays queued"
 
 
+class CellMissingError(WorldError):
+    code = "world.cell_missing"
+    hint = (
+        "`aos world state cells WORKFLOW` (or GET /v1/cells/{workflow}) lists the cells that exist"
+    )
+
+
+class KeyUnexpectedError(WorldError):
+    code = "world.key_unexpected"
+    hint = "the workflow is not keyed: it has one cell, named by no key; leave the key out"
+
+
 class KeyRequiredError(WorldError):
     code = "world.key_required"
     hint = "the workflow is keyed: name the cell's key"
