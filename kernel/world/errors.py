@@ -126,6 +126,11 @@ class TimeBackwardsError(WorldError):
     hint = "logical time only moves forward"
 
 
+class TimeOutOfRangeError(WorldError):
+    code = "world.time_out_of_range"
+    hint = "logical time stays at or below LOGICAL_NS_MAX (2**63-1 ns); nothing was changed"
+
+
 class WorldNotQuiescentError(WorldError):
     code = "world.not_quiescent"
     hint = "a snapshot needs an idle scheduler: run to idle first"

@@ -70,6 +70,7 @@ from aos.kernel.world.errors import (
     StepRouteError,
     StepStateInvalidError,
     TimeBackwardsError,
+    TimeOutOfRangeError,
     WorldClosedError,
     WorldCorruptError,
     WorldExistsError,
@@ -104,6 +105,12 @@ _META_SNAPSHOTS = "world.snapshots"
 
 CLOCK_WALL = "wall"
 CLOCK_MANUAL = "manual"
+
+
+# Logical time stays in the signed 64-bit range that stamps, timers and most readers share; the
+# rest of CBOR's u64 range is headroom for deadlines a workflow computes from it. A time input
+# past it is refused before anything is stamped or journaled.
+LOGICAL_NS_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -619,7 +626,7 @@ class World:
             raise ClockManualOnlyError("this world's logical time follows the wall clock")
         if by_ns < 0:
             raise TimeBackwardsError(f"cannot move time by {by_ns} ns")
-        return self._tick(self.logical_ns + by_ns)
+        return self._tick(_time_in_range(self.logical_ns + by_ns))
 
     def jump_next_timer(self) -> RunReport | None:
         """Advance a `manual` clock world to its earliest timer deadline (None if no timer is
@@ -629,7 +636,7 @@ class World:
         deadlines = [i.due_ns for i in self._open_intents.values() if i.due_ns is not None]
         if not deadlines:
             return None
-        return self._tick(max(self.logical_ns, min(deadlines)))
+        return self._tick(_time_in_range(max(self.logical_ns, min(deadlines))))
 
     def tick(self) -> RunReport | None:
         """For a `wall` clock world: if a kernel timer is due at the current wall time, journal
@@ -1330,6 +1337,15 @@ def _head_usable(store: Store) -> bool:
         return all(store.cas.has(Hash(str(root))) for root in head["roots"].values())
     except (AosError, KeyError, TypeError):
         return False
+
+
+def _time_in_range(logical_ns: int) -> int:
+    if logical_ns > LOGICAL_NS_MAX:
+        raise TimeOutOfRangeError(
+            f"logical time would be {logical_ns} ns; the most is {LOGICAL_NS_MAX}",
+            logical_ns_max=LOGICAL_NS_MAX,
+        )
+    return logical_ns
 
 
 def _snapshot_list(value: Any) -> list[tuple[int, Hash]]:
