@@ -8,13 +8,8 @@ import sys
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option
-from aos.kernel import cbor
+from aos.kernel import cbor, jsontext
 from aos.kernel.errors import InvalidInputError
-
-
-class InvalidJsonError(InvalidInputError):
-    code = "cli.invalid_json"
-    hint = "pass one JSON value, e.g. '{\"a\": 1}', or - to read it from stdin"
 
 
 class InvalidHexError(InvalidInputError):
@@ -38,10 +33,7 @@ def cbor_group() -> None:
 @handles_errors
 def encode_command(json_text: str, bare: bool, as_json: bool) -> None:
     """Print the canonical CBOR of JSON as hex. `{"$bytes": "<hex>"}` stands for a byte string."""
-    try:
-        parsed = json.loads(_argument_text(json_text))
-    except json.JSONDecodeError as exc:
-        raise InvalidJsonError(f"not JSON: {exc}") from None
+    parsed = jsontext.parse(_argument_text(json_text))
     data = cbor.encode(cbor.from_json(parsed), self_describe=not bare)
     if as_json:
         emit_json({"hex": data.hex(), "bytes": len(data)})

@@ -30,10 +30,11 @@ import uvicorn
 
 from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, table, world_option
 from aos.flows.http import add_flow_routes
+from aos.kernel import jsontext
 from aos.kernel.adapters.keys import read_seed
 from aos.kernel.node import limits as node_limits
 from aos.kernel.node.app import create_app
-from aos.kernel.node.errors import JsonInvalidError, NodeConfigError, NodeUnreachableError
+from aos.kernel.node.errors import NodeConfigError, NodeUnreachableError
 from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
@@ -85,6 +86,13 @@ def node_group() -> None:
     help="Largest request body.",
 )
 @click.option(
+    "--request-body-ms-max",
+    type=click.IntRange(min=1),
+    default=node_limits.REQUEST_BODY_MS_MAX_DEFAULT,
+    show_default=True,
+    help="Longest a request body may take to arrive after its headers (then 408).",
+)
+@click.option(
     "--blob-bytes-max",
     type=int,
     default=node_limits.BLOB_BYTES_MAX_DEFAULT,
@@ -129,6 +137,7 @@ def up_command(
     human_key: str | None,
     lease_ms: int,
     request_bytes_max: int,
+    request_body_ms_max: int,
     blob_bytes_max: int,
     host_batch_max: int,
     leases_per_request_max: int,
@@ -154,6 +163,7 @@ def up_command(
     limits = NodeLimits(
         lease_ms=lease_ms,
         request_bytes_max=request_bytes_max,
+        request_body_ms_max=request_body_ms_max,
         blob_bytes_max=blob_bytes_max,
         host_batch_max=host_batch_max,
         leases_per_request_max=leases_per_request_max,
@@ -478,10 +488,7 @@ def _payload(payload_json: str | None, payload_file: IO[str] | None) -> Any:
         text = sys.stdin.read() if payload_json == "-" else payload_json
     else:
         return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise JsonInvalidError(f"the payload is not JSON: {error}") from None
+    return jsontext.parse(text, path="payload")
 
 
 def _request(

@@ -24,7 +24,6 @@ from typing import IO, Any
 
 import click
 
-from aos.cli.cbor_cmd import InvalidJsonError
 from aos.cli.common import (
     EXIT_ERROR,
     emit_json,
@@ -34,7 +33,7 @@ from aos.cli.common import (
     table,
     world_option,
 )
-from aos.kernel import cbor
+from aos.kernel import cbor, jsontext
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.errors import AirError
 from aos.kernel.world import records
@@ -241,10 +240,7 @@ def _event_value(value_json: str | None, value_file: IO[str] | None) -> Any:
     else:
         assert value_json is not None
         text = sys.stdin.read() if value_json == "-" else value_json
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidJsonError(f"the event value is not JSON: {error}") from None
+    return jsontext.parse(text, path="value")
 
 
 def _fail_rejected(error: RouteError, seq: int, *, as_json: bool) -> None:
@@ -313,8 +309,8 @@ def _cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes 
         return key, world.key_bytes(workflow, key)
     except AirError as as_typed:
         try:
-            parsed = json.loads(key)
-        except json.JSONDecodeError:
+            parsed = jsontext.parse(key, path="key")
+        except jsontext.JsonInvalidError:
             raise as_typed from None
         return parsed, world.key_bytes(workflow, parsed)
 

@@ -60,7 +60,7 @@ def test_decode_errors_exit_1_with_code_and_hint() -> None:
 def test_bad_arguments() -> None:
     assert run("cbor", "decode", "xyz")[0] == 1
     assert run("cbor", "decode", "--json", "xyz")[1].count("cli.invalid_hex") == 1
-    assert run("cbor", "encode", "{")[2].startswith("error[cli.invalid_json]")
+    assert run("cbor", "encode", "{")[2].startswith("error[input.invalid_json]")
     assert run("cbor", "encode", '{"k": 18446744073709551616}')[2].startswith(
         "error[cbor.integer_range]"
     )

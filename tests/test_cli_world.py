@@ -347,9 +347,9 @@ def test_send_unknown_schema(counter: Path) -> None:
 
 def test_send_bad_json(counter: Path) -> None:
     code, _, err = run("world", "send", COUNTER, "--value-json", "{nope", world=counter)
-    assert code == 1 and err.startswith("error[cli.invalid_json]: ")
+    assert code == 1 and err.startswith("error[input.invalid_json]: ")
     assert error_of("world", "send", COUNTER, "--value-json", "", world=counter)["code"] == (
-        "cli.invalid_json"
+        "input.invalid_json"
     )
 
 

@@ -357,7 +357,7 @@ BAD_BODIES = [
     ),
     ("nan", b'{"receipt": NaN}', "application/json", 400, "input.invalid_json"),
     ("not utf-8", b"\xff\xfe", "application/json", 400, "input.invalid_json"),
-    ("deep json", b"[" * 100_000 + b"]" * 100_000, "application/json", 400, "input.invalid_json"),
+    ("deep json", b"[" * 100_000 + b"]" * 100_000, "application/json", 400, "input.json_too_deep"),
     (
         "bad $bytes",
         b'{"receipt": {"$bytes": "zz"}}',

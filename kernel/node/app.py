@@ -8,6 +8,7 @@ served as usual.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -19,14 +20,15 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from aos.kernel import cbor
+from aos.kernel import cbor, jsontext
 from aos.kernel.errors import AosError
+from aos.kernel.jsontext import JsonInvalidError
 from aos.kernel.node import models
 from aos.kernel.node.errors import (
-    JsonInvalidError,
     MediaTypeUnsupportedError,
     NodeInternalError,
     RequestInvalidError,
+    RequestTimeoutError,
     RequestTooLargeError,
     http_status,
 )
@@ -37,7 +39,6 @@ API_VERSION = "1"
 CBOR_MEDIA_TYPE = "application/cbor"
 BLOB_MEDIA_TYPE = "application/octet-stream"
 BLOBS_PATH = "/v1/blobs"
-JSON_DEPTH_ERROR = "the JSON is nested too deeply"
 
 log = logging.getLogger("aos.node")
 
@@ -64,8 +65,10 @@ def create_app(node: Node) -> FastAPI:
     _add_routes(app, node)
     _add_receipt_schema(app)
     app.add_middleware(
-        BodyLimit,
+        RequestGuard,
         bytes_max=node.limits.request_bytes_max,
+        body_ms_max=node.limits.request_body_ms_max,
+        json_depth_max=node.limits.json_depth_max,
         by_path={BLOBS_PATH: ("blob_bytes_max", node.limits.blob_bytes_max)},
     )
     return app
@@ -222,36 +225,14 @@ def _receipt_request(body: bytes, content_type: str | None) -> Any:
 
 
 def _json_bytes(data: bytes, path: str) -> Any:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise JsonInvalidError("the body is not UTF-8 text", path=path) from None
-    return _json_text(text, path)
+    return jsontext.parse(data, path=path)
 
 
 def _json_text(text: str | None, path: str) -> Any:
-    """Strict JSON: one value, no duplicate keys, no NaN or Infinity."""
+    """Strict JSON (kernel/jsontext.py): one value, no duplicate keys, no NaN, bounded."""
     if text is None:
         return None
-    try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-    except json.JSONDecodeError as error:
-        raise JsonInvalidError(f"not JSON: {error}", path=path) from None
-    except RecursionError:
-        raise JsonInvalidError(JSON_DEPTH_ERROR, path=path) from None
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise JsonInvalidError(f"duplicate key {key!r}")
-        found[key] = value
-    return found
-
-
-def _no_constant(name: str) -> Any:
-    raise JsonInvalidError(f"{name} is not JSON")
+    return jsontext.parse(text, path=path)
 
 
 _RECEIPT_SCHEMA = {"$ref": "#/components/schemas/ReceiptRequest"}
@@ -347,21 +328,31 @@ def _add_error_handlers(app: FastAPI) -> None:
 # Body size
 
 
-class BodyLimit:
-    """Reads a request's whole body before the app sees it, refusing it with 413
-    `request.too_large` as soon as it passes its limit (by its Content-Length or by what has
-    arrived), so no handler ever holds more than that. The limit is `bytes_max`
-    (`request_bytes_max`), or the named one `by_path` gives for the request's exact path."""
+class RequestGuard:
+    """Reads a request's whole body before the app sees it, so no handler ever holds more than
+    a limit or waits on a stalled client:
+    - past its size limit (by its Content-Length or by what has arrived) it is refused with 413
+      `request.too_large`; the limit is `bytes_max` (`request_bytes_max`), or the named one
+      `by_path` gives for the request's exact path;
+    - a body not complete within `body_ms_max` of the headers is 408 `request.timeout`;
+    - a JSON body (by its media type, or none given) must be strict JSON nested at most
+      `json_depth_max` (kernel/jsontext.py), else 400 `input.invalid_json` /
+      `input.json_too_deep`: everything behind this recurses over the parsed value.
+    """
 
     def __init__(
         self,
         app: ASGIApp,
         *,
         bytes_max: int,
+        body_ms_max: int,
+        json_depth_max: int,
         by_path: dict[str, tuple[str, int]] | None = None,
     ) -> None:
         self.app = app
         self.bytes_max = bytes_max
+        self.body_s_max = body_ms_max / 1000
+        self.json_depth_max = json_depth_max
         self.by_path = by_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -370,25 +361,16 @@ class BodyLimit:
             return
         name, bytes_max = self.by_path.get(scope.get("path", ""), ("request_bytes_max", 0))
         bytes_max = bytes_max or self.bytes_max
-        declared = dict(scope.get("headers", ())).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > bytes_max:
-            await self._refuse(send, int(declared), name, bytes_max)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
+        headers = dict(scope.get("headers", ()))
+        try:
+            body = await self._body(receive, headers.get(b"content-length"), name, bytes_max)
+            if body is None:
                 return  # the client went away
-            chunk = bytes(message.get("body", b""))
-            size += len(chunk)
-            if size > bytes_max:
-                await self._refuse(send, size, name, bytes_max)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+            if body and _is_json(headers.get(b"content-type")):
+                jsontext.parse(body, path="$", depth_max=self.json_depth_max, bytes_max=bytes_max)
+        except AosError as error:
+            await _answer(send, error)
+            return
         delivered = False
 
         async def replay() -> Message:
@@ -400,22 +382,63 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send, size: int, name: str, bytes_max: int) -> None:
-        error = RequestTooLargeError(
-            f"the body is at least {size} bytes; the limit is {bytes_max} ({name})",
-            limit=bytes_max,
-            limit_name=name,
-        )
-        payload = json.dumps({"error": error.to_dict()}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": http_status(error),
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+    async def _body(
+        self, receive: Receive, declared: bytes | None, name: str, bytes_max: int
+    ) -> bytes | None:
+        if declared is not None and declared.isdigit() and int(declared) > bytes_max:
+            raise _too_large(int(declared), name, bytes_max)
+        deadline = asyncio.get_running_loop().time() + self.body_s_max
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            left_s = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(left_s, 0.0))
+            except TimeoutError:
+                raise RequestTimeoutError(
+                    f"the body did not arrive within {self.body_s_max:g} s (request_body_ms_max)",
+                    received_bytes=size,
+                ) from None
+            if message["type"] != "http.request":
+                return None
+            chunk = bytes(message.get("body", b""))
+            size += len(chunk)
+            if size > bytes_max:
+                raise _too_large(size, name, bytes_max)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+def _too_large(size: int, name: str, bytes_max: int) -> RequestTooLargeError:
+    return RequestTooLargeError(
+        f"the body is at least {size} bytes; the limit is {bytes_max} ({name})",
+        limit=bytes_max,
+        limit_name=name,
+    )
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    """JSON by its media type; a body with none is read as JSON by the routes too."""
+    if content_type is None:
+        return True
+    media = content_type.split(b";")[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")
+
+
+async def _answer(send: Send, error: AosError) -> None:
+    """An error answer sent before the app saw the request; the connection is closed, since
+    the rest of the body may still be on its way."""
+    payload = json.dumps({"error": error.to_dict()}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": http_status(error),
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})

@@ -7,7 +7,7 @@ the status says what kind of refusal it is, the code says exactly which.
 
 from __future__ import annotations
 
-from aos.kernel.errors import AosError, InvalidInputError
+from aos.kernel.errors import AosError
 
 
 class NodeError(AosError):
@@ -91,20 +91,21 @@ class RequestTooLargeError(NodeError):
     hint = "request bodies are limited in size (request_bytes_max; blobs: blob_bytes_max)"
 
 
+class RequestTimeoutError(NodeError):
+    code = "request.timeout"
+    hint = "send the whole body within request_body_ms_max of the headers"
+
+
 class MediaTypeUnsupportedError(NodeError):
     code = "request.media_type_unsupported"
     hint = "POST /v1/blobs takes the raw bytes as application/octet-stream"
-
-
-class JsonInvalidError(InvalidInputError):
-    code = "input.invalid_json"
-    hint = 'send one JSON value; bytes are written {"$bytes": "<hex>"}'
 
 
 # Status by exact code first, then by the code's namespace (the part before the dot).
 _STATUS_BY_CODE = {
     "receipt.malformed": 400,
     "receipt.too_large": 413,
+    "request.timeout": 408,
     "receipt.unknown_intent": 409,
     "receipt.intent_cancelled": 409,
     "lease.revoked": 409,

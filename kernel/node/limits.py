@@ -13,6 +13,11 @@ REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
 BLOB_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 """Largest body of `POST /v1/blobs` (the one endpoint not bound by `request_bytes_max`); it
 must also fit the store's own `blob_bytes_max`."""
+REQUEST_BODY_MS_MAX_DEFAULT = 30_000
+"""How long the node waits for a request's whole body once its headers arrived; a client that
+stalls past it gets 408 `request.timeout` and its connection closed."""
+JSON_DEPTH_MAX_DEFAULT = 64
+"""Deepest JSON a request body or query value may nest (kernel/jsontext.py)."""
 LEASES_PER_REQUEST_MAX_DEFAULT = 100
 LONG_POLL_MS_MAX_DEFAULT = 30_000
 LEASE_MS_DEFAULT = 30_000
@@ -37,6 +42,8 @@ SHUTDOWN_GRACE_MS_DEFAULT = 5000
 class NodeLimits:
     request_bytes_max: int = REQUEST_BYTES_MAX_DEFAULT
     blob_bytes_max: int = BLOB_BYTES_MAX_DEFAULT
+    request_body_ms_max: int = REQUEST_BODY_MS_MAX_DEFAULT
+    json_depth_max: int = JSON_DEPTH_MAX_DEFAULT
     leases_per_request_max: int = LEASES_PER_REQUEST_MAX_DEFAULT
     long_poll_ms_max: int = LONG_POLL_MS_MAX_DEFAULT
     lease_ms: int = LEASE_MS_DEFAULT
