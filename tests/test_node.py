@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from aos.kernel import cbor
+from aos.kernel import cbor, replay
 from aos.kernel.adapters.keys import KeyFileError, read_seed, write_seed
 from aos.kernel.adapters.signing import signed_receipt
 from aos.kernel.hashing import Hash, hash_bytes
@@ -26,6 +26,8 @@ from aos.kernel.node.app import create_app
 from aos.kernel.node.errors import HumanAdapterError, NodeConfigError
 from aos.kernel.node.human import HumanAdapter
 from aos.kernel.node.leases import LeaseManager, PublishedIntent
+from aos.kernel.world.errors import TimeBackwardsError
+from aos.kernel.world.world import World
 from tests.test_receipts import ADAPTER_SEED, STRANGER_SEED
 from tests.test_world import SCRIPTED, create, engine, ping
 
@@ -625,17 +627,46 @@ def test_open_intents_are_published_again_when_the_node_restarts(world_path: Pat
         assert sorted(le["params"]["n"] for le in leases) == [0, 1]
 
 
-def test_an_unexpected_failure_is_a_500_and_the_node_goes_on(
-    client: TestClient, node: Node
-) -> None:
-    def broken(_: Any) -> None:
-        raise RuntimeError("a bug")
+def test_an_unexpected_failure_is_a_500_and_stops_the_world(world_path: Path) -> None:
+    with open_node(world_path) as node:
+        client = TestClient(create_app(node))
+        send(client, "x")
+        before = client.get("/v1/world").json()
 
-    with pytest.raises(Exception) as caught:
-        node.host.call(broken)
-    assert getattr(caught.value, "code", None) == "node.internal"
+        def broken(world: Any) -> None:
+            world.ingress("demo/Ping@1", {"id": "y", "n": 1, "action": "none"})
+            raise RuntimeError("a bug")
+
+        with pytest.raises(Exception) as caught:
+            node.host.call(broken)
+        assert getattr(caught.value, "code", None) == "node.internal"
+        # What the bug left in memory is unknown: the world is closed, nothing more is served.
+        assert error_of(client.get("/v1/world"), 503)["code"] == "world.closed"
+    with World.open(world_path) as reopened:
+        assert reopened.height == before["height"]
+    assert replay.verify(world_path).ok
+
+
+def test_a_refusal_after_an_append_discards_the_unflushed_work(
+    client: TestClient, node: Node, world_path: Path
+) -> None:
     send(client, "x")
-    assert client.get("/v1/world").json()["open_intents"] == 1
+    before = client.get("/v1/world").json()
+
+    def refused_late(world: Any) -> None:
+        world.ingress("demo/Ping@1", {"id": "y", "n": 1, "action": "none"})
+        raise TimeBackwardsError("refused after an append")
+
+    with pytest.raises(TimeBackwardsError):
+        node.host.call(refused_late)
+    assert client.get("/v1/world").json() == before
+    send(client, "z")  # the next input is journaled right after the last durable one
+    found = journal(client)
+    assert [entry["seq"] for entry in found] == list(range(1, len(found) + 1))
+    ingressed = [e["record"]["value"] for e in found if e["record"]["kind"] == "domain_event"]
+    assert [value["id"] for value in ingressed] == ["x", "z"]  # never the discarded "y"
+    node.close()
+    assert replay.verify(world_path).ok
 
 
 # --------------------------------------------------------------------------------------------

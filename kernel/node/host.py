@@ -131,6 +131,7 @@ class WorldHost:
         self.batched = 0
         self.world_id = ""
         self.clock = ""
+        self._world: World  # opened on the host thread
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -189,26 +190,30 @@ class WorldHost:
 
     def _main(self) -> None:
         try:
-            world = self._opener()
+            self._world = self._opener()
         except BaseException as error:
             self._ready.set_exception(error)
             return
         try:
+            world = self._world
             self.world_id = world.world_id
             self.clock = world.clock
             self._manifest_hash = str(world.manifest_hash)
             self._publish_open_intents(world)
             self._ready.set_result(None)
-            self._serve(world)
+            self._serve()
         except KernelInvariantError:
             log.critical("a kernel invariant broke; the world is closed", exc_info=True)
+        except _UnexpectedFailureError:
+            log.critical("a world operation failed unexpectedly; the world is closed")
         finally:
             self._stopping = True
-            world.close()
+            self._world.close()
             self._fail_waiting()
 
-    def _serve(self, world: World) -> None:
+    def _serve(self) -> None:
         while True:
+            world = self._world
             if self._held is not None:
                 job, self._held = self._held, None
             else:
@@ -219,23 +224,39 @@ class WorldHost:
             if job is _STOP:
                 return
             try:
+                failed = False
                 if isinstance(job, _BatchJob):
-                    self._run_batch(world, self._batch(job))
+                    failed = self._run_batch(world, self._batch(job))
                 elif job is not None:
-                    self._run(world, job)
+                    failed = self._run(world, job)
+                if failed and world.unflushed_records:
+                    world = self._discard_unflushed(world)
                 self._chores(world)
-            except KernelInvariantError:
+            except (KernelInvariantError, _UnexpectedFailureError):
                 raise
             except Exception:
                 # Publishing or a chore failed (a bug, or the store): the world's own state
                 # is intact, so keep serving and say so loudly.
                 log.exception("the world host's bookkeeping failed")
 
-    def _run(self, world: World, job: _Job[Any]) -> None:
+    def _discard_unflushed(self, world: World) -> World:
+        """A refused operation left records it appended unflushed: memory is ahead of the
+        store. Closing without a flush drops them; the reopened world is the durable one, as if
+        the operation had never run (a refusal changes nothing)."""
+        log.warning(
+            "discarding %d unflushed records of a refused operation", world.unflushed_records
+        )
+        world.close()
+        self._world = self._opener()
+        return self._world
+
+    def _run(self, world: World, job: _Job[Any]) -> bool:
+        """Run one operation and answer it; True if it failed."""
         if not job.future.set_running_or_notify_cancel():
-            return  # the requester went away before its turn
+            return False  # the requester went away before its turn
         result: Any = None
         failure: BaseException | None = None
+        unexpected: BaseException | None = None
         try:
             result = job.operation(world)
         except StepBudgetExceededError as error:
@@ -248,7 +269,11 @@ class WorldHost:
             raise
         except Exception as error:
             log.exception("a world operation failed unexpectedly")
-            failure = NodeInternalError(f"{type(error).__name__}: {error}")
+            failure = unexpected = NodeInternalError(f"{type(error).__name__}: {error}")
+        if unexpected is not None:
+            # A bug, not a refusal: what it left in memory is unknown, so stop the world.
+            job.future.set_exception(unexpected)
+            raise _UnexpectedFailureError from unexpected
         # Publish before answering: whoever sent the input that opened an intent can lease it
         # as soon as the answer arrives.
         try:
@@ -258,6 +283,7 @@ class WorldHost:
                 job.future.set_result(result)
             else:
                 job.future.set_exception(failure)
+        return failure is not None
 
     def _batch(self, first: _BatchJob[Any]) -> list[_BatchJob[Any]]:
         """`first` and the batched jobs queued right behind it; the first job of another
@@ -274,8 +300,9 @@ class WorldHost:
             batch.append(job)
         return batch
 
-    def _run_batch(self, world: World, batch: list[_BatchJob[Any]]) -> None:
-        """Admit every input of the batch, run the world to idle once, publish, answer."""
+    def _run_batch(self, world: World, batch: list[_BatchJob[Any]]) -> bool:
+        """Admit every input of the batch, run the world to idle once, publish, answer; True
+        if any of it failed."""
         admitted: list[tuple[_BatchJob[Any], Admission[Any] | BaseException]] = []
         report: RunReport | None = None
         run_error: BaseException | None = None
@@ -287,11 +314,6 @@ class WorldHost:
                     admitted.append((job, job.admit(world)))
                 except AosError as error:
                     admitted.append((job, error))  # its own refusal; the others go on
-                except KernelInvariantError:
-                    raise
-                except Exception as error:
-                    log.exception("a world operation failed unexpectedly")
-                    admitted.append((job, NodeInternalError(f"{type(error).__name__}: {error}")))
             runs = sum(1 for _, a in admitted if isinstance(a, Admission) and a.runs)
             if runs:
                 # Each input keeps the step budget it would have had on its own.
@@ -303,19 +325,14 @@ class WorldHost:
                     run_error = error
                 except AosError as error:
                     run_error = error
-                except KernelInvariantError:
-                    raise
-                except Exception as error:
-                    log.exception("running a batch of world operations failed unexpectedly")
-                    run_error = NodeInternalError(f"{type(error).__name__}: {error}")
-        except KernelInvariantError as error:
-            closed = WorldClosedError(f"a kernel invariant broke: {error}")
-            for job in batch:
-                if job.future.running() or (
-                    not job.future.done() and job.future.set_running_or_notify_cancel()
-                ):
-                    job.future.set_exception(closed)
-            raise
+        except (KernelInvariantError, Exception) as error:
+            # A broken invariant or a bug, not a refusal: stop the world.
+            if not isinstance(error, KernelInvariantError):
+                log.exception("a batch of world operations failed unexpectedly")
+            self._fail_batch(batch, error)
+            if isinstance(error, KernelInvariantError):
+                raise
+            raise _UnexpectedFailureError from error
         # Publish before answering, as for any operation.
         try:
             self._after(world)
@@ -324,6 +341,19 @@ class WorldHost:
             self.batched += len(admitted)
             for job, admission in admitted:
                 _answer(job.future, admission, report, run_error)
+        return run_error is not None or any(isinstance(a, BaseException) for _, a in admitted)
+
+    @staticmethod
+    def _fail_batch(batch: list[_BatchJob[Any]], error: BaseException) -> None:
+        if isinstance(error, KernelInvariantError):
+            closed: BaseException = WorldClosedError(f"a kernel invariant broke: {error}")
+        else:
+            closed = NodeInternalError(f"{type(error).__name__}: {error}")
+        for job in batch:
+            if job.future.running() or (
+                not job.future.done() and job.future.set_running_or_notify_cancel()
+            ):
+                job.future.set_exception(closed)
 
     def _idle_timeout_s(self) -> float | None:
         if self._drain:
@@ -421,6 +451,10 @@ class WorldHost:
                 job.future.set_exception(WorldClosedError("the node stopped"))
 
 
+class _UnexpectedFailureError(Exception):
+    """An operation failed with an exception that is not a refusal; the host stops."""
+
+
 def _answer(
     future: Future[Any],
     admission: Admission[Any] | BaseException,
@@ -433,7 +467,10 @@ def _answer(
         future.set_exception(admission)
         return
     if admission.runs and run_error is not None:
-        future.set_exception(_own_copy(run_error, admission.error_detail))
+        # Only a budget stop leaves the input durable; any other run error discards it, so
+        # its sequence must not be reported.
+        durable = isinstance(run_error, StepBudgetExceededError)
+        future.set_exception(_own_copy(run_error, admission.error_detail if durable else {}))
         return
     try:
         future.set_result(admission.answer(report if admission.runs else None))

@@ -483,6 +483,13 @@ class World:
         return self._head
 
     @property
+    def unflushed_records(self) -> int:
+        """Records appended since the last flush. After a refused operation this must be 0:
+        if it is not, memory is ahead of the store and the holder closes the world without a
+        flush (discarding them) and reopens it."""
+        return len(self._pending.records)
+
+    @property
     def reclaimed_objects(self) -> int:
         """CAS objects this world's flushes reclaimed since it was opened: deleted, never
         written, or released after retention dropped their snapshot (spec/05 §5.1)."""
