@@ -10,9 +10,10 @@
 
 It runs Debian's binaries (`/usr/lib/postgresql/15/bin`, or `AOS_PG_BIN`). `initdb` refuses
 to run as root, so when the tests run as root the cluster belongs to a non-root user
-(`postgres`, or `AOS_PG_USER`) and its folder is one that user owns. The server trusts local
-connections on loopback only (a throwaway cluster on a test machine holds no secrets) and
-runs with `fsync` off: a crash loses it, which a test cluster may.
+(`postgres`, or `AOS_PG_USER`) and its folder is one that user owns. It listens on loopback
+only and checks passwords there (scram-sha-256: a test that a password reaches the server
+proves something); the superuser's password is random, in `dsn()`. It runs with `fsync` off:
+a crash loses it, which a test cluster may.
 
 Missing binaries fail loudly, naming the package: a postgres test that skips proves nothing.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import subprocess
@@ -70,6 +72,7 @@ class PgCluster:
     port: int
     bin: Path
     user: str | None  # the OS user owning the cluster when we run as root, else None
+    password: str  # the superuser's
     stopped: bool = False
 
     @property
@@ -80,8 +83,13 @@ class PgCluster:
     def host(self) -> str:
         return "127.0.0.1"
 
-    def dsn(self, dbname: str = "postgres", user: str = PG_SUPERUSER) -> str:
-        return f"postgresql://{user}@{self.host}:{self.port}/{dbname}"
+    def dsn(
+        self, dbname: str = "postgres", user: str = PG_SUPERUSER, password: str | None = None
+    ) -> str:
+        """A URI for `user` (the superuser, with its password, by default)."""
+        secret = self.password if password is None and user == PG_SUPERUSER else password
+        credentials = user if secret is None else f"{user}:{secret}"
+        return f"postgresql://{credentials}@{self.host}:{self.port}/{dbname}"
 
     @classmethod
     def start(cls, *, port: int | None = None, os_user: str | None = None) -> PgCluster:
@@ -89,18 +97,30 @@ class PgCluster:
         binaries = pg_bin()
         user = _os_user(os_user)
         root = Path(tempfile.mkdtemp(prefix="aos-pg-"))
-        cluster = cls(root=root, port=port or free_port(), bin=binaries, user=user)
+        cluster = cls(
+            root=root,
+            port=port or free_port(),
+            bin=binaries,
+            user=user,
+            password=secrets.token_hex(16),
+        )
         try:
+            password_file = root / "superuser.password"
+            password_file.write_text(cluster.password)
+            password_file.chmod(0o600)
             if user is not None:
                 record = pwd.getpwnam(user)
                 os.chown(root, record.pw_uid, record.pw_gid)
+                os.chown(password_file, record.pw_uid, record.pw_gid)
             cluster._run(
                 "initdb",
                 "-D",
                 str(cluster.data),
                 "-U",
                 PG_SUPERUSER,
-                "--auth=trust",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                f"--pwfile={password_file}",
                 "--encoding=UTF8",
                 "--locale=C",
                 "--no-sync",
