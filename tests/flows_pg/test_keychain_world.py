@@ -80,7 +80,7 @@ steps:
 class _Recorder(BaseHTTPRequestHandler):
     seen: list[dict[str, Any]] = []  # noqa: RUF012 -- one list per server class
 
-    def do_POST(self) -> None:  # noqa: N802 -- the http.server API
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self.seen.append({"authorization": self.headers.get("Authorization"), "body": body})
         data = b'{"ok": true}'
