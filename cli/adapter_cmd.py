@@ -4,7 +4,7 @@
     aos adapter run http|python --node URL --key FILE --name ADAPTER --effect NAME ...
     aos adapter run tool-echo|tool-http|tool-python --node URL --key FILE [--name ADAPTER]
     aos adapter run tool-postgres|tool-duckdb|tool-shell|keychain --node URL --key FILE
-        [--config FILE]                                  the world's tool config (spec/11 §2.2)
+        [--config FILE]                                  the world's tool config (spec/11 §2.1)
 
 `run` serves the node until SIGINT/SIGTERM (or, with `--once`, for one lease request) and
 prints one line per settled intent: human text, or JSON lines with `--json`.
@@ -247,7 +247,7 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     "config_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="tool-KIND, keychain: the world's tool config (YAML: keychain source, shell.enabled, "
-    "limits; spec/11 §2.2). Default: secrets from AOS_SECRET_NAME variables, shell refused.",
+    "limits; spec/11 §2.1). Default: secrets from AOS_SECRET_NAME variables, shell refused.",
 )
 @json_option
 @handles_errors

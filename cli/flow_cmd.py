@@ -288,7 +288,7 @@ def _workload(text: str | None, option: str = "--workload") -> Any:
     "--config",
     "config_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="--local: the tool config (keychain source, shell.enabled, limits; spec/11 §2.2).",
+    help="--local: the tool config (keychain source, shell.enabled, limits; spec/11 §2.1).",
 )
 @world_option
 @node_option

@@ -1,4 +1,4 @@
-"""The flow world's tool config (spec/11 §2.2): what the tool adapters of one world may do
+"""The flow world's tool config (spec/11 §2.1): what the tool adapters of one world may do
 and where its keychain's secrets come from. A YAML file kept beside the world (never in it:
 it may name a secrets file), read by `aos adapter run tool-KIND|keychain --config FILE` and
 `aos flow run --local --config FILE`; without one, the defaults below hold (secrets from
@@ -57,7 +57,7 @@ RESULT_BYTES_MAX_CEILING = 256 * 1024 * 1024
 
 class ToolConfigInvalidError(AdapterConfigInvalidError):
     code = "adapter.tool_config_invalid"
-    hint = "fix the tool config file (spec/11 §2.2)"
+    hint = "fix the tool config file (spec/11 §2.1)"
 
 
 class _Model(BaseModel):

@@ -1,4 +1,4 @@
-"""The keychain (spec/11 §1.7, §2.2): credentials a flow names, resolved by an effect, their
+"""The keychain (spec/11 §1.7, §2.1): credentials a flow names, resolved by an effect, their
 secrets never journaled.
 
 A flow's `keychain: [{name, kind, ...spec}]` says which credentials it needs. Before its

@@ -1,4 +1,4 @@
-"""The keychain and the postgres tool on a real flow world (spec/11 §1.7, §2.2): CFD
+"""The keychain and the postgres tool on a real flow world (spec/11 §1.7, §2.1): CFD
 definitions written directly, run by the interpreter with the adapters in process, against
 the real throwaway PostgreSQL and a local HTTP server.
 
