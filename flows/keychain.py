@@ -52,6 +52,7 @@ SECRET_FIELDS_MAX = 64
 ENTRIES_MAX = 256
 """As the CFD's `keychain_entries_max`: a resolve request names at most this many."""
 FINGERPRINT_CONTEXT = "aos keychain fingerprint v1"
+SCRUB_KEPT = frozenset({"kind", "code", "retryable", "pg"})
 
 NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 PLACEHOLDER = re.compile(r"\$\{keychain:(" + NAME_PATTERN + r")(?:\.(" + NAME_PATTERN + r"))?\}")
@@ -234,22 +235,23 @@ def fingerprint(secret: Secret, key: bytes) -> str:
 # -- using (the tool adapters) -----------------------------------------------------------------
 
 
-def substitute(value: Any, keychain: Keychain | None) -> Any:
+def substitute(value: Any, keychain: Keychain | None, used: list[str] | None = None) -> Any:
     """`value` with every placeholder in its strings replaced by the secret it names (maps
-    and lists walked; keys kept). Raises KeychainMissingError for a name or field the
-    source does not have, or a map secret used whole inside text."""
+    and lists walked; keys kept), each secret put in also appended to `used` (for
+    `scrubbed`). Raises KeychainMissingError for a name or field the source does not have,
+    or a map secret used whole inside text."""
     if isinstance(value, str):
         if "${keychain:" not in value:
             return value
-        return PLACEHOLDER.sub(lambda match: _secret_text(match, keychain), value)
+        return PLACEHOLDER.sub(lambda match: _secret_text(match, keychain, used), value)
     if isinstance(value, dict):
-        return {key: substitute(item, keychain) for key, item in value.items()}
+        return {key: substitute(item, keychain, used) for key, item in value.items()}
     if isinstance(value, list):
-        return [substitute(item, keychain) for item in value]
+        return [substitute(item, keychain, used) for item in value]
     return value
 
 
-def _secret_text(match: re.Match[str], keychain: Keychain | None) -> str:
+def _secret_text(match: re.Match[str], keychain: Keychain | None, used: list[str] | None) -> str:
     if keychain is None:
         raise KeychainMissingError("this adapter has no keychain configured")
     name, field_name = match.group(1), match.group(2)
@@ -259,10 +261,42 @@ def _secret_text(match: re.Match[str], keychain: Keychain | None) -> str:
             raise KeychainMissingError(
                 f"keychain entry {name!r} is a map; name one of its fields ({name}.FIELD)"
             )
-        return secret
-    if isinstance(secret, str) or field_name not in secret:
+        text = secret
+    elif isinstance(secret, str) or field_name not in secret:
         raise KeychainMissingError(f"keychain entry {name!r} has no field {field_name!r}")
-    return secret[field_name]
+    else:
+        text = secret[field_name]
+    if used is not None:
+        used.append(text)
+    return text
+
+
+def scrubbed(outcome: ToolOutcome, secrets: list[str]) -> ToolOutcome:
+    """`outcome` with every occurrence of each secret text in its payload's strings replaced
+    by `***` (for messages that quote what they were given); the error's kind, code and
+    details (`pg`) are kept as they are, whatever a short secret would match."""
+    ordered = sorted({text for text in secrets if text}, key=len, reverse=True)
+    if not ordered:
+        return outcome
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            for text in ordered:
+                value = value.replace(text, "***")
+            return value
+        if isinstance(value, dict):
+            return {key: clean(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [clean(item) for item in value]
+        return value
+
+    payload = outcome.payload
+    if outcome.status != "ok" and isinstance(payload, dict):
+        return ToolOutcome(
+            outcome.status,
+            {k: v if k in SCRUB_KEPT else clean(v) for k, v in payload.items()},
+        )
+    return ToolOutcome(outcome.status, clean(payload))
 
 
 def entry_name(auth: Any) -> str | None:

@@ -24,15 +24,24 @@ over its `timeout_ms` is a `timeout`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
-from aos.flows.keychain import Keychain, KeychainMissingError, KeychainSourceError, entry_name
+from aos.flows.keychain import (
+    Keychain,
+    KeychainMissingError,
+    KeychainSourceError,
+    entry_name,
+    scrubbed,
+)
 from aos.flows.outcomes import ToolInvalidError, ToolOutcome, check_fields, failure, timed_out
 from aos.flows.rows import (
     RowBudget,
@@ -101,6 +110,21 @@ def run_postgres(
         conninfo = _conninfo(name, keychain)
     except (KeychainMissingError, KeychainSourceError) as error:
         return failure("keychain.missing", str(error), kind="authorization")
+    outcome = _run(conninfo, command, params, settings, timeout_s)
+    if outcome.status == "ok":
+        return outcome
+    # libpq quotes a malformed connection string whole, password included: no message that
+    # reaches a receipt may hold any part of the secret.
+    return scrubbed(outcome, _secret_texts(conninfo))
+
+
+def _run(
+    conninfo: dict[str, Any],
+    command: str,
+    params: Any,
+    settings: PostgresSettings,
+    timeout_s: float,
+) -> ToolOutcome:
     timeout_ms = max(1, int(timeout_s * 1000))
     try:
         with psycopg.connect(
@@ -120,6 +144,17 @@ def run_postgres(
         if error.sqlstate is None:
             return _connect_error(error)
         return _server_error(error)
+
+
+def _secret_texts(conninfo: dict[str, Any]) -> list[str]:
+    """The parts of a connection that are secret: the whole text, and any password in it."""
+    text = str(conninfo.get("conninfo") or "")
+    texts = [text, str(conninfo.get("password") or "")]
+    with contextlib.suppress(ValueError):  # not a URI; the key=value form is tried next
+        texts.append(str(urlsplit(text).password or ""))
+    with contextlib.suppress(psycopg.Error):  # malformed: the whole text is scrubbed anyway
+        texts.append(str(conninfo_to_dict(text).get("password") or ""))
+    return [t for t in texts if t]
 
 
 def _command(tool: dict[str, Any], args: Any) -> tuple[str, Any]:

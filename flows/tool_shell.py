@@ -31,7 +31,13 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-from aos.flows.keychain import Keychain, KeychainMissingError, KeychainSourceError, substitute
+from aos.flows.keychain import (
+    Keychain,
+    KeychainMissingError,
+    KeychainSourceError,
+    scrubbed,
+    substitute,
+)
 from aos.flows.outcomes import ToolInvalidError, ToolOutcome, check_fields, failure, timed_out
 
 SHELL_FIELDS = frozenset({"kind", "command", "argv", "env", "timeout_ms"})
@@ -75,12 +81,15 @@ def run_shell(
             "the shell tool is not enabled on this world (its tool config: shell.enabled)",
             kind="authorization",
         )
+    secrets: list[str] = []
     try:
-        env = substitute(env, keychain)
+        env = substitute(env, keychain, secrets)
     except (KeychainMissingError, KeychainSourceError) as error:
         return failure("keychain.missing", str(error), kind="authorization")
     with tempfile.TemporaryDirectory(prefix="aos-shell-") as scratch:
-        return _run(argv, {**BASE_ENV, "HOME": scratch, **env}, scratch, settings, timeout_s)
+        outcome = _run(argv, {**BASE_ENV, "HOME": scratch, **env}, scratch, settings, timeout_s)
+    # A command that prints a secret it was given must not put it in the receipt.
+    return scrubbed(outcome, secrets)
 
 
 def _argv(tool: dict[str, Any]) -> list[str]:

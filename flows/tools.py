@@ -36,7 +36,13 @@ from typing import Any
 import httpx
 
 from aos.flows.config import ToolConfig, default_config
-from aos.flows.keychain import Keychain, KeychainMissingError, KeychainSourceError, substitute
+from aos.flows.keychain import (
+    Keychain,
+    KeychainMissingError,
+    KeychainSourceError,
+    scrubbed,
+    substitute,
+)
 from aos.flows.outcomes import ToolInvalidError, ToolOutcome, failure, timed_out
 from aos.flows.outcomes import check_fields as _check_fields
 from aos.flows.outcomes import clip as _clip
@@ -307,12 +313,19 @@ class _TooLargeError(Exception):
 
 def _http(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
     request = _http_request(tool, context)
+    secrets: list[str] = []
     try:
         # Secrets go in last, into headers only: the url, query and body are quoted in
         # messages and errors, which a secret must never reach.
-        headers = substitute(request.headers, context.keychain)
+        headers = substitute(request.headers, context.keychain, secrets)
     except (KeychainMissingError, KeychainSourceError) as error:
         return failure("keychain.missing", str(error), kind="authorization")
+    # A server that echoes a request header (or an error that quotes one) must not carry
+    # the secret into the receipt.
+    return scrubbed(_exchange(request, headers, context), secrets)
+
+
+def _exchange(request: _HttpRequest, headers: dict[str, str], context: ToolContext) -> ToolOutcome:
     if request.method != "GET":
         headers = {k: v for k, v in headers.items() if k.lower() != IDEMPOTENCY_HEADER.lower()}
         headers[IDEMPOTENCY_HEADER] = context.intent

@@ -201,3 +201,18 @@ def test_bad_tool_specs_are_tool_invalid(tool: dict[str, Any], says: str) -> Non
     refused = error(call(Keychain(environ={}), tool))
     assert refused["code"] == "tool.invalid"
     assert says in refused["message"]
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "postgresql://u:hunter2-pw@[bad/x",
+        "host=127.0.0.1 password=hunter2-pw port",
+        "postgresql://u:hunter2-pw@127.0.0.1:1/x?bad=1",
+    ],
+)
+def test_a_malformed_connection_secret_is_never_quoted(secret: str) -> None:
+    keychain = Keychain(env_prefix="T_", environ={"T_pg": secret})
+    outcome = call(keychain, {"query": "SELECT 1"})
+    assert outcome.status == "error"
+    assert b"hunter2" not in cbor.encode(outcome.payload)

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from aos.flows.config import CONFIG_BYTES_MAX, ToolConfigInvalidError, load_config
@@ -180,3 +181,22 @@ def test_a_bad_config_is_a_typed_error(tmp_path: Path, text: str, says: str) -> 
     with pytest.raises(ToolConfigInvalidError, match=says) as raised:
         load_config(path)
     assert raised.value.code == "adapter.tool_config_invalid"
+
+
+def test_an_http_server_echoing_the_secret_does_not_put_it_in_the_result() -> None:
+    def echo(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"you_sent": request.headers["Authorization"]})
+
+    tool = {
+        "kind": "http",
+        "url": "http://x/",
+        "headers": {"Authorization": "Bearer ${keychain:t}"},
+    }
+    context = ToolContext(
+        intent="i",
+        keychain=Keychain(env_prefix="S_", environ={"S_t": "tok-abc"}),
+        http_transport=httpx.MockTransport(echo),
+    )
+    outcome = run_tool("aos/tool.http@1", {"tool": tool, "args": None}, context=context)
+    assert outcome.status == "ok"
+    assert outcome.payload["json"] == {"you_sent": "Bearer ***"}

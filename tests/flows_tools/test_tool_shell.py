@@ -75,11 +75,8 @@ def test_the_adapter_environment_does_not_reach_the_child(monkeypatch: pytest.Mo
 def test_keychain_placeholders_in_env_become_the_secret() -> None:
     keychain = Keychain(env_prefix="T_", environ={"T_token": "s3cr3t"})
     env = {"TOKEN": "${keychain:token}"}
-    assert ok(call({"command": 'printf %s "$TOKEN"', "env": env}, keychain=keychain)) == {
-        "exit_code": 0,
-        "stdout": "s3cr3t",
-        "stderr": "",
-    }
+    check = {"command": '[ "$TOKEN" = s3cr3t ] && echo same', "env": env}
+    assert ok(call(check, keychain=keychain))["stdout"] == "same\n"
     missing = error(call({"command": "true", "env": {"X": "${keychain:nope}"}}, keychain=keychain))
     assert missing["kind"] == "authorization" and missing["code"] == "keychain.missing"
 
@@ -127,3 +124,12 @@ def test_bad_specs_are_tool_invalid(tool: dict[str, Any]) -> None:
 
 def test_bad_args_keys_are_tool_invalid() -> None:
     assert error(call({"command": "true"}, {"not a name": 1}))["code"] == "tool.invalid"
+
+
+def test_a_secret_the_command_prints_is_scrubbed_from_the_result() -> None:
+    keychain = Keychain(env_prefix="T_", environ={"T_token": "s3cr3t-value"})
+    env = {"TOKEN": "${keychain:token}"}
+    printed = ok(call({"command": 'echo "got $TOKEN"', "env": env}, keychain=keychain))
+    assert printed["stdout"] == "got ***\n"
+    failed = error(call({"command": 'echo "$TOKEN" >&2; exit 1', "env": env}, keychain=keychain))
+    assert "s3cr3t" not in str(failed)
