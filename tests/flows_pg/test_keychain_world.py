@@ -200,3 +200,62 @@ def test_the_same_secret_has_the_same_fingerprint_and_a_rotated_one_another(
 
         assert fingerprint("e1") == fingerprint("e2") != fingerprint("e3")
         assert ops.status(flows.world, "e3")["status"] == "completed"
+
+
+NOETL_SHAPED_FLOW = """
+name: t/iterator-save
+workload:
+  pg_auth: pg_local
+  items: [{name: a, value: 1}, {name: b, value: 2}, {name: c, value: 3}]
+steps:
+  - name: create_table
+    tasks:
+      - do: call
+        tool:
+          kind: postgres
+          auth: "{{ pg_auth }}"
+          command: |
+            CREATE TABLE IF NOT EXISTS iterator_save_test (
+              id TEXT PRIMARY KEY, item_name TEXT, item_value INTEGER);
+    next: process_items
+  - name: process_items
+    loop: {in: "{{ items }}", iterator: item, mode: sequential}
+    tasks:
+      - name: save_item
+        do: call
+        tool:
+          kind: postgres
+          auth: "{{ pg_auth }}"
+          command: |
+            INSERT INTO iterator_save_test (id, item_name, item_value)
+            VALUES ('{{ execution.id }}:{{ iter.item.name }}', '{{ iter.item.name }}',
+                    {{ iter.item.value }})
+            ON CONFLICT (id) DO UPDATE SET item_value = EXCLUDED.item_value;
+        policy:
+          rules:
+            - {when: "{{ outcome.status == 'error' }}", then: {do: fail}}
+            - {when: null, then: {do: continue}}
+    next:
+      - {to: check, when: "{{ event.name == 'loop.done' }}"}
+  - name: check
+    tasks:
+      - do: call
+        tool:
+          kind: postgres
+          auth: "{{ pg_auth }}"
+          query: "SELECT count(*) AS n, sum(item_value) AS total FROM iterator_save_test"
+"""
+
+
+def test_a_noetl_shaped_flow_templates_its_sql_and_names_an_undeclared_entry(
+    tmp_path: Path, pg_cluster: PgCluster, database: str
+) -> None:
+    """As the corpus's iterator_save_test: `auth` from the workload, names no `keychain`
+    entry of the flow, SQL written with templates, one INSERT per loop item."""
+    flows = _flow_world(tmp_path / "w", {"pg_local": pg_cluster.dsn(database)})
+    with flows.world:
+        state = flows.run(NOETL_SHAPED_FLOW)
+        assert state["status"] == "completed", state["engine"]["error"]
+        assert state["business"]["steps"]["check"]["rows"] == [{"n": 3, "total": 6}]
+        assert state["business"]["steps"]["process_items"]["stats"]["success"] == 3
+        assert "keychain.requested" not in flows.names()
