@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.flow_interpreter.harness import Execution, effects, events, flow, names, step, task
+from tests.flow_interpreter.harness import (
+    Execution,
+    domain,
+    effects,
+    events,
+    flow,
+    names,
+    step,
+    task,
+)
 
 KEYCHAIN = "aos/keychain.resolve@1"
 HTTP = "aos/tool.http@1"
@@ -131,3 +140,29 @@ def test_a_malformed_keychain_fails_the_execution_cleanly() -> None:
     ex.start(_definition(keychain=[{"kind": "x"}]))
     assert ex.status == "failed"
     assert ex.engine["error"]["code"] == "definition.invalid"
+
+
+def test_a_distributed_iteration_resolves_the_keychain_before_its_item() -> None:
+    """A child execution of a distributed loop runs the same definition: it asks for the
+    keychain too, and only then runs its iteration, with the parent's item and args."""
+    each = step(
+        "each",
+        [task("use", "noop", result="{{ iter.item }}|{{ keychain.api }}|{{ args.k }}")],
+        loop={"in": [1, 2], "mode": "parallel", "exec": "distributed"},
+    )
+    definition = {**flow([each]), "keychain": [{"name": "api", "kind": "bearer"}]}
+    parent = Execution()
+    digest = parent.deploy(definition)
+    out = parent.start(digest)
+    out = parent.receipt(effects(out)[0], {"entries": {"api": "${keychain:api}"}})
+    starts = domain(out, "aos/FlowStart@1")
+    assert len(starts) == 2
+    child = Execution(exec_id=starts[0].value["exec"], blobs=parent.blobs)
+    marker = {**starts[0].value["workload"]}
+    marker["$iteration"] = {**marker["$iteration"], "args": {"k": "K"}}
+    out = child.start(digest, marker, parent=starts[0].value["parent"])
+    (resolve,) = effects(out)
+    assert resolve.effect == KEYCHAIN and child.engine["tokens"] == {}
+    child.receipt(resolve, {"entries": {"api": "${keychain:api}"}})
+    assert child.status == "completed"
+    assert child.engine["result"] == "1|${keychain:api}|K"
