@@ -245,9 +245,11 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
 @click.option(
     "--config",
     "config_file",
+    envvar="AOS_FLOW_TOOLS",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="tool-KIND, keychain: the world's tool config (YAML: keychain source, shell.enabled, "
-    "limits; spec/11 §2.1). Default: secrets from AOS_SECRET_NAME variables, shell refused.",
+    "limits; spec/11 §2.1; env AOS_FLOW_TOOLS). Default: secrets from AOS_SECRET_NAME "
+    "variables, shell refused.",
 )
 @json_option
 @handles_errors
@@ -298,7 +300,8 @@ def run_command(
         "--function": bool(functions),
         "--module-path": bool(module_paths),
         "--allow": bool(allow),
-        "--config": config_file is not None,
+        # From the environment it is for whichever kind reads it; given here, it must fit.
+        "--config": _given_here("config_file"),
     }
     _check_kind_options(kind, given, name)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
@@ -372,6 +375,11 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--config": (*TOOL_KINDS, KEYCHAIN_KIND),
 }
 """The kinds each kind-specific option is for."""
+
+
+def _given_here(param: str) -> bool:
+    source = click.get_current_context().get_parameter_source(param)
+    return source is click.core.ParameterSource.COMMANDLINE
 
 
 def _check_kind_options(kind: str, given: dict[str, bool], name: str | None) -> None:

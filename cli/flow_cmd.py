@@ -287,8 +287,10 @@ def _workload(text: str | None, option: str = "--workload") -> Any:
 @click.option(
     "--config",
     "config_file",
+    envvar="AOS_FLOW_TOOLS",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="--local: the tool config (keychain source, shell.enabled, limits; spec/11 §2.1).",
+    help="--local: the tool config (keychain source, shell.enabled, limits; spec/11 §2.1; "
+    "env AOS_FLOW_TOOLS).",
 )
 @world_option
 @node_option

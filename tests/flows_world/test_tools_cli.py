@@ -59,3 +59,21 @@ def test_a_bad_config_is_refused_before_anything_runs(tmp_path: Path) -> None:
     refused("adapter.tool_config_invalid", "adapter", "run", "keychain", *node)
     wrong_kind = aos("adapter", "run", "http", *node, "--name", "a/b@1", "--effect", "a/e@1")
     assert wrong_kind.exit_code == 2 and "--config is for" in wrong_kind.output
+
+
+def test_the_config_may_come_from_aos_flow_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AOS_SECRET_report_key", "s3cret")
+    monkeypatch.setenv("AOS_FLOW_TOOLS", str(TOOLS))
+    assert ok_json("flow", "run", REPORT, "--local")["status"] == "completed"
+
+
+def test_aos_flow_tools_does_not_bother_kinds_that_ignore_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AOS_FLOW_TOOLS", str(TOOLS))
+    key = tmp_path / "k.key"
+    write_seed(key, bytes(32))
+    command = ["adapter", "run", "http", "--node", "http://127.0.0.1:1", "--key", key]
+    result = aos(*command, "--name", "a/b@1", "--effect", "a/e@1", "--once", "--retries", "1")
+    assert "--config is for" not in result.output
+    assert result.exit_code == 1  # the node is not there: a typed error, not a usage error
