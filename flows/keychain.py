@@ -271,6 +271,12 @@ def _secret_text(match: re.Match[str], keychain: Keychain | None, used: list[str
     return text
 
 
+def keychain_failure(error: KeychainMissingError | KeychainSourceError) -> ToolOutcome:
+    """The `authorization` outcome of a call whose secret could not be had."""
+    code = "keychain.source" if isinstance(error, KeychainSourceError) else "keychain.missing"
+    return failure(code, str(error), kind="authorization")
+
+
 def scrubbed(outcome: ToolOutcome, secrets: list[str]) -> ToolOutcome:
     """`outcome` with every occurrence of each secret text in its payload's strings replaced
     by `***` (for messages that quote what they were given); the error's kind, code and

@@ -40,6 +40,7 @@ from aos.flows.keychain import (
     KeychainMissingError,
     KeychainSourceError,
     entry_name,
+    keychain_failure,
     scrubbed,
 )
 from aos.flows.outcomes import ToolInvalidError, ToolOutcome, check_fields, failure, timed_out
@@ -109,13 +110,10 @@ def run_postgres(
     try:
         conninfo = _conninfo(name, keychain)
     except (KeychainMissingError, KeychainSourceError) as error:
-        return failure("keychain.missing", str(error), kind="authorization")
-    outcome = _run(conninfo, command, params, settings, timeout_s)
-    if outcome.status == "ok":
-        return outcome
-    # libpq quotes a malformed connection string whole, password included: no message that
+        return keychain_failure(error)
+    # libpq quotes a malformed connection string whole, password included: no text that
     # reaches a receipt may hold any part of the secret.
-    return scrubbed(outcome, _secret_texts(conninfo))
+    return scrubbed(_run(conninfo, command, params, settings, timeout_s), _secret_texts(conninfo))
 
 
 def _run(

@@ -35,6 +35,7 @@ from aos.flows.keychain import (
     Keychain,
     KeychainMissingError,
     KeychainSourceError,
+    keychain_failure,
     scrubbed,
     substitute,
 )
@@ -85,7 +86,7 @@ def run_shell(
     try:
         env = substitute(env, keychain, secrets)
     except (KeychainMissingError, KeychainSourceError) as error:
-        return failure("keychain.missing", str(error), kind="authorization")
+        return keychain_failure(error)
     with tempfile.TemporaryDirectory(prefix="aos-shell-") as scratch:
         outcome = _run(argv, {**BASE_ENV, "HOME": scratch, **env}, scratch, settings, timeout_s)
     # A command that prints a secret it was given must not put it in the receipt.

@@ -1,5 +1,6 @@
 """The flow world's tools (spec/11-flows.md §1.2, §3.3, §7): what the adapters `aos/echo@1`,
-`aos/http@1` and `aos/python@1` do with a tool call.
+`aos/http@1`, `aos/python@1`, `aos/postgres@1`, `aos/duckdb@1` and `aos/shell@1` do with a tool
+call.
 
 A flow's `call` task becomes an effect `aos/tool.KIND@1` whose params are `aos/ToolCall@1`
 `{exec, step, task, attempt, tool, args, result_inline_bytes_max}`; `tool` is the rendered tool
@@ -12,6 +13,11 @@ it is pure of any transport, so the same code runs in an adapter process (`make_
             -> {status, headers, json | text | body}
     python  {function: "package.module:function", timeout_ms} -> function(args), in a
             subprocess, for modules the adapter's allowlist admits
+    postgres, duckdb, shell   flows/tool_postgres.py, tool_duckdb.py, tool_shell.py
+
+Secrets (flows/keychain.py) go in here, right before use: `${keychain:NAME}` placeholders in
+http headers, the postgres tool's `auth`, the shell tool's environment; every text of the
+outcome that holds one is scrubbed.
 
 Outcomes are `ok` (the payload is the result), `error` and `timeout`; an error payload is small
 and always `{kind, code, message, retryable, ...}` with `kind` one of the flow error kinds
@@ -40,6 +46,7 @@ from aos.flows.keychain import (
     Keychain,
     KeychainMissingError,
     KeychainSourceError,
+    keychain_failure,
     scrubbed,
     substitute,
 )
@@ -319,7 +326,7 @@ def _http(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
         # messages and errors, which a secret must never reach.
         headers = substitute(request.headers, context.keychain, secrets)
     except (KeychainMissingError, KeychainSourceError) as error:
-        return failure("keychain.missing", str(error), kind="authorization")
+        return keychain_failure(error)
     # A server that echoes a request header (or an error that quotes one) must not carry
     # the secret into the receipt.
     return scrubbed(_exchange(request, headers, context), secrets)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -216,3 +217,11 @@ def test_a_malformed_connection_secret_is_never_quoted(secret: str) -> None:
     outcome = call(keychain, {"query": "SELECT 1"})
     assert outcome.status == "error"
     assert b"hunter2" not in cbor.encode(outcome.payload)
+
+
+def test_a_broken_secrets_file_is_keychain_source(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text("pg: [postgresql://u:hunter2@h/db")
+    refused = error(call(Keychain(file=secrets, env_prefix=None), {"query": "SELECT 1"}))
+    assert refused["kind"] == "authorization" and refused["code"] == "keychain.source"
+    assert "hunter2" not in refused["message"]
