@@ -42,6 +42,19 @@ def timed_out(code: str, message: str) -> ToolOutcome:
     return ToolOutcome("timeout", payload)
 
 
+def with_spec(tool: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
+    """A NoETL tool may carry its fields in `spec` (`{kind: postgres, spec: {auth, command,
+    policy}}`): those of this kind's fields not given beside it are taken from there, the
+    rest of `spec` (policy, runtime knobs) is the front end's and ignored here."""
+    spec = tool.get("spec")
+    if spec is None:
+        return tool
+    if not isinstance(spec, dict):
+        raise ToolInvalidError("spec is a map")
+    found = {key: value for key, value in spec.items() if key in allowed and key != "kind"}
+    return {**found, **{key: value for key, value in tool.items() if key != "spec"}}
+
+
 def check_fields(tool: dict[str, Any], allowed: frozenset[str]) -> None:
     """Refuse a tool spec with a field its kind does not have (a typo must not be ignored)."""
     unknown = sorted(str(name) for name in tool if name not in allowed)

@@ -23,7 +23,13 @@ from typing import Any
 
 import duckdb
 
-from aos.flows.outcomes import ToolInvalidError, ToolOutcome, check_fields, failure, timed_out
+from aos.flows.outcomes import (
+    ToolInvalidError,
+    ToolOutcome,
+    check_fields,
+    failure,
+    timed_out,
+)
 from aos.flows.rows import (
     RowBudget,
     RowsTooLargeError,

@@ -43,7 +43,13 @@ from aos.flows.keychain import (
     keychain_failure,
     scrubbed,
 )
-from aos.flows.outcomes import ToolInvalidError, ToolOutcome, check_fields, failure, timed_out
+from aos.flows.outcomes import (
+    ToolInvalidError,
+    ToolOutcome,
+    check_fields,
+    failure,
+    timed_out,
+)
 from aos.flows.rows import (
     RowBudget,
     RowsTooLargeError,

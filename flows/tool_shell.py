@@ -39,7 +39,13 @@ from aos.flows.keychain import (
     scrubbed,
     substitute,
 )
-from aos.flows.outcomes import ToolInvalidError, ToolOutcome, check_fields, failure, timed_out
+from aos.flows.outcomes import (
+    ToolInvalidError,
+    ToolOutcome,
+    check_fields,
+    failure,
+    timed_out,
+)
 
 SHELL_FIELDS = frozenset({"kind", "command", "argv", "env", "timeout_ms"})
 SHELL_TIMEOUT_S_DEFAULT = 30.0

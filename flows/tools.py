@@ -50,12 +50,22 @@ from aos.flows.keychain import (
     scrubbed,
     substitute,
 )
-from aos.flows.outcomes import ToolInvalidError, ToolOutcome, failure, timed_out
+from aos.flows.outcomes import ToolInvalidError, ToolOutcome, failure, timed_out, with_spec
 from aos.flows.outcomes import check_fields as _check_fields
 from aos.flows.outcomes import clip as _clip
-from aos.flows.tool_duckdb import DUCKDB_TIMEOUT_S_DEFAULT, DuckdbSettings, run_duckdb
-from aos.flows.tool_postgres import POSTGRES_TIMEOUT_S_DEFAULT, PostgresSettings, run_postgres
-from aos.flows.tool_shell import SHELL_TIMEOUT_S_DEFAULT, ShellSettings, run_shell
+from aos.flows.tool_duckdb import (
+    DUCKDB_FIELDS,
+    DUCKDB_TIMEOUT_S_DEFAULT,
+    DuckdbSettings,
+    run_duckdb,
+)
+from aos.flows.tool_postgres import (
+    POSTGRES_FIELDS,
+    POSTGRES_TIMEOUT_S_DEFAULT,
+    PostgresSettings,
+    run_postgres,
+)
+from aos.flows.tool_shell import SHELL_FIELDS, SHELL_TIMEOUT_S_DEFAULT, ShellSettings, run_shell
 from aos.kernel import cbor
 from aos.kernel.adapters.builtin.http import (
     HTTP_BODY_BYTES_MAX_DEFAULT,
@@ -609,20 +619,24 @@ def _run_function(ref: str, args: Any, timeout_s: float, context: ToolContext) -
     return failure("python.result_invalid", message)
 
 
-# -- postgres, duckdb, shell (each in its own module: flows/tool_KIND.py)
+# -- postgres, duckdb, shell (each in its own module: flows/tool_KIND.py); their fields may
+# also come in NoETL's `spec`
 
 
 def _postgres(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    tool = with_spec(tool, POSTGRES_FIELDS)
     timeout_s = _timeout_s(tool, POSTGRES_TIMEOUT_S_DEFAULT, context.postgres.timeout_s_max)
     return run_postgres(tool, args, context.postgres, context.keychain, timeout_s)
 
 
 def _duckdb(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    tool = with_spec(tool, DUCKDB_FIELDS)
     timeout_s = _timeout_s(tool, DUCKDB_TIMEOUT_S_DEFAULT, context.duckdb.timeout_s_max)
     return run_duckdb(tool, args, context.duckdb, timeout_s)
 
 
 def _shell(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    tool = with_spec(tool, SHELL_FIELDS)
     timeout_s = _timeout_s(tool, SHELL_TIMEOUT_S_DEFAULT, context.shell.timeout_s_max)
     return run_shell(tool, args, context.shell, context.keychain, timeout_s)
 

@@ -225,3 +225,29 @@ def test_a_broken_secrets_file_is_keychain_source(tmp_path: Path) -> None:
     refused = error(call(Keychain(file=secrets, env_prefix=None), {"query": "SELECT 1"}))
     assert refused["kind"] == "authorization" and refused["code"] == "keychain.source"
     assert "hunter2" not in refused["message"]
+
+
+def test_fields_may_come_in_noetl_spec(pg_cluster: PgCluster, database: str) -> None:
+    """As the corpus's weather_loop_v2: `{kind: postgres, spec: {auth, command, policy}}`;
+    the fields beside `spec` win, the policy is the interpreter's and ignored here."""
+    keychain = keychain_for(pg_cluster, database)
+    spec = {"auth": "pg", "command": "SELECT 1 AS one", "policy": {"rules": []}}
+    tool = {"kind": "postgres", "spec": spec}
+    outcome = run_tool(
+        POSTGRES, {"tool": tool, "args": None}, context=ToolContext(intent="i", keychain=keychain)
+    )
+    assert ok(outcome)["rows"] == [{"one": 1}]
+    slow = {"kind": "postgres", "spec": {"auth": "pg", "query": "SELECT pg_sleep(5)"}}
+    slow["spec"]["timeout_ms"] = 100  # read from spec too: the statement is cancelled
+    timed = run_tool(
+        POSTGRES, {"tool": slow, "args": None}, context=ToolContext(intent="i", keychain=keychain)
+    )
+    assert error(timed, "timeout")["code"] == "postgres.timeout"
+    beside = {"kind": "postgres", "query": "SELECT 2 AS two", "spec": {"auth": "pg", "query": "x"}}
+    outcome = run_tool(
+        POSTGRES, {"tool": beside, "args": None}, context=ToolContext(intent="i", keychain=keychain)
+    )
+    assert ok(outcome)["rows"] == [{"two": 2}]
+    bad = {"kind": "postgres", "auth": "pg", "query": "SELECT 1", "spec": "x"}
+    outcome = run_tool(POSTGRES, {"tool": bad, "args": None}, context=ToolContext(intent="i"))
+    assert error(outcome)["code"] == "tool.invalid"
