@@ -259,3 +259,48 @@ def test_a_noetl_shaped_flow_templates_its_sql_and_names_an_undeclared_entry(
         assert state["business"]["steps"]["check"]["rows"] == [{"n": 3, "total": 6}]
         assert state["business"]["steps"]["process_items"]["stats"]["success"] == 3
         assert "keychain.requested" not in flows.names()
+
+
+RETRY_FLOW = """
+name: t/pg-retry
+steps:
+  - name: store
+    tasks:
+      - name: prepare
+        do: call
+        tool: {kind: postgres, auth: pg, command: "CREATE SEQUENCE tries"}
+      - name: store_200
+        do: call
+        tool:
+          kind: postgres
+          auth: pg
+          command: |
+            DO $$ BEGIN
+              IF nextval('tries') < 3 THEN
+                RAISE EXCEPTION 'could not serialize' USING ERRCODE = '40001';
+              END IF;
+            END $$;
+            SELECT currval('tries') AS tries;
+        policy:
+          rules:
+            - when: "{{ outcome.status == 'error' and outcome.pg.code in ['40001','40P01'] }}"
+              then: {do: retry, attempts: 5, backoff: exponential, delay_s: 2.0}
+            - when: "{{ outcome.status == 'error' }}"
+              then: {do: fail}
+"""
+
+
+def test_a_serialization_failure_is_retried_as_seed_003_writes_it(
+    tmp_path: Path, pg_cluster: PgCluster, database: str
+) -> None:
+    """Seed 003 §11's store rule: retry on SQLSTATE 40001/40P01 with exponential backoff.
+    The real server raises 40001 twice (a sequence, made before, counts attempts: nextval
+    survives the rollback of each failed attempt)."""
+    flows = _flow_world(tmp_path / "w", {"pg": pg_cluster.dsn(database)})
+    with flows.world:
+        state = flows.run(RETRY_FLOW)
+        assert state["status"] == "completed", state["engine"]["error"]
+        assert state["business"]["steps"]["store"]["rows"] == [{"tries": 3}]
+        failed = [e for e in flows.events() if e["event"] == "task.attempt.failed"]
+        assert [e["attempt"] for e in failed] == [1, 2]
+        assert flows.adapters.drain().timers_skipped == 0  # nothing left: both retries ran
