@@ -15,6 +15,9 @@ only and checks passwords there (scram-sha-256: a test that a password reaches t
 proves something); the superuser's password is random, in `dsn()`. It runs with `fsync` off:
 a crash loses it, which a test cluster may.
 
+A watchdog process stops the server and removes its folder if the process that started it
+dies without `stop` (a killed test run must not leave servers behind on a shared machine).
+
 Missing binaries fail loudly, naming the package: a postgres test that skips proves nothing.
 """
 
@@ -26,6 +29,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -37,6 +41,20 @@ PG_SUPERUSER = "postgres"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 INSTALL_HINT = "apt-get install postgresql-15"
+WATCHDOG_INTERVAL_S = 0.5
+
+_WATCHDOG = """
+import os, shutil, subprocess, sys, time
+owner, interval, root, stop = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4:]
+while True:
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(interval)
+subprocess.run(stop, capture_output=True, timeout=60, check=False)
+shutil.rmtree(root, ignore_errors=True)
+"""
 
 
 class PgClusterError(RuntimeError):
@@ -74,6 +92,7 @@ class PgCluster:
     user: str | None  # the OS user owning the cluster when we run as root, else None
     password: str  # the superuser's
     stopped: bool = False
+    watchdog: subprocess.Popen[bytes] | None = None
 
     @property
     def data(self) -> Path:
@@ -138,6 +157,7 @@ class PgCluster:
                 _server_options(cluster.port, root),
                 "start",
             )
+            cluster.watchdog = cluster._watch()
         except BaseException:
             cluster.stop()
             raise
@@ -148,6 +168,9 @@ class PgCluster:
         if self.stopped:
             return
         self.stopped = True
+        if self.watchdog is not None:
+            self.watchdog.kill()
+            self.watchdog.wait()
         try:
             if (self.data / "postmaster.pid").exists():
                 self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
@@ -158,10 +181,29 @@ class PgCluster:
         path = self.root / "server.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def _run(self, tool: str, *args: str, check: bool = True) -> None:
+    def _watch(self) -> subprocess.Popen[bytes]:
+        """The watchdog: once this process is gone, an immediate stop and the folder removed."""
+        stop = self._command("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        return subprocess.Popen(
+            [*self._watchdog_head(), str(self.root), *stop],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a signal to the test's process group must not end it
+        )
+
+    @staticmethod
+    def _watchdog_head() -> list[str]:
+        return [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(WATCHDOG_INTERVAL_S)]
+
+    def _command(self, tool: str, *args: str) -> list[str]:
         command = [str(self.bin / tool), *args]
         if self.user is not None:
             command = ["runuser", "-u", self.user, "--", *command]
+        return command
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> None:
+        command = self._command(tool, *args)
         deadline = START_TIMEOUT_S + STOP_TIMEOUT_S
         started = time.monotonic()
         done = subprocess.run(

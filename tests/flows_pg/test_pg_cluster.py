@@ -1,7 +1,14 @@
 """The throwaway PostgreSQL of the tests (tests/pg_cluster.py): it serves on loopback, is
-stopped and removed at the end, and missing binaries fail naming the package."""
+stopped and removed at the end (also when its owner is killed), and missing binaries fail
+naming the package."""
 
 from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -35,3 +42,39 @@ def test_missing_binaries_fail_naming_the_package(
     monkeypatch.setenv("AOS_PG_BIN", str(tmp_path))
     with pytest.raises(PgClusterError, match=INSTALL_HINT):
         pg_bin()
+
+
+STARTER = """
+import sys, time
+from tests.pg_cluster import PgCluster
+cluster = PgCluster.start()
+print(cluster.port, cluster.root, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_owner_leaves_no_server_behind() -> None:
+    """The process that started a cluster is SIGKILLed (no `stop`): its watchdog stops the
+    server and removes the folder."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", STARTER],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert owner.stdout is not None
+        port_text, root_text = owner.stdout.readline().split()
+    finally:
+        owner.kill()
+        owner.wait()
+    root = Path(root_text)
+    deadline = time.monotonic() + 60
+    while root.exists() or _listening(int(port_text)):
+        assert time.monotonic() < deadline, "the server outlived its owner"
+        time.sleep(0.2)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
