@@ -150,8 +150,8 @@ def load_config(path: Path | None) -> ToolConfig:
     try:
         loaded = yaml.safe_load(data)
         model = _ToolConfig.model_validate(loaded or {})
-    except yaml.YAMLError as error:
-        raise ToolConfigInvalidError(f"tool config {path} is not YAML: {error}") from None
+    except (yaml.YAMLError, RecursionError) as error:
+        raise ToolConfigInvalidError(f"tool config {path} is not YAML: {error!s:.200}") from None
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in item['loc']) or '$'}: {item['msg']}"

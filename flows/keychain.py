@@ -120,6 +120,8 @@ def _read_file(path: Path) -> dict[str, Secret]:
         raise KeychainSourceError(f"the secrets file {path} is over {SECRETS_FILE_BYTES_MAX} bytes")
     try:
         loaded = yaml.safe_load(data)
+    except RecursionError:
+        raise KeychainSourceError(f"the secrets file {path} nests too deeply") from None
     except yaml.YAMLError as error:
         # The parser's message quotes the file: it may hold a secret, so say only where.
         mark = getattr(error, "problem_mark", None)

@@ -200,3 +200,13 @@ def test_an_http_server_echoing_the_secret_does_not_put_it_in_the_result() -> No
     outcome = run_tool("aos/tool.http@1", {"tool": tool, "args": None}, context=context)
     assert outcome.status == "ok"
     assert outcome.payload["json"] == {"you_sent": "Bearer ***"}
+
+
+def test_deep_nesting_is_refused_not_a_crash(tmp_path: Path) -> None:
+    deep = "a: " + "[" * 5000 + "]" * 5000 + "\n"
+    with pytest.raises(KeychainSourceError):
+        Keychain(file=_file(tmp_path, deep)).lookup("a")
+    config = tmp_path / "tools.yaml"
+    config.write_text("shell: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ToolConfigInvalidError):
+        load_config(config)
