@@ -3,6 +3,8 @@
     aos adapter keygen NAME [--out FILE]               new key file; prints the public key
     aos adapter run http|python --node URL --key FILE --name ADAPTER --effect NAME ...
     aos adapter run tool-echo|tool-http|tool-python --node URL --key FILE [--name ADAPTER]
+    aos adapter run tool-postgres|tool-duckdb|tool-shell|keychain --node URL --key FILE
+        [--config FILE]                                  the world's tool config (spec/11 §2.1)
 
 `run` serves the node until SIGINT/SIGTERM (or, with `--once`, for one lease request) and
 prints one line per settled intent: human text, or JSON lines with `--json`.
@@ -22,6 +24,8 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option
+from aos.flows.config import load_config
+from aos.flows.keychain import make_keychain_adapter
 from aos.flows.tools import (
     HTTP_TIMEOUT_S_MAX_DEFAULT,
     PYTHON_TIMEOUT_S_MAX_DEFAULT,
@@ -60,9 +64,18 @@ from aos.kernel.air.names import name_problem
 
 BUILTIN_KINDS = ("http", "python")
 TOOL_PREFIX = "tool-"
-TOOL_KINDS = ("tool-echo", "tool-http", "tool-python")
+TOOL_KINDS = (
+    "tool-echo",
+    "tool-http",
+    "tool-python",
+    "tool-postgres",
+    "tool-duckdb",
+    "tool-shell",
+)
 """The flow world's tool adapters (spec/11-flows.md, `flows/tools.py`)."""
-KINDS = (*BUILTIN_KINDS, *TOOL_KINDS)
+KEYCHAIN_KIND = "keychain"
+"""The flow world's keychain adapter (`flows/keychain.py`)."""
+KINDS = (*BUILTIN_KINDS, *TOOL_KINDS, KEYCHAIN_KIND)
 _SHORT_HASH_CHARS = 19  # "blake3:" and 12 digits
 
 
@@ -229,6 +242,15 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     help="tool-python: a module prefix whose functions flows may call (repeatable; PREFIX "
     "admits the module and its submodules). Without any, every python tool call is refused.",
 )
+@click.option(
+    "--config",
+    "config_file",
+    envvar="AOS_FLOW_TOOLS",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="tool-KIND, keychain: the world's tool config (YAML: keychain source, shell.enabled, "
+    "limits; spec/11 §2.1; env AOS_FLOW_TOOLS). Default: secrets from AOS_SECRET_NAME "
+    "variables, shell refused.",
+)
 @json_option
 @handles_errors
 def run_command(
@@ -249,6 +271,7 @@ def run_command(
     functions: tuple[str, ...],
     module_paths: tuple[Path, ...],
     allow: tuple[str, ...],
+    config_file: Path | None,
     as_json: bool,
 ) -> None:
     """Run a built-in adapter of KIND against a node: lease the intents of its effects,
@@ -260,6 +283,10 @@ def run_command(
     tool-echo    aos/tool.echo@1 (flows): the result is the call's args
     tool-http    aos/tool.http@1: the tool's HTTP request -> {status, headers, json|text|body}
     tool-python  aos/tool.python@1: the tool's function(args) in a subprocess, --allow only
+    tool-postgres  aos/tool.postgres@1: SQL on PostgreSQL, auth from the keychain
+    tool-duckdb  aos/tool.duckdb@1: SQL on an embedded DuckDB
+    tool-shell   aos/tool.shell@1: a command, refused unless the config enables it
+    keychain     aos/keychain.resolve@1: keychain names -> references, never secrets
     """
     if not node.startswith(("http://", "https://")):
         raise click.BadParameter(f"{node!r} is not http(s)://HOST:PORT", param_hint="--node")
@@ -273,6 +300,8 @@ def run_command(
         "--function": bool(functions),
         "--module-path": bool(module_paths),
         "--allow": bool(allow),
+        # From the environment it is for whichever kind reads it; given here, it must fit.
+        "--config": _given_here("config_file"),
     }
     _check_kind_options(kind, given, name)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
@@ -284,6 +313,13 @@ def run_command(
         "retry": RetryPolicy(attempts_max=retries),
         "on_outcome": printer.outcome,
     }
+    if kind == KEYCHAIN_KIND:
+        keychain = load_config(config_file).keychain
+        with make_keychain_adapter(
+            seed=seed, node=node, keychain=keychain, name=name, **options
+        ) as adapter:
+            _serve(adapter, once=once, printer=printer, kind=kind)
+        return
     if kind in TOOL_KINDS:
         tool = kind.removeprefix(TOOL_PREFIX)
         limits: dict[str, Any] = {}
@@ -302,6 +338,7 @@ def run_command(
             name=name,
             python_allow=allow,
             python_paths=module_paths,
+            config=load_config(config_file),
             **limits,
             **options,
         )
@@ -335,8 +372,14 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--function": ("python",),
     "--module-path": ("python", "tool-python"),
     "--allow": ("tool-python",),
+    "--config": (*TOOL_KINDS, KEYCHAIN_KIND),
 }
 """The kinds each kind-specific option is for."""
+
+
+def _given_here(param: str) -> bool:
+    source = click.get_current_context().get_parameter_source(param)
+    return source is click.core.ParameterSource.COMMANDLINE
 
 
 def _check_kind_options(kind: str, given: dict[str, bool], name: str | None) -> None:

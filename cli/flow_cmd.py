@@ -23,6 +23,7 @@ from aos.cli.common import emit_json, handles_errors, json_option, table, world_
 from aos.flows import operations as ops
 from aos.flows.cfd import FlowDefinition, canonical_value, load_definition
 from aos.flows.client import FlowNodeClient
+from aos.flows.config import ToolConfig, load_config
 from aos.flows.draw import to_mermaid, to_text
 from aos.flows.errors import FlowCheckError, FlowError
 from aos.flows.local import LocalAdapters
@@ -283,6 +284,14 @@ def _workload(text: str | None, option: str = "--workload") -> Any:
     multiple=True,
     help="Module prefix the python tool may import (--local; repeatable).",
 )
+@click.option(
+    "--config",
+    "config_file",
+    envvar="AOS_FLOW_TOOLS",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="--local: the tool config (keychain source, shell.enabled, limits; spec/11 §2.1; "
+    "env AOS_FLOW_TOOLS).",
+)
 @world_option
 @node_option
 @json_option
@@ -295,6 +304,7 @@ def run_command(
     local: bool,
     wait_s: float | None,
     python_allow: tuple[str, ...],
+    config_file: Path | None,
     world_path: str,
     node_url: str | None,
     as_json: bool,
@@ -308,7 +318,8 @@ def run_command(
             "--wait needs --node: an embedded world moves only while a command holds it"
         )
     if local:
-        _run_local(Path(target), value, exec_id, python_allow, world_path, as_json)
+        config = load_config(config_file)
+        _run_local(Path(target), value, exec_id, python_allow, config, world_path, as_json)
         return
     if node_url is not None:
         client = FlowNodeClient(node_url)
@@ -360,6 +371,7 @@ def _run_local(
     workload: Any,
     exec_id: str | None,
     python_allow: tuple[str, ...],
+    config: ToolConfig,
     world_path: str,
     as_json: bool,
 ) -> None:
@@ -369,7 +381,7 @@ def _run_local(
         path = Path(world_path) if explicit else Path(scratch) / "world"
         world, keys = create_flow_world(path, clock=CLOCK_MANUAL, sync=explicit)
         with world:
-            adapters = LocalAdapters(world, keys, python_allow=python_allow)
+            adapters = LocalAdapters(world, keys, python_allow=python_allow, config=config)
             ops.deploy(world, definition)
             started = ops.start(world, definition.name, workload=workload, exec_id=exec_id)
             drained = adapters.drain()

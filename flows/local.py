@@ -2,7 +2,7 @@
 
 A real deployment runs `aos node up` and one adapter process per tool kind. For one command
 on an embedded world, `LocalAdapters` does their work in this process instead: it performs
-every open tool intent (the same handlers the adapter processes run, `flows/tools.py`),
+every open tool intent and keychain resolution (the same handlers the adapter processes run, `flows/tools.py`),
 signs each receipt with the world's own adapter keys and settles it, so the journal is the
 same as with real adapters: signed receipts, one flush per batch. Human tasks stay open
 until someone completes them (`complete_task`). On a `manual`-clock world, when nothing is
@@ -16,6 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos.flows.config import ToolConfig, default_config
+from aos.flows.keychain import KEYCHAIN_ADAPTER, KEYCHAIN_EFFECT, fingerprint_key, resolve
+from aos.flows.outcomes import ToolOutcome
 from aos.flows.tools import TOOL_EFFECTS, ToolContext, run_tool
 from aos.flows.world import EXEC_WORKFLOW, HUMAN_ADAPTER, HUMAN_EFFECT, FlowKeys
 from aos.kernel.adapters.signing import signed_receipt
@@ -45,10 +48,12 @@ class LocalAdapters:
         *,
         python_allow: tuple[str, ...] = (),
         skip_time: bool = True,
+        config: ToolConfig | None = None,
     ) -> None:
         self.world = world
         self.keys = keys
         self.python_allow = python_allow
+        self.config = config or default_config()
         self.skip_time = skip_time and world.clock == CLOCK_MANUAL
 
     def drain(self, *, rounds_max: int = ROUNDS_MAX_DEFAULT) -> DrainReport:
@@ -96,7 +101,7 @@ class LocalAdapters:
         return False
 
     def _open(self, *, tool: bool) -> list[dict[str, Any]]:
-        wanted = set(TOOL_EFFECTS) if tool else {HUMAN_EFFECT}
+        wanted = {*TOOL_EFFECTS, KEYCHAIN_EFFECT} if tool else {HUMAN_EFFECT}
         return [i for i in self.world.open_intents() if i["effect"] in wanted]
 
     def _perform(self, intents: list[dict[str, Any]]) -> int:
@@ -105,16 +110,25 @@ class LocalAdapters:
             record = self.world.open_intent(str(intent["intent"]))
             if record is None:
                 continue
-            context = ToolContext(
-                intent=str(intent["intent"]),
-                put_blob=lambda data: str(self.world.put_blob(data)),
-                python_allow=self.python_allow,
-            )
-            outcome = run_tool(str(intent["effect"]), record["params"], context=context)
-            adapter = TOOL_EFFECTS[str(intent["effect"])]
+            effect = str(intent["effect"])
+            outcome = self._outcome(str(intent["intent"]), effect, record["params"])
+            adapter = KEYCHAIN_ADAPTER if effect == KEYCHAIN_EFFECT else TOOL_EFFECTS[effect]
             self.settle(str(intent["intent"]), adapter, outcome.status, outcome.payload)
         self.world.run_to_idle()
         return len(intents)
+
+    def _outcome(self, intent: str, effect: str, params: Any) -> ToolOutcome:
+        """What the tool (or keychain) adapter would answer."""
+        if effect == KEYCHAIN_EFFECT:
+            key = fingerprint_key(self.keys.seed(KEYCHAIN_ADAPTER))
+            return resolve(params, self.config.keychain, key)
+        context = ToolContext(
+            intent=intent,
+            put_blob=lambda data: str(self.world.put_blob(data)),
+            python_allow=self.python_allow,
+            **self.config.context(),
+        )
+        return run_tool(effect, params, context=context)
 
     def settle(self, intent: str, adapter: str, status: str, payload: Any) -> None:
         """Sign a receipt as `adapter` (a key of this world) and settle it; a refusal is the

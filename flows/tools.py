@@ -1,5 +1,6 @@
 """The flow world's tools (spec/11-flows.md §1.2, §3.3, §7): what the adapters `aos/echo@1`,
-`aos/http@1` and `aos/python@1` do with a tool call.
+`aos/http@1`, `aos/python@1`, `aos/postgres@1`, `aos/duckdb@1` and `aos/shell@1` do with a tool
+call.
 
 A flow's `call` task becomes an effect `aos/tool.KIND@1` whose params are `aos/ToolCall@1`
 `{exec, step, task, attempt, tool, args, result_inline_bytes_max}`; `tool` is the rendered tool
@@ -12,6 +13,11 @@ it is pure of any transport, so the same code runs in an adapter process (`make_
             -> {status, headers, json | text | body}
     python  {function: "package.module:function", timeout_ms} -> function(args), in a
             subprocess, for modules the adapter's allowlist admits
+    postgres, duckdb, shell   flows/tool_postgres.py, tool_duckdb.py, tool_shell.py
+
+Secrets (flows/keychain.py) go in here, right before use: `${keychain:NAME}` placeholders in
+http headers, the postgres tool's `auth`, the shell tool's environment; every text of the
+outcome that holds one is scrubbed.
 
 Outcomes are `ok` (the payload is the result), `error` and `timeout`; an error payload is small
 and always `{kind, code, message, retryable, ...}` with `kind` one of the flow error kinds
@@ -29,12 +35,37 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from aos.flows.config import ToolConfig, default_config
+from aos.flows.keychain import (
+    Keychain,
+    KeychainMissingError,
+    KeychainSourceError,
+    keychain_failure,
+    scrubbed,
+    substitute,
+)
+from aos.flows.outcomes import ToolInvalidError, ToolOutcome, failure, timed_out, with_spec
+from aos.flows.outcomes import check_fields as _check_fields
+from aos.flows.outcomes import clip as _clip
+from aos.flows.tool_duckdb import (
+    DUCKDB_FIELDS,
+    DUCKDB_TIMEOUT_S_DEFAULT,
+    DuckdbSettings,
+    run_duckdb,
+)
+from aos.flows.tool_postgres import (
+    POSTGRES_FIELDS,
+    POSTGRES_TIMEOUT_S_DEFAULT,
+    PostgresSettings,
+    run_postgres,
+)
+from aos.flows.tool_shell import SHELL_FIELDS, SHELL_TIMEOUT_S_DEFAULT, ShellSettings, run_shell
 from aos.kernel import cbor
 from aos.kernel.adapters.builtin.http import (
     HTTP_BODY_BYTES_MAX_DEFAULT,
@@ -52,13 +83,11 @@ from aos.kernel.adapters.builtin.python_fn import (
     PythonOptions,
 )
 from aos.kernel.adapters.sdk import (
-    ERROR_MESSAGE_CHARS_MAX,
     Adapter,
     AdapterConfigInvalidError,
     Handler,
     Lease,
     Result,
-    Status,
 )
 from aos.kernel.errors import AosError
 
@@ -68,9 +97,12 @@ TOOL_EFFECTS: dict[str, str] = {
     "aos/tool.echo@1": "aos/echo@1",
     "aos/tool.http@1": "aos/http@1",
     "aos/tool.python@1": "aos/python@1",
+    "aos/tool.postgres@1": "aos/postgres@1",
+    "aos/tool.duckdb@1": "aos/duckdb@1",
+    "aos/tool.shell@1": "aos/shell@1",
 }
 """Tool effect -> the adapter identity that settles it."""
-TOOL_KINDS: tuple[str, ...] = ("echo", "http", "python")
+TOOL_KINDS: tuple[str, ...] = ("echo", "http", "python", "postgres", "duckdb", "shell")
 EFFECT_OF_KIND: dict[str, str] = {kind: f"aos/tool.{kind}@1" for kind in TOOL_KINDS}
 _KIND_OF_EFFECT = {effect: kind for kind, effect in EFFECT_OF_KIND.items()}
 
@@ -110,17 +142,6 @@ _TEXT_TYPES = frozenset(
 # Data
 
 
-@dataclass(frozen=True)
-class ToolOutcome:
-    """A tool call's receipt status and payload."""
-
-    status: Status
-    payload: Any = None
-
-    def to_result(self) -> Result:
-        return Result(self.status, self.payload)
-
-
 def _no_blob(data: bytes) -> str:
     raise AdapterConfigInvalidError("this tool context cannot store blobs")
 
@@ -147,6 +168,10 @@ class ToolContext:
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT
     http_transport: httpx.BaseTransport | None = None
     result_inline_bytes_cap: int = RESULT_INLINE_BYTES_CAP_DEFAULT
+    keychain: Keychain | None = None
+    postgres: PostgresSettings = field(default_factory=PostgresSettings)
+    duckdb: DuckdbSettings = field(default_factory=DuckdbSettings)
+    shell: ShellSettings = field(default_factory=ShellSettings)
 
     def __post_init__(self) -> None:
         if isinstance(self.python_allow, str):
@@ -180,22 +205,8 @@ class ToolContext:
         return any(module == p or module.startswith(p + ".") for p in self.python_allow)
 
 
-class _ToolInvalidError(Exception):
+class _ToolInvalidError(ToolInvalidError):
     """The tool spec or the call's params are malformed (an `error`, `tool.invalid`)."""
-
-
-def failure(
-    code: str, message: str, *, kind: str = "transport", retryable: bool = False, **extra: Any
-) -> ToolOutcome:
-    """An `error` outcome: `{kind, code, message, retryable, **extra}`."""
-    payload = {"kind": kind, "code": code, "message": _clip(message), "retryable": retryable}
-    return ToolOutcome("error", {**payload, **extra})
-
-
-def timed_out(code: str, message: str) -> ToolOutcome:
-    """A `timeout` outcome: `{kind: timeout, code, message, retryable: true}`."""
-    payload = {"kind": "timeout", "code": code, "message": _clip(message), "retryable": True}
-    return ToolOutcome("timeout", payload)
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,7 +222,7 @@ def run_tool(effect: str, params: Any, *, context: ToolContext) -> ToolOutcome:
     try:
         tool, args, inline_max = _call_of(kind, params)
         outcome = _RUNNERS[kind](tool, args, context)
-    except _ToolInvalidError as error:
+    except ToolInvalidError as error:
         return failure("tool.invalid", f"{kind} tool: {error}")
     except Exception as error:  # a bug must not leave the intent waiting or the driver down
         log.exception("the %s tool failed", kind)
@@ -272,12 +283,6 @@ def _has_non_finite(value: Any) -> bool:
     return False
 
 
-def _check_fields(tool: dict[str, Any], allowed: frozenset[str]) -> None:
-    unknown = sorted(str(name) for name in tool if name not in allowed)
-    if unknown:
-        raise _ToolInvalidError(f"unknown field(s) {unknown}; the fields are {sorted(allowed)}")
-
-
 def _timeout_s(tool: dict[str, Any], default_s: float, max_s: float) -> float:
     """`timeout_ms` in seconds (the default when absent), at most `max_s`."""
     value = tool.get("timeout_ms")
@@ -325,7 +330,19 @@ class _TooLargeError(Exception):
 
 def _http(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
     request = _http_request(tool, context)
-    headers = request.headers
+    secrets: list[str] = []
+    try:
+        # Secrets go in last, into headers only: the url, query and body are quoted in
+        # messages and errors, which a secret must never reach.
+        headers = substitute(request.headers, context.keychain, secrets)
+    except (KeychainMissingError, KeychainSourceError) as error:
+        return keychain_failure(error)
+    # A server that echoes a request header (or an error that quotes one) must not carry
+    # the secret into the receipt.
+    return scrubbed(_exchange(request, headers, context), secrets)
+
+
+def _exchange(request: _HttpRequest, headers: dict[str, str], context: ToolContext) -> ToolOutcome:
     if request.method != "GET":
         headers = {k: v for k, v in headers.items() if k.lower() != IDEMPOTENCY_HEADER.lower()}
         headers[IDEMPOTENCY_HEADER] = context.intent
@@ -602,10 +619,35 @@ def _run_function(ref: str, args: Any, timeout_s: float, context: ToolContext) -
     return failure("python.result_invalid", message)
 
 
+# -- postgres, duckdb, shell (each in its own module: flows/tool_KIND.py); their fields may
+# also come in NoETL's `spec`
+
+
+def _postgres(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    tool = with_spec(tool, POSTGRES_FIELDS)
+    timeout_s = _timeout_s(tool, POSTGRES_TIMEOUT_S_DEFAULT, context.postgres.timeout_s_max)
+    return run_postgres(tool, args, context.postgres, context.keychain, timeout_s)
+
+
+def _duckdb(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    tool = with_spec(tool, DUCKDB_FIELDS)
+    timeout_s = _timeout_s(tool, DUCKDB_TIMEOUT_S_DEFAULT, context.duckdb.timeout_s_max)
+    return run_duckdb(tool, args, context.duckdb, timeout_s)
+
+
+def _shell(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    tool = with_spec(tool, SHELL_FIELDS)
+    timeout_s = _timeout_s(tool, SHELL_TIMEOUT_S_DEFAULT, context.shell.timeout_s_max)
+    return run_shell(tool, args, context.shell, context.keychain, timeout_s)
+
+
 _RUNNERS: dict[str, Callable[[dict[str, Any], Any, ToolContext], ToolOutcome]] = {
     "echo": _echo,
     "http": _http,
     "python": _python,
+    "postgres": _postgres,
+    "duckdb": _duckdb,
+    "shell": _shell,
 }
 
 
@@ -636,10 +678,13 @@ def make_adapter(
     python_timeout_s_max: float = PYTHON_TIMEOUT_S_MAX_DEFAULT,
     http_timeout_s_max: float = HTTP_TIMEOUT_S_MAX_DEFAULT,
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT,
+    config: ToolConfig | None = None,
     renew: bool = True,
     **adapter_options: Any,
 ) -> Adapter:
-    """An SDK adapter serving tool `kind` (`echo`, `http`, `python`): named `name` (default
+    """An SDK adapter serving tool `kind` (`echo`, `http`, `python`, `postgres`, `duckdb`,
+    `shell`), with the keychain and limits of `config` (default: `flows/config.py`'s
+    defaults): named `name` (default
     the kind's adapter identity, say `aos/http@1`), large results stored through the node
     (`Adapter.put_blob`), and, with `renew`, each lease renewed while its call runs, so a
     call longer than the node's lease is not handed out again. `adapter_options` go to
@@ -652,6 +697,7 @@ def make_adapter(
         python_timeout_s_max=python_timeout_s_max,
         http_timeout_s_max=http_timeout_s_max,
         http_response_bytes_max=http_response_bytes_max,
+        **(config or default_config()).context(),
     )
     adapter = Adapter(name=name or TOOL_EFFECTS[effect], seed=seed, node=node, **adapter_options)
     context = replace(context, put_blob=adapter.put_blob)
@@ -694,7 +740,3 @@ def _effect_of(kind: str) -> str:
     if effect is None:
         raise AdapterConfigInvalidError(f"tool kind {kind!r} is one of {list(TOOL_KINDS)}")
     return effect
-
-
-def _clip(text: str, limit: int = ERROR_MESSAGE_CHARS_MAX) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.pg_cluster import PgCluster, PgClusterError
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -23,3 +26,18 @@ def shared_file(*parts: str) -> Path:
 
 def shared_json(*parts: str) -> Any:
     return json.loads(shared_file(*parts).read_text())
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A throwaway PostgreSQL server for the session (tests/pg_cluster.py), stopped at the
+    end even when tests fail; missing binaries fail the tests that use it, naming the
+    package to install."""
+    try:
+        cluster = PgCluster.start()
+    except PgClusterError as error:
+        pytest.fail(str(error))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

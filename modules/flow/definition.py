@@ -24,7 +24,7 @@ LIMIT_DEFAULTS = {
     "tasks_per_input_max": 100_000,
     "result_inline_bytes_max": 64 * 1024,
 }
-TOOL_KINDS = ("echo", "http", "python")
+TOOL_KINDS = ("echo", "http", "python", "postgres", "duckdb", "shell")
 ACTIONS = (
     "assign",
     "business_ref",
@@ -66,6 +66,7 @@ class Definition:
         self.policy = _policy(raw.get("policy"), self.steps)
         self.limits = _limits(raw.get("limits"))
         self.subflows = _map(raw.get("subflows"), "$.subflows")
+        self.keychain = _keychain(raw.get("keychain"))
         self.sources = _sources(self.steps)
         self.jumps = _jump_index(self.steps)
 
@@ -111,6 +112,15 @@ def _build(hash_: str, data: bytes) -> Definition | str:
 
 
 # -- shapes -----------------------------------------------------------------------------------
+
+
+def _keychain(value: Any) -> list[dict[str, Any]]:
+    """The keychain entries (spec/11 §1.7): maps with a text `name`, as written."""
+    entries = _list(value, "$.keychain")
+    for index, entry in enumerate(entries):
+        if type(entry) is not dict or type(entry.get("name")) is not str:
+            raise _fail(f"$.keychain[{index}]", "expected a map with a text name")
+    return entries
 
 
 def _fail(path: str, message: str) -> DefinitionError:

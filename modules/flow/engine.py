@@ -473,9 +473,10 @@ def finish(run: Run) -> None:
     _end(run, status, error)
 
 
-def fail_execution(run: Run, code: str, message: str) -> None:
-    """An engine invariant or limit: the execution fails with kind `engine`."""
-    error = error_value("engine", code, message)
+def fail_execution(run: Run, code: str, message: str, kind: str = "engine") -> None:
+    """An engine invariant or limit (kind `engine`), or a start that cannot go on (a
+    keychain refused: `authorization`): the execution fails."""
+    error = error_value(kind, code, message)
     waits.cancel_all(run, code)
     run.engine["tokens"] = {}
     run.engine["joins"] = {}

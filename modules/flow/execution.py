@@ -13,6 +13,7 @@ from typing import Any
 
 import definition
 import engine
+import keychain
 import waits
 from blobs import Blobs
 from errors import DefinitionError, EngineFailure, Missing
@@ -48,6 +49,8 @@ def _resolve(
     """What the input does to the execution, or the history event saying it is stale."""
     if tag == "Receipt":
         wait_id = waits.receipt_wait(state, value)
+        if wait_id is not None and keychain.is_wait(state, wait_id):
+            return (lambda run: _keychain_resolved(run, wait_id, value)), {}
         if wait_id is not None:
             return (lambda run: waits.on_receipt(run, wait_id, value)), {}
         return None, _stale_event(tag, value, "no open wait")
@@ -167,6 +170,19 @@ def _begin(run: Run, value: dict[str, Any]) -> None:
         version=run.state["version"],
         definition=run.state["definition"],
     )
+    if not keychain.request(run, marker):
+        _enter(run, marker)
+
+
+def _keychain_resolved(run: Run, wait_id: str, envelope: dict[str, Any]) -> None:
+    """The start phase's receipt: the keychain's references are in; the flow starts."""
+    go_on, marker = keychain.resolved(run, wait_id, envelope)
+    if go_on:
+        _enter(run, marker)
+
+
+def _enter(run: Run, marker: Any) -> None:
+    """One token for `entry`, or the distributed iteration the marker names."""
     if marker is not None:
         _begin_iteration(run, marker)
     else:

@@ -82,6 +82,7 @@ class Run:
             ctx=business["ctx"],
             steps=business["steps"],
             business_ref=business["business_ref"],
+            keychain=business.get("keychain") or {},
             execution=self.execution(),
             args=token["args"] if token is not None else {},
             inputs=token["inputs"] if token is not None else None,

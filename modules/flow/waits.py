@@ -19,7 +19,7 @@ from run import (
 
 from aos_sdk import cbor
 
-INTENT_KINDS = ("call", "human", "timer", "timeout", "retry")
+INTENT_KINDS = ("call", "human", "timer", "timeout", "retry", "keychain")
 TIMER_KINDS = ("timer", "timeout", "retry")
 ERROR_KINDS = ("expression", "transport", "timeout", "authorization", "engine")
 
@@ -245,7 +245,8 @@ def _receipt_outcome(run: Run, wait: dict[str, Any], envelope: dict[str, Any]) -
 
 def _with_protocol(outcome: dict[str, Any], payload: Any) -> dict[str, Any]:
     """The tool's own details beside the error (spec/11 §3.3): `http {status, headers}`,
-    `pg {code, sqlstate}`, `py {exception}`, as the adapter reported them."""
+    `pg {code, sqlstate}`, `py {exception}`, `shell {exit_code, ...}`, `duckdb {error}`, as
+    the adapter reported them."""
     if type(payload) is dict:
         for name in PROTOCOL_FIELDS:
             if name in payload:
@@ -253,7 +254,7 @@ def _with_protocol(outcome: dict[str, Any], payload: Any) -> dict[str, Any]:
     return outcome
 
 
-PROTOCOL_FIELDS = ("http", "pg", "py")
+PROTOCOL_FIELDS = ("http", "pg", "py", "shell", "duckdb")
 
 
 def normalize_error(value: Any, kind: str, code: str) -> dict[str, Any]:

@@ -108,3 +108,26 @@ def test_component_matches_native_step_by_step(runner: StepRunner) -> None:
     ex.signal("go", 2)
     assert ex.status == "completed"
     assert ex.business["steps"]["use"]["results"] == [1, 2]
+
+
+def test_component_matches_native_through_the_keychain_start_phase(runner: StepRunner) -> None:
+    ex = Execution()
+    _twin(ex, runner)
+    call = task(
+        "send",
+        "call",
+        tool={"kind": "http", "url": "https://x/", "headers": {"A": "Bearer {{ keychain.k }}"}},
+    )
+    definition = {**flow([step("go", [call])]), "keychain": [{"name": "k", "kind": "token"}]}
+    out = ex.start(definition)
+    (resolve,) = effects(out)
+    out = ex.receipt(resolve, {"entries": {"k": "${keychain:k}"}, "refs": {}})
+    (sent,) = effects(out)
+    assert sent.params["tool"]["headers"] == {"A": "Bearer ${keychain:k}"}
+    ex.receipt(sent, {"status": 200})
+    assert ex.status == "completed"
+    refused = Execution(exec_id="e2")
+    _twin(refused, runner)
+    (resolve,) = effects(refused.start(definition))
+    refused.receipt(resolve, {"kind": "authorization", "code": "keychain.missing"}, status="error")
+    assert refused.status == "failed"

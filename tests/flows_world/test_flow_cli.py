@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from aos.cli.main import main
+from aos.flows.world import ADAPTER_KEY_FILES
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_bytes
 
@@ -254,7 +255,7 @@ def test_a_flow_world_driven_by_the_cli(tmp_path: Path) -> None:
     created = ok_json("flow", "world", "create", world, "--clock", "manual", "--no-sync")
     keys = Path(created["keys"])
     assert keys == tmp_path / "w.keys"
-    assert {p.name for p in keys.iterdir()} == {"echo.key", "http.key", "python.key", "human.key"}
+    assert {p.name for p in keys.iterdir()} == set(ADAPTER_KEY_FILES.values())
     assert created["manifest"].startswith("blake3:")
     at = ["--world", str(world)]
 

@@ -1,0 +1,321 @@
+"""The keychain (spec/11 §1.7, §2.1): credentials a flow names, resolved by an effect, their
+secrets never journaled.
+
+A flow's `keychain: [{name, kind, ...spec}]` says which credentials it needs. Before its
+first step runs, the interpreter asks for them with one effect, `aos/keychain.resolve@1`
+(params `{exec, entries}`), settled by the keychain adapter `aos/keychain@1`. The adapter looks
+each name up in its **source** and answers with **references**, never values:
+
+    {entries: {NAME: "${keychain:NAME}"                      a secret that is one text
+                   | {FIELD: "${keychain:NAME.FIELD}", ...}}, a secret that is a map
+     refs:    {NAME: {kind, fingerprint}}}
+
+The interpreter keeps `entries` as the template namespace `keychain` (so `{{ keychain.api }}`
+renders to its placeholder) and starts the flow; a name the source does not have fails the
+execution with kind `authorization` (`keychain.missing`). The adapter that runs a tool puts
+the secret in right before use: the postgres tool's `auth: NAME` connects with entry NAME,
+the http tool replaces placeholders in its `headers`, the shell tool in its `env`. So the
+journal, the state, the annotations and every effect's params hold only names and
+placeholders. `fingerprint` is a keyed BLAKE3 of the secret (key derived from the keychain
+adapter's own signing seed): runs that used the same secret have the same fingerprint, and
+it cannot be brute-forced from the journal without that seed.
+
+**Source** (for local development and single-host deployments): a secrets file (YAML or
+JSON: `NAME: text` or `NAME: {field: text, ...}`), then environment variables
+`<prefix><NAME>` (default prefix `AOS_SECRET_`; a value that starts with `{` is a JSON map).
+Which file and prefix come from the flow world's tool config (`flows/config.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blake3
+import yaml
+
+from aos.flows.outcomes import ToolOutcome, failure
+from aos.kernel import cbor
+from aos.kernel.adapters.sdk import Adapter, Lease, Result
+
+KEYCHAIN_EFFECT = "aos/keychain.resolve@1"
+KEYCHAIN_ADAPTER = "aos/keychain@1"
+ENV_PREFIX_DEFAULT = "AOS_SECRET_"
+SECRETS_FILE_BYTES_MAX = 1024 * 1024
+SECRET_BYTES_MAX = 64 * 1024
+SECRET_FIELDS_MAX = 64
+ENTRIES_MAX = 256
+"""As the CFD's `keychain_entries_max`: a resolve request names at most this many."""
+FINGERPRINT_CONTEXT = "aos keychain fingerprint v1"
+SCRUB_KEPT = frozenset({"kind", "code", "retryable", "pg"})
+
+NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+PLACEHOLDER = re.compile(r"\$\{keychain:(" + NAME_PATTERN + r")(?:\.(" + NAME_PATTERN + r"))?\}")
+_NAME = re.compile(NAME_PATTERN)
+
+Secret = str | dict[str, str]
+
+
+class KeychainMissingError(Exception):
+    """A name (or a field of it) the source does not have."""
+
+
+class KeychainSourceError(Exception):
+    """The source itself is unusable (a secrets file that does not parse, too large, ...)."""
+
+
+def placeholder(name: str, field_name: str | None = None) -> str:
+    return "${keychain:" + name + ("" if field_name is None else "." + field_name) + "}"
+
+
+@dataclass(frozen=True)
+class Keychain:
+    """Where secrets come from: `file` (read on each lookup, so a rotated secret applies to
+    the next call), then `<env_prefix><NAME>` in `environ` (no prefix: no environment)."""
+
+    file: Path | None = None
+    env_prefix: str | None = ENV_PREFIX_DEFAULT
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+
+    def lookup(self, name: str) -> Secret | None:
+        if not _NAME.fullmatch(name):
+            return None
+        if self.file is not None:
+            found = _read_file(self.file).get(name)
+            if found is not None:
+                return found
+        if self.env_prefix is None:
+            return None
+        raw = self.environ.get(self.env_prefix + name)
+        return None if raw is None else _env_secret(self.env_prefix + name, raw)
+
+    def require(self, name: str) -> Secret:
+        found = self.lookup(name)
+        if found is None:
+            raise KeychainMissingError(f"keychain entry {name!r} is not in {self.describe()}")
+        return found
+
+    def describe(self) -> str:
+        """Where lookups go, for messages (names of places, never contents)."""
+        places = []
+        if self.file is not None:
+            places.append(f"the secrets file {self.file}")
+        if self.env_prefix is not None:
+            places.append(f"the environment ({self.env_prefix}NAME)")
+        return " or ".join(places) or "no source (the keychain is not configured)"
+
+
+def _read_file(path: Path) -> dict[str, Secret]:
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(SECRETS_FILE_BYTES_MAX + 1)
+    except OSError as error:
+        raise KeychainSourceError(f"the secrets file {path}: {error.strerror}") from None
+    if len(data) > SECRETS_FILE_BYTES_MAX:
+        raise KeychainSourceError(f"the secrets file {path} is over {SECRETS_FILE_BYTES_MAX} bytes")
+    try:
+        loaded = yaml.safe_load(data)
+    except RecursionError:
+        raise KeychainSourceError(f"the secrets file {path} nests too deeply") from None
+    except yaml.YAMLError as error:
+        # The parser's message quotes the file: it may hold a secret, so say only where.
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise KeychainSourceError(f"the secrets file {path} is not YAML{where}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise KeychainSourceError(f"the secrets file {path} is a map NAME -> secret")
+    return {str(name): _secret(f"{path}: {name}", value) for name, value in loaded.items()}
+
+
+def _env_secret(variable: str, raw: str) -> Secret:
+    if not raw.startswith("{"):
+        return _secret(variable, raw)
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise KeychainSourceError(f"{variable} starts with {{ but is not a JSON map") from None
+    return _secret(variable, value)
+
+
+def _secret(where: str, value: Any) -> Secret:
+    """Text, or a map of field names to text (numbers are kept as their text)."""
+    if isinstance(value, str):
+        if len(value.encode()) > SECRET_BYTES_MAX:
+            raise KeychainSourceError(f"{where}: a secret is at most {SECRET_BYTES_MAX} bytes")
+        return value
+    if not isinstance(value, dict) or not value or len(value) > SECRET_FIELDS_MAX:
+        raise KeychainSourceError(
+            f"{where}: a secret is text or a map of 1..{SECRET_FIELDS_MAX} fields"
+        )
+    fields: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not _NAME.fullmatch(key):
+            raise KeychainSourceError(f"{where}: field names are identifiers")
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            raise KeychainSourceError(f"{where}.{key}: a field is text or a number")
+        fields[key] = str(item)
+    if sum(len(v.encode()) for v in fields.values()) > SECRET_BYTES_MAX:
+        raise KeychainSourceError(f"{where}: a secret is at most {SECRET_BYTES_MAX} bytes")
+    return fields
+
+
+# -- resolving (the keychain adapter) ----------------------------------------------------------
+
+
+def fingerprint_key(seed: bytes) -> bytes:
+    """The fingerprint key of a keychain adapter with signing seed `seed`."""
+    return blake3.blake3(seed, derive_key_context=FINGERPRINT_CONTEXT).digest()
+
+
+def resolve(params: Any, keychain: Keychain, key: bytes) -> ToolOutcome:
+    """Settle an `aos/keychain.resolve@1` call: references for every entry, or an
+    `authorization` error naming each missing one (never a value)."""
+    entries = params.get("entries") if isinstance(params, dict) else None
+    if not isinstance(entries, list) or len(entries) > ENTRIES_MAX:
+        return failure(
+            "keychain.invalid", f"params.entries is a list of at most {ENTRIES_MAX} entries"
+        )
+    references: dict[str, Any] = {}
+    refs: dict[str, Any] = {}
+    missing: list[str] = []
+    for entry in entries:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            return failure("keychain.invalid", "each entry is a map with an identifier name")
+        try:
+            secret = keychain.lookup(name)
+        except KeychainSourceError as error:
+            return failure("keychain.source", str(error), kind="authorization")
+        if secret is None:
+            missing.append(name)
+            continue
+        references[name] = references_of(name, secret)
+        refs[name] = {"kind": entry.get("kind"), "fingerprint": fingerprint(secret, key)}
+    if missing:
+        return failure(
+            "keychain.missing",
+            f"keychain entries {missing} are not in {keychain.describe()}",
+            kind="authorization",
+            missing=missing,
+        )
+    return ToolOutcome("ok", {"entries": references, "refs": refs})
+
+
+def make_keychain_adapter(
+    *, seed: bytes, node: str, keychain: Keychain, name: str | None = None, **options: Any
+) -> Adapter:
+    """The keychain adapter (`aos adapter run keychain`): settles `aos/keychain.resolve@1`
+    from `keychain`, fingerprints keyed by its own seed. `options` go to `Adapter`."""
+    adapter = Adapter(name=name or KEYCHAIN_ADAPTER, seed=seed, node=node, **options)
+    key = fingerprint_key(seed)
+
+    @adapter.effect(KEYCHAIN_EFFECT)
+    def handle(params: Any, lease: Lease) -> Result:
+        return resolve(params, keychain, key).to_result()
+
+    return adapter
+
+
+def references_of(name: str, secret: Secret) -> Any:
+    """What templates see for an entry: its placeholder, or one per field."""
+    if isinstance(secret, str):
+        return placeholder(name)
+    return {field_name: placeholder(name, field_name) for field_name in secret}
+
+
+def fingerprint(secret: Secret, key: bytes) -> str:
+    return "blake3k:" + blake3.blake3(cbor.encode(secret), key=key).hexdigest()
+
+
+# -- using (the tool adapters) -----------------------------------------------------------------
+
+
+def substitute(value: Any, keychain: Keychain | None, used: list[str] | None = None) -> Any:
+    """`value` with every placeholder in its strings replaced by the secret it names (maps
+    and lists walked; keys kept), each secret put in also appended to `used` (for
+    `scrubbed`). Raises KeychainMissingError for a name or field the source does not have,
+    or a map secret used whole inside text."""
+    if isinstance(value, str):
+        if "${keychain:" not in value:
+            return value
+        return PLACEHOLDER.sub(lambda match: _secret_text(match, keychain, used), value)
+    if isinstance(value, dict):
+        return {key: substitute(item, keychain, used) for key, item in value.items()}
+    if isinstance(value, list):
+        return [substitute(item, keychain, used) for item in value]
+    return value
+
+
+def _secret_text(match: re.Match[str], keychain: Keychain | None, used: list[str] | None) -> str:
+    if keychain is None:
+        raise KeychainMissingError("this adapter has no keychain configured")
+    name, field_name = match.group(1), match.group(2)
+    secret = keychain.require(name)
+    if field_name is None:
+        if not isinstance(secret, str):
+            raise KeychainMissingError(
+                f"keychain entry {name!r} is a map; name one of its fields ({name}.FIELD)"
+            )
+        text = secret
+    elif isinstance(secret, str) or field_name not in secret:
+        raise KeychainMissingError(f"keychain entry {name!r} has no field {field_name!r}")
+    else:
+        text = secret[field_name]
+    if used is not None:
+        used.append(text)
+    return text
+
+
+def keychain_failure(error: KeychainMissingError | KeychainSourceError) -> ToolOutcome:
+    """The `authorization` outcome of a call whose secret could not be had."""
+    code = "keychain.source" if isinstance(error, KeychainSourceError) else "keychain.missing"
+    return failure(code, str(error), kind="authorization")
+
+
+def scrubbed(outcome: ToolOutcome, secrets: list[str]) -> ToolOutcome:
+    """`outcome` with every occurrence of each secret text in its payload's strings replaced
+    by `***` (for messages that quote what they were given); the error's kind, code and
+    details (`pg`) are kept as they are, whatever a short secret would match."""
+    ordered = sorted({text for text in secrets if text}, key=len, reverse=True)
+    if not ordered:
+        return outcome
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            for text in ordered:
+                value = value.replace(text, "***")
+            return value
+        if isinstance(value, dict):
+            return {key: clean(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [clean(item) for item in value]
+        return value
+
+    payload = outcome.payload
+    if outcome.status != "ok" and isinstance(payload, dict):
+        return ToolOutcome(
+            outcome.status,
+            {k: v if k in SCRUB_KEPT else clean(v) for k, v in payload.items()},
+        )
+    return ToolOutcome(outcome.status, clean(payload))
+
+
+def entry_name(auth: Any) -> str | None:
+    """The entry an `auth` field names: `NAME`, `${keychain:NAME}`, or a rendered map
+    reference (any of its placeholders)."""
+    if isinstance(auth, str):
+        match = PLACEHOLDER.fullmatch(auth)
+        if match is not None:
+            return match.group(1)
+        return auth if _NAME.fullmatch(auth) else None
+    if isinstance(auth, dict) and auth:
+        names = {entry_name(item) for item in auth.values()}
+        return names.pop() if len(names) == 1 else None
+    return None

@@ -1,0 +1,240 @@
+"""The postgres tool (`aos/tool.postgres@1`, spec/11 §1.2): SQL against a real PostgreSQL
+server with psycopg 3, connecting with a keychain entry.
+
+    {kind: postgres, auth: NAME, command: SQL | query: SQL, params: MAP | LIST, timeout_ms}
+      -> {results: [{status, rowcount, columns, rows}], rows, columns, rowcount}
+
+The field names are NoETL's: `auth` names the keychain entry (also accepted as its rendered
+placeholder, `{{ keychain.NAME }}`), `command` (or `query`) is the SQL. Without parameters the
+command may hold several statements; they run in one transaction (committed at the end,
+rolled back on any error), and each gives one entry of `results`. With parameters (`params`,
+else the call's `args` when it is a non-empty map or list) the command is one statement that
+names them psycopg's way (`%(name)s`, `%s`; a literal percent is then `%%`). Rows are maps of
+column name to plain data (numeric is an integer when whole, else its exact text; dates and
+times ISO text; json as its value). The top-level `rows`, `columns` and `rowcount` are the
+last statement's.
+
+The keychain entry is text (a libpq conninfo or a `postgresql://` URI) or a map of conninfo
+fields (`host`, `port`, `user`, `password`, `dbname`, ...; NoETL's `db_host`, `db_port`,
+`db_user`, `db_password`, `db_name` are read as those). A server error is an `error` outcome
+with `pg: {code, sqlstate}` (the SQLSTATE, both; policies test `outcome.pg.code`), retryable
+for serialization failures, deadlocks, lost connections and resource shortages; a statement
+over its `timeout_ms` is a `timeout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+
+from aos.flows.keychain import (
+    Keychain,
+    KeychainMissingError,
+    KeychainSourceError,
+    entry_name,
+    keychain_failure,
+    scrubbed,
+)
+from aos.flows.outcomes import (
+    ToolInvalidError,
+    ToolOutcome,
+    check_fields,
+    failure,
+    timed_out,
+)
+from aos.flows.rows import (
+    RowBudget,
+    RowsTooLargeError,
+    call_result,
+    params_of,
+    plain_value,
+    sql_of,
+    statement_result,
+)
+
+POSTGRES_FIELDS = frozenset({"kind", "auth", "command", "query", "params", "timeout_ms"})
+POSTGRES_TIMEOUT_S_DEFAULT = 30.0
+POSTGRES_TIMEOUT_S_MAX = 3600.0
+POSTGRES_CONNECT_TIMEOUT_S = 10
+POSTGRES_ROWS_MAX_DEFAULT = 10_000
+POSTGRES_RESULT_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
+COMMAND_BYTES_MAX = 1024 * 1024
+FETCH_ROWS = 256
+
+RETRYABLE_SQLSTATE_PREFIXES = ("08", "40", "53", "57P")
+"""Connection exceptions, transaction rollbacks (serialization, deadlock), insufficient
+resources, operator intervention (a server shutting down): worth another attempt."""
+AUTHORIZATION_SQLSTATE_PREFIXES = ("28", "42501")
+QUERY_CANCELED = "57014"
+
+CONNINFO_FIELDS = frozenset(
+    {"host", "hostaddr", "port", "user", "password", "dbname", "sslmode", "application_name"}
+    | {"options", "sslrootcert", "sslcert", "sslkey", "target_session_attrs"}
+)
+NOETL_CONNINFO_NAMES = {
+    "db_host": "host",
+    "db_port": "port",
+    "db_user": "user",
+    "db_password": "password",
+    "db_name": "dbname",
+    "database": "dbname",
+    "username": "user",
+}
+
+
+@dataclass(frozen=True)
+class PostgresSettings:
+    """An adapter's bounds: a call's `timeout_ms` is at most `timeout_s_max`; more than
+    `rows_max` rows, or more than `result_bytes_max` bytes of rows (canonical CBOR), is an
+    error (`postgres.too_large`), never a silently cut result."""
+
+    timeout_s_max: float = POSTGRES_TIMEOUT_S_MAX
+    rows_max: int = POSTGRES_ROWS_MAX_DEFAULT
+    result_bytes_max: int = POSTGRES_RESULT_BYTES_MAX_DEFAULT
+
+
+def run_postgres(
+    tool: dict[str, Any],
+    args: Any,
+    settings: PostgresSettings,
+    keychain: Keychain | None,
+    timeout_s: float,
+) -> ToolOutcome:
+    """Run the tool's SQL (see the module's doc); `timeout_s` is the call's, bounded."""
+    command, params = _command(tool, args)
+    name = entry_name(tool.get("auth"))
+    if name is None:
+        raise ToolInvalidError("auth names a keychain entry (auth: NAME)")
+    try:
+        conninfo = _conninfo(name, keychain)
+    except (KeychainMissingError, KeychainSourceError) as error:
+        return keychain_failure(error)
+    # libpq quotes a malformed connection string whole, password included: no text that
+    # reaches a receipt may hold any part of the secret.
+    return scrubbed(_run(conninfo, command, params, settings, timeout_s), _secret_texts(conninfo))
+
+
+def _run(
+    conninfo: dict[str, Any],
+    command: str,
+    params: Any,
+    settings: PostgresSettings,
+    timeout_s: float,
+) -> ToolOutcome:
+    timeout_ms = max(1, int(timeout_s * 1000))
+    try:
+        with psycopg.connect(
+            **conninfo,
+            connect_timeout=min(POSTGRES_CONNECT_TIMEOUT_S, max(1, math.ceil(timeout_s))),
+            options=f"-c statement_timeout={timeout_ms}",
+            row_factory=dict_row,
+        ) as conn:
+            return ToolOutcome("ok", _execute(conn, command, params, settings))
+    except RowsTooLargeError as error:
+        return failure("postgres.too_large", str(error))
+    except pg_errors.QueryCanceled as error:
+        if error.sqlstate == QUERY_CANCELED:
+            return timed_out("postgres.timeout", f"the statement ran over {timeout_ms} ms")
+        return _server_error(error)
+    except psycopg.Error as error:
+        if error.sqlstate is None:
+            return _connect_error(error)
+        return _server_error(error)
+
+
+def _secret_texts(conninfo: dict[str, Any]) -> list[str]:
+    """The parts of a connection that are secret: the whole text, and any password in it."""
+    text = str(conninfo.get("conninfo") or "")
+    texts = [text, str(conninfo.get("password") or "")]
+    with contextlib.suppress(ValueError):  # not a URI; the key=value form is tried next
+        texts.append(str(urlsplit(text).password or ""))
+    with contextlib.suppress(psycopg.Error):  # malformed: the whole text is scrubbed anyway
+        texts.append(str(conninfo_to_dict(text).get("password") or ""))
+    return [t for t in texts if t]
+
+
+def _command(tool: dict[str, Any], args: Any) -> tuple[str, Any]:
+    check_fields(tool, POSTGRES_FIELDS)
+    try:
+        return sql_of(tool, COMMAND_BYTES_MAX), params_of(tool, args)
+    except ValueError as error:
+        raise ToolInvalidError(str(error)) from None
+
+
+def _conninfo(name: str, keychain: Keychain | None) -> dict[str, Any]:
+    if keychain is None:
+        raise KeychainMissingError("this adapter has no keychain configured")
+    secret = keychain.require(name)
+    if isinstance(secret, str):
+        return {"conninfo": secret}
+    found: dict[str, Any] = {}
+    for key, value in secret.items():
+        field_name = NOETL_CONNINFO_NAMES.get(key, key)
+        if field_name not in CONNINFO_FIELDS:
+            raise KeychainSourceError(
+                f"keychain entry {name!r}: {key!r} is not a connection field "
+                f"({sorted(CONNINFO_FIELDS | set(NOETL_CONNINFO_NAMES))})"
+            )
+        found[field_name] = value
+    return found
+
+
+def _execute(
+    conn: psycopg.Connection[dict[str, Any]], sql: str, params: Any, settings: PostgresSettings
+) -> dict[str, Any]:
+    budget = RowBudget(settings.rows_max, settings.result_bytes_max)
+    results: list[dict[str, Any]] = []
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params, prepare=False)
+        while True:
+            results.append(_statement_result(cursor, budget))
+            if not cursor.nextset():
+                break
+    return call_result(results)
+
+
+def _statement_result(cursor: psycopg.Cursor[dict[str, Any]], budget: RowBudget) -> dict[str, Any]:
+    columns = [column.name for column in cursor.description or []]
+    rows: list[dict[str, Any]] = []
+    if cursor.description is not None:
+        while batch := cursor.fetchmany(FETCH_ROWS):
+            for row in batch:
+                plain = {key: plain_value(value) for key, value in row.items()}
+                budget.take(plain)
+                rows.append(plain)
+    return statement_result(cursor.statusmessage or "", max(cursor.rowcount, 0), columns, rows)
+
+
+def _server_error(error: psycopg.Error) -> ToolOutcome:
+    sqlstate = error.sqlstate or ""
+    diag = error.diag
+    message = diag.message_primary or str(error).strip()
+    if diag.message_detail:
+        message += f" ({diag.message_detail})"
+    kind = "authorization" if sqlstate.startswith(AUTHORIZATION_SQLSTATE_PREFIXES) else "transport"
+    return failure(
+        "postgres.error",
+        f"SQLSTATE {sqlstate}: {message}",
+        kind=kind,
+        retryable=sqlstate.startswith(RETRYABLE_SQLSTATE_PREFIXES),
+        pg={"code": sqlstate, "sqlstate": sqlstate},
+    )
+
+
+def _connect_error(error: psycopg.Error) -> ToolOutcome:
+    """No SQLSTATE: the connection itself failed (refused, unreachable, bad credentials)."""
+    text = str(error).strip()
+    lowered = text.lower()
+    if "password authentication failed" in lowered or "no password supplied" in lowered:
+        return failure(
+            "postgres.auth", text, kind="authorization", pg={"code": "28P01", "sqlstate": "28P01"}
+        )
+    return failure("postgres.connect", text, retryable=True)
