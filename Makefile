@@ -8,8 +8,14 @@ STAMP := $(VENV)/.installed
 # the project's virtualenv so that `make test` never needs them.
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
+# NoETL, the peer of bench/bench_playbooks.py, needs Python 3.12: its own virtualenv, made only
+# by `make bench-noetl-setup` (a large download); `make bench` runs the NoETL rows when it is
+# there and says so when it is not.
+NOETL_PYTHON ?= $(or $(shell command -v python3.12),$(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12)))
+NOETL_VENV := .venv-noetl
+NOETL_STAMP := $(NOETL_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-full bench-setup fault fault-ci clean
+.PHONY: setup demo test test-fast lint bench bench-full bench-setup bench-noetl-setup fault fault-ci clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -64,6 +70,15 @@ $(BENCH_STAMP): bench/peers/requirements.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt
 	@touch $(BENCH_STAMP)
 
+bench-noetl-setup: setup $(NOETL_STAMP)
+
+$(NOETL_STAMP): bench/peers/noetl-requirements.txt
+	@test -n "$(NOETL_PYTHON)" || { echo "bench-noetl-setup: no Python 3.12 found; set NOETL_PYTHON=/path/to/python3.12" >&2; exit 1; }
+	@test -x $(NOETL_VENV)/bin/python || $(NOETL_PYTHON) -m venv $(NOETL_VENV)
+	$(NOETL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(NOETL_VENV)/bin/python -m pip install --quiet -r bench/peers/noetl-requirements.txt
+	@touch $(NOETL_STAMP)
+
 bench: bench-setup
 	$(BIN)/python -m bench.run --quick
 
@@ -71,4 +86,4 @@ bench-full: bench-setup
 	$(BIN)/python -m bench.run --full
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo .aos-demo-flows
+	rm -rf $(VENV) $(BENCH_VENV) $(NOETL_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo .aos-demo-flows
