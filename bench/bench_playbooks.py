@@ -41,7 +41,7 @@ from typing import Any
 
 from aos.flows.client import FlowNodeClient
 from aos.flows.operations import TERMINAL_STATUSES
-from bench.harness import Contender, Row, interleaved
+from bench.harness import Contender, Row, interleaved, round_ratios
 from bench.peers import noetl_stack
 
 HERE = Path(__file__).resolve().parent
@@ -170,17 +170,21 @@ class _Child:
 
 
 class AosNode:
-    """`aos node up` on a new durable flow world, and `aos adapter run tool-python` against it."""
+    """`aos node up` on a new durable flow world, and a python tool adapter process against
+    it: `aos adapter run tool-python` (a fresh interpreter per call), or with `in_process` the
+    bench's `bench/peers/aos_python_inprocess.py` (each call inside the adapter process)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, in_process: bool = False) -> None:
         self.folder = folder
+        self.in_process = in_process
         self.children: list[_Child] = []
         self.client = FlowNodeClient("http://unstarted")
 
     @classmethod
     @contextmanager
-    def started(cls, folder: Path) -> Iterator[AosNode]:
-        node = cls(folder)
+    def started(cls, folder: Path, *, in_process: bool = False) -> Iterator[AosNode]:
+        folder.mkdir(parents=True, exist_ok=True)
+        node = cls(folder, in_process=in_process)
         try:
             node._start()
             yield node
@@ -214,9 +218,13 @@ class AosNode:
         url = str(json.loads(node.first_line())["url"])
         self.client = FlowNodeClient(url)
         key = world.with_name("world.keys") / "python.key"
-        adapter = [*self._aos("adapter", "run", "tool-python", "--node", url, "--key", str(key))]
-        adapter += ["--allow", PYTHON_ALLOW, "--module-path", str(REPO), "--json"]
-        self._spawn("adapter", adapter)
+        options = ["--node", url, "--key", str(key), "--allow", PYTHON_ALLOW]
+        options += ["--module-path", str(REPO)]
+        if self.in_process:
+            module = "bench.peers.aos_python_inprocess"
+            self._spawn("adapter", [sys.executable, "-m", module, *options]).first_line()
+        else:
+            self._spawn("adapter", [*self._aos("adapter", "run", "tool-python", *options)])
 
     def register(self, file: Path) -> str:
         """Deploy the file (the node loads it with the flow loader); the flow's name."""
@@ -253,11 +261,15 @@ class _Side:
     case: str
     execute: Callable[[], tuple[float, str]]
     check: Callable[[str], None]
+    syncs: Callable[[], int] | None = None  # the side's count of fsyncs, if it has one
 
     def __post_init__(self) -> None:
         self.executions: list[str] = []
 
     def contender(self, per_round: int) -> Contender:
+        """Call once the warm-up is over: the fsync count starts here."""
+        synced = self.syncs() if self.syncs is not None else 0
+
         def run(r: int) -> float:
             seconds = []
             for _ in range(per_round):
@@ -266,7 +278,15 @@ class _Side:
                 self.executions.append(execution)
             return statistics.fmean(seconds)
 
-        return Contender(self.name, run, lambda: {"executions_checked": len(self.executions)})
+        def extra() -> dict[str, object]:
+            found: dict[str, object] = {"executions_checked": len(self.executions)}
+            if self.syncs is not None:
+                time.sleep(noetl_stack.STATS_SETTLE_S)
+                per = (self.syncs() - synced) / len(self.executions)
+                found["wal_syncs_per_execution"] = round(per, 1)
+            return found
+
+        return Contender(self.name, run, extra)
 
     def check_all(self) -> None:
         for execution in self.executions:
@@ -276,6 +296,8 @@ class _Side:
 def _aos_side(node: AosNode, case: str) -> _Side:
     name = node.register(AOS_FILES[case])
     what = "aos durable (fsync per flush), node + python tool adapter process"
+    if node.in_process:
+        what += " calling the functions in itself (no interpreter per call: a floor)"
     return _Side(
         f"{what}, {AOS_FILES[case].relative_to(REPO)}",
         case,
@@ -297,6 +319,7 @@ def _noetl_side(stack: noetl_stack.NoetlStack, case: str) -> _Side:
         case,
         lambda: stack.execute(path),
         check,
+        stack.wal_syncs,
     )
 
 
@@ -334,13 +357,20 @@ def run(quick: bool) -> list[Row]:
     rows: list[Row] = []
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aos-bench-pb-")))
-        node = stack.enter_context(AosNode.started(folder))
+        node = stack.enter_context(AosNode.started(folder / "tool-python"))
+        floor = stack.enter_context(AosNode.started(folder / "in-process", in_process=True))
         noetl = _noetl_or_none(stack)
         for case in CASES:
             sides = [_aos_side(node, case)]
             if noetl is not None:
                 sides.append(_noetl_side(noetl, case))
+            sides.append(_aos_side(floor, case))
             found = _measure(sides, quick)
+            if noetl is not None:
+                # NoETL against the floor too: what the ratio becomes once python calls
+                # cost what they cost in the adapter's own process.
+                ratios = round_ratios(found[1].samples_s, found[-1].samples_s)
+                found[-1].extra.update({f"noetl_{k}": v for k, v in ratios.items()})
             for row in found:
                 row.extra.update(case=case, target_ratio_min=TARGET_RATIO_MIN, poll_s=POLL_S)
             rows += found

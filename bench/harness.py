@@ -100,7 +100,15 @@ def with_ratios(rows: list[Row]) -> list[Row]:
     the median of those ratios."""
     base = rows[0]
     for r in rows[1:]:
-        ratios = [s / b for s, b in zip(r.samples_s, base.samples_s, strict=True)]
-        r.extra["ratio_per_round"] = [float(f"{x:.4g}") for x in ratios]
-        r.extra["ratio_median"] = float(f"{statistics.median(ratios):.4g}")
+        r.extra.update(round_ratios(r.samples_s, base.samples_s))
     return rows
+
+
+def round_ratios(numerator_s: list[float], denominator_s: list[float]) -> dict[str, object]:
+    """The ratio of two contenders' samples round by round (`ratio_per_round`) and the median
+    of those ratios (`ratio_median`), 4 significant digits."""
+    ratios = [n / d for n, d in zip(numerator_s, denominator_s, strict=True)]
+    return {
+        "ratio_per_round": [float(f"{x:.4g}") for x in ratios],
+        "ratio_median": float(f"{statistics.median(ratios):.4g}"),
+    }

@@ -54,6 +54,7 @@ PROCESS_STOP_S_MAX = 20.0
 REQUEST_S_MAX = 60.0
 EXECUTION_S_MAX = 120.0
 LOG_TAIL_CHARS = 3000
+STATS_SETTLE_S = 1.5
 EVENTS_PAGE_MAX = 500  # the most 2.13.1 lists on one page
 
 # Every variable 2.13.1's server settings refuse to start without (core/config.py), set to
@@ -188,6 +189,12 @@ class NoetlStack:
         answer: Any = self._request("GET", f"/api/executions/{execution}/events{query}")
         found = answer.get("events", answer) if isinstance(answer, dict) else answer
         return list(found) if isinstance(found, list) else []
+
+    def wal_syncs(self) -> int:
+        """How many times PostgreSQL has synced its WAL to disk (`pg_stat_wal.wal_sync`): one
+        per durable commit, or fewer when commits share a sync. Backends report it at most
+        once a second, so wait `STATS_SETTLE_S` after the work before reading it."""
+        return int(self.pg.psql("SELECT wal_sync FROM pg_stat_wal").strip())
 
     def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         try:
