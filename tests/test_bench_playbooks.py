@@ -13,7 +13,7 @@ import yaml
 from aos.flows.cfd import load_definition
 from bench import bench_playbooks as bp
 from bench import pg_cluster
-from bench.peers import noetl_stack
+from bench.peers import aos_python_inprocess, noetl_stack
 from bench.playbooks import tasks
 
 
@@ -142,3 +142,17 @@ def test_pg_bin_dir_from_the_environment_must_hold_initdb(
     assert pg_cluster.find_bin_dir() is None
     (tmp_path / "initdb").touch()
     assert pg_cluster.find_bin_dir() == tmp_path
+
+
+def test_in_process_adapter_calls_allowed_functions_and_reports_failures() -> None:
+    allow = ("bench.playbooks",)
+    square = {"tool": {"kind": "python", "function": "bench.playbooks.tasks:square"}}
+    done = aos_python_inprocess.call({**square, "args": {"item": 3}}, allow)
+    assert (done.status, done.payload) == ("ok", {"item": 3, "square": 9})
+    raised = aos_python_inprocess.call({**square, "args": {}}, allow)
+    assert raised.status == "error" and raised.payload["code"] == "python.raised"
+    assert "KeyError" in raised.payload["message"]
+    for refused in (("bench.play",), ("other",), ()):
+        answer = aos_python_inprocess.call({**square, "args": {"item": 3}}, refused)
+        assert answer.status == "error"
+        assert answer.payload["kind"] == "authorization"
