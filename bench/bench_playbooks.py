@@ -295,9 +295,9 @@ class _Side:
 
 def _aos_side(node: AosNode, case: str) -> _Side:
     name = node.register(AOS_FILES[case])
-    what = "aos durable (fsync per flush), node + python tool adapter process"
+    what = "aos durable, node + `aos adapter run tool-python` (an interpreter per call)"
     if node.in_process:
-        what += " calling the functions in itself (no interpreter per call: a floor)"
+        what = "aos durable floor, node + python adapter calling in its own process"
     return _Side(
         f"{what}, {AOS_FILES[case].relative_to(REPO)}",
         case,
@@ -313,7 +313,7 @@ def _noetl_side(stack: noetl_stack.NoetlStack, case: str) -> _Side:
         completed = stack.events(execution, event_type="command.completed")
         check_results(case, noetl_results(stack.status(execution)), noetl_calls(completed))
 
-    what = "NoETL 2.13.1 (PostgreSQL event log, NATS JetStream), server + worker"
+    what = f"NoETL {noetl_stack.NOETL_VERSION}, server + worker, PostgreSQL + NATS JetStream"
     return _Side(
         f"{what}, {NOETL_FILES[case].relative_to(REPO)}",
         case,
