@@ -14,6 +14,11 @@ registered in its catalog and executed over its REST API. On both sides an execu
 from the request that starts it until the side's status endpoint, polled every `POLL_S`,
 reports its end; its results are checked afterwards, outside the timer.
 
+A third row, the aos floor, is the same with `bench/peers/aos_python_inprocess.py` as the
+python adapter, which calls each function inside its own process: it tells the engine's cost
+from the cost of starting an interpreter per call. Without NoETL (`make bench-noetl-setup`)
+the module gives no rows and says why on stderr.
+
 Until the playbook front end is merged, the aos side runs each playbook's canonical-flow
 stand-in (`AOS_FILES`: the same steps, each python task a function of
 `bench/playbooks/tasks.py`); once it is, `AOS_FILES` becomes `NOETL_FILES`.
@@ -41,6 +46,7 @@ from typing import Any
 
 from aos.flows.client import FlowNodeClient
 from aos.flows.operations import TERMINAL_STATUSES
+from bench import pg_cluster
 from bench.harness import Contender, Row, interleaved, round_ratios
 from bench.peers import noetl_stack
 
@@ -313,7 +319,7 @@ def _noetl_side(stack: noetl_stack.NoetlStack, case: str) -> _Side:
         completed = stack.events(execution, event_type="command.completed")
         check_results(case, noetl_results(stack.status(execution)), noetl_calls(completed))
 
-    what = f"NoETL {noetl_stack.NOETL_VERSION}, server + worker, PostgreSQL + NATS JetStream"
+    what = f"NoETL {stack.versions['noetl']}, server + worker, PostgreSQL + NATS JetStream"
     return _Side(
         f"{what}, {NOETL_FILES[case].relative_to(REPO)}",
         case,
@@ -343,34 +349,34 @@ def _noetl_or_none(stack: ExitStack) -> noetl_stack.NoetlStack | None:
     if why is None:
         try:
             found = stack.enter_context(noetl_stack.NoetlStack.start())
-        except (noetl_stack.NoetlError, OSError) as error:
+        except (noetl_stack.NoetlError, pg_cluster.PgClusterError, OSError) as error:
             why = f"NoETL did not start: {error}"
         else:
             _environment.update(found.versions)
             return found
-    print(f"# bench_playbooks: {why}: NoETL rows left out", file=sys.stderr, flush=True)
+    print(f"# bench_playbooks: {why}: left out", file=sys.stderr, flush=True)
     _environment["noetl"] = f"not run: {why}"
     return None
 
 
 def run(quick: bool) -> list[Row]:
+    """Every row, or none when NoETL cannot run here (the module measures against it)."""
     rows: list[Row] = []
     with ExitStack() as stack:
+        noetl = _noetl_or_none(stack)
+        if noetl is None:
+            return rows
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aos-bench-pb-")))
         node = stack.enter_context(AosNode.started(folder / "tool-python"))
         floor = stack.enter_context(AosNode.started(folder / "in-process", in_process=True))
-        noetl = _noetl_or_none(stack)
         for case in CASES:
-            sides = [_aos_side(node, case)]
-            if noetl is not None:
-                sides.append(_noetl_side(noetl, case))
-            sides.append(_aos_side(floor, case))
-            found = _measure(sides, quick)
-            if noetl is not None:
-                # NoETL against the floor too: what the ratio becomes once python calls
-                # cost what they cost in the adapter's own process.
-                ratios = round_ratios(found[1].samples_s, found[-1].samples_s)
-                found[-1].extra.update({f"noetl_{k}": v for k, v in ratios.items()})
+            found = _measure(
+                [_aos_side(node, case), _noetl_side(noetl, case), _aos_side(floor, case)], quick
+            )
+            # NoETL against the floor too: what the ratio becomes once python calls cost what
+            # they cost in the adapter's own process.
+            ratios = round_ratios(found[1].samples_s, found[2].samples_s)
+            found[2].extra.update({f"noetl_{k}": v for k, v in ratios.items()})
             for row in found:
                 row.extra.update(case=case, target_ratio_min=TARGET_RATIO_MIN, poll_s=POLL_S)
             rows += found

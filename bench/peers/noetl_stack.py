@@ -44,7 +44,6 @@ REPO = Path(__file__).resolve().parent.parent.parent
 NOETL_PYTHON = Path(
     os.environ.get("AOS_BENCH_NOETL_PYTHON", REPO / ".venv-noetl" / "bin" / "python")
 )
-NOETL_VERSION = "2.13.1"
 HOST = "127.0.0.1"
 DB = "noetl"  # role, password, database and schema
 LAST_STEP = "end"  # every bench playbook ends with a step of this name
