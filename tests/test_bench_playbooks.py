@@ -23,12 +23,11 @@ def _playbook(case: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", bp.CASES)
-def test_each_stand_in_has_its_playbooks_steps_workload_and_name(case: str) -> None:
+def test_each_aos_file_has_its_playbooks_steps_and_workload(case: str) -> None:
     playbook = _playbook(case)
     definition = load_definition(bp.AOS_FILES[case].read_bytes(), source=str(bp.AOS_FILES[case]))
     assert [s.name for s in definition.steps] == [s["step"] for s in playbook["workflow"]]
     assert definition.workload == playbook["workload"]
-    assert definition.name == playbook["metadata"]["path"]
     assert playbook["workflow"][-1]["step"] == noetl_stack.LAST_STEP
 
 
@@ -156,3 +155,12 @@ def test_in_process_adapter_calls_allowed_functions_and_reports_failures() -> No
         answer = aos_python_inprocess.call({**square, "args": {"item": 3}}, refused)
         assert answer.status == "error"
         assert answer.payload["kind"] == "authorization"
+
+
+def test_in_process_adapter_runs_inline_code_as_noetls_worker_does() -> None:
+    loop = {s["step"]: s for s in _playbook("loop20")["workflow"]}
+    tool = {"kind": "python", "code": loop["square"]["tool"]["code"]}
+    done = aos_python_inprocess.call({"tool": tool, "args": {"item": 4}}, ())
+    assert (done.status, done.payload) == ("ok", {"item": 4, "square": 16})
+    raised = aos_python_inprocess.call({"tool": tool, "args": {}}, ())
+    assert raised.status == "error" and "NameError" in raised.payload["message"]

@@ -8,7 +8,8 @@ starting Python. It is a bench instrument, not a way to run untrusted code (no i
 
 It serves `aos/tool.python@1` as the adapter `aos/python@1` (the flow world's python key),
 with the same answers as the real tool for what the bench calls: `ok` with the function's
-value, `error` when the module is not allowed or the function raises. First line on stdout:
+value (or inline `code`'s `result`, once playbooks carry it), `error` when the module is not
+allowed or the call raises. First line on stdout:
 {"ready": true}; then it runs until SIGTERM.
 """
 
@@ -30,8 +31,13 @@ LEASE_WAIT_MS = 10_000
 
 
 def call(params: Any, allow: tuple[str, ...]) -> Result:
-    """`module:function`(args) of the tool call `params`, here, if `allow` admits the module."""
-    ref = str(params["tool"]["function"])
+    """The tool call `params`, here: its inline `code` run with the args as its variables and
+    `result` as its value (as NoETL's worker runs a playbook's python step), or its
+    `module:function`(args) if `allow` admits the module."""
+    tool = params["tool"]
+    if "code" in tool:
+        return _run_code(str(tool["code"]), params["args"])
+    ref = str(tool["function"])
     module, _, name = ref.partition(":")
     if not any(module == p or module.startswith(p + ".") for p in allow):
         return _error("python.not_allowed", f"module {module} is not allowed", "authorization")
@@ -40,6 +46,15 @@ def call(params: Any, allow: tuple[str, ...]) -> Result:
     except Exception as error:  # the function's failure is the call's outcome
         return _error("python.raised", f"{ref} raised {type(error).__name__}: {error}")
     return Result("ok", value)
+
+
+def _run_code(code: str, args: Any) -> Result:
+    scope = dict(args) if isinstance(args, dict) else {}
+    try:
+        exec(code, {}, scope)  # the bench's own playbooks; no isolation, see above
+    except Exception as error:
+        return _error("python.raised", f"inline code raised {type(error).__name__}: {error}")
+    return Result("ok", scope.get("result"))
 
 
 def _error(code: str, message: str, kind: str = "transport") -> Result:

@@ -160,6 +160,8 @@ class NoetlStack:
         """Register the playbook in the catalog; its catalog path."""
         body = {"content": playbook.read_text(), "resource_type": "Playbook"}
         answer = self._request("POST", "/api/catalog/register", body)
+        if not isinstance(answer.get("path"), str):
+            raise NoetlError(f"{playbook}: the server registered nothing: {answer}")
         return str(answer["path"])
 
     def execute(self, path: str, workload: dict[str, Any] | None = None) -> tuple[float, str]:
@@ -167,6 +169,8 @@ class NoetlStack:
         status said so, and the execution id. Raises NoetlError if it failed or overran."""
         started = time.perf_counter()
         answer = self._request("POST", "/api/execute", {"path": path, "workload": workload or {}})
+        if "execution_id" not in answer:
+            raise NoetlError(f"{path}: the server started no execution: {answer}")
         execution = str(answer["execution_id"])
         while True:
             state = self._request("GET", f"/api/executions/{execution}/status")
@@ -185,9 +189,10 @@ class NoetlStack:
     def events(self, execution: str, *, event_type: str) -> list[dict[str, Any]]:
         """The execution's events of one type (at most `EVENTS_PAGE_MAX`)."""
         query = f"?event_type={event_type}&page_size={EVENTS_PAGE_MAX}"
-        answer: Any = self._request("GET", f"/api/executions/{execution}/events{query}")
-        found = answer.get("events", answer) if isinstance(answer, dict) else answer
-        return list(found) if isinstance(found, list) else []
+        found = self._request("GET", f"/api/executions/{execution}/events{query}").get("events")
+        if not isinstance(found, list):
+            raise NoetlError(f"execution {execution}: its events are not a list")
+        return [event for event in found if isinstance(event, dict)]
 
     def wal_syncs(self) -> int:
         """How many times PostgreSQL has synced its WAL to disk (`pg_stat_wal.wal_sync`): one
@@ -202,7 +207,12 @@ class NoetlStack:
             raise NoetlError(f"{method} {path}: {error}\n{self._tails()}") from None
         if not response.is_success:
             raise NoetlError(f"{method} {path}: {response.status_code} {response.text[:1000]}")
-        answer: dict[str, Any] = response.json()
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise NoetlError(f"{method} {path}: not a JSON object: {response.text[:1000]}")
         return answer
 
     # -- starting
