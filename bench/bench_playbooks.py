@@ -49,6 +49,7 @@ from aos.flows.operations import TERMINAL_STATUSES
 from bench import pg_cluster
 from bench.harness import Contender, Row, interleaved, round_ratios
 from bench.peers import noetl_stack
+from bench.proc_cpu import tree_cpu_s
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -267,10 +268,12 @@ class _Side:
     case: str
     execute: Callable[[], tuple[float, str]]
     check: Callable[[str], None]
+    pids: Callable[[], list[int]]  # the side's processes (their descendants count too)
     syncs: Callable[[], int] | None = None  # the side's count of fsyncs, if it has one
 
     def __post_init__(self) -> None:
         self.executions: list[str] = []
+        self.cpu_s = 0.0
 
     def contender(self, per_round: int) -> Contender:
         """Call once the warm-up is over: the fsync count starts here."""
@@ -278,14 +281,19 @@ class _Side:
 
         def run(r: int) -> float:
             seconds = []
+            cpu_s = tree_cpu_s(self.pids())
             for _ in range(per_round):
                 elapsed, execution = self.execute()
                 seconds.append(elapsed)
                 self.executions.append(execution)
+            self.cpu_s += tree_cpu_s(self.pids()) - cpu_s
             return statistics.fmean(seconds)
 
         def extra() -> dict[str, object]:
-            found: dict[str, object] = {"executions_checked": len(self.executions)}
+            found: dict[str, object] = {
+                "executions_checked": len(self.executions),
+                "cpu_s_per_execution": round(self.cpu_s / len(self.executions), 4),
+            }
             if self.syncs is not None:
                 time.sleep(noetl_stack.STATS_SETTLE_S)
                 per = (self.syncs() - synced) / len(self.executions)
@@ -309,6 +317,7 @@ def _aos_side(node: AosNode, case: str) -> _Side:
         case,
         lambda: node.execute(name),
         lambda execution: node.check(case, execution),
+        lambda: [child.popen.pid for child in node.children],
     )
 
 
@@ -325,6 +334,7 @@ def _noetl_side(stack: noetl_stack.NoetlStack, case: str) -> _Side:
         case,
         lambda: stack.execute(path),
         check,
+        stack.pids,
         stack.wal_syncs,
     )
 
