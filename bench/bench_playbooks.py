@@ -268,12 +268,12 @@ class _Side:
     case: str
     execute: Callable[[], tuple[float, str]]
     check: Callable[[str], None]
-    pids: Callable[[], list[int]]  # the side's processes (their descendants count too)
+    pids: Callable[[], dict[str, int]]  # the side's processes by name (descendants count)
     syncs: Callable[[], int] | None = None  # the side's count of fsyncs, if it has one
 
     def __post_init__(self) -> None:
         self.executions: list[str] = []
-        self.cpu_s = 0.0
+        self.cpu_s: dict[str, float] = {}
 
     def contender(self, per_round: int) -> Contender:
         """Call once the warm-up is over: the fsync count starts here."""
@@ -281,18 +281,23 @@ class _Side:
 
         def run(r: int) -> float:
             seconds = []
-            cpu_s = tree_cpu_s(self.pids())
+            cpu_s = self._cpu_s()
             for _ in range(per_round):
                 elapsed, execution = self.execute()
                 seconds.append(elapsed)
                 self.executions.append(execution)
-            self.cpu_s += tree_cpu_s(self.pids()) - cpu_s
+            for name, spent in self._cpu_s().items():
+                self.cpu_s[name] = self.cpu_s.get(name, 0.0) + spent - cpu_s.get(name, spent)
             return statistics.fmean(seconds)
 
         def extra() -> dict[str, object]:
             found: dict[str, object] = {
                 "executions_checked": len(self.executions),
-                "cpu_s_per_execution": round(self.cpu_s / len(self.executions), 4),
+                "cpu_s_per_execution": round(sum(self.cpu_s.values()) / len(self.executions), 4),
+                "cpu_s_per_execution_by_process": {
+                    name: round(spent / len(self.executions), 4)
+                    for name, spent in sorted(self.cpu_s.items())
+                },
             }
             if self.syncs is not None:
                 time.sleep(noetl_stack.STATS_SETTLE_S)
@@ -301,6 +306,9 @@ class _Side:
             return found
 
         return Contender(self.name, run, extra)
+
+    def _cpu_s(self) -> dict[str, float]:
+        return {name: tree_cpu_s([pid]) for name, pid in self.pids().items()}
 
     def check_all(self) -> None:
         for execution in self.executions:
@@ -317,7 +325,7 @@ def _aos_side(node: AosNode, case: str) -> _Side:
         case,
         lambda: node.execute(name),
         lambda execution: node.check(case, execution),
-        lambda: [child.popen.pid for child in node.children],
+        lambda: {child.name: child.popen.pid for child in node.children},
     )
 
 

@@ -4,6 +4,7 @@ runs under `make bench`, with NoETL in its own virtualenv, never here."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,20 @@ def test_in_process_adapter_runs_inline_code_as_noetls_worker_does() -> None:
     assert (done.status, done.payload) == ("ok", {"item": 4, "square": 16})
     raised = aos_python_inprocess.call({"tool": tool, "args": {}}, ())
     assert raised.status == "error" and "NameError" in raised.payload["message"]
+
+
+def test_side_times_each_execution_counts_its_cpu_and_checks_them_all() -> None:
+    runs = iter([(0.5, "e1"), (1.5, "e2"), (1.0, "e3"), (1.0, "e4")])
+    checked: list[str] = []
+    side = bp._Side(
+        "aos", "hello_world", lambda: next(runs), checked.append, lambda: {"me": os.getpid()}
+    )
+    contender = side.contender(2)
+    assert [contender.run(0), contender.run(1)] == [1.0, 1.0]  # each round: mean of 2
+    extra = contender.extra()
+    assert extra["executions_checked"] == 4
+    assert set(extra["cpu_s_per_execution_by_process"]) == {"me"}
+    assert extra["cpu_s_per_execution"] >= 0
+    assert "wal_syncs_per_execution" not in extra
+    side.check_all()
+    assert checked == ["e1", "e2", "e3", "e4"]

@@ -194,11 +194,11 @@ class NoetlStack:
             raise NoetlError(f"execution {execution}: its events are not a list")
         return [event for event in found if isinstance(event, dict)]
 
-    def pids(self) -> list[int]:
-        """The stack's processes: PostgreSQL's postmaster (its backends are its children),
-        NATS, the server and the worker."""
-        found = [p.popen.pid for p in self.processes]
-        return found + ([self.pg.pid] if self.pg.pid is not None else [])
+    def pids(self) -> dict[str, int]:
+        """The stack's processes by name: NATS, the server, the worker, and PostgreSQL's
+        postmaster (its backends are its children)."""
+        found = {p.name: p.popen.pid for p in self.processes}
+        return found | ({"postgres": self.pg.pid} if self.pg.pid is not None else {})
 
     def wal_syncs(self) -> int:
         """How many times PostgreSQL has synced its WAL to disk (`pg_stat_wal.wal_sync`): one
