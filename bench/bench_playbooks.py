@@ -260,7 +260,7 @@ class AosNode:
 
 
 @dataclass
-class _Side:
+class Side:
     """One side's contender for one case: runs `EXECUTIONS` executions per round, keeps their
     ids, and checks every one's results once the rounds are over."""
 
@@ -315,12 +315,12 @@ class _Side:
             self.check(execution)
 
 
-def _aos_side(node: AosNode, case: str) -> _Side:
+def _aos_side(node: AosNode, case: str) -> Side:
     name = node.register(AOS_FILES[case])
     what = "aos durable, node + `aos adapter run tool-python` (an interpreter per call)"
     if node.in_process:
         what = "aos durable floor, node + python adapter calling in its own process"
-    return _Side(
+    return Side(
         f"{what}, {AOS_FILES[case].relative_to(REPO)}",
         case,
         lambda: node.execute(name),
@@ -329,7 +329,7 @@ def _aos_side(node: AosNode, case: str) -> _Side:
     )
 
 
-def _noetl_side(stack: noetl_stack.NoetlStack, case: str) -> _Side:
+def _noetl_side(stack: noetl_stack.NoetlStack, case: str) -> Side:
     path = stack.register(NOETL_FILES[case])
 
     def check(execution: str) -> None:
@@ -337,7 +337,7 @@ def _noetl_side(stack: noetl_stack.NoetlStack, case: str) -> _Side:
         check_results(case, noetl_results(stack.status(execution)), noetl_calls(completed))
 
     what = f"NoETL {stack.versions['noetl']}, server + worker, PostgreSQL + NATS JetStream"
-    return _Side(
+    return Side(
         f"{what}, {NOETL_FILES[case].relative_to(REPO)}",
         case,
         lambda: stack.execute(path),
@@ -347,7 +347,7 @@ def _noetl_side(stack: noetl_stack.NoetlStack, case: str) -> _Side:
     )
 
 
-def _measure(sides: list[_Side], quick: bool) -> list[Row]:
+def _measure(sides: list[Side], quick: bool) -> list[Row]:
     for side in sides:
         for _ in range(WARMUP):
             side.execute()

@@ -170,7 +170,7 @@ def test_in_process_adapter_runs_inline_code_as_noetls_worker_does() -> None:
 def test_side_times_each_execution_counts_its_cpu_and_checks_them_all() -> None:
     runs = iter([(0.5, "e1"), (1.5, "e2"), (1.0, "e3"), (1.0, "e4")])
     checked: list[str] = []
-    side = bp._Side(
+    side = bp.Side(
         "aos", "hello_world", lambda: next(runs), checked.append, lambda: {"me": os.getpid()}
     )
     contender = side.contender(2)
