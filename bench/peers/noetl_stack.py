@@ -285,6 +285,8 @@ class NoetlStack:
             "NOETL_SERVER_URL": self.url,
             "NOETL_HOST": HOST,
             "NOETL_PORT": str(port),
+            # Other releases serve Arrow Flight on every interface unless told; 2.13.1 reads
+            # no such variable, but a loopback one costs nothing if a patch release does.
             "NOETL_FLIGHT_LOCATION": f"grpc://{HOST}:{pg_cluster.free_port()}",
             "POSTGRES_HOST": HOST,
             "POSTGRES_PORT": str(self.pg.port),
