@@ -123,8 +123,12 @@ class NoetlStack:
     def start(cls) -> NoetlStack:
         """PostgreSQL with NoETL's schema, NATS, the server, the worker; raises NoetlError
         (leaving nothing running) when a step fails."""
-        folder = Path(tempfile.mkdtemp(prefix="aos-bench-noetl-"))
-        stack = cls(folder, pg_cluster.start())
+        pg = pg_cluster.start()  # stops itself if it fails
+        try:
+            stack = cls(Path(tempfile.mkdtemp(prefix="aos-bench-noetl-")), pg)
+        except BaseException:
+            pg.stop()
+            raise
         try:
             stack._database()
             env = stack._environment(stack._nats())
