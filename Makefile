@@ -11,7 +11,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 # NoETL, the peer of bench/bench_playbooks.py, needs Python 3.12: its own virtualenv, made only
 # by `make bench-noetl-setup` (a large download); `make bench` runs the NoETL rows when it is
 # there and says so when it is not.
-NOETL_PYTHON ?= $(or $(shell command -v python3.12),$(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12)))
+PYTHON312 ?= $(or $(shell command -v python3.12),$(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12)))
 NOETL_VENV := .venv-noetl
 NOETL_STAMP := $(NOETL_VENV)/.installed
 
@@ -73,8 +73,8 @@ $(BENCH_STAMP): bench/peers/requirements.txt
 bench-noetl-setup: setup $(NOETL_STAMP)
 
 $(NOETL_STAMP): bench/peers/noetl-requirements.txt
-	@test -n "$(NOETL_PYTHON)" || { echo "bench-noetl-setup: no Python 3.12 found; set NOETL_PYTHON=/path/to/python3.12" >&2; exit 1; }
-	@test -x $(NOETL_VENV)/bin/python || $(NOETL_PYTHON) -m venv $(NOETL_VENV)
+	@test -n "$(PYTHON312)" || { echo "bench-noetl-setup: no Python 3.12 found; set PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	@test -x $(NOETL_VENV)/bin/python || $(PYTHON312) -m venv $(NOETL_VENV)
 	$(NOETL_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(NOETL_VENV)/bin/python -m pip install --quiet -r bench/peers/noetl-requirements.txt
 	@touch $(NOETL_STAMP)
