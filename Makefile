@@ -9,9 +9,12 @@ STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 # NoETL, the peer of bench/bench_playbooks.py, needs Python 3.12: its own virtualenv, made only
-# by `make bench-noetl-setup` (a large download); `make bench` runs the NoETL rows when it is
+# by `make bench-noetl-setup` (a large download); `make bench` runs bench_playbooks when it is
 # there and says so when it is not.
-PYTHON312 ?= $(or $(shell command -v python3.12),$(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12)))
+# The first python3.12 that runs (a pyenv shim on PATH may exist and refuse to run); looked
+# for only when that target runs.
+PYTHON312 ?= $(shell for p in $$(command -v python3.12) $(HOME)/.pyenv/versions/3.12*/bin/python3.12; do \
+	"$$p" -c pass 2>/dev/null && { echo "$$p"; break; }; done)
 NOETL_VENV := .venv-noetl
 NOETL_STAMP := $(NOETL_VENV)/.installed
 
