@@ -8,8 +8,17 @@ STAMP := $(VENV)/.installed
 # the project's virtualenv so that `make test` never needs them.
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
+# NoETL, the peer of bench/bench_playbooks.py, needs Python 3.12: its own virtualenv, made only
+# by `make bench-noetl-setup` (a large download); `make bench` runs bench_playbooks when it is
+# there and says so when it is not.
+# The first python3.12 that runs (a pyenv shim on PATH may exist and refuse to run); looked
+# for only when that target runs.
+PYTHON312 ?= $(shell for p in $$(command -v python3.12) $(HOME)/.pyenv/versions/3.12*/bin/python3.12; do \
+	"$$p" -c pass 2>/dev/null && { echo "$$p"; break; }; done)
+NOETL_VENV := .venv-noetl
+NOETL_STAMP := $(NOETL_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-full bench-setup fault fault-ci clean
+.PHONY: setup demo test test-fast lint bench bench-full bench-setup bench-noetl-setup fault fault-ci clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -64,6 +73,15 @@ $(BENCH_STAMP): bench/peers/requirements.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt
 	@touch $(BENCH_STAMP)
 
+bench-noetl-setup: setup $(NOETL_STAMP)
+
+$(NOETL_STAMP): bench/peers/noetl-requirements.txt
+	@test -n "$(PYTHON312)" || { echo "bench-noetl-setup: no Python 3.12 found; set PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	@test -x $(NOETL_VENV)/bin/python || $(PYTHON312) -m venv $(NOETL_VENV)
+	$(NOETL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(NOETL_VENV)/bin/python -m pip install --quiet -r bench/peers/noetl-requirements.txt
+	@touch $(NOETL_STAMP)
+
 bench: bench-setup
 	$(BIN)/python -m bench.run --quick
 
@@ -71,4 +89,4 @@ bench-full: bench-setup
 	$(BIN)/python -m bench.run --full
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo .aos-demo-flows
+	rm -rf $(VENV) $(BENCH_VENV) $(NOETL_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo .aos-demo-flows

@@ -27,7 +27,6 @@ import importlib.util
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from typing import Any
 
 from aos.kernel.world.world import World
 from bench.bench_effects import CHAIN, chain_world, run_chains
-from bench.harness import Row
+from bench.harness import Contender, Row, interleaved, sampled, with_ratios
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS = REPO / "bench" / "peers"
@@ -201,57 +200,17 @@ def _dbos_available() -> bool:
 # Contenders, measured in interleaved rounds
 
 
-@dataclass
-class _Contender:
-    """One row: `run(r)` does round `r` of the workload (r < 0: warm-up) and returns the
-    seconds it took, per step for the throughput groups, whole for recovery."""
-
-    name: str
-    run: Callable[[int], float]
-    extra: Callable[[], dict[str, Any]] = dict
-
-
-def _interleaved(group: str, per: str, contenders: list[_Contender], rounds: int) -> list[Row]:
-    """Round r of every contender, then round r + 1: a slow patch of a noisy machine lands on
-    one round of each, not on every round of one. The first contender is the baseline."""
-    samples: dict[str, list[float]] = {c.name: [] for c in contenders}
-    for r in range(rounds):
-        for contender in contenders:
-            samples[contender.name].append(contender.run(r))
-    rows = [
-        _row(group, c.name, samples[c.name], per, baseline=i == 0, **c.extra())
-        for i, c in enumerate(contenders)
-    ]
-    return _with_ratios(rows)
-
-
-def _row(
-    group: str, name: str, samples: list[float], per: str, *, baseline: bool, **extra: Any
-) -> Row:
-    return Row(group, name, statistics.median(samples), per, len(samples), baseline, samples, extra)
-
-
-def _with_ratios(rows: list[Row]) -> list[Row]:
-    """Give every other row of a group its ratio to the group's baseline, round by round."""
-    base = rows[0]
-    for r in rows[1:]:
-        ratios = [s / b for s, b in zip(r.samples_s, base.samples_s, strict=True)]
-        r.extra["ratio_per_round"] = [float(f"{x:.4g}") for x in ratios]
-        r.extra["ratio_median"] = float(f"{statistics.median(ratios):.4g}")
-    return rows
-
-
 def _aos(
     name: str, world: World, keys: Callable[[int], list[str]], steps: int, *, flush_each: bool
-) -> _Contender:
+) -> Contender:
     def run(r: int) -> float:
         chains = keys(r)
         return run_chains(world, chains, steps, flush_each=flush_each) / (len(chains) * steps)
 
-    return _Contender(name, run)
+    return Contender(name, run)
 
 
-def _dbos(dbos: _Dbos, command: dict[str, Any], steps: int, what: str) -> _Contender:
+def _dbos(dbos: _Dbos, command: dict[str, Any], steps: int, what: str) -> Contender:
     ready = dbos.ready
     how = "as shipped" if dbos.synchronous == "default" else "no-sync"
     name = f"DBOS {how} (SQLite journal_mode={ready['journal_mode']}, "
@@ -264,20 +223,20 @@ def _dbos(dbos: _Dbos, command: dict[str, Any], steps: int, what: str) -> _Conte
         # Read-only transactions count too: a step is one write and one read-only commit.
         return {**settings, "sqlite_commits_per_step": round(dbos.commits / dbos.steps, 2)}
 
-    return _Contender(name, lambda r: dbos.run(command, steps) / steps, extra)
+    return Contender(name, lambda r: dbos.run(command, steps) / steps, extra)
 
 
-def _plain(name: str, keys: Callable[[int], list[str]], steps: int) -> _Contender:
+def _plain(name: str, keys: Callable[[int], list[str]], steps: int) -> Contender:
     handler = _chain_module().on_event
 
     def run(r: int) -> float:
         chains = keys(r)
         return _plain_timed(handler, chains, steps) / (len(chains) * steps)
 
-    return _Contender(name, run, lambda: {"repeat": PLAIN_REPEAT})
+    return Contender(name, run, lambda: {"repeat": PLAIN_REPEAT})
 
 
-def _warm(contenders: list[_Contender]) -> list[_Contender]:
+def _warm(contenders: list[Contender]) -> list[Contender]:
     for contender in contenders:
         contender.run(-1)  # one round each, not measured
     return contenders
@@ -317,7 +276,7 @@ def _sequential_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
         contenders.append(
             _plain(f"plain Python (chain handler called natively), {size}", keys, steps)
         )
-        return _interleaved(SEQUENTIAL, "step", _warm(contenders), rounds)
+        return interleaved(SEQUENTIAL, "step", _warm(contenders), rounds)
 
 
 def _fanout_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
@@ -345,7 +304,7 @@ def _fanout_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
                 contenders.insert(at, _dbos(dbos, command, workflows * steps, what))
         name = f"plain Python (chain handler called natively, cells round-robin), {size}"
         contenders.append(_plain(name, keys, steps))
-        rows = _interleaved(FANOUT, "step", _warm(contenders), rounds)
+        rows = interleaved(FANOUT, "step", _warm(contenders), rounds)
     for r in rows:
         r.extra.update(workflows=workflows, steps=steps)
     return rows
@@ -387,8 +346,8 @@ class _Recovery:
     tmp: Path
     answers: list[dict[str, Any]] = field(default_factory=list)
 
-    def contender(self) -> _Contender:
-        return _Contender(self.name, self._run, self._extra)
+    def contender(self) -> Contender:
+        return Contender(self.name, self._run, self._extra)
 
     def _run(self, r: int) -> float:
         start, recover = self.commands(self.tmp / f"{self.name.split()[0]}-{r}")
@@ -439,9 +398,9 @@ def _recovery_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
                 tmp,
             )
         )
-    rows = _interleaved(RECOVERY, "recovery", [side.contender() for side in sides], rounds)
+    rows = interleaved(RECOVERY, "recovery", [side.contender() for side in sides], rounds)
     opened = [
-        _row(
+        sampled(
             RECOVERY_OPEN,
             side.opening,
             [a["open_s"] for a in side.answers],
@@ -452,7 +411,7 @@ def _recovery_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
     ]
     for r in rows + opened:
         r.extra.update(workflows=workflows, steps=RECOVERY_STEPS)
-    return rows + _with_ratios(opened)
+    return rows + with_ratios(opened)
 
 
 def run(quick: bool) -> list[Row]:

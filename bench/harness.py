@@ -58,3 +58,57 @@ def row(
 ) -> Row:
     median, samples = measure(fn, number=number, rounds=rounds)
     return Row(group, name, median, per, rounds, baseline, samples, dict(extra))
+
+
+# --------------------------------------------------------------------------------------------
+# Contenders measured in interleaved rounds (bench_peers, bench_playbooks)
+
+
+@dataclass
+class Contender:
+    """One row: `run(r)` does round `r` of the workload (r < 0: warm-up) and returns the
+    seconds it took (per step, per execution, whole: as the row's `per` says)."""
+
+    name: str
+    run: Callable[[int], float]
+    extra: Callable[[], dict[str, object]] = dict
+
+
+def interleaved(group: str, per: str, contenders: list[Contender], rounds: int) -> list[Row]:
+    """Round r of every contender, then round r + 1: a slow patch of a noisy machine lands on
+    one round of each, not on every round of one. The first contender is the baseline."""
+    samples: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for r in range(rounds):
+        for contender in contenders:
+            samples[contender.name].append(contender.run(r))
+    rows = [
+        sampled(group, c.name, samples[c.name], per, baseline=i == 0, **c.extra())
+        for i, c in enumerate(contenders)
+    ]
+    return with_ratios(rows)
+
+
+def sampled(
+    group: str, name: str, samples: list[float], per: str, *, baseline: bool, **extra: object
+) -> Row:
+    """A row of these samples (one per round), its median their median."""
+    return Row(group, name, statistics.median(samples), per, len(samples), baseline, samples, extra)
+
+
+def with_ratios(rows: list[Row]) -> list[Row]:
+    """Give every other row of a group its ratio to the group's baseline, round by round, and
+    the median of those ratios."""
+    base = rows[0]
+    for r in rows[1:]:
+        r.extra.update(round_ratios(r.samples_s, base.samples_s))
+    return rows
+
+
+def round_ratios(numerator_s: list[float], denominator_s: list[float]) -> dict[str, object]:
+    """The ratio of two contenders' samples round by round (`ratio_per_round`) and the median
+    of those ratios (`ratio_median`), 4 significant digits."""
+    ratios = [n / d for n, d in zip(numerator_s, denominator_s, strict=True)]
+    return {
+        "ratio_per_round": [float(f"{x:.4g}") for x in ratios],
+        "ratio_median": float(f"{statistics.median(ratios):.4g}"),
+    }

@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from bench import bench_peers, run
+from bench import bench_peers, harness, run
 from bench.harness import Row
 
 
@@ -27,14 +27,14 @@ def test_plain_chains_reject_a_handler_that_stops_early() -> None:
 def test_interleaved_rounds_give_per_round_ratios_to_the_first_contender() -> None:
     order: list[tuple[str, int]] = []
 
-    def contender(name: str, seconds: list[float]) -> bench_peers._Contender:
+    def contender(name: str, seconds: list[float]) -> harness.Contender:
         def run_round(r: int) -> float:
             order.append((name, r))
             return seconds[r]
 
-        return bench_peers._Contender(name, run_round, lambda: {"side": name})
+        return harness.Contender(name, run_round, lambda: {"side": name})
 
-    rows = bench_peers._interleaved(
+    rows = harness.interleaved(
         "g",
         "step",
         [contender("aos", [1.0, 2.0, 4.0]), contender("peer", [3.0, 2.0, 2.0])],

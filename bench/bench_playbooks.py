@@ -1,0 +1,401 @@
+"""Playbooks: aos against NoETL 2.13.1 itself on the same v10 playbooks (issue 13's measure),
+each side as a user runs it, rounds interleaved (aos round i, then NoETL round i).
+
+* `playbooks.hello_world`: `bench/playbooks/hello_world.yaml`, three python steps in a chain.
+* `playbooks.loop20`: `bench/playbooks/loop20.yaml`, a sequential loop over 20 items with one
+  python task per item, then an end step (21 python tasks).
+
+The aos side: a durable flow world (`aos flow world create`, sync on) served by `aos node up`,
+and the python tool adapter in its own process (`aos adapter run tool-python`); the bench
+deploys each file over the node's API (what `aos flow run FILE --node URL` does: the node loads
+it with the flow loader) and starts an execution. The NoETL side: `bench/peers/noetl_stack.py`
+(PostgreSQL, NATS JetStream, `noetl.server`, `noetl.worker`, all on 127.0.0.1), the playbook
+registered in its catalog and executed over its REST API. On both sides an execution is timed
+from the request that starts it until the side's status endpoint, polled every `POLL_S`,
+reports its end; its results are checked afterwards, outside the timer.
+
+A third row, the aos floor, is the same with `bench/peers/aos_python_inprocess.py` as the
+python adapter, which calls each function inside its own process: it tells the engine's cost
+from the cost of starting an interpreter per call. Without NoETL (`make bench-noetl-setup`)
+the module gives no rows and says why on stderr.
+
+Until the playbook front end is merged, the aos side runs each playbook's canonical-flow
+stand-in (`AOS_FILES`: the same steps, each python task a function of
+`bench/playbooks/tasks.py`); once it is, `AOS_FILES` becomes `NOETL_FILES`.
+
+A round's sample is the mean of `EXECUTIONS` runs; rows are medians over rounds. The baseline
+of each group is aos; the NoETL row carries its ratio to aos round by round
+(`extra.ratio_per_round`), and the target is its median at least `TARGET_RATIO_MIN`.
+bench/README.md ("playbooks") says what each side makes durable.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aos.flows.client import FlowNodeClient
+from aos.flows.operations import TERMINAL_STATUSES
+from bench import pg_cluster
+from bench.harness import Contender, Row, interleaved, round_ratios
+from bench.peers import noetl_stack
+from bench.proc_cpu import tree_cpu_s
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PLAYBOOKS = HERE / "playbooks"
+CASES = ("hello_world", "loop20")
+NOETL_FILES = {case: PLAYBOOKS / f"{case}.yaml" for case in CASES}
+AOS_FILES = {case: PLAYBOOKS / "cfd" / f"{case}.flow.yaml" for case in CASES}
+PYTHON_ALLOW = "bench.playbooks"  # the module prefix the aos python adapter admits
+ROUNDS = {True: 5, False: 9}  # by quick
+EXECUTIONS = {True: 1, False: 3}  # runs per round of each side (a sample is their mean)
+WARMUP = 2  # runs of each side and case before the rounds (NoETL's first claim is slow)
+POLL_S = noetl_stack.POLL_S  # both sides poll their status endpoint this often
+TARGET_RATIO_MIN = 10.0
+START_S_MAX = 120.0
+EXECUTION_S_MAX = 120.0
+STOP_S_MAX = 20.0
+
+LOOP_ITEMS = 20
+EXPECTED: dict[str, dict[str, Any]] = {
+    "hello_world": {
+        "greet": {"greeting": "Hello World"},
+        "shout": {"shout": "HELLO WORLD"},
+        "end": {"done": True, "length": 11},
+    },
+    "loop20": {"end": {"done": True}},
+}
+"""The results each execution must end with, by step (both sides)."""
+LOOP_CALLS = {"hello_world": {}, "loop20": {"square": LOOP_ITEMS}}
+"""Steps whose python task must have completed this many times in each execution."""
+
+_environment: dict[str, Any] = {}
+
+
+def environment() -> dict[str, Any]:
+    """What the runner records about the peer (it runs its own interpreter and services)."""
+    return dict(_environment)
+
+
+class BenchCheckError(AssertionError):
+    """An execution ended without the results its playbook computes."""
+
+
+# --------------------------------------------------------------------------------------------
+# Checking results (pure: the tests feed them what each side answers)
+
+
+def check_results(case: str, results: dict[str, Any], calls: dict[str, int]) -> None:
+    """`results`: the result of each step by name; `calls`: completed python tasks by step.
+    Raises BenchCheckError unless they are what `case` computes."""
+    for step, expected in EXPECTED[case].items():
+        if results.get(step) != expected:
+            raise BenchCheckError(f"{case}: step {step} ended with {results.get(step)!r}")
+    for step, count in LOOP_CALLS[case].items():
+        if calls.get(step, 0) != count:
+            raise BenchCheckError(f"{case}: {calls.get(step, 0)} calls in {step}, not {count}")
+
+
+def noetl_results(status: dict[str, Any]) -> dict[str, Any]:
+    """Each step's result from NoETL's full status: 2.13.1 keeps a step's variables as
+    `{status, context: RESULT}`, with the command's id added to the result."""
+    found: dict[str, Any] = {}
+    for name, value in status.get("variables", {}).items():
+        if isinstance(value, dict) and isinstance(value.get("context"), dict):
+            found[name] = {k: v for k, v in value["context"].items() if k != "command_id"}
+    return found
+
+
+def noetl_calls(events: list[dict[str, Any]]) -> dict[str, int]:
+    """Completed commands (one python task each) by step, from NoETL's events."""
+    calls: dict[str, int] = {}
+    for event in events:
+        if event.get("event_type") == "command.completed":
+            step = str(event.get("node_name"))
+            calls[step] = calls.get(step, 0) + 1
+    return calls
+
+
+def aos_results(status: dict[str, Any]) -> dict[str, Any]:
+    """Each step's result from an aos execution's status (`aos flow status`)."""
+    business = status.get("business")
+    steps = business.get("steps") if isinstance(business, dict) else None
+    return dict(steps) if isinstance(steps, dict) else {}
+
+
+def aos_calls(events: list[dict[str, Any]]) -> dict[str, int]:
+    """Finished tasks (one python call each) by step, from an aos execution's history
+    (`aos flow events`)."""
+    calls: dict[str, int] = {}
+    for event in events:
+        if event.get("event") == "task.done":
+            step = str(event.get("step"))
+            calls[step] = calls.get(step, 0) + 1
+    return calls
+
+
+# --------------------------------------------------------------------------------------------
+# The aos side: a node and the python tool adapter, each its own process
+
+
+@dataclass
+class _Child:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(STOP_S_MAX)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+    def first_line(self) -> str:
+        deadline = time.monotonic() + START_S_MAX
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace")
+            if "\n" in text:
+                return text.split("\n", 1)[0]
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited ({self.popen.returncode}): {text[-2000:]}")
+            time.sleep(POLL_S)
+        raise RuntimeError(f"{self.name} printed nothing in {START_S_MAX:g} s")
+
+
+class AosNode:
+    """`aos node up` on a new durable flow world, and a python tool adapter process against
+    it: `aos adapter run tool-python` (a fresh interpreter per call), or with `in_process` the
+    bench's `bench/peers/aos_python_inprocess.py` (each call inside the adapter process)."""
+
+    def __init__(self, folder: Path, *, in_process: bool = False) -> None:
+        self.folder = folder
+        self.in_process = in_process
+        self.children: list[_Child] = []
+        self.client = FlowNodeClient("http://unstarted")
+
+    @classmethod
+    @contextmanager
+    def started(cls, folder: Path, *, in_process: bool = False) -> Iterator[AosNode]:
+        folder.mkdir(parents=True, exist_ok=True)
+        node = cls(folder, in_process=in_process)
+        try:
+            node._start()
+            yield node
+        finally:
+            for child in reversed(node.children):
+                child.stop()
+
+    def _aos(self, *args: str) -> list[str]:
+        return [str(Path(sys.executable).parent / "aos"), *args]
+
+    def _spawn(self, name: str, command: list[str]) -> _Child:
+        log = self.folder / f"{name}.out"
+        with log.open("wb") as out, (self.folder / f"{name}.err").open("wb") as err:
+            popen = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        child = _Child(name, popen, log)
+        self.children.append(child)
+        return child
+
+    def _start(self) -> None:
+        world = self.folder / "world"
+        subprocess.run(
+            self._aos("flow", "world", "create", str(world), "--json"),
+            check=True,
+            capture_output=True,
+            timeout=START_S_MAX,
+        )
+        node = self._spawn(
+            "node",
+            self._aos("node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"),
+        )
+        url = str(json.loads(node.first_line())["url"])
+        self.client = FlowNodeClient(url)
+        key = world.with_name("world.keys") / "python.key"
+        options = ["--node", url, "--key", str(key), "--allow", PYTHON_ALLOW]
+        options += ["--module-path", str(REPO)]
+        if self.in_process:
+            module = "bench.peers.aos_python_inprocess"
+            self._spawn("adapter", [sys.executable, "-m", module, *options]).first_line()
+        else:
+            self._spawn("adapter", [*self._aos("adapter", "run", "tool-python", *options)])
+
+    def register(self, file: Path) -> str:
+        """Deploy the file (the node loads it with the flow loader); the flow's name."""
+        return str(self.client.deploy(file.read_text(), source=str(file))["name"])
+
+    def execute(self, name: str) -> tuple[float, str]:
+        started = time.perf_counter()
+        execution = str(self.client.run(name, None)["exec"])
+        while True:
+            status = str(self.client.status(execution)["status"])
+            if status in TERMINAL_STATUSES:
+                if status != "completed":
+                    raise BenchCheckError(f"{name}: execution {execution} ended {status}")
+                return time.perf_counter() - started, execution
+            if time.perf_counter() - started > EXECUTION_S_MAX:
+                raise BenchCheckError(f"{name}: execution {execution} overran")
+            time.sleep(POLL_S)
+
+    def check(self, case: str, execution: str) -> None:
+        results = aos_results(self.client.status(execution))
+        check_results(case, results, aos_calls(self.client.events(execution)))
+
+
+# --------------------------------------------------------------------------------------------
+# Contenders
+
+
+@dataclass
+class Side:
+    """One side's contender for one case: runs `EXECUTIONS` executions per round, keeps their
+    ids, and checks every one's results once the rounds are over."""
+
+    name: str
+    case: str
+    execute: Callable[[], tuple[float, str]]
+    check: Callable[[str], None]
+    pids: Callable[[], dict[str, int]]  # the side's processes by name (descendants count)
+    syncs: Callable[[], int] | None = None  # the side's count of fsyncs, if it has one
+
+    def __post_init__(self) -> None:
+        self.executions: list[str] = []
+        self.cpu_s: dict[str, float] = {}
+
+    def contender(self, per_round: int) -> Contender:
+        """Call once the warm-up is over: the fsync count starts here."""
+        synced = self.syncs() if self.syncs is not None else 0
+
+        def run(r: int) -> float:
+            seconds = []
+            cpu_s = self._cpu_s()
+            for _ in range(per_round):
+                elapsed, execution = self.execute()
+                seconds.append(elapsed)
+                self.executions.append(execution)
+            for name, spent in self._cpu_s().items():
+                self.cpu_s[name] = self.cpu_s.get(name, 0.0) + spent - cpu_s.get(name, spent)
+            return statistics.fmean(seconds)
+
+        def extra() -> dict[str, object]:
+            found: dict[str, object] = {
+                "executions_checked": len(self.executions),
+                "cpu_s_per_execution": round(sum(self.cpu_s.values()) / len(self.executions), 4),
+                "cpu_s_per_execution_by_process": {
+                    name: round(spent / len(self.executions), 4)
+                    for name, spent in sorted(self.cpu_s.items())
+                },
+            }
+            if self.syncs is not None:
+                time.sleep(noetl_stack.STATS_SETTLE_S)
+                per = (self.syncs() - synced) / len(self.executions)
+                found["wal_syncs_per_execution"] = round(per, 1)
+            return found
+
+        return Contender(self.name, run, extra)
+
+    def _cpu_s(self) -> dict[str, float]:
+        return {name: tree_cpu_s([pid]) for name, pid in self.pids().items()}
+
+    def check_all(self) -> None:
+        for execution in self.executions:
+            self.check(execution)
+
+
+def _aos_side(node: AosNode, case: str) -> Side:
+    name = node.register(AOS_FILES[case])
+    what = "aos durable, node + `aos adapter run tool-python` (an interpreter per call)"
+    if node.in_process:
+        what = "aos durable floor, node + python adapter calling in its own process"
+    return Side(
+        f"{what}, {AOS_FILES[case].relative_to(REPO)}",
+        case,
+        lambda: node.execute(name),
+        lambda execution: node.check(case, execution),
+        lambda: {child.name: child.popen.pid for child in node.children},
+    )
+
+
+def _noetl_side(stack: noetl_stack.NoetlStack, case: str) -> Side:
+    path = stack.register(NOETL_FILES[case])
+
+    def check(execution: str) -> None:
+        completed = stack.events(execution, event_type="command.completed")
+        check_results(case, noetl_results(stack.status(execution)), noetl_calls(completed))
+
+    what = f"NoETL {stack.versions['noetl']}, server + worker, PostgreSQL + NATS JetStream"
+    return Side(
+        f"{what}, {NOETL_FILES[case].relative_to(REPO)}",
+        case,
+        lambda: stack.execute(path),
+        check,
+        stack.pids,
+        stack.wal_syncs,
+    )
+
+
+def _measure(sides: list[Side], quick: bool) -> list[Row]:
+    for side in sides:
+        for _ in range(WARMUP):
+            side.execute()
+    rows = interleaved(
+        f"playbooks.{sides[0].case}",
+        "execution",
+        [side.contender(EXECUTIONS[quick]) for side in sides],
+        ROUNDS[quick],
+    )
+    for side in sides:
+        side.check_all()
+    return rows
+
+
+def _noetl_or_none(stack: ExitStack) -> noetl_stack.NoetlStack | None:
+    why = noetl_stack.unavailable()
+    if why is None:
+        try:
+            found = stack.enter_context(noetl_stack.NoetlStack.start())
+        except (noetl_stack.NoetlError, pg_cluster.PgClusterError, OSError) as error:
+            why = f"NoETL did not start: {error}"
+        else:
+            _environment.update(found.versions)
+            return found
+    print(f"# bench_playbooks: {why}: left out", file=sys.stderr, flush=True)
+    _environment["noetl"] = f"not run: {why}"
+    return None
+
+
+def run(quick: bool) -> list[Row]:
+    """Every row, or none when NoETL cannot run here (the module measures against it)."""
+    rows: list[Row] = []
+    with ExitStack() as stack:
+        noetl = _noetl_or_none(stack)
+        if noetl is None:
+            return rows
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aos-bench-pb-")))
+        node = stack.enter_context(AosNode.started(folder / "tool-python"))
+        floor = stack.enter_context(AosNode.started(folder / "in-process", in_process=True))
+        for case in CASES:
+            found = _measure(
+                [_aos_side(node, case), _noetl_side(noetl, case), _aos_side(floor, case)], quick
+            )
+            # NoETL against the floor too: what the ratio becomes once python calls cost what
+            # they cost in the adapter's own process.
+            ratios = round_ratios(found[1].samples_s, found[2].samples_s)
+            found[2].extra.update({f"noetl_{k}": v for k, v in ratios.items()})
+            for row in found:
+                row.extra.update(case=case, target_ratio_min=TARGET_RATIO_MIN, poll_s=POLL_S)
+            rows += found
+    return rows
