@@ -837,6 +837,14 @@ def load_definition(
     return _validated(value, source, limits)
 
 
+def definition_from_value(
+    value: Any, *, source: str = "<input>", limits: DefinitionLimits = DEFAULT_LIMITS
+) -> FlowDefinition:
+    """Check and expand plain data a front end produced (the flow language, spec/11 §11),
+    exactly as `load_definition` does once it has read a document."""
+    return _validated(value, source, limits)
+
+
 def canonical_value(defn: FlowDefinition) -> dict[str, Any]:
     """The canonical form as plain data (maps, lists, text, numbers, booleans, nulls), every
     default written and nulls kept: what `encode_definition` encodes. A fresh copy each call."""

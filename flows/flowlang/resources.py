@@ -1,0 +1,60 @@
+"""Resources `<uri>` as tool calls: a source loads (JSON or YAML by content), a sink writes
+its input. `http://` and `https://` URIs are `http` tool calls; anything else is a path for
+the `file` tool, relative to the base directory the world (or `--local`) names: the adapter
+refuses a path that escapes it. Parameters (`(- method: PUT -)`) go into the tool spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aos.flows.flowlang.graph import Node
+
+
+def is_http(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def _params(node: Node) -> dict[str, Any]:
+    return dict(node.params) if isinstance(node.params, dict) else {}
+
+
+def source_tool(node: Node, base: str | None) -> dict[str, Any]:
+    params = _params(node)
+    if is_http(node.name):
+        return {"kind": "http", "method": "GET", **params, "url": _url(node.name, base)}
+    return {"kind": "file", "op": "read", **params, "path": _path(node.name)}
+
+
+def sink_tool(node: Node, base: str | None) -> dict[str, Any]:
+    params = _params(node)
+    if is_http(node.name):
+        return {
+            "kind": "http",
+            "method": "POST",
+            **params,
+            "url": _url(node.name, base),
+            "json": "{{ results.input }}",
+        }
+    return {"kind": "file", "op": "write", **params, "path": _path(node.name)}
+
+
+def source_tasks(node: Node, base: str | None, when: str | None) -> list[dict[str, Any]]:
+    call: dict[str, Any] = {
+        "name": "run",
+        "do": "call",
+        "tool": source_tool(node, base),
+        "args": {},
+    }
+    if when is not None:
+        call["when"] = when
+    if is_http(node.name):
+        return [call, {"name": "content", "do": "noop", "result": "{{ results.run.json }}"}]
+    return [call]
+
+
+def _url(uri: str, base: str | None) -> str:
+    return uri
+
+
+def _path(uri: str) -> str:
+    return uri.removeprefix("file://")
