@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+    VisitError,
+)
 
 from aos.flows.flowlang.errors import DeclarationError, FlowLangError, FlowSyntaxError
 from aos.flows.flowlang.lexer import TERMINALS, FlowLexer, Source
@@ -101,7 +107,12 @@ def parse(
         raise
     except RecursionError:
         raise FlowSyntaxError("the text nests too deeply", 1, 1, source=source) from None
-    document: Document = _Build(src).transform(tree)
+    try:
+        document: Document = _Build(src).transform(tree)
+    except VisitError as error:  # Lark wraps what a transformer raises
+        if isinstance(error.orig_exc, FlowLangError):
+            raise error.orig_exc from None
+        raise
     return document
 
 
