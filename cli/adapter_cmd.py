@@ -60,7 +60,7 @@ from aos.kernel.air.names import name_problem
 
 BUILTIN_KINDS = ("http", "python")
 TOOL_PREFIX = "tool-"
-TOOL_KINDS = ("tool-echo", "tool-http", "tool-python")
+TOOL_KINDS = ("tool-echo", "tool-http", "tool-python", "tool-file")
 """The flow world's tool adapters (spec/11-flows.md, `flows/tools.py`)."""
 KINDS = (*BUILTIN_KINDS, *TOOL_KINDS)
 _SHORT_HASH_CHARS = 19  # "blake3:" and 12 digits
@@ -229,6 +229,12 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     help="tool-python: a module prefix whose functions flows may call (repeatable; PREFIX "
     "admits the module and its submodules). Without any, every python tool call is refused.",
 )
+@click.option(
+    "--file-base",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="tool-file: the folder flow resources are read from and written to (required).",
+)
 @json_option
 @handles_errors
 def run_command(
@@ -249,6 +255,7 @@ def run_command(
     functions: tuple[str, ...],
     module_paths: tuple[Path, ...],
     allow: tuple[str, ...],
+    file_base: Path | None,
     as_json: bool,
 ) -> None:
     """Run a built-in adapter of KIND against a node: lease the intents of its effects,
@@ -260,6 +267,7 @@ def run_command(
     tool-echo    aos/tool.echo@1 (flows): the result is the call's args
     tool-http    aos/tool.http@1: the tool's HTTP request -> {status, headers, json|text|body}
     tool-python  aos/tool.python@1: the tool's function(args) in a subprocess, --allow only
+    tool-file    aos/tool.file@1: read or write a file inside --file-base (flow resources)
     """
     if not node.startswith(("http://", "https://")):
         raise click.BadParameter(f"{node!r} is not http(s)://HOST:PORT", param_hint="--node")
@@ -273,6 +281,7 @@ def run_command(
         "--function": bool(functions),
         "--module-path": bool(module_paths),
         "--allow": bool(allow),
+        "--file-base": file_base is not None,
     }
     _check_kind_options(kind, given, name)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
@@ -291,6 +300,12 @@ def run_command(
             limits[f"{tool}_timeout_s_max"] = timeout_s_max
         if body_bytes_max is not None:
             limits["http_response_bytes_max"] = body_bytes_max
+        if kind == "tool-file":
+            if file_base is None:
+                raise click.BadParameter(
+                    "tool-file needs --file-base DIR", param_hint="--file-base"
+                )
+            limits["file_base"] = file_base
         if kind == "tool-python" and not allow:
             printer.note(
                 "no --allow PREFIX: every python tool call is refused (python.not_allowed)"
@@ -335,6 +350,7 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--function": ("python",),
     "--module-path": ("python", "tool-python"),
     "--allow": ("tool-python",),
+    "--file-base": ("tool-file",),
 }
 """The kinds each kind-specific option is for."""
 

@@ -121,6 +121,8 @@ def cbor_hash(value: Any) -> str:
 
 
 def _problem(error: AosError) -> dict[str, Any]:
+    if error.path:  # a .flow error's FILE:LINE:COLUMN, say
+        return {"code": error.code, "path": error.path, "message": error.message}
     return {"code": error.code, "path": str(error.detail.get("path", "$")), "message": str(error)}
 
 
@@ -341,6 +343,13 @@ def _workload(text: str | None, option: str = "--workload") -> Any:
     multiple=True,
     help="Module prefix the python tool may import (--local; repeatable).",
 )
+@click.option(
+    "--file-base",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="--local: the folder the file tool (flow resources <data.json>) works in "
+    "[the flow file's folder].",
+)
 @workbook_option
 @world_option
 @node_option
@@ -354,6 +363,7 @@ def run_command(
     local: bool,
     wait_s: float | None,
     python_allow: tuple[str, ...],
+    file_base: Path | None,
     workbook: Path | None,
     world_path: str,
     node_url: str | None,
@@ -369,7 +379,8 @@ def run_command(
         )
     if local:
         definition = _definition(Path(target), workbook)
-        _run_local(definition, value, exec_id, python_allow, world_path, as_json)
+        base = file_base if file_base is not None else Path(target).resolve().parent
+        _run_local(definition, value, exec_id, python_allow, world_path, as_json, file_base=base)
         return
     if node_url is not None:
         client = FlowNodeClient(node_url)
@@ -423,13 +434,15 @@ def _run_local(
     python_allow: tuple[str, ...],
     world_path: str,
     as_json: bool,
+    *,
+    file_base: Path,
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="aos-flow-local-") as scratch:
         explicit = world_path != "./.aos" and not Path(world_path).exists()
         path = Path(world_path) if explicit else Path(scratch) / "world"
         world, keys = create_flow_world(path, clock=CLOCK_MANUAL, sync=explicit)
         with world:
-            adapters = LocalAdapters(world, keys, python_allow=python_allow)
+            adapters = LocalAdapters(world, keys, python_allow=python_allow, file_base=file_base)
             ops.deploy(world, definition)
             started = ops.start(world, definition.name, workload=workload, exec_id=exec_id)
             drained = adapters.drain()

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         Tool,
     )
 
-TOOL_KINDS = ("echo", "http", "python")
+TOOL_KINDS = ("echo", "http", "python", "file")
 """Supported `tool.kind`s; each becomes the effect `aos/tool.KIND@1` (§1.2)."""
 
 # Parsing only: the interpreter adds its own filters (coalesce, merge_objects, ...), which a

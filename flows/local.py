@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aos.flows.tools import TOOL_EFFECTS, ToolContext, run_tool
@@ -45,10 +46,12 @@ class LocalAdapters:
         *,
         python_allow: tuple[str, ...] = (),
         skip_time: bool = True,
+        file_base: Path | None = None,
     ) -> None:
         self.world = world
         self.keys = keys
         self.python_allow = python_allow
+        self.file_base = file_base
         self.skip_time = skip_time and world.clock == CLOCK_MANUAL
 
     def drain(self, *, rounds_max: int = ROUNDS_MAX_DEFAULT) -> DrainReport:
@@ -109,6 +112,7 @@ class LocalAdapters:
                 intent=str(intent["intent"]),
                 put_blob=lambda data: str(self.world.put_blob(data)),
                 python_allow=self.python_allow,
+                file_base=self.file_base,
             )
             outcome = run_tool(str(intent["effect"]), record["params"], context=context)
             adapter = TOOL_EFFECTS[str(intent["effect"])]

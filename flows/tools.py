@@ -12,6 +12,8 @@ it is pure of any transport, so the same code runs in an adapter process (`make_
             -> {status, headers, json | text | body}
     python  {function: "package.module:function", timeout_ms} -> function(args), in a
             subprocess, for modules the adapter's allowlist admits
+    file    {op: read | write, path} inside the adapter's base directory (`flows/files.py`):
+            read -> the content (JSON, JSON text sequence, YAML); write args -> {path, bytes}
 
 Outcomes are `ok` (the payload is the result), `error` and `timeout`; an error payload is small
 and always `{kind, code, message, retryable, ...}` with `kind` one of the flow error kinds
@@ -35,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from aos.flows.files import FILE_BYTES_MAX_DEFAULT, FileToolError, read_resource, write_resource
 from aos.kernel import cbor
 from aos.kernel.adapters.builtin.http import (
     HTTP_BODY_BYTES_MAX_DEFAULT,
@@ -68,9 +71,10 @@ TOOL_EFFECTS: dict[str, str] = {
     "aos/tool.echo@1": "aos/echo@1",
     "aos/tool.http@1": "aos/http@1",
     "aos/tool.python@1": "aos/python@1",
+    "aos/tool.file@1": "aos/file@1",
 }
 """Tool effect -> the adapter identity that settles it."""
-TOOL_KINDS: tuple[str, ...] = ("echo", "http", "python")
+TOOL_KINDS: tuple[str, ...] = ("echo", "http", "python", "file")
 EFFECT_OF_KIND: dict[str, str] = {kind: f"aos/tool.{kind}@1" for kind in TOOL_KINDS}
 _KIND_OF_EFFECT = {effect: kind for kind, effect in EFFECT_OF_KIND.items()}
 
@@ -93,6 +97,7 @@ HTTP_FIELDS = frozenset(
     | {"follow_redirects"}
 )
 PYTHON_FIELDS = frozenset({"kind", "function", "timeout_ms"})
+FILE_FIELDS = frozenset({"kind", "op", "path"})
 
 _TEXT_TYPES = frozenset(
     {
@@ -135,7 +140,8 @@ class ToolContext:
     module itself and its submodules; none: nothing is allowed) and `python_paths` the folders
     put first on its `sys.path`. A tool's `timeout_ms` is bounded by the `*_timeout_s_max`;
     `http_response_bytes_max` bounds the response body read; no call inlines more than
-    `result_inline_bytes_cap` bytes of result."""
+    `result_inline_bytes_cap` bytes of result. The file tool works inside `file_base` (none:
+    it refuses every call) on files of at most `file_bytes_max` bytes."""
 
     intent: str
     put_blob: Callable[[bytes], str] = _no_blob
@@ -147,6 +153,8 @@ class ToolContext:
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT
     http_transport: httpx.BaseTransport | None = None
     result_inline_bytes_cap: int = RESULT_INLINE_BYTES_CAP_DEFAULT
+    file_base: Path | None = None
+    file_bytes_max: int = FILE_BYTES_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         if isinstance(self.python_allow, str):
@@ -602,10 +610,32 @@ def _run_function(ref: str, args: Any, timeout_s: float, context: ToolContext) -
     return failure("python.result_invalid", message)
 
 
+# -- file
+
+
+def _file(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    _check_fields(tool, FILE_FIELDS)
+    op = tool.get("op")
+    try:
+        if op == "read":
+            return ToolOutcome(
+                "ok", read_resource(context.file_base, tool.get("path"), context.file_bytes_max)
+            )
+        if op == "write":
+            written = write_resource(
+                context.file_base, tool.get("path"), args, context.file_bytes_max
+            )
+            return ToolOutcome("ok", written)
+    except FileToolError as error:
+        return failure(error.code, str(error))
+    raise _ToolInvalidError(f"op {op!r} is read or write")
+
+
 _RUNNERS: dict[str, Callable[[dict[str, Any], Any, ToolContext], ToolOutcome]] = {
     "echo": _echo,
     "http": _http,
     "python": _python,
+    "file": _file,
 }
 
 
@@ -636,10 +666,11 @@ def make_adapter(
     python_timeout_s_max: float = PYTHON_TIMEOUT_S_MAX_DEFAULT,
     http_timeout_s_max: float = HTTP_TIMEOUT_S_MAX_DEFAULT,
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT,
+    file_base: Path | None = None,
     renew: bool = True,
     **adapter_options: Any,
 ) -> Adapter:
-    """An SDK adapter serving tool `kind` (`echo`, `http`, `python`): named `name` (default
+    """An SDK adapter serving tool `kind` (`echo`, `http`, `python`, `file`): named `name` (default
     the kind's adapter identity, say `aos/http@1`), large results stored through the node
     (`Adapter.put_blob`), and, with `renew`, each lease renewed while its call runs, so a
     call longer than the node's lease is not handed out again. `adapter_options` go to
@@ -652,6 +683,7 @@ def make_adapter(
         python_timeout_s_max=python_timeout_s_max,
         http_timeout_s_max=http_timeout_s_max,
         http_response_bytes_max=http_response_bytes_max,
+        file_base=file_base,
     )
     adapter = Adapter(name=name or TOOL_EFFECTS[effect], seed=seed, node=node, **adapter_options)
     context = replace(context, put_blob=adapter.put_blob)

@@ -40,6 +40,7 @@ ADAPTER_KEY_FILES = {
     "aos/echo@1": "echo.key",
     "aos/http@1": "http.key",
     "aos/python@1": "python.key",
+    "aos/file@1": "file.key",
     "aos/human@1": "human.key",
 }
 HUMAN_ADAPTER = "aos/human@1"

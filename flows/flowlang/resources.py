@@ -48,7 +48,13 @@ def source_tasks(node: Node, base: str | None, when: str | None) -> list[dict[st
     if when is not None:
         call["when"] = when
     if is_http(node.name):
-        return [call, {"name": "content", "do": "noop", "result": "{{ results.run.json }}"}]
+        # The response's JSON when it is JSON, else its text.
+        json_case = {
+            "when": "{{ results.run is mapping and 'json' in results.run }}",
+            "tasks": [{"name": "json", "do": "noop", "result": "{{ results.run.json }}"}],
+        }
+        text = {"name": "text", "do": "noop", "result": "{{ results.run.text }}"}
+        return [call, {"name": "content", "do": "branch", "cases": [json_case], "else": [text]}]
     return [call]
 
 
@@ -57,4 +63,4 @@ def _url(uri: str, base: str | None) -> str:
 
 
 def _path(uri: str) -> str:
-    return uri.removeprefix("file://")
+    return uri.removeprefix("file:")

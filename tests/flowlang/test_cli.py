@@ -104,3 +104,24 @@ def test_run_local_runs_a_flow_file(tmp_path: Path, workbook: Path) -> None:
     body = json.loads(result.output)
     assert body["status"] == "completed"
     assert body["result"] == {"fruit": "banana", "animal": "monkey"}
+
+
+def test_deploying_a_bad_flow_file_changes_nothing(tmp_path: Path, workbook: Path) -> None:
+    from aos.kernel.world.world import World
+
+    world = tmp_path / "w"
+    assert aos("flow", "world", "create", world).exit_code == 0
+    with World.open(world) as opened:
+        height = opened.height
+    good, bad = tmp_path / "good.flow", tmp_path / "bad.flow"
+    good.write_text("A → B\n")
+    bad.write_text("A :x → B → C :x → D\n")
+    result = aos("flow", "deploy", bad, "--workbook", workbook, "--world", world, "--json")
+    assert result.exit_code != 0 and "flow.lang.duplicate_output_label" in result.output
+    result = aos("flow", "deploy", good, "--world", world, "--json")  # A, B unbound
+    assert result.exit_code != 0 and "flow.lang.task_unbound" in result.output
+    with World.open(world) as opened:
+        assert opened.height == height
+    result = aos("flow", "deploy", good, "--workbook", workbook, "--world", world, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["version"] == 1

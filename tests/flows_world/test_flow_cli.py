@@ -254,7 +254,13 @@ def test_a_flow_world_driven_by_the_cli(tmp_path: Path) -> None:
     created = ok_json("flow", "world", "create", world, "--clock", "manual", "--no-sync")
     keys = Path(created["keys"])
     assert keys == tmp_path / "w.keys"
-    assert {p.name for p in keys.iterdir()} == {"echo.key", "http.key", "python.key", "human.key"}
+    assert {p.name for p in keys.iterdir()} == {
+        "echo.key",
+        "http.key",
+        "python.key",
+        "human.key",
+        "file.key",
+    }
     assert created["manifest"].startswith("blake3:")
     at = ["--world", str(world)]
 
