@@ -7,7 +7,9 @@ measured in the same run, so the ratios survive a noisy machine better than abso
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,3 +60,17 @@ def row(
 ) -> Row:
     median, samples = measure(fn, number=number, rounds=rounds)
     return Row(group, name, median, per, rounds, baseline, samples, dict(extra))
+
+
+def quit_child(popen: subprocess.Popen[str], timeout_s: float) -> None:
+    """End a JSON-lines peer process (bench_peers, bench_flowlang): send `{"op": "quit"}`,
+    close its input, wait up to `timeout_s`, then kill it."""
+    if popen.poll() is None:
+        assert popen.stdin is not None
+        popen.stdin.write(json.dumps({"op": "quit"}) + "\n")
+        popen.stdin.close()
+    try:
+        popen.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()

@@ -69,12 +69,27 @@ class Graph:
     edges: list[tuple[int, int]]
     declarations: dict[str, Declaration]
     flow_params: Any = None
+    _adjacent: tuple[dict[int, list[int]], dict[int, list[int]]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def successors(self, number: int) -> list[int]:
-        return [b for a, b in self.edges if a == number]
+        return list(self._adjacency()[0].get(number, ()))
 
     def predecessors(self, number: int) -> list[int]:
-        return sorted({a for a, b in self.edges if b == number}, key=self.order)
+        return sorted(self._adjacency()[1].get(number, ()), key=self.order)
+
+    def _adjacency(self) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+        """Successors and predecessors by node, made once (the graph is not changed after
+        it is built)."""
+        if self._adjacent is None:
+            after: dict[int, list[int]] = {}
+            before: dict[int, list[int]] = {}
+            for a, b in self.edges:
+                after.setdefault(a, []).append(b)
+                before.setdefault(b, []).append(a)
+            self._adjacent = (after, before)
+        return self._adjacent
 
     def order(self, number: int) -> int:
         """Start first, then the text's order, end last."""

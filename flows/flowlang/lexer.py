@@ -79,61 +79,69 @@ class FlowLexer(Lexer):
 
 
 def tokens(source: Source) -> Iterator[Token]:
+    """The tokens of the text. Lines are counted as the text is read (a token's place is
+    its first character); only errors look a place up."""
     text, at, depth = source.text, 0, 0
     size = len(text)
+    line, line_start = 1, 0
     while at < size:
         char = text[at]
-        if char in " \t\r\n\ufeff":
+        start = at
+        value: Any
+        if char == "\n":
             at += 1
-        elif char == "#":
+            line, line_start = line + 1, at
+            continue
+        if char in " \t\r\ufeff":
+            at += 1
+            continue
+        if char == "#":
             end = text.find("\n", at)
             at = size if end < 0 else end
-        elif char == "→" or text.startswith("->", at):
-            step = 1 if char == "→" else 2
-            yield _token(source, "ARROW", text[at : at + step], at, at + step)
-            at += step
+            continue
+        if char == "→" or text.startswith("->", at):
+            at += 1 if char == "→" else 2
+            kind, value = "ARROW", text[start:at]
         elif char in _SINGLE:
             depth += _OPENERS.get(char, 0)
             if depth > NESTING_MAX:
                 pos = source.pos(at)
                 message = f"subflows nest deeper than {NESTING_MAX}"
                 raise FlowLangLimitError(message, pos.line, pos.column, source=source.name)
-            yield _token(source, _SINGLE[char], char, at, at + 1)
             at += 1
+            kind, value = _SINGLE[char], char
         elif char == "`":
             end = text.find("`", at + 1)
             if end < 0:
                 raise source.syntax("a guard's backquote is never closed", at)
-            yield _token(source, "EXPR", text[at + 1 : end], at, end + 1)
             at = end + 1
+            kind, value = "EXPR", text[start + 1 : end]
         elif char in ":@":
-            end = _name_end(text, at + 1)
-            if end == at + 1:
+            at = _name_end(text, at + 1)
+            if at == start + 1:
                 what = "a label" if char == ":" else "a declaration"
-                raise source.syntax(f"{what} needs a name after {char!r}", at)
-            kind = "LABEL" if char == ":" else "DECLARE"
-            yield _token(source, kind, text[at + 1 : end], at, end)
-            at = end
+                raise source.syntax(f"{what} needs a name after {char!r}", start)
+            kind, value = ("LABEL" if char == ":" else "DECLARE"), text[start + 1 : at]
         elif is_name_char(char) and char not in "-:":
-            end = _name_end(text, at)
-            yield _token(source, "NAME", text[at:end], at, end)
-            at = end
+            at = _name_end(text, at)
+            kind, value = "NAME", text[start:at]
         elif char == "(":
-            literal, end = _parameter(source, at)
-            yield _token(source, "PARAMS", literal, at, end)
-            at = end
+            value, at = _parameter(source, at)
+            kind = "PARAMS"
         elif char == "<":
-            kind, value, end = _angle(source, at)
-            yield _token(source, kind, value, at, end)
-            at = end
+            kind, value, at = _angle(source, at)
         elif text.startswith("'''", at) or text.startswith('"""', at):
             end = text.find(text[at : at + 3], at + 3)
             if end < 0:
                 raise source.syntax("a documentation comment is never closed", at)
-            yield _token(source, "DOC", text[at + 3 : end], at, end + 3)
             at = end + 3
+            kind, value = "DOC", text[start + 3 : end]
         else:
             raise source.syntax(f"unexpected character {char!r}", at)
+        yield Token(kind, value, start_pos=start, line=line, column=start - line_start + 1)
+        newlines = text.count("\n", start, at)
+        if newlines:
+            line, line_start = line + newlines, text.rfind("\n", start, at) + 1
 
 
 def _name_end(text: str, at: int) -> int:
@@ -144,20 +152,6 @@ def _name_end(text: str, at: int) -> int:
             break
         end += 1
     return end
-
-
-def _token(source: Source, kind: str, value: Any, start: int, end: int) -> Token:
-    first, last = source.pos(start), source.pos(max(start, end - 1))
-    return Token(
-        kind,
-        value,
-        start_pos=start,
-        line=first.line,
-        column=first.column,
-        end_line=last.line,
-        end_column=last.column + 1,
-        end_pos=end,
-    )
 
 
 def _parameter(source: Source, at: int) -> tuple[LiteralValue, int]:

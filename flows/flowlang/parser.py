@@ -87,10 +87,18 @@ _PARSER: Lark | None = None
 
 
 def _parser() -> Lark:
-    """One LALR table per process (building it costs milliseconds; parsing reuses it)."""
+    """One LALR table per process (building it costs milliseconds; parsing reuses it). The
+    syntax nodes are built as the parser reduces (Lark's inline transformer): no parse tree
+    is made and walked again."""
     global _PARSER
     if _PARSER is None:
-        _PARSER = Lark(GRAMMAR, parser="lalr", lexer=FlowLexer, propagate_positions=False)
+        _PARSER = Lark(
+            GRAMMAR,
+            parser="lalr",
+            lexer=FlowLexer,
+            propagate_positions=False,
+            transformer=_Build(),
+        )
     return _PARSER
 
 
@@ -100,20 +108,28 @@ def parse(
     """The syntax tree of `text`; a FlowLangError (with line and column) if it is not one."""
     src = Source(text, source, limits or DefinitionLimits())
     try:
-        tree = _parser().parse(src)  # type: ignore[arg-type,unused-ignore]  # our lexer reads a Source
+        parsed: Any = _parser().parse(src)  # type: ignore[arg-type,unused-ignore]
     except UnexpectedInput as error:
         raise _unexpected(error, src) from None
-    except FlowLangError:
+    except _BuildError as error:
+        raise error.kind(error.message, error.line, error.column, source=source) from None
+    except VisitError as error:  # Lark wraps what a callback raises in some versions
+        if isinstance(error.orig_exc, _BuildError):
+            built = error.orig_exc
+            raise built.kind(built.message, built.line, built.column, source=source) from None
         raise
     except RecursionError:
         raise FlowSyntaxError("the text nests too deeply", 1, 1, source=source) from None
-    try:
-        document: Document = _Build(src).transform(tree)
-    except VisitError as error:  # Lark wraps what a transformer raises
-        if isinstance(error.orig_exc, FlowLangError):
-            raise error.orig_exc from None
-        raise
+    document: Document = parsed  # the inline transformer's `start`
     return document
+
+
+class _BuildError(Exception):
+    """A problem the tree builder finds (it does not know the source's name)."""
+
+    def __init__(self, kind: type[FlowLangError], message: str, pos: Pos) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.line, self.column = kind, message, pos.line, pos.column
 
 
 def _unexpected(error: UnexpectedInput, src: Source) -> FlowLangError:
@@ -146,11 +162,7 @@ def _pos(token: Token) -> Pos:
 
 
 class _Build(Transformer[Token, Any]):
-    """Lark's tree into `syntax` nodes."""
-
-    def __init__(self, src: Source) -> None:
-        super().__init__()
-        self.src = src
+    """Lark's reductions into `syntax` nodes (stateless: one per parser)."""
 
     def start(self, items: list[Any]) -> Document:
         document = Document(items=list(items))
@@ -164,13 +176,8 @@ class _Build(Transformer[Token, Any]):
     def declaration(self, children: list[Any]) -> Declaration:
         head, name = children[0], children[1]
         if head.value not in ("flow", "task"):
-            pos = _pos(head)
-            raise DeclarationError(
-                f"unknown declaration @{head.value}; use @flow or @task",
-                pos.line,
-                pos.column,
-                source=self.src.name,
-            )
+            message = f"unknown declaration @{head.value}; use @flow or @task"
+            raise _BuildError(DeclarationError, message, _pos(head))
         decl = Declaration(kind=str(head.value), name=str(name.value), pos=_pos(head))
         for child in children[2:]:
             if isinstance(child, Subflow):
