@@ -125,3 +125,16 @@ def test_deploying_a_bad_flow_file_changes_nothing(tmp_path: Path, workbook: Pat
     result = aos("flow", "deploy", good, "--workbook", workbook, "--world", world, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["version"] == 1
+
+
+def test_the_readme_examples_check_and_run(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "flows" / "examples"
+    result = aos("flow", "check", examples / "merge.flow", examples / "items.flow")
+    assert result.exit_code == 0, result.output
+    result = aos("flow", "run", examples / "merge.flow", "--local", "--json")
+    assert json.loads(result.output)["result"] == {"fruit": "banana", "animal": "monkey"}
+    (tmp_path / "items.json").write_text((examples / "items.json").read_text())
+    result = aos("flow", "run", examples / "items.flow", "--local", "--file-base", tmp_path)
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "out" / "scores.json").read_text())
+    assert written == [{"x": 12, "y": 24}, {"x": 3, "y": 96}, {"x": 7, "y": 12}]
