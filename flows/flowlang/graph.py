@@ -116,14 +116,18 @@ class _Scope:
     inputs: dict[str, list[_Use]] = field(default_factory=dict)
 
 
-def build_graph(document: Document, *, source: str | None = None) -> Graph:
-    return _Builder(document, source).build()
+def build_graph(
+    document: Document, *, source: str | None = None, invocations_max: int = INVOCATIONS_MAX
+) -> Graph:
+    """The graph of a parsed flow, with at most `invocations_max` nodes."""
+    return _Builder(document, source, invocations_max).build()
 
 
 class _Builder:
-    def __init__(self, document: Document, source: str | None) -> None:
+    def __init__(self, document: Document, source: str | None, invocations_max: int) -> None:
         self.document = document
         self.source = source
+        self.invocations_max = invocations_max
         self.nodes: dict[int, Node] = {}
         self.edges: list[tuple[int, int]] = []
         self.edge_set: set[tuple[int, int]] = set()
@@ -179,8 +183,8 @@ class _Builder:
 
     def new(self, kind: str, pos: Pos, scope: _Scope, **fields: Any) -> Node:
         self.count += 1
-        if self.count > INVOCATIONS_MAX:
-            message = f"the flow has more than {INVOCATIONS_MAX} invocations"
+        if self.count > self.invocations_max:
+            message = f"the flow has more than {self.invocations_max} invocations"
             raise self.error(e.FlowLangLimitError, message, pos)
         node = Node(self.count, kind, pos=pos, gates=scope.gates, **fields)
         self.nodes[node.number] = node

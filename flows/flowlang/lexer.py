@@ -51,10 +51,17 @@ def is_name_char(char: str) -> bool:
 class Source:
     """The text and where each offset is (1-based line and column)."""
 
-    def __init__(self, text: str, name: str | None, limits: DefinitionLimits) -> None:
+    def __init__(
+        self,
+        text: str,
+        name: str | None,
+        limits: DefinitionLimits,
+        nesting_max: int = NESTING_MAX,
+    ) -> None:
         self.text = text
         self.name = name
         self.limits = limits
+        self.nesting_max = nesting_max
         self.line_starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
 
     def pos(self, offset: int) -> Pos:
@@ -104,9 +111,9 @@ def tokens(source: Source) -> Iterator[Token]:
             kind, value = "ARROW", text[start:at]
         elif char in _SINGLE:
             depth += _OPENERS.get(char, 0)
-            if depth > NESTING_MAX:
+            if depth > source.nesting_max:
                 pos = source.pos(at)
-                message = f"subflows nest deeper than {NESTING_MAX}"
+                message = f"subflows nest deeper than {source.nesting_max}"
                 raise FlowLangLimitError(message, pos.line, pos.column, source=source.name)
             at += 1
             kind, value = _SINGLE[char], char

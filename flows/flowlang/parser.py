@@ -20,7 +20,7 @@ from lark.exceptions import (
 )
 
 from aos.flows.flowlang.errors import DeclarationError, FlowLangError, FlowSyntaxError
-from aos.flows.flowlang.lexer import TERMINALS, FlowLexer, Source
+from aos.flows.flowlang.lexer import NESTING_MAX, TERMINALS, FlowLexer, Source
 from aos.flows.flowlang.syntax import (
     Declaration,
     Document,
@@ -103,10 +103,15 @@ def _parser() -> Lark:
 
 
 def parse(
-    text: str, *, source: str | None = None, limits: DefinitionLimits | None = None
+    text: str,
+    *,
+    source: str | None = None,
+    limits: DefinitionLimits | None = None,
+    nesting_max: int = NESTING_MAX,
 ) -> Document:
-    """The syntax tree of `text`; a FlowLangError (with line and column) if it is not one."""
-    src = Source(text, source, limits or DefinitionLimits())
+    """The syntax tree of `text`; a FlowLangError (with line and column) if it is not one.
+    Subflows nest at most `nesting_max` deep."""
+    src = Source(text, source, limits or DefinitionLimits(), nesting_max)
     try:
         parsed: Any = _parser().parse(src)  # type: ignore[arg-type,unused-ignore]
     except UnexpectedInput as error:

@@ -7,7 +7,9 @@ import pytest
 
 from aos.flows import flowlang
 from aos.flows.flowlang import errors
+from aos.flows.flowlang.graph import INVOCATIONS_MAX, build_graph
 from aos.flows.flowlang.lexer import NESTING_MAX
+from aos.flows.flowlang.parser import parse
 
 
 @pytest.mark.parametrize(
@@ -50,15 +52,21 @@ def test_subflows_nest_up_to_the_bound() -> None:
         flowlang.graph_of(nested(NESTING_MAX + 1))
 
 
-def test_declared_subflows_cannot_expand_without_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aos.flows.flowlang import graph
-
-    monkeypatch.setattr(graph, "INVOCATIONS_MAX", 100)
+def test_declared_subflows_cannot_expand_without_bound() -> None:
     levels = ["@task L0 { A A }"] + [f"@task L{i} {{ L{i - 1} L{i - 1} }}" for i in range(1, 8)]
-    fine = "\n".join(levels[:5]) + "\nL4"  # 2**5 tasks + 2 * 31 forks and joins: 94
-    assert len(flowlang.graph_of(fine).nodes) == 96
+    fine = parse("\n".join(levels[:5]) + "\nL4")  # 2**5 tasks + 2 * 31 forks and joins
+    assert len(build_graph(fine, invocations_max=94).nodes) == 96  # and the flow's start, end
     with pytest.raises(errors.FlowLangLimitError):
-        flowlang.graph_of("\n".join(levels) + "\nL7")
+        build_graph(fine, invocations_max=93)
+    assert 40 * 766 > INVOCATIONS_MAX  # each L7 is 256 tasks and 255 forks and joins
+    with pytest.raises(errors.FlowLangLimitError):
+        flowlang.graph_of("\n".join(levels) + "\nL7" * 40)
+
+
+def test_the_nesting_bound_can_be_lowered() -> None:
+    parse("{ { A } }", nesting_max=2)
+    with pytest.raises(errors.FlowLangLimitError):
+        parse("{ { { A } } }", nesting_max=2)
 
 
 def test_a_text_over_the_size_bound_is_refused_before_parsing() -> None:

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.adapter_cmd import adapter_group
+from aos.cli.main import main
 from aos.flows import flowlang
 from aos.flows import operations as ops
 from aos.flows.files import FileToolError, parse_content, read_resource, write_resource
@@ -89,8 +90,14 @@ def test_a_file_source_feeds_its_content_and_a_file_sink_receives_the_input(
     assert state["engine"]["result"] == expected  # a sink passes its input on
     assert json.loads((data / "out" / "result.json").read_text()) == expected
     (data / "config.yaml").write_text("fruit: banana\n")
-    state = run(flows, "<config.yaml> → A", "f2")
-    assert state["engine"]["result"] == {"fruit": "banana"}
+    state = run(flows, "<config.yaml> → ? `$[?(@.fruit='banana')]` A → * B", "f2")
+    assert state["engine"]["result"] == [{"fruit": "banana"}]
+    flows.world.close()
+    replayed = CliRunner().invoke(
+        main, ["world", "replay", "--verify", "--world", str(tmp_path / "w")]
+    )
+    assert replayed.exit_code == 0, replayed.output
+    assert "ok: every record and the head match" in replayed.output
 
 
 def test_an_escaping_path_fails_the_task_and_writes_nothing(
