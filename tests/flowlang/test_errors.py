@@ -58,7 +58,7 @@ def test_declared_subflows_cannot_expand_without_bound() -> None:
     assert len(build_graph(fine, invocations_max=94).nodes) == 96  # and the flow's start, end
     with pytest.raises(errors.FlowLangLimitError):
         build_graph(fine, invocations_max=93)
-    assert 40 * 766 > INVOCATIONS_MAX  # each L7 is 256 tasks and 255 forks and joins
+    assert INVOCATIONS_MAX < 40 * 766  # each L7 is 256 tasks and 255 forks and joins
     with pytest.raises(errors.FlowLangLimitError):
         flowlang.graph_of("\n".join(levels) + "\nL7" * 40)
 
