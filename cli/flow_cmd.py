@@ -265,12 +265,7 @@ def deploy_command(
     latest version changes nothing). Prints name, version and definition hash."""
     definition = _definition(file, workbook)
     if node_url is not None:
-        text = file.read_text()
-        if workbook is not None and flowlang.is_flow_source(str(file)):
-            # The node compiles what it is sent: send the bound definition itself.
-            text, source = json.dumps(canonical_value(definition)), f"{file}.json"
-        else:
-            source = str(file)
+        text, source = _sent(file, workbook, definition)
         body = FlowNodeClient(node_url).deploy(text, source=source)
     else:
         with _opened(world_path) as world:
@@ -280,6 +275,15 @@ def deploy_command(
         return
     note = "" if body["changed"] else "  (unchanged: already the latest version)"
     click.echo(f"deployed  {body['name']} v{body['version']}  {body['definition']}{note}")
+
+
+def _sent(file: Path, workbook: Path | None, definition: FlowDefinition) -> tuple[str, str]:
+    """The text and source name a node is sent to deploy FILE. The node compiles what it is
+    sent and knows no workbook: a `.flow` file bound by one is sent as its definition."""
+    if workbook is not None and flowlang.is_flow_source(str(file)):
+        text = json.dumps(cbor.to_json(canonical_value(definition)))
+        return text, f"{file}.json"
+    return file.read_text(), str(file)
 
 
 @flow_group.command("ls")
@@ -386,7 +390,9 @@ def run_command(
         client = FlowNodeClient(node_url)
         name = target
         if Path(target).is_file():
-            name = client.deploy(Path(target).read_text(), source=target)["name"]
+            definition = _definition(Path(target), workbook)
+            text, source = _sent(Path(target), workbook, definition)
+            name = client.deploy(text, source=source)["name"]
         body = client.run(name, value, exec_id=exec_id, version=version)
         if wait_s is not None:
             body["status"] = _wait_for_end(client, str(body["exec"]), wait_s)
