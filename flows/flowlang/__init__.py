@@ -56,12 +56,11 @@ def compile_text(
     source: str | None = None,
     limits: DefinitionLimits | None = None,
     workbook: Iterable[dict[str, Any]] = (),
-    base: str | None = None,
 ) -> dict[str, Any]:
     """The CFD (plain data, before validation) of a `.flow` text; every task must be
     bound (a `flow.lang.task_unbound` error lists those that are not)."""
     graph = graph_of(text, source=source, limits=limits)
-    binding = Binding(graph, workbook, base=base, source=source)
+    binding = Binding(graph, workbook, source=source)
     binding.check_bound(graph)
     hint = PurePath(source).stem if source else "flow"
     return compile_graph(graph, binding, name_hint=hint)

@@ -16,17 +16,15 @@ BUILTIN_ECHO = "echo"
 
 
 class Binding:
-    """Where each task's work is, and the base a relative resource URI resolves against."""
+    """Where each task's work is."""
 
     def __init__(
         self,
         graph: Graph,
         workbook: Iterable[dict[str, Any]] = (),
         *,
-        base: str | None = None,
         source: str | None = None,
     ) -> None:
-        self.base = base
         self.source = source
         self.entries: dict[str, dict[str, Any]] = {}
         params = graph.flow_params if isinstance(graph.flow_params, dict) else {}

@@ -83,7 +83,7 @@ def _step(graph: Graph, node: Node, names: dict[int, str], binding: Binding) -> 
     elif node.kind == "literal":
         tasks.append(_noop("input", node.params))
     elif node.kind == "source":
-        tasks.extend(source_tasks(node, binding.base, _run_when(node, own=False)))
+        tasks.extend(source_tasks(node, _run_when(node, own=False)))
     else:
         if len(predecessors) > 1:
             step["join"] = "all"
@@ -193,7 +193,7 @@ def _body(graph: Graph, node: Node, binding: Binding) -> list[dict[str, Any]]:
         call = {
             "name": "run",
             "do": "call",
-            "tool": sink_tool(node, binding.base),
+            "tool": sink_tool(node),
             "args": _current(node),
         }
         when = _run_when(node, own=False)

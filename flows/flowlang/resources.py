@@ -18,31 +18,31 @@ def _params(node: Node) -> dict[str, Any]:
     return dict(node.params) if isinstance(node.params, dict) else {}
 
 
-def source_tool(node: Node, base: str | None) -> dict[str, Any]:
+def source_tool(node: Node) -> dict[str, Any]:
     params = _params(node)
     if is_http(node.name):
-        return {"kind": "http", "method": "GET", **params, "url": _url(node.name, base)}
+        return {"kind": "http", "method": "GET", **params, "url": node.name}
     return {"kind": "file", "op": "read", **params, "path": _path(node.name)}
 
 
-def sink_tool(node: Node, base: str | None) -> dict[str, Any]:
+def sink_tool(node: Node) -> dict[str, Any]:
     params = _params(node)
     if is_http(node.name):
         return {
             "kind": "http",
             "method": "POST",
             **params,
-            "url": _url(node.name, base),
+            "url": node.name,
             "json": "{{ results.input }}",
         }
     return {"kind": "file", "op": "write", **params, "path": _path(node.name)}
 
 
-def source_tasks(node: Node, base: str | None, when: str | None) -> list[dict[str, Any]]:
+def source_tasks(node: Node, when: str | None) -> list[dict[str, Any]]:
     call: dict[str, Any] = {
         "name": "run",
         "do": "call",
-        "tool": source_tool(node, base),
+        "tool": source_tool(node),
         "args": {},
     }
     if when is not None:
@@ -56,10 +56,6 @@ def source_tasks(node: Node, base: str | None, when: str | None) -> list[dict[st
         text = {"name": "text", "do": "noop", "result": "{{ results.run.text }}"}
         return [call, {"name": "content", "do": "branch", "cases": [json_case], "else": [text]}]
     return [call]
-
-
-def _url(uri: str, base: str | None) -> str:
-    return uri
 
 
 def _path(uri: str) -> str:

@@ -93,3 +93,12 @@ def test_random_input_gives_a_flow_or_a_typed_error(data: bytes | str) -> None:
         load_definition(data, source="random.flow")
     except AosError as error:
         assert error.code.startswith("flow.")
+
+
+@settings(max_examples=40, deadline=None)
+@given(flows())
+def test_every_well_formed_flow_compiles_to_a_valid_definition(text: str) -> None:
+    names = flowlang.graph_of(text).task_names()
+    workbook = [{"name": name, "tool": {"kind": "echo"}} for name in names]
+    definition = flowlang.load_flow(text, source="random.flow", workbook=workbook)
+    assert definition.entry == "_start_"
