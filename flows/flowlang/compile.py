@@ -77,6 +77,8 @@ def step_name(node: Node) -> str:
 def _step(graph: Graph, node: Node, names: dict[int, str], binding: Binding) -> dict[str, Any]:
     predecessors = graph.predecessors(node.number)
     step: dict[str, Any] = {"name": names[node.number], "tasks": []}
+    if node.doc:
+        step["description"] = node.doc.strip()
     tasks: list[dict[str, Any]] = step["tasks"]
     if node.number == START:
         tasks.append(_noop("input", "{{ workload }}"))

@@ -138,3 +138,19 @@ def test_the_readme_examples_check_and_run(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     written = json.loads((tmp_path / "out" / "scores.json").read_text())
     assert written == [{"x": 12, "y": 24}, {"x": 3, "y": 96}, {"x": 7, "y": 12}]
+
+
+def test_declared_documentation_and_defaults_reach_the_definition(tmp_path: Path) -> None:
+    path = tmp_path / "d.flow"
+    path.write_text(
+        "@flow docs '''The flow.'''\n"
+        "@task A (- {tool: {kind: echo}, dry-run: false} -) '''Task A.''';\n"
+        "A (- dry-run: true -) → A\n"
+    )
+    result = aos("flow", "compile", path)
+    assert result.exit_code == 0, result.output
+    compiled = json.loads(result.output)
+    assert compiled["description"] == "The flow."
+    steps = {s["name"]: s for s in compiled["steps"]}
+    assert steps["A.1"]["description"] == "Task A."
+    assert steps["A.1"]["tasks"][-1]["tool"] == {"kind": "echo"}
