@@ -32,8 +32,9 @@ _YAML_TYPE_HINTS = {
 
 def read_document(data: bytes | str, *, source: str, limits: DefinitionLimits) -> Any:
     """Parse one YAML or JSON document (JSON when it starts with `{` or `[` and parses as
-    JSON, YAML otherwise), or compile a `.flow` file (by its name) to one. Raises FlowTooLargeError, FlowDecodeError, or FlowCheckError
-    (`flow.limit`) for a document nested too deeply."""
+    JSON, YAML otherwise), or compile a `.flow` file (by its name) to one. Raises
+    FlowTooLargeError, FlowDecodeError, or FlowCheckError (`flow.limit`) for a document nested
+    too deeply; a `.flow` file's own errors are FlowLangErrors (`flow.lang.*`)."""
     text = _text(data, source, limits.definition_bytes_max)
     if source.endswith(".flow"):
         return _flow_language(text, source, limits)

@@ -95,7 +95,8 @@ def _records(text: str) -> list[str]:
 
 def _document(text: str, source: str, limits: DefinitionLimits) -> Any:
     try:
-        return read_document(text, source=source, limits=limits)
+        # Named in brackets: a resource is data even when its name ends in `.flow`.
+        return read_document(text, source=f"<{source}>", limits=limits)
     except FlowError as error:
         raise FileToolError("file.decode", str(error)) from None
 
