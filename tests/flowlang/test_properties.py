@@ -74,7 +74,7 @@ def _shape(graph: Graph) -> tuple[Any, ...]:
     return (sorted(nodes), sorted(graph.edges))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(flows())
 def test_fmt_round_trips_to_the_same_graph(text: str) -> None:
     graph = flowlang.graph_of(text)
@@ -95,7 +95,7 @@ def test_random_input_gives_a_flow_or_a_typed_error(data: bytes | str) -> None:
         assert error.code.startswith("flow.")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(flows())
 def test_every_well_formed_flow_compiles_to_a_valid_definition(text: str) -> None:
     names = flowlang.graph_of(text).task_names()
