@@ -1,6 +1,7 @@
 """Mermaid `stateDiagram-v2` of a flow graph, in seed 004's layout: `direction LR`, one
 `state "NAME" as NAME.N` per invocation, `<<fork>>` / `<<join>>` states for subflows
-(`_start_N_`, `_end_N_`), `[*]` for the flow's own start and end, then the edges."""
+(`_start_N_`, `_end_N_`), `[*]` for the flow's own start and end, then the edges (an edge into
+a guarded subflow labelled with the guard)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ def to_mermaid(graph: Graph) -> str:
         lines.append(_INDENT + _state(node))
     order = {number: graph.order(number) for number in graph.nodes}
     for a, b in sorted(graph.edges, key=lambda edge: (order[edge[0]], order[edge[1]])):
-        lines.append(f"{_INDENT}{state_id(graph.nodes[a])}-->{state_id(graph.nodes[b])}")
+        target = graph.nodes[b]
+        # A guarded subflow's fork has no label of its own: its guard is on the edges in.
+        label = f" : {_text('? ' + target.guard)}" if target.kind == "fork" and target.guard else ""
+        lines.append(f"{_INDENT}{state_id(graph.nodes[a])}-->{state_id(target)}{label}")
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,7 @@ import re
 
 _STATE = re.compile(r'state\s+"([^"]*)"\s+as\s+(\S+)')
 _PSEUDO = re.compile(r"state\s+(\S+)\s+<<(fork|join)>>")
-_EDGE = re.compile(r"(\S+?)\s*-->\s*(\S+)")
+_EDGE = re.compile(r"(\S+?)\s*-->\s*(\S+)(?:\s+:\s+(.*))?")
 
 
 def read(diagram: str) -> tuple[dict[str, str], set[tuple[str, str]]]:

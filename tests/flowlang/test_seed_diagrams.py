@@ -179,3 +179,11 @@ def test_the_spec_text_examples_agree_with_aos_flow_draw() -> None:
         if text.startswith(":before A"):
             text = text.replace(":before A", ":before → A")  # see SEED_EXAMPLES
         assert _graph(text) == read(diagram), text
+
+
+def test_guards_show_in_the_diagram() -> None:
+    drawn = flowlang.to_mermaid(flowlang.graph_of("A → ? `$[?(@.status=0)]` { B → C } → ? `$.x` D"))
+    assert 'state "? D" as D.6' in drawn
+    assert "A.1-->_start_2_ : ? $[?(@.status=0)]" in drawn
+    states, edges = read(drawn)
+    assert ("A.1", "_start_2_") in edges and states["_start_2_"] == "<<fork>>"
