@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from aos.cli.main import main
+from aos.flows.errors import FlowCheckError
 from tests.flowlang.mermaid_graph import read
 from tests.flowlang.test_seed_diagrams import SHARED
 
@@ -154,3 +155,15 @@ def test_declared_documentation_and_defaults_reach_the_definition(tmp_path: Path
     steps = {s["name"]: s for s in compiled["steps"]}
     assert steps["A.1"]["description"] == "Task A."
     assert steps["A.1"]["tasks"][-1]["tool"] == {"kind": "echo"}
+
+
+def test_arrow_text_without_a_flow_name_is_the_flow_language() -> None:
+    from aos.flows.cfd import load_definition
+    from aos.flows.flowlang.errors import UnboundTasksError
+
+    definition = load_definition("echo → echo", source="<request>")
+    assert [s.name for s in definition.steps] == ["_start_", "echo.1", "echo.2", "_end_"]
+    with pytest.raises(UnboundTasksError):
+        load_definition("A → B", source="<request>")
+    with pytest.raises(FlowCheckError):  # one YAML string that is no flow: not a definition
+        load_definition("hello", source="<request>")
