@@ -40,7 +40,7 @@ from typing import Any
 
 from aos.kernel.world.world import World
 from bench.bench_effects import CHAIN, chain_world, run_chains
-from bench.harness import Contender, Row, interleaved, sampled, with_ratios
+from bench.harness import Contender, Row, interleaved, quit_child, sampled, with_ratios
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS = REPO / "bench" / "peers"
@@ -174,15 +174,7 @@ class _Dbos:
         return float(answer["seconds"])
 
     def close(self) -> None:
-        if self.popen.poll() is None:
-            assert self.popen.stdin is not None
-            self.popen.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.popen.stdin.close()
-        try:
-            self.popen.wait(CHILD_S_MAX)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        quit_child(self.popen, CHILD_S_MAX)
 
 
 def _dbos_available() -> bool:

@@ -7,7 +7,9 @@ measured in the same run, so the ratios survive a noisy machine better than abso
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,3 +114,17 @@ def round_ratios(numerator_s: list[float], denominator_s: list[float]) -> dict[s
         "ratio_per_round": [float(f"{x:.4g}") for x in ratios],
         "ratio_median": float(f"{statistics.median(ratios):.4g}"),
     }
+
+
+def quit_child(popen: subprocess.Popen[str], timeout_s: float) -> None:
+    """End a JSON-lines peer process (bench_peers, bench_flowlang): send `{"op": "quit"}`,
+    close its input, wait up to `timeout_s`, then kill it."""
+    if popen.poll() is None:
+        assert popen.stdin is not None
+        popen.stdin.write(json.dumps({"op": "quit"}) + "\n")
+        popen.stdin.close()
+    try:
+        popen.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()

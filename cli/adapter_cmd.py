@@ -71,6 +71,7 @@ TOOL_KINDS = (
     "tool-postgres",
     "tool-duckdb",
     "tool-shell",
+    "tool-file",
 )
 """The flow world's tool adapters (spec/11-flows.md, `flows/tools.py`)."""
 KEYCHAIN_KIND = "keychain"
@@ -251,6 +252,12 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     "limits; spec/11 §2.1; env AOS_FLOW_TOOLS). Default: secrets from AOS_SECRET_NAME "
     "variables, shell refused.",
 )
+@click.option(
+    "--file-base",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="tool-file: the folder flow resources are read from and written to (required).",
+)
 @json_option
 @handles_errors
 def run_command(
@@ -272,6 +279,7 @@ def run_command(
     module_paths: tuple[Path, ...],
     allow: tuple[str, ...],
     config_file: Path | None,
+    file_base: Path | None,
     as_json: bool,
 ) -> None:
     """Run a built-in adapter of KIND against a node: lease the intents of its effects,
@@ -287,6 +295,7 @@ def run_command(
     tool-duckdb  aos/tool.duckdb@1: SQL on an embedded DuckDB
     tool-shell   aos/tool.shell@1: a command, refused unless the config enables it
     keychain     aos/keychain.resolve@1: keychain names -> references, never secrets
+    tool-file    aos/tool.file@1: read or write a file inside --file-base (flow resources)
     """
     if not node.startswith(("http://", "https://")):
         raise click.BadParameter(f"{node!r} is not http(s)://HOST:PORT", param_hint="--node")
@@ -302,6 +311,7 @@ def run_command(
         "--allow": bool(allow),
         # From the environment it is for whichever kind reads it; given here, it must fit.
         "--config": _given_here("config_file"),
+        "--file-base": file_base is not None,
     }
     _check_kind_options(kind, given, name)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
@@ -327,6 +337,12 @@ def run_command(
             limits[f"{tool}_timeout_s_max"] = timeout_s_max
         if body_bytes_max is not None:
             limits["http_response_bytes_max"] = body_bytes_max
+        if kind == "tool-file":
+            if file_base is None:
+                raise click.BadParameter(
+                    "tool-file needs --file-base DIR", param_hint="--file-base"
+                )
+            limits["file_base"] = file_base
         if kind == "tool-python" and not allow:
             printer.note(
                 "no --allow PREFIX: every python tool call is refused (python.not_allowed)"
@@ -373,6 +389,7 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--module-path": ("python", "tool-python"),
     "--allow": ("tool-python",),
     "--config": (*TOOL_KINDS, KEYCHAIN_KIND),
+    "--file-base": ("tool-file",),
 }
 """The kinds each kind-specific option is for."""
 

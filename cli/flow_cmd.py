@@ -20,12 +20,13 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
+from aos.flows import flowlang
 from aos.flows import operations as ops
 from aos.flows.cfd import FlowDefinition, canonical_value, load_definition
 from aos.flows.client import FlowNodeClient
 from aos.flows.config import ToolConfig, load_config
 from aos.flows.draw import to_mermaid, to_text
-from aos.flows.errors import FlowCheckError, FlowError
+from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError
 from aos.flows.local import LocalAdapters
 from aos.flows.world import create_flow_world, default_keys_dir
 from aos.kernel import cbor
@@ -58,12 +59,29 @@ def _opened(world_path: str) -> Iterator[World]:
         world.close()
 
 
-def _definition(path: Path) -> FlowDefinition:
+def _definition(path: Path, workbook: Path | None = None) -> FlowDefinition:
+    if workbook is not None and flowlang.is_flow_source(str(path)):
+        entries = flowlang.read_workbook(_read_bytes(workbook), source=str(workbook))
+        text = _read_text(path)
+        definition: FlowDefinition = flowlang.load_flow(text, source=str(path), workbook=entries)
+        return definition
+    return load_definition(_read_bytes(path), source=str(path))
+
+
+def _read_bytes(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as error:
         raise FlowError(f"cannot read {path}: {error.strerror}", path=str(path)) from None
-    return load_definition(data, source=str(path))
+
+
+def workbook_option(fn: Any) -> Any:
+    return click.option(
+        "--workbook",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="For .flow files: a YAML/JSON list of {name, tool} binding task names to work.",
+    )(fn)
 
 
 @click.group("flow")
@@ -77,13 +95,14 @@ def flow_group() -> None:
 
 @flow_group.command("check")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@workbook_option
 @json_option
-def check_command(files: tuple[Path, ...], as_json: bool) -> None:
+def check_command(files: tuple[Path, ...], workbook: Path | None, as_json: bool) -> None:
     """Check flow definitions: every problem of each file, with its path. Exit 1 if any."""
     results: list[dict[str, Any]] = []
     for path in files:
         try:
-            definition = _definition(path)
+            definition = _definition(path, workbook)
             value = canonical_value(definition)
             digest = str(cbor_hash(value))
             results.append({"file": str(path), "ok": True, "name": definition.name, "hash": digest})
@@ -103,6 +122,8 @@ def cbor_hash(value: Any) -> str:
 
 
 def _problem(error: AosError) -> dict[str, Any]:
+    if error.path:  # a .flow error's FILE:LINE:COLUMN, say
+        return {"code": error.code, "path": error.path, "message": error.message}
     return {"code": error.code, "path": str(error.detail.get("path", "$")), "message": str(error)}
 
 
@@ -122,12 +143,13 @@ def _print_checks(results: list[dict[str, Any]], as_json: bool) -> None:
 @flow_group.command("compile")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@workbook_option
 @json_option
 @handles_errors
-def compile_command(file: Path, out: Path | None, as_json: bool) -> None:
+def compile_command(file: Path, out: Path | None, workbook: Path | None, as_json: bool) -> None:
     """The canonical definition: JSON on stdout, or canonical CBOR into OUT when it ends in
     .cbor (JSON otherwise)."""
-    value = canonical_value(_definition(file))
+    value = canonical_value(_definition(file, workbook))
     if out is not None and out.suffix == ".cbor":
         out.write_bytes(cbor.encode(value))
         click.echo(f"wrote {out}  {cbor_hash(value)}")
@@ -143,16 +165,45 @@ def compile_command(file: Path, out: Path | None, as_json: bool) -> None:
 @flow_group.command("draw")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "text"]), default="mermaid")
+@workbook_option
 @json_option
 @handles_errors
-def draw_command(file: Path, fmt: str, as_json: bool) -> None:
-    """The flow's graph: a Mermaid stateDiagram-v2, or an indented outline."""
-    definition = _definition(file)
-    text = to_mermaid(definition) if fmt == "mermaid" else to_text(definition)
+def draw_command(file: Path, fmt: str, workbook: Path | None, as_json: bool) -> None:
+    """The flow's graph: a Mermaid stateDiagram-v2, or an indented outline. A `.flow` file's
+    Mermaid is its invocation graph in seed 004's layout (fork/join states for subflows)."""
+    if fmt == "mermaid" and flowlang.is_flow_source(str(file)):
+        text = flowlang.to_mermaid(flowlang.graph_of(_read_text(file), source=str(file)))
+    else:
+        definition = _definition(file, workbook)
+        text = to_mermaid(definition) if fmt == "mermaid" else to_text(definition)
     if as_json:
         emit_json({"format": fmt, "text": text})
         return
     click.echo(text)
+
+
+@flow_group.command("fmt")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--write", "-w", is_flag=True, help="Rewrite FILE in place instead of printing.")
+@json_option
+@handles_errors
+def fmt_command(file: Path, write: bool, as_json: bool) -> None:
+    """Print a `.flow` file in the canonical layout (spec/11 §11.6)."""
+    text = flowlang.format_text(_read_text(file), source=str(file))
+    if write:
+        file.write_text(text)
+    if as_json:
+        emit_json({"file": str(file), "text": text, "written": write})
+    elif not write:
+        click.echo(text, nl=False)
+
+
+def _read_text(path: Path) -> str:
+    data = _read_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FlowDecodeError(f"{path}: not UTF-8 (byte {error.start})", path=str(path)) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,16 +254,20 @@ def flow_world_create(
 
 @flow_group.command("deploy")
 @click.argument("file", type=click.Path(path_type=Path))
+@workbook_option
 @world_option
 @node_option
 @json_option
 @handles_errors
-def deploy_command(file: Path, world_path: str, node_url: str | None, as_json: bool) -> None:
+def deploy_command(
+    file: Path, workbook: Path | None, world_path: str, node_url: str | None, as_json: bool
+) -> None:
     """Check FILE and journal it as a new version of its flow (the same definition as the
     latest version changes nothing). Prints name, version and definition hash."""
-    definition = _definition(file)
+    definition = _definition(file, workbook)
     if node_url is not None:
-        body = FlowNodeClient(node_url).deploy(file.read_text(), source=str(file))
+        text, source = _sent(file, workbook, definition)
+        body = FlowNodeClient(node_url).deploy(text, source=source)
     else:
         with _opened(world_path) as world:
             body = ops.deploy(world, definition).to_json()
@@ -221,6 +276,15 @@ def deploy_command(file: Path, world_path: str, node_url: str | None, as_json: b
         return
     note = "" if body["changed"] else "  (unchanged: already the latest version)"
     click.echo(f"deployed  {body['name']} v{body['version']}  {body['definition']}{note}")
+
+
+def _sent(file: Path, workbook: Path | None, definition: FlowDefinition) -> tuple[str, str]:
+    """The text and source name a node is sent to deploy FILE. The node compiles what it is
+    sent and knows no workbook: a `.flow` file bound by one is sent as its definition."""
+    if workbook is not None and flowlang.is_flow_source(str(file)):
+        text = json.dumps(cbor.to_json(canonical_value(definition)))
+        return text, f"{file}.json"
+    return file.read_text(), str(file)
 
 
 @flow_group.command("ls")
@@ -292,6 +356,14 @@ def _workload(text: str | None, option: str = "--workload") -> Any:
     help="--local: the tool config (keychain source, shell.enabled, limits; spec/11 §2.1; "
     "env AOS_FLOW_TOOLS).",
 )
+@click.option(
+    "--file-base",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="--local: the folder the file tool (flow resources <data.json>) works in "
+    "[the flow file's folder].",
+)
+@workbook_option
 @world_option
 @node_option
 @json_option
@@ -305,6 +377,8 @@ def run_command(
     wait_s: float | None,
     python_allow: tuple[str, ...],
     config_file: Path | None,
+    file_base: Path | None,
+    workbook: Path | None,
     world_path: str,
     node_url: str | None,
     as_json: bool,
@@ -319,13 +393,19 @@ def run_command(
         )
     if local:
         config = load_config(config_file)
-        _run_local(Path(target), value, exec_id, python_allow, config, world_path, as_json)
+        definition = _definition(Path(target), workbook)
+        base = file_base if file_base is not None else Path(target).resolve().parent
+        _run_local(
+            definition, value, exec_id, python_allow, config, world_path, as_json, file_base=base
+        )
         return
     if node_url is not None:
         client = FlowNodeClient(node_url)
         name = target
         if Path(target).is_file():
-            name = client.deploy(Path(target).read_text(), source=target)["name"]
+            definition = _definition(Path(target), workbook)
+            text, source = _sent(Path(target), workbook, definition)
+            name = client.deploy(text, source=source)["name"]
         body = client.run(name, value, exec_id=exec_id, version=version)
         if wait_s is not None:
             body["status"] = _wait_for_end(client, str(body["exec"]), wait_s)
@@ -333,7 +413,7 @@ def run_command(
         with _opened(world_path) as world:
             name = target
             if Path(target).is_file():
-                name = ops.deploy(world, _definition(Path(target))).name
+                name = ops.deploy(world, _definition(Path(target), workbook)).name
             started = ops.start(world, name, workload=value, exec_id=exec_id, version=version)
             body = {**_started_json(started), "status": ops.status(world, started.exec)["status"]}
     _print_started(body, as_json)
@@ -367,21 +447,24 @@ def _print_started(body: dict[str, Any], as_json: bool) -> None:
 
 
 def _run_local(
-    file: Path,
+    definition: FlowDefinition,
     workload: Any,
     exec_id: str | None,
     python_allow: tuple[str, ...],
     config: ToolConfig,
     world_path: str,
     as_json: bool,
+    *,
+    file_base: Path,
 ) -> None:
-    definition = _definition(file)
     with tempfile.TemporaryDirectory(prefix="aos-flow-local-") as scratch:
         explicit = world_path != "./.aos" and not Path(world_path).exists()
         path = Path(world_path) if explicit else Path(scratch) / "world"
         world, keys = create_flow_world(path, clock=CLOCK_MANUAL, sync=explicit)
         with world:
-            adapters = LocalAdapters(world, keys, python_allow=python_allow, config=config)
+            adapters = LocalAdapters(
+                world, keys, python_allow=python_allow, config=config, file_base=file_base
+            )
             ops.deploy(world, definition)
             started = ops.start(world, definition.name, workload=workload, exec_id=exec_id)
             drained = adapters.drain()

@@ -848,6 +848,26 @@ def load_definition(
     (not one UTF-8 YAML or JSON document, a duplicate key), or FlowCheckError with every
     problem found (§1.6)."""
     value = read_document(data, source=source, limits=limits)
+    if isinstance(value, str) and looks_like_flow_language(value):
+        # Arrow text with no `.flow` name (an HTTP deploy without one, say): YAML reads it as
+        # one string, which is never a definition.
+        from aos.flows.flowlang import compile_text
+
+        value = compile_text(value, source=source, limits=limits)
+    return _validated(value, source, limits)
+
+
+def looks_like_flow_language(text: str) -> bool:
+    """Whether a document that YAML read as a single string is the flow language (spec/11
+    §11): it has an arrow, or begins with a declaration."""
+    return "→" in text or "->" in text or text.lstrip().startswith(("@flow", "@task"))
+
+
+def definition_from_value(
+    value: Any, *, source: str = "<input>", limits: DefinitionLimits = DEFAULT_LIMITS
+) -> FlowDefinition:
+    """Check and expand plain data a front end produced (the flow language, spec/11 §11),
+    exactly as `load_definition` does once it has read a document."""
     return _validated(value, source, limits)
 
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         Tool,
     )
 
-TOOL_KINDS = ("echo", "http", "python", "postgres", "duckdb", "shell")
+TOOL_KINDS = ("echo", "http", "python", "postgres", "duckdb", "shell", "file")
 """Supported `tool.kind`s; each becomes the effect `aos/tool.KIND@1` (§1.2)."""
 
 # Parsing only: the interpreter adds its own filters (coalesce, merge_objects, ...), which a

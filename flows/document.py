@@ -32,9 +32,12 @@ _YAML_TYPE_HINTS = {
 
 def read_document(data: bytes | str, *, source: str, limits: DefinitionLimits) -> Any:
     """Parse one YAML or JSON document (JSON when it starts with `{` or `[` and parses as
-    JSON, YAML otherwise). Raises FlowTooLargeError, FlowDecodeError, or FlowCheckError
-    (`flow.limit`) for a document nested too deeply."""
+    JSON, YAML otherwise), or compile a `.flow` file (by its name) to one. Raises
+    FlowTooLargeError, FlowDecodeError, or FlowCheckError (`flow.limit`) for a document nested
+    too deeply; a `.flow` file's own errors are FlowLangErrors (`flow.lang.*`)."""
     text = _text(data, source, limits.definition_bytes_max)
+    if source.endswith(".flow"):
+        return _flow_language(text, source, limits)
     try:
         if text.lstrip()[:1] in ("{", "["):
             try:
@@ -54,6 +57,14 @@ def read_document(data: bytes | str, *, source: str, limits: DefinitionLimits) -
     except _TooDeepError as error:
         message = f"{error.where}the document nests deeper than {limits.depth_max} maps and lists"
         raise FlowCheckError([Problem("flow.limit", "$", message)], source=source) from None
+
+
+def _flow_language(text: str, source: str, limits: DefinitionLimits) -> Any:
+    """A `.flow` file (spec/11 §11) compiles to the plain data of a CFD. Imported here, not
+    above: the language reads its literals with `read_document`."""
+    from aos.flows.flowlang import compile_text
+
+    return compile_text(text, source=source, limits=limits)
 
 
 class _UnreadableError(Exception):

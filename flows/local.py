@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aos.flows.config import ToolConfig, default_config
@@ -49,11 +50,13 @@ class LocalAdapters:
         python_allow: tuple[str, ...] = (),
         skip_time: bool = True,
         config: ToolConfig | None = None,
+        file_base: Path | None = None,
     ) -> None:
         self.world = world
         self.keys = keys
         self.python_allow = python_allow
         self.config = config or default_config()
+        self.file_base = file_base
         self.skip_time = skip_time and world.clock == CLOCK_MANUAL
 
     def drain(self, *, rounds_max: int = ROUNDS_MAX_DEFAULT) -> DrainReport:
@@ -126,6 +129,7 @@ class LocalAdapters:
             intent=intent,
             put_blob=lambda data: str(self.world.put_blob(data)),
             python_allow=self.python_allow,
+            file_base=self.file_base,
             **self.config.context(),
         )
         return run_tool(effect, params, context=context)

@@ -1,6 +1,6 @@
 """The flow world's tools (spec/11-flows.md §1.2, §3.3, §7): what the adapters `aos/echo@1`,
-`aos/http@1`, `aos/python@1`, `aos/postgres@1`, `aos/duckdb@1` and `aos/shell@1` do with a tool
-call.
+`aos/http@1`, `aos/python@1`, `aos/postgres@1`, `aos/duckdb@1`, `aos/shell@1` and `aos/file@1` do
+with a tool call.
 
 A flow's `call` task becomes an effect `aos/tool.KIND@1` whose params are `aos/ToolCall@1`
 `{exec, step, task, attempt, tool, args, result_inline_bytes_max}`; `tool` is the rendered tool
@@ -14,6 +14,8 @@ it is pure of any transport, so the same code runs in an adapter process (`make_
     python  {function: "package.module:function", timeout_ms} -> function(args), in a
             subprocess, for modules the adapter's allowlist admits
     postgres, duckdb, shell   flows/tool_postgres.py, tool_duckdb.py, tool_shell.py
+    file    {op: read | write, path} inside the adapter's base directory (`flows/files.py`):
+            read -> the content (JSON, JSON text sequence, YAML); write args -> {path, bytes}
 
 Secrets (flows/keychain.py) go in here, right before use: `${keychain:NAME}` placeholders in
 http headers, the postgres tool's `auth`, the shell tool's environment; every text of the
@@ -42,6 +44,7 @@ from typing import Any
 import httpx
 
 from aos.flows.config import ToolConfig, default_config
+from aos.flows.files import FILE_BYTES_MAX_DEFAULT, FileToolError, read_resource, write_resource
 from aos.flows.keychain import (
     Keychain,
     KeychainMissingError,
@@ -100,9 +103,10 @@ TOOL_EFFECTS: dict[str, str] = {
     "aos/tool.postgres@1": "aos/postgres@1",
     "aos/tool.duckdb@1": "aos/duckdb@1",
     "aos/tool.shell@1": "aos/shell@1",
+    "aos/tool.file@1": "aos/file@1",
 }
 """Tool effect -> the adapter identity that settles it."""
-TOOL_KINDS: tuple[str, ...] = ("echo", "http", "python", "postgres", "duckdb", "shell")
+TOOL_KINDS: tuple[str, ...] = ("echo", "http", "python", "postgres", "duckdb", "shell", "file")
 EFFECT_OF_KIND: dict[str, str] = {kind: f"aos/tool.{kind}@1" for kind in TOOL_KINDS}
 _KIND_OF_EFFECT = {effect: kind for kind, effect in EFFECT_OF_KIND.items()}
 
@@ -125,6 +129,7 @@ HTTP_FIELDS = frozenset(
     | {"follow_redirects"}
 )
 PYTHON_FIELDS = frozenset({"kind", "function", "timeout_ms"})
+FILE_FIELDS = frozenset({"kind", "op", "path"})
 
 _TEXT_TYPES = frozenset(
     {
@@ -156,7 +161,8 @@ class ToolContext:
     module itself and its submodules; none: nothing is allowed) and `python_paths` the folders
     put first on its `sys.path`. A tool's `timeout_ms` is bounded by the `*_timeout_s_max`;
     `http_response_bytes_max` bounds the response body read; no call inlines more than
-    `result_inline_bytes_cap` bytes of result."""
+    `result_inline_bytes_cap` bytes of result. The file tool works inside `file_base` (none:
+    it refuses every call) on files of at most `file_bytes_max` bytes."""
 
     intent: str
     put_blob: Callable[[bytes], str] = _no_blob
@@ -172,6 +178,8 @@ class ToolContext:
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
     duckdb: DuckdbSettings = field(default_factory=DuckdbSettings)
     shell: ShellSettings = field(default_factory=ShellSettings)
+    file_base: Path | None = None
+    file_bytes_max: int = FILE_BYTES_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         if isinstance(self.python_allow, str):
@@ -641,6 +649,27 @@ def _shell(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome
     return run_shell(tool, args, context.shell, context.keychain, timeout_s)
 
 
+# -- file
+
+
+def _file(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    _check_fields(tool, FILE_FIELDS)
+    op = tool.get("op")
+    try:
+        if op == "read":
+            return ToolOutcome(
+                "ok", read_resource(context.file_base, tool.get("path"), context.file_bytes_max)
+            )
+        if op == "write":
+            written = write_resource(
+                context.file_base, tool.get("path"), args, context.file_bytes_max
+            )
+            return ToolOutcome("ok", written)
+    except FileToolError as error:
+        return failure(error.code, str(error))
+    raise _ToolInvalidError(f"op {op!r} is read or write")
+
+
 _RUNNERS: dict[str, Callable[[dict[str, Any], Any, ToolContext], ToolOutcome]] = {
     "echo": _echo,
     "http": _http,
@@ -648,6 +677,7 @@ _RUNNERS: dict[str, Callable[[dict[str, Any], Any, ToolContext], ToolOutcome]] =
     "postgres": _postgres,
     "duckdb": _duckdb,
     "shell": _shell,
+    "file": _file,
 }
 
 
@@ -679,11 +709,12 @@ def make_adapter(
     http_timeout_s_max: float = HTTP_TIMEOUT_S_MAX_DEFAULT,
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT,
     config: ToolConfig | None = None,
+    file_base: Path | None = None,
     renew: bool = True,
     **adapter_options: Any,
 ) -> Adapter:
     """An SDK adapter serving tool `kind` (`echo`, `http`, `python`, `postgres`, `duckdb`,
-    `shell`), with the keychain and limits of `config` (default: `flows/config.py`'s
+    `shell`, `file`), with the keychain and limits of `config` (default: `flows/config.py`'s
     defaults): named `name` (default
     the kind's adapter identity, say `aos/http@1`), large results stored through the node
     (`Adapter.put_blob`), and, with `renew`, each lease renewed while its call runs, so a
@@ -698,6 +729,7 @@ def make_adapter(
         http_timeout_s_max=http_timeout_s_max,
         http_response_bytes_max=http_response_bytes_max,
         **(config or default_config()).context(),
+        file_base=file_base,
     )
     adapter = Adapter(name=name or TOOL_EFFECTS[effect], seed=seed, node=node, **adapter_options)
     context = replace(context, put_blob=adapter.put_blob)

@@ -44,6 +44,7 @@ ADAPTER_KEY_FILES = {
     "aos/duckdb@1": "duckdb.key",
     "aos/shell@1": "shell.key",
     "aos/keychain@1": "keychain.key",
+    "aos/file@1": "file.key",
     "aos/human@1": "human.key",
 }
 HUMAN_ADAPTER = "aos/human@1"

@@ -1,0 +1,102 @@
+"""The compact flow language of seed 004 (spec/11-flows.md §11): `.flow` files.
+
+parse      text -> syntax tree (`syntax.Document`), errors with line and column
+graph      syntax tree -> invocation graph (labels, meets, subflows, declarations)
+mermaid    graph -> `stateDiagram-v2` in the seed's layout
+compile    graph -> canonical flow definition (plain data, validated by `aos.flows.cfd`)
+fmt        syntax tree -> the text in a canonical layout
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import PurePath
+from typing import Any
+
+from aos.flows.flowlang.binding import Binding
+from aos.flows.flowlang.compile import compile_graph
+from aos.flows.flowlang.errors import FlowLangError
+from aos.flows.flowlang.fmt import format_document
+from aos.flows.flowlang.graph import Graph, build_graph
+from aos.flows.flowlang.mermaid import to_mermaid
+from aos.flows.flowlang.parser import parse
+from aos.flows.limits import DefinitionLimits
+
+SUFFIX = ".flow"
+
+__all__ = [
+    "SUFFIX",
+    "FlowLangError",
+    "Graph",
+    "compile_text",
+    "format_text",
+    "graph_of",
+    "is_flow_source",
+    "load_flow",
+    "parse",
+    "read_workbook",
+    "to_mermaid",
+]
+
+
+def is_flow_source(source: str | None) -> bool:
+    """Whether a document is a `.flow` file, by its name."""
+    return source is not None and PurePath(source).suffix == SUFFIX
+
+
+def graph_of(
+    text: str, *, source: str | None = None, limits: DefinitionLimits | None = None
+) -> Graph:
+    return build_graph(parse(text, source=source, limits=limits), source=source)
+
+
+def compile_text(
+    text: str,
+    *,
+    source: str | None = None,
+    limits: DefinitionLimits | None = None,
+    workbook: Iterable[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """The CFD (plain data, before validation) of a `.flow` text; every task must be
+    bound (a `flow.lang.task_unbound` error lists those that are not)."""
+    graph = graph_of(text, source=source, limits=limits)
+    binding = Binding(graph, workbook, source=source)
+    binding.check_bound(graph)
+    hint = PurePath(source).stem if source else "flow"
+    return compile_graph(graph, binding, name_hint=hint)
+
+
+def format_text(
+    text: str, *, source: str | None = None, limits: DefinitionLimits | None = None
+) -> str:
+    """The text in the canonical layout (`aos flow fmt`)."""
+    return format_document(parse(text, source=source, limits=limits))
+
+
+def read_workbook(
+    data: bytes | str, *, source: str, limits: DefinitionLimits | None = None
+) -> list[dict[str, Any]]:
+    """A workbook file: a YAML or JSON list of `{name, tool}` entries (or a map holding one
+    under `workbook`), the entries playbooks use."""
+    from aos.flows.document import read_document
+    from aos.flows.flowlang.binding import workbook_entries
+
+    value = read_document(data, source=source, limits=limits or DefinitionLimits())
+    if isinstance(value, dict) and "workbook" in value:
+        value = value["workbook"]
+    return workbook_entries(value, source)
+
+
+def load_flow(
+    text: str,
+    *,
+    source: str,
+    workbook: Iterable[dict[str, Any]] = (),
+    limits: DefinitionLimits | None = None,
+) -> Any:
+    """A `.flow` text as a checked `FlowDefinition` (its tasks bound by `workbook` too)."""
+    from aos.flows.cfd import definition_from_value
+
+    limits = limits or DefinitionLimits()
+    value = compile_text(text, source=source, limits=limits, workbook=workbook)
+    return definition_from_value(value, source=source, limits=limits)
