@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowTooLargeError, Problem, json_path
 from aos.flows.limits import DefinitionLimits
 from aos.kernel.cbor import INT_MAX, INT_MIN
+
+if TYPE_CHECKING:
+    from aos.flows.cfd import FlowDefinition
 
 _BOM = "\ufeff"
 _YAML_TYPE_HINTS = {
@@ -54,6 +57,23 @@ def read_document(data: bytes | str, *, source: str, limits: DefinitionLimits) -
     except _TooDeepError as error:
         message = f"{error.where}the document nests deeper than {limits.depth_max} maps and lists"
         raise FlowCheckError([Problem("flow.limit", "$", message)], source=source) from None
+
+
+def load_flow(
+    data: bytes | str, *, source: str, limits: DefinitionLimits | None = None
+) -> FlowDefinition:
+    """Any flow document as a checked canonical definition: a NoETL playbook (`kind: Playbook`
+    or a `noetl.io/...` apiVersion) is compiled by `aos.flows.playbook`, anything else is read
+    as a canonical flow definition (spec/11). The CLI and the HTTP API read files through this."""
+    # Imported here: both front ends import this module's reader.
+    from aos.flows import playbook
+    from aos.flows.cfd import DEFAULT_LIMITS, definition_from_value
+
+    bounds = limits or DEFAULT_LIMITS
+    value = read_document(data, source=source, limits=bounds)
+    if playbook.is_playbook(value):
+        return playbook.definition_of(value, source=source, limits=bounds)
+    return definition_from_value(value, source=source, limits=bounds)
 
 
 class _UnreadableError(Exception):

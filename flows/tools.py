@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from aos.flows import pyworker
 from aos.kernel import cbor
 from aos.kernel.adapters.builtin.http import (
     HTTP_BODY_BYTES_MAX_DEFAULT,
@@ -68,9 +69,12 @@ TOOL_EFFECTS: dict[str, str] = {
     "aos/tool.echo@1": "aos/echo@1",
     "aos/tool.http@1": "aos/http@1",
     "aos/tool.python@1": "aos/python@1",
+    "aos/tool.postgres@1": "aos/postgres@1",
+    "aos/tool.duckdb@1": "aos/duckdb@1",
+    "aos/tool.shell@1": "aos/shell@1",
 }
 """Tool effect -> the adapter identity that settles it."""
-TOOL_KINDS: tuple[str, ...] = ("echo", "http", "python")
+TOOL_KINDS: tuple[str, ...] = ("echo", "http", "python", "postgres", "duckdb", "shell")
 EFFECT_OF_KIND: dict[str, str] = {kind: f"aos/tool.{kind}@1" for kind in TOOL_KINDS}
 _KIND_OF_EFFECT = {effect: kind for kind, effect in EFFECT_OF_KIND.items()}
 
@@ -90,9 +94,11 @@ RENEW_INTERVAL_S_MIN = 0.1
 ECHO_FIELDS = frozenset({"kind"})
 HTTP_FIELDS = frozenset(
     {"kind", "method", "url", "headers", "query", "json", "body", "timeout_ms", "expect"}
-    | {"follow_redirects"}
+    | {"follow_redirects", "endpoint", "params", "spec"}
 )
-PYTHON_FIELDS = frozenset({"kind", "function", "timeout_ms"})
+"""`endpoint` and `params` are the upstream playbook names of `url` and `query`; `spec` is a
+playbook task's layered spec (spec/12 §4), read by no field today."""
+PYTHON_FIELDS = frozenset({"kind", "function", "code", "libs", "timeout_ms", "spec"})
 
 _TEXT_TYPES = frozenset(
     {
@@ -208,9 +214,12 @@ def run_tool(effect: str, params: Any, *, context: ToolContext) -> ToolOutcome:
     kind = _KIND_OF_EFFECT.get(effect)
     if kind is None:
         return failure("tool.unknown", f"{effect} is not a tool effect ({sorted(TOOL_EFFECTS)})")
+    runner = _RUNNERS.get(kind)
+    if runner is None:
+        return failure("tool.unavailable", f"this build has no {kind} tool adapter")
     try:
         tool, args, inline_max = _call_of(kind, params)
-        outcome = _RUNNERS[kind](tool, args, context)
+        outcome = runner(tool, args, context)
     except _ToolInvalidError as error:
         return failure("tool.invalid", f"{kind} tool: {error}")
     except Exception as error:  # a bug must not leave the intent waiting or the driver down
@@ -377,11 +386,13 @@ def _http_request(tool: dict[str, Any], context: ToolContext) -> _HttpRequest:
     method = tool.get("method") or "GET"
     if not isinstance(method, str) or method.upper() not in METHODS:
         raise _ToolInvalidError(f"method {method!r} is one of {sorted(METHODS)}")
-    url = tool.get("url")
+    if tool.get("url") is not None and tool.get("endpoint") is not None:
+        raise _ToolInvalidError("a request has url or endpoint (its upstream name), not both")
+    url = tool.get("url") if tool.get("url") is not None else tool.get("endpoint")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise _ToolInvalidError(f"url {url!r} is http(s)://...")
     headers = _text_map(tool.get("headers"), "headers")
-    query = tool.get("query") or {}
+    query = {**_map_or_empty(tool.get("params")), **_map_or_empty(tool.get("query"))}
     if not isinstance(query, dict) or not all(
         isinstance(k, str) and _query_value(v) for k, v in query.items()
     ):
@@ -407,6 +418,14 @@ def _http_request(tool: dict[str, Any], context: ToolContext) -> _HttpRequest:
         expect=None if expect is None else frozenset(expect),
         follow_redirects=follow,
     )
+
+
+def _map_or_empty(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _ToolInvalidError("query (params) is a map of text to text, numbers or booleans")
+    return value
 
 
 def _text_map(value: Any, name: str) -> dict[str, str]:
@@ -473,7 +492,20 @@ def _http_outcome(request: _HttpRequest, response: httpx.Response, body: bytes) 
             http=_error_http(response, body),
         )
     headers = response_headers(response.headers)
-    return ToolOutcome("ok", {"status": status, "headers": headers, **_decoded(response, body)})
+    decoded = _decoded(response, body)
+    # `data` is the body as upstream playbooks read it (`outcome.result.data`), and `http`
+    # the protocol details the outcome envelope carries for ok calls too (spec/11 §3.3).
+    data = next(iter(decoded.values()))
+    return ToolOutcome(
+        "ok",
+        {
+            "status": status,
+            "headers": headers,
+            **decoded,
+            "data": data,
+            "http": {"status": status, "headers": headers},
+        },
+    )
 
 
 def _media_type(response: httpx.Response) -> str:
@@ -539,8 +571,11 @@ def _error_http(response: httpx.Response, body: bytes) -> dict[str, Any]:
 
 def _python(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
     _check_fields(tool, PYTHON_FIELDS)
-    # One way to name the code today: `function`. (Inline `code`, run in a reused worker, is
-    # another runner beside `_run_function`.)
+    if (tool.get("code") is None) == (tool.get("function") is None):
+        raise _ToolInvalidError("a python tool has `code` (inline) or `function`, one of them")
+    timeout_s = _timeout_s(tool, PYTHON_TIMEOUT_S_DEFAULT, context.python_timeout_s_max)
+    if tool.get("code") is not None:
+        return _run_code(tool, args, timeout_s, context)
     ref = tool.get("function")
     module = _function_module(ref)
     if not context.python_allows(module):
@@ -550,8 +585,39 @@ def _python(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcom
             f"module {module} is not allowed to this adapter (allowed prefixes: {allowed})",
             kind="authorization",
         )
-    timeout_s = _timeout_s(tool, PYTHON_TIMEOUT_S_DEFAULT, context.python_timeout_s_max)
     return _run_function(str(ref), args, timeout_s, context)
+
+
+def _run_code(
+    tool: dict[str, Any], args: Any, timeout_s: float, context: ToolContext
+) -> ToolOutcome:
+    """Inline `code` in a reused worker (flows/pyworker.py): `args` as variables, `result` as
+    the output."""
+    code, libs = tool.get("code"), tool.get("libs") or {}
+    if not isinstance(code, str):
+        raise _ToolInvalidError("code is text (python source)")
+    if not isinstance(libs, dict) or not all(
+        isinstance(k, str) and k.isidentifier() and isinstance(v, str) for k, v in libs.items()
+    ):
+        raise _ToolInvalidError("libs maps a variable name to a module name (say `np: numpy`)")
+    pool = pyworker.pool_for(pyworker.PoolOptions(python=context.python_executable))
+    request = {"code": code, "args": args, "libs": libs, "seed": context.intent}
+    try:
+        answer = pool.run(request, timeout_s)
+    except pyworker.WorkerError as error:
+        if error.code == "python.timeout":
+            return timed_out(error.code, str(error))
+        return failure(error.code, str(error))
+    if isinstance(answer, dict) and "ok" in answer:
+        try:
+            return ToolOutcome("ok", cbor.from_json(answer["ok"]))
+        except cbor.CborError as error:
+            return failure("python.result_invalid", f"the result has no CBOR form: {error}")
+    raised = answer.get("error") if isinstance(answer, dict) else None
+    if not isinstance(raised, dict):
+        return failure("python.crashed", "the python worker answered without a result")
+    kind = str(raised.get("type"))
+    return failure("python.raised", f"{kind}: {raised.get('message')}", py={"exception": kind})
 
 
 def _function_module(ref: Any) -> str:

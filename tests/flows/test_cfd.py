@@ -596,7 +596,7 @@ CHECKS: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     (
         "unknown tool",
-        with_tasks({"do": "call", "tool": {"kind": "shell"}}),
+        with_tasks({"do": "call", "tool": {"kind": "smtp"}}),
         "flow.tool_unknown",
         "$.steps[0].tasks[0].tool.kind",
     ),
@@ -746,7 +746,7 @@ def test_every_problem_is_reported_at_once() -> None:
             {
                 "name": "a",
                 "tasks": [
-                    {"do": "call", "tool": {"kind": "shell"}, "args": "{{ x"},
+                    {"do": "call", "tool": {"kind": "smtp"}, "args": "{{ x"},
                     {"name": "task_1", "do": "subflow", "flow": "nope"},
                 ],
                 "next": ["ghost"],
