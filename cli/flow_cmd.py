@@ -21,7 +21,8 @@ import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
 from aos.flows import operations as ops
-from aos.flows.cfd import FlowDefinition, canonical_value, load_definition
+from aos.flows.cfd import FlowDefinition, canonical_value
+from aos.flows.document import load_flow
 from aos.flows.client import FlowNodeClient
 from aos.flows.draw import to_mermaid, to_text
 from aos.flows.errors import FlowCheckError, FlowError
@@ -62,7 +63,7 @@ def _definition(path: Path) -> FlowDefinition:
         data = path.read_bytes()
     except OSError as error:
         raise FlowError(f"cannot read {path}: {error.strerror}", path=str(path)) from None
-    return load_definition(data, source=str(path))
+    return load_flow(data, source=str(path))
 
 
 @click.group("flow")
