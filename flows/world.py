@@ -40,6 +40,9 @@ ADAPTER_KEY_FILES = {
     "aos/echo@1": "echo.key",
     "aos/http@1": "http.key",
     "aos/python@1": "python.key",
+    "aos/postgres@1": "postgres.key",
+    "aos/duckdb@1": "duckdb.key",
+    "aos/shell@1": "shell.key",
     "aos/human@1": "human.key",
 }
 HUMAN_ADAPTER = "aos/human@1"

@@ -30,6 +30,13 @@ LEGACY_STEP_FIELDS = {
 LOOP_FIELDS = frozenset({"in", "iterator", "spec"})
 EVENT_ALIASES = {"call.done": "step.done", "call.error": "step.failed"}
 """Upstream event names arc guards may test, read as the CFD's boundary events."""
+PIPELINE_RESULT = (
+    "{{ (_prev if _prev is mapping else {'result': _prev})"
+    " | merge_objects({'results': results}) | tojson }}"
+)
+"""A pipeline step's result (more than one task, no loop): the last task's result (a map, or
+`{result: VALUE}`) with every task's result by name under `results`, as the v10 example reads
+`process_data.results.transform`."""
 _EVENT_LITERAL = re.compile(r"""(['"])(call\.done|call\.error)\1""")
 _FLOW_NAME = re.compile(FLOW_NAME_PATTERN)
 _STEP_NAME = re.compile(STEP_NAME_PATTERN)
@@ -311,6 +318,8 @@ def _step(
         if compiled_task is not None:
             tasks.append(compiled_task)
     compiled["tasks"] = tasks
+    if loop is None and len(tasks) - offset > 1:
+        compiled["result"] = PIPELINE_RESULT
     compiled["next"] = _next(step.get("next"), (*parts, "next"), names, problems)
     return compiled, offset
 

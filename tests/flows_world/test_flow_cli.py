@@ -254,7 +254,9 @@ def test_a_flow_world_driven_by_the_cli(tmp_path: Path) -> None:
     created = ok_json("flow", "world", "create", world, "--clock", "manual", "--no-sync")
     keys = Path(created["keys"])
     assert keys == tmp_path / "w.keys"
-    assert {p.name for p in keys.iterdir()} == {"echo.key", "http.key", "python.key", "human.key"}
+    assert {p.name for p in keys.iterdir()} == {
+        f"{kind}.key" for kind in ("echo", "http", "python", "postgres", "duckdb", "shell", "human")
+    }
     assert created["manifest"].startswith("blake3:")
     at = ["--world", str(world)]
 
