@@ -617,6 +617,8 @@ def _run_code(
     if not isinstance(raised, dict):
         return failure("python.crashed", "the python worker answered without a result")
     kind = str(raised.get("type"))
+    if kind == "NotData":  # the worker's own: the code ran, its `result` is not plain data
+        return failure("python.result_invalid", str(raised.get("message")))
     return failure("python.raised", f"{kind}: {raised.get('message')}", py={"exception": kind})
 
 

@@ -582,3 +582,25 @@ def test_python_adapter_process_settles_an_intent(node: Node) -> None:
     probe(node, "p-1", "python", {"function": "flowtool_fns:total"}, {"numbers": [4, 5]})
     options = ["--allow", "flowtool_fns", "--module-path", str(PY_FUNCTIONS)]
     assert settled(node, "python", run_adapter(node, "python", *options), "p-1") == 9
+
+
+def test_python_code_adapter_process_reuses_one_worker(node: Node) -> None:
+    code = "import os\nresult = {'pid': os.getpid(), 'twice': n * 2}"
+    for number in (1, 2, 3):
+        probe(node, f"c-{number}", "python", {"code": code}, {"n": number})
+    command = [*_AOS, "adapter", "run", "tool-python", "--node", node.url, "--json"]
+    command += ["--key", str(node.keys["python"]), "--concurrency", "1"]
+    adapter = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if all(state(node, f"c-{n}")["status"] == "ok" for n in (1, 2, 3)):
+                break
+            time.sleep(0.1)
+    finally:
+        adapter.terminate()
+        output, _ = adapter.communicate(timeout=PROCESS_TIMEOUT_S)
+    outcomes = [json.loads(line) for line in output.splitlines() if '"intent"' in line]
+    results = [settled(node, "python", outcomes, f"c-{number}") for number in (1, 2, 3)]
+    assert [r["twice"] for r in results] == [2, 4, 6]
+    assert len({r["pid"] for r in results}) == 1  # one worker served every call in turn
