@@ -42,6 +42,8 @@ _SEGMENT = re.compile(r"\.(" + _NAME + r")|\[(\d+)\]")
 _INT = re.compile(r"[-+]?\d+")
 _FLOAT = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?")
 _FALSY_TEXT = ("false", "0", "no", "none", "")
+_LITERAL_NAMES = frozenset({"true", "false", "none", "True", "False", "None"})
+"""Jinja2's literals: `{{ true }}` is the constant, never a lookup of a name `true`."""
 CBOR_INT_MIN = -(2**64)
 CBOR_INT_MAX = 2**64 - 1
 
@@ -94,7 +96,7 @@ class Evaluator:
 
     def render_text(self, text: str, scope: dict[str, Any]) -> Any:
         plain = _PLAIN_PATH.fullmatch(text)
-        if plain is not None:
+        if plain is not None and plain.group(1) not in _LITERAL_NAMES:
             return self.resolve(plain.group(1), scope)
         template = self._template(text)
         try:

@@ -232,3 +232,14 @@ def test_a_missing_ref_is_a_read_request() -> None:
     assert served.state["business"]["steps"]["a"] == 1
     assert served.state["business"]["steps"] != {"$ref": digest}
     assert events(served)[-1]["status"] == "completed"
+
+
+def test_jinja_literals_are_constants_not_paths() -> None:
+    assert _value(
+        {"t": "{{ true }}", "f": "{{ false }}", "n": "{{ none }}", "T": "{{ True }}"}
+    ) == {
+        "t": True,
+        "f": False,
+        "n": None,
+        "T": True,
+    }
