@@ -252,12 +252,28 @@ def _plain(value: Any) -> Any:
 # -- the Jinja2 environment -------------------------------------------------------------------
 
 
+class _ChainedUndefined(StrictUndefined):
+    """Strict wherever it is used (printed, compared, tested for truth, iterated), but a path
+    walks on through it, so `a.b.c | default(x)` holds when `a` has no `b` (seed 003 §12 reads
+    `outcome.result.data.paging.hasMore | default(false)` of outcomes that have no result)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, _name: Any) -> Any:
+        return self
+
+
 class _Environment(ImmutableSandboxedEnvironment):
     """Sandboxed and strict; map keys win over attributes (`r.items` is the key `items`),
     and references are loaded when a path walks into them."""
 
     def __init__(self, blobs: Blobs) -> None:
-        super().__init__(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+        super().__init__(undefined=_ChainedUndefined, autoescape=False, keep_trailing_newline=True)
         self._blobs = blobs
         self.filters.update(FILTERS)
         self.globals.update(FUNCTIONS)

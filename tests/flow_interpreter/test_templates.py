@@ -243,3 +243,15 @@ def test_jinja_literals_are_constants_not_paths() -> None:
         "n": None,
         "T": True,
     }
+
+
+def test_a_missing_path_reads_on_to_default_but_stays_strict_when_used() -> None:
+    workload = {"a": {"x": 1}}
+    assert _value("{{ workload.a.b.c | default(7) }}", workload) == 7
+    assert _value("{{ workload.a.b['c'].d is defined }}", workload) is False
+    ex = Execution()
+    ex.start(flow([step("s", [task("v", "noop", result="n={{ workload.a.b.c }}")])]), workload)
+    assert ex.status == "failed"
+    ex = Execution()
+    ex.start(flow([step("s", [task("v", "noop", result="{{ workload.a.b.c > 1 }}")])]), workload)
+    assert ex.status == "failed"
