@@ -22,8 +22,8 @@ import click
 from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
 from aos.flows import operations as ops
 from aos.flows.cfd import FlowDefinition, canonical_value
-from aos.flows.document import load_flow
 from aos.flows.client import FlowNodeClient
+from aos.flows.document import load_flow
 from aos.flows.draw import to_mermaid, to_text
 from aos.flows.errors import FlowCheckError, FlowError
 from aos.flows.local import LocalAdapters

@@ -10,6 +10,7 @@ from typing import Any
 
 from aos.flows.cfd import FLOW_NAME_PATTERN, STEP_NAME_PATTERN
 from aos.flows.playbook.problems import Parts, Problems
+from aos.flows.playbook.spec import as_map
 from aos.flows.playbook.tasks import TaskContext, compile_task, guard, normalized
 
 API_VERSION_PREFIX = "noetl.io/"
@@ -64,7 +65,7 @@ def compile_playbook(doc: dict[str, Any], problems: Problems) -> Compiled:
     """The CFD value of a playbook document (problems are added for what it cannot hold)."""
     _root(doc, problems)
     executor = _executor(doc.get("executor"), problems)
-    executor_spec = executor.get("spec") if isinstance(executor.get("spec"), dict) else {}
+    executor_spec = as_map(executor.get("spec"))
     workflow = doc.get("workflow")
     if not isinstance(workflow, list) or not workflow:
         problems.add(
@@ -183,7 +184,7 @@ def _executor(executor: Any, problems: Problems) -> dict[str, Any]:
 def _definition(
     doc: dict[str, Any], spec: dict[str, Any], names: list[str], problems: Problems
 ) -> dict[str, Any]:
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    metadata = as_map(doc.get("metadata"))
     value: dict[str, Any] = {
         "name": _metadata_name(doc, problems),
         "description": metadata.get("description"),
@@ -287,7 +288,7 @@ def _step(
     problems = context.problems
     name = str(step.get("step"))
     _step_fields(step, parts, problems)
-    spec = step.get("spec") if isinstance(step.get("spec"), dict) else {}
+    spec = as_map(step.get("spec"))
     loop = _loop(step.get("loop"), (*parts, "loop"), problems)
     args = step.get("args")
     context.step_args = args if isinstance(args, dict) else {}
@@ -362,8 +363,8 @@ def _loop(loop: Any, parts: Parts, problems: Problems) -> dict[str, Any] | None:
             f"unknown loop field {key!r}",
             "put `mode`, `max_in_flight` and `policy.exec` under `loop.spec`",
         )
-    spec = loop.get("spec") if isinstance(loop.get("spec"), dict) else {}
-    policy = spec.get("policy") if isinstance(spec.get("policy"), dict) else {}
+    spec = as_map(loop.get("spec"))
+    policy = as_map(spec.get("policy"))
     return {
         "in": loop["in"],
         "iterator": loop["iterator"],
@@ -463,7 +464,7 @@ def _next(next_: Any, parts: Parts, names: list[str], problems: Problems) -> dic
             "write `next: {spec: {mode: exclusive}, arcs: [{step: NAME, when: ...}]}`",
         )
         return {"arcs": []}
-    spec = next_.get("spec") if isinstance(next_.get("spec"), dict) else {}
+    spec = as_map(next_.get("spec"))
     arcs = [
         _arc(arc, (*parts, "arcs", i), names, problems)
         for i, arc in enumerate(next_.get("arcs") or [])

@@ -29,3 +29,8 @@ def _over(base: dict[str, Any], inner: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
+
+
+def as_map(value: Any) -> dict[str, Any]:
+    """`value` when it is a map, else an empty one (a wrong shape is reported elsewhere)."""
+    return value if isinstance(value, dict) else {}

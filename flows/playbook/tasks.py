@@ -20,6 +20,7 @@ from typing import Any
 from aos.flows.checks import TOOL_KINDS
 from aos.flows.playbook import spec as specs
 from aos.flows.playbook.problems import Parts, Problems
+from aos.flows.playbook.spec import as_map
 
 INLINE_KINDS = ("noop", "workbook", "playbook")
 PLAYBOOK_TOOL_KINDS: tuple[str, ...] = (*TOOL_KINDS, *INLINE_KINDS)
@@ -155,7 +156,7 @@ def _workbook_task(
         parts,
         context,
         entry_args=entry_args if isinstance(entry_args, dict) else {},
-        entry_spec=tool.get("spec") if isinstance(tool.get("spec"), dict) else {},
+        entry_spec=as_map(tool.get("spec")),
         spec=task.get("spec"),
     )
 
