@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from aos.flows.document import load_flow
-from aos.flows.errors import FlowCheckError
+from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowTooLargeError
+from aos.flows.limits import DefinitionLimits
 from aos.flows.playbook import PLAYBOOK_TOOL_KINDS, compile_value, merge_specs
 from tests.playbooks.driver import PLAYBOOKS, definition
 
@@ -226,3 +227,21 @@ def test_upstream_event_names_are_read_as_the_boundary_events() -> None:
 def test_compiling_is_deterministic() -> None:
     path = PLAYBOOKS / "v10_canonical_example.yaml"
     assert definition(path.read_bytes()) == definition(path.read_bytes())
+
+
+def test_playbook_input_is_bounded() -> None:
+    small = DefinitionLimits(definition_bytes_max=200)
+    text = yaml.safe_dump(playbook(noop("a", desc="x" * 300)))
+    with pytest.raises(FlowTooLargeError):
+        load_flow(text, source="t", limits=small)
+    deep: Any = "leaf"
+    for _ in range(80):
+        deep = {"k": deep}
+    with pytest.raises(FlowCheckError) as caught:
+        load_flow(yaml.safe_dump(playbook(noop("a"), workload=deep)), source="t")
+    assert caught.value.codes == ["flow.limit"]
+    with pytest.raises(FlowDecodeError):
+        load_flow(b"apiVersion: noetl.io/v2\nkind: Playbook\nkind: Playbook\n", source="t")
+    with pytest.raises(FlowCheckError) as caught:
+        load_flow("[1, 2]", source="t")  # not a map: read as a CFD, refused as one
+    assert caught.value.codes == ["flow.schema"]

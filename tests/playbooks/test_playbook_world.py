@@ -91,3 +91,55 @@ def test_run_hello_local() -> None:
     body = aos("flow", "run", HELLO, "--local", "--json")
     assert body["status"] == "completed"  # type: ignore[call-overload]
     assert body["result"] == {"sum": 14}  # type: ignore[call-overload]
+
+
+CHILD = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: child, path: lib/child}
+workload: {n: 0}
+workflow:
+  - step: double
+    tool: {kind: python, args: {n: "{{ workload.n }}"}, code: "result = {'doubled': n * 2}"}
+"""
+PARENT = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: parent, path: lib/parent}
+workflow:
+  - step: call_child
+    tool: {kind: playbook, path: lib/child, args: {n: 21}}
+"""
+
+
+def test_a_playbook_task_runs_the_deployed_child_playbook(tmp_path: Path) -> None:
+    flows = make_flow_world(tmp_path / "w")
+    try:
+        ops.deploy(flows.world, load_flow(CHILD, source="child"))
+        deployed = ops.deploy(flows.world, load_flow(PARENT, source="parent"))
+        ops.start(flows.world, deployed.name, exec_id="p")
+        flows.adapters.drain()
+        state = flows.state("p")
+        assert state["status"] == "completed"
+        assert "child.started" in flows.names("p") and "child.ended" in flows.names("p")
+        children = [e["child"] for e in flows.events("p") if e["event"] == "child.started"]
+        assert flows.state(children[0])["business"]["steps"]["double"] == {"doubled": 42}
+    finally:
+        flows.world.close()
+
+
+def test_a_refused_playbook_deploy_changes_nothing(tmp_path: Path) -> None:
+    world = tmp_path / "w"
+    aos("flow", "world", "create", world, "--clock", "manual", "--no-sync", "--json")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(PARENT.replace("kind: playbook", "kind: carrier_pigeon"))
+    before = sorted(p.name for p in world.rglob("*"))
+    status_before = aos("world", "status", "--world", world, "--json")
+    journal_before = aos("world", "journal", "tail", "--world", world, "--json")
+    result = CliRunner().invoke(main, ["flow", "deploy", str(bad), "--world", str(world)])
+    assert result.exit_code == 1 and "error[flow.invalid]" in result.stderr
+    assert aos("world", "journal", "tail", "--world", world, "--json") == journal_before
+    assert aos("world", "status", "--world", world, "--json") == status_before
+    assert sorted(p.name for p in world.rglob("*")) == before
+    drawn = CliRunner().invoke(main, ["flow", "draw", str(HELLO)])
+    assert drawn.exit_code == 0 and "square" in drawn.stdout
