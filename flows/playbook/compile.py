@@ -32,12 +32,12 @@ LOOP_FIELDS = frozenset({"in", "iterator", "spec"})
 EVENT_ALIASES = {"call.done": "step.done", "call.error": "step.failed"}
 """Upstream event names arc guards may test, read as the CFD's boundary events."""
 PIPELINE_RESULT = (
-    "{{ (_prev if _prev is mapping else {'result': _prev})"
+    "{{ (_prev if _prev is mapping and '$ref' not in _prev else {'result': _prev})"
     " | merge_objects({'results': results}) | tojson }}"
 )
-"""A pipeline step's result (more than one task, no loop): the last task's result (a map, or
-`{result: VALUE}`) with every task's result by name under `results`, as the v10 example reads
-`process_data.results.transform`."""
+"""A pipeline step's result (more than one task, no loop): the last task's result (a map; any
+other value, or a result stored by reference, as `{result: VALUE}`) with every task's result by
+name under `results`, as the v10 example reads `process_data.results.transform`."""
 _EVENT_LITERAL = re.compile(r"""(['"])(call\.done|call\.error)\1""")
 _FLOW_NAME = re.compile(FLOW_NAME_PATTERN)
 _STEP_NAME = re.compile(STEP_NAME_PATTERN)
@@ -288,6 +288,11 @@ def _step(
     problems = context.problems
     name = str(step.get("step"))
     _step_fields(step, parts, problems)
+    for key in ("spec", "args", "set_ctx"):
+        if step.get(key) is not None and not isinstance(step[key], dict):
+            problems.add(
+                "playbook.schema", (*parts, key), f"`{key}` is a map", f"write `{key}: {{...}}`"
+            )
     spec = as_map(step.get("spec"))
     loop = _loop(step.get("loop"), (*parts, "loop"), problems)
     args = step.get("args")
@@ -362,6 +367,13 @@ def _loop(loop: Any, parts: Parts, problems: Problems) -> dict[str, Any] | None:
             (*parts, key),
             f"unknown loop field {key!r}",
             "put `mode`, `max_in_flight` and `policy.exec` under `loop.spec`",
+        )
+    if loop.get("spec") is not None and not isinstance(loop["spec"], dict):
+        problems.add(
+            "playbook.loop_invalid",
+            (*parts, "spec"),
+            "`loop.spec` is a map",
+            "write `spec: {mode: parallel}`",
         )
     spec = as_map(loop.get("spec"))
     policy = as_map(spec.get("policy"))

@@ -245,3 +245,12 @@ def test_playbook_input_is_bounded() -> None:
     with pytest.raises(FlowCheckError) as caught:
         load_flow("[1, 2]", source="t")  # not a map: read as a CFD, refused as one
     assert caught.value.codes == ["flow.schema"]
+
+
+def test_specs_and_step_maps_must_be_maps() -> None:
+    found = problems(
+        playbook(noop("a", spec=[1], args="x", loop={"in": [1], "iterator": "i", "spec": 3}))
+    )
+    assert ("playbook.schema", "$.workflow[0].spec") in found
+    assert ("playbook.schema", "$.workflow[0].args") in found
+    assert ("playbook.loop_invalid", "$.workflow[0].loop.spec") in found
