@@ -191,6 +191,7 @@ def _definition(
         "workload": doc.get("workload") if doc.get("workload") is not None else {},
         "keychain": doc.get("keychain") if doc.get("keychain") is not None else [],
         "policy": _policy(spec, names, problems),
+        "limits": _limits(spec),
     }
     entry = spec.get("entry_step")
     if entry is not None:
@@ -211,6 +212,14 @@ def _policy(spec: dict[str, Any], names: list[str], problems: Problems) -> dict[
     if policy["final_step"] is not None:
         _known_step(policy["final_step"], ("executor", "spec", "final_step"), names, problems)
     return policy
+
+
+def _limits(spec: dict[str, Any]) -> dict[str, Any]:
+    """`executor.spec.policy.limits.max_payload_bytes` (seed 003 §5.1): results over it are
+    stored by reference (the CFD's `result_inline_bytes_max`)."""
+    limits = as_map(as_map(as_map(spec.get("policy")).get("limits")))
+    payload = limits.get("max_payload_bytes")
+    return {} if payload is None else {"result_inline_bytes_max": payload}
 
 
 def _step_names(workflow: list[Any], problems: Problems) -> list[str]:

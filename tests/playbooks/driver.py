@@ -12,6 +12,7 @@ from typing import Any
 from aos.flows.cfd import canonical_value
 from aos.flows.document import load_flow
 from aos.flows.tools import TOOL_EFFECTS, ToolContext, run_tool
+from aos.kernel.hashing import hash_bytes
 from tests.flow_interpreter.harness import TIMER, Execution, names
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpora" / "noetl"
@@ -83,8 +84,15 @@ def _perform(run: Run, effect: Any) -> Any:
     assert effect.effect in TOOL_EFFECTS, effect.effect
     run.calls.append((effect.effect, effect.params))
     intent = f"{effect.issuer_ref}:{len(run.calls)}"
-    outcome = run_tool(effect.effect, effect.params, context=ToolContext(intent=intent))
+    context = ToolContext(intent=intent, put_blob=lambda data: _put(run.execution, data))
+    outcome = run_tool(effect.effect, effect.params, context=context)
     return run.execution.receipt(effect, outcome.payload, status=outcome.status)
+
+
+def _put(execution: Execution, data: bytes) -> str:
+    digest = str(hash_bytes(data))
+    execution.blobs[digest] = data
+    return digest
 
 
 __all__ = ["PLAYBOOKS", "Run", "definition", "names", "run_playbook"]

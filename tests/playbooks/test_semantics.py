@@ -374,3 +374,14 @@ def test_call_done_is_read_as_step_done() -> None:
         step("b"),
     )
     assert started(done) == ["a", "b"]
+
+
+def test_results_over_max_payload_bytes_are_references_that_templates_load() -> None:
+    done = run(
+        step("big", py("result = {'rows': list(range(200))}"), next=arcs("use")),
+        step("use", py("result = n", args={"n": "{{ big.rows | length }}"})),
+        executor={"spec": {"policy": {"limits": {"max_payload_bytes": 100}}}},
+    )
+    assert done.status == "completed"
+    assert set(done.steps["big"]) == {"$ref", "size"}
+    assert done.steps["use"] == 200
