@@ -139,7 +139,7 @@ def _workbook_task(
             "name an entry of the root `workbook:` list",
         )
         return None
-    tool = dict(entry["tool"])
+    tool = _lifted(entry["tool"])
     if tool.get("kind") == "workbook":
         context.problems.add(
             "playbook.workbook_unknown",
@@ -149,13 +149,13 @@ def _workbook_task(
         )
         return None
     extra = {k: v for k, v in task.items() if k not in ("name", "kind", "args", "spec")}
-    merged = {**tool, **extra, "name": name, "args": task.get("args")}
-    entry_args = _lifted(tool).get("args")
+    fields = {k: v for k, v in tool.items() if k not in ("args", "spec")}
+    merged = {**fields, **extra, "name": name, "args": task.get("args")}
     return _task(
         merged,
         parts,
         context,
-        entry_args=entry_args if isinstance(entry_args, dict) else {},
+        entry_args=as_map(tool.get("args")),
         entry_spec=as_map(tool.get("spec")),
         spec=task.get("spec"),
     )

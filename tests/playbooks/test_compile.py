@@ -254,3 +254,19 @@ def test_specs_and_step_maps_must_be_maps() -> None:
     assert ("playbook.schema", "$.workflow[0].spec") in found
     assert ("playbook.schema", "$.workflow[0].args") in found
     assert ("playbook.loop_invalid", "$.workflow[0].loop.spec") in found
+
+
+def test_a_workbook_entry_with_its_fields_under_spec() -> None:
+    workbook = [
+        {
+            "name": "calc",
+            "tool": {"kind": "python", "spec": {"args": {"x": None}, "code": "result = x"}},
+        }
+    ]
+    doc = playbook(
+        {"step": "a", "tool": {"kind": "workbook", "name": "calc", "args": {"x": 3}}},
+        workbook=workbook,
+    )
+    (task,) = definition(yaml.safe_dump(doc))["steps"][0]["tasks"]
+    assert task["tool"] == {"kind": "python", "code": "result = x"}
+    assert task["args"] == {"x": 3}
