@@ -255,3 +255,27 @@ def test_a_missing_path_reads_on_to_default_but_stays_strict_when_used() -> None
     ex = Execution()
     ex.start(flow([step("s", [task("v", "noop", result="{{ workload.a.b.c > 1 }}")])]), workload)
     assert ex.status == "failed"
+
+
+def test_args_a_loop_item_and_the_execution_id_at_the_top_level() -> None:
+    looped = step(
+        "each",
+        [
+            task(
+                "v",
+                "noop",
+                result={"x": "{{ x }}", "i": "{{ loop_index }}", "e": "{{ execution_id }}"},
+            )
+        ],
+        loop={"in": "{{ workload.xs }}", "iterator": "x"},
+        arcs=[arc("after", args={"n": 5})],
+    )
+    after = step("after", [task("v", "noop", result="{{ n }}")])
+    ex = Execution()
+    ex.start(flow([looped, after]), {"xs": ["a", "b"]})
+    assert ex.status == "completed"
+    assert ex.business["steps"]["each"]["results"] == [
+        {"x": "a", "i": 0, "e": "e1"},
+        {"x": "b", "i": 1, "e": "e1"},
+    ]
+    assert ex.business["steps"]["after"] == 5
