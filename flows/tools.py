@@ -1,5 +1,5 @@
-"""The flow world's tools (spec/11-flows.md §1.2, §3.3, §7): what the adapters `aos/echo@1`,
-`aos/http@1` and `aos/python@1` do with a tool call.
+"""The flow world's tools (spec/11-flows.md §1.2, §3.3, §7; spec/12 §6): what the adapters
+`aos/echo@1`, `aos/http@1` and `aos/python@1` do with a tool call.
 
 A flow's `call` task becomes an effect `aos/tool.KIND@1` whose params are `aos/ToolCall@1`
 `{exec, step, task, attempt, tool, args, result_inline_bytes_max}`; `tool` is the rendered tool
@@ -10,8 +10,14 @@ it is pure of any transport, so the same code runs in an adapter process (`make_
     echo    the result is `args`
     http    {method, url, headers, query, json | body, timeout_ms, expect, follow_redirects}
             -> {status, headers, json | text | body}
+            (`endpoint` and `params` are accepted as the upstream names of url and query;
+            an ok result also has `data`, the decoded body, and `http: {status, headers}`)
     python  {function: "package.module:function", timeout_ms} -> function(args), in a
-            subprocess, for modules the adapter's allowlist admits
+            subprocess, for modules the adapter's allowlist admits; or {code, libs,
+            timeout_ms} -> the code's `result`, `args` as variables, in a worker subprocess
+            reused between calls (flows/pyworker.py)
+    postgres, duckdb, shell
+            known kinds without a runner in this module: `tool.unavailable`
 
 Outcomes are `ok` (the payload is the result), `error` and `timeout`; an error payload is small
 and always `{kind, code, message, retryable, ...}` with `kind` one of the flow error kinds

@@ -249,6 +249,21 @@ def test_http_get_json(server: str, blobs: Blobs) -> None:
     assert "idempotency-key" not in seen["headers"]  # a GET is idempotent by itself
 
 
+def test_http_upstream_names_and_the_data_of_a_result(server: str, blobs: Blobs) -> None:
+    params = call("http", endpoint=f"{server}/echo", params={"p": 1}, query={"q": 2})
+    result = run(HTTP, params, context(blobs)).payload
+    assert result["json"]["query"] == {"p": "1", "q": "2"}
+    assert result["data"] == result["json"]
+    assert result["http"] == {"status": 200, "headers": result["headers"]}
+    both = call("http", endpoint=f"{server}/echo", url=f"{server}/echo")
+    assert error_of(run(HTTP, both, context(blobs)))["code"] == "tool.invalid"
+
+
+def test_a_known_kind_without_a_runner_is_unavailable(blobs: Blobs) -> None:
+    outcome = run("aos/tool.postgres@1", call("postgres", command="SELECT 1"), context(blobs))
+    assert error_of(outcome)["code"] == "tool.unavailable"
+
+
 def test_http_post_sends_json_and_the_idempotency_key(server: str, blobs: Blobs) -> None:
     body = {"amount": 5, "raw": b"\x01"}
     tool: dict[str, Any] = {"method": "post", "url": f"{server}/echo", "json": body}
