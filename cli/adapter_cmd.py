@@ -259,7 +259,8 @@ def run_command(
     python       params as JSON -> MODULE:FUNCTION(params) in a subprocess -> payload
     tool-echo    aos/tool.echo@1 (flows): the result is the call's args
     tool-http    aos/tool.http@1: the tool's HTTP request -> {status, headers, json|text|body}
-    tool-python  aos/tool.python@1: the tool's function(args) in a subprocess, --allow only
+    tool-python  aos/tool.python@1: inline code (args as variables, `result` out) in a reused
+                 worker process, or a function(args) in a subprocess (--allow only)
     """
     if not node.startswith(("http://", "https://")):
         raise click.BadParameter(f"{node!r} is not http(s)://HOST:PORT", param_hint="--node")
