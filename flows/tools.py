@@ -97,7 +97,7 @@ ERROR_TEXT_CHARS_MAX = 256
 of the response body) clipped to this many characters."""
 RENEW_INTERVAL_S_MIN = 0.1
 
-ECHO_FIELDS = frozenset({"kind"})
+ECHO_FIELDS = frozenset({"kind", "spec"})
 HTTP_FIELDS = frozenset(
     {"kind", "method", "url", "headers", "query", "json", "body", "timeout_ms", "expect"}
     | {"follow_redirects", "endpoint", "params", "spec"}
