@@ -227,7 +227,13 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     multiple=True,
     metavar="PREFIX",
     help="tool-python: a module prefix whose functions flows may call (repeatable; PREFIX "
-    "admits the module and its submodules). Without any, every python tool call is refused.",
+    "admits the module and its submodules). Without any, every `function` call is refused.",
+)
+@click.option(
+    "--no-code",
+    "no_code",
+    is_flag=True,
+    help="tool-python: refuse inline `code` (python.code_refused); only --allow functions run.",
 )
 @json_option
 @handles_errors
@@ -249,6 +255,7 @@ def run_command(
     functions: tuple[str, ...],
     module_paths: tuple[Path, ...],
     allow: tuple[str, ...],
+    no_code: bool,
     as_json: bool,
 ) -> None:
     """Run a built-in adapter of KIND against a node: lease the intents of its effects,
@@ -274,6 +281,7 @@ def run_command(
         "--function": bool(functions),
         "--module-path": bool(module_paths),
         "--allow": bool(allow),
+        "--no-code": no_code,
     }
     _check_kind_options(kind, given, name)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
@@ -293,9 +301,7 @@ def run_command(
         if body_bytes_max is not None:
             limits["http_response_bytes_max"] = body_bytes_max
         if kind == "tool-python" and not allow:
-            printer.note(
-                "no --allow PREFIX: every python tool call is refused (python.not_allowed)"
-            )
+            printer.note("no --allow PREFIX: every `function` call is refused (python.not_allowed)")
         adapter = make_adapter(
             tool,
             seed=seed,
@@ -303,6 +309,7 @@ def run_command(
             name=name,
             python_allow=allow,
             python_paths=module_paths,
+            python_code=not no_code,
             **limits,
             **options,
         )
@@ -336,6 +343,7 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--function": ("python",),
     "--module-path": ("python", "tool-python"),
     "--allow": ("tool-python",),
+    "--no-code": ("tool-python",),
 }
 """The kinds each kind-specific option is for."""
 

@@ -143,9 +143,10 @@ class ToolContext:
 
     `intent` is the intent hash, passed on as the idempotency key; `put_blob` stores bytes in
     the world's CAS and returns their hash (`Adapter.put_blob`, `World.put_blob`).
-    `python_allow` are the module prefixes the python tool may import (a prefix admits the
-    module itself and its submodules; none: nothing is allowed) and `python_paths` the folders
-    put first on its `sys.path`. A tool's `timeout_ms` is bounded by the `*_timeout_s_max`;
+    `python_allow` are the module prefixes the python tool's `function` form may import (a
+    prefix admits the module itself and its submodules; none: nothing is allowed) and
+    `python_paths` the folders put first on its `sys.path`; `python_code` whether inline
+    `code` may run (an adapter serving untrusted deployers turns it off). A tool's `timeout_ms` is bounded by the `*_timeout_s_max`;
     `http_response_bytes_max` bounds the response body read; no call inlines more than
     `result_inline_bytes_cap` bytes of result."""
 
@@ -155,6 +156,7 @@ class ToolContext:
     python_paths: tuple[Path, ...] = ()
     python_timeout_s_max: float = PYTHON_TIMEOUT_S_MAX_DEFAULT
     python_executable: str = sys.executable
+    python_code: bool = True
     http_timeout_s_max: float = HTTP_TIMEOUT_S_MAX_DEFAULT
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT
     http_transport: httpx.BaseTransport | None = None
@@ -581,6 +583,9 @@ def _python(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcom
         raise _ToolInvalidError("a python tool has `code` (inline) or `function`, one of them")
     timeout_s = _timeout_s(tool, PYTHON_TIMEOUT_S_DEFAULT, context.python_timeout_s_max)
     if tool.get("code") is not None:
+        if not context.python_code:
+            message = "this adapter does not run inline code (aos adapter run --no-code)"
+            return failure("python.code_refused", message, kind="authorization")
         return _run_code(tool, args, timeout_s, context)
     ref = tool.get("function")
     module = _function_module(ref)
@@ -708,6 +713,7 @@ def make_adapter(
     python_allow: Iterable[str] = (),
     python_paths: Iterable[Path] = (),
     python_timeout_s_max: float = PYTHON_TIMEOUT_S_MAX_DEFAULT,
+    python_code: bool = True,
     http_timeout_s_max: float = HTTP_TIMEOUT_S_MAX_DEFAULT,
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT,
     renew: bool = True,
@@ -724,6 +730,7 @@ def make_adapter(
         python_allow=tuple(python_allow),
         python_paths=tuple(python_paths),
         python_timeout_s_max=python_timeout_s_max,
+        python_code=python_code,
         http_timeout_s_max=http_timeout_s_max,
         http_response_bytes_max=http_response_bytes_max,
     )

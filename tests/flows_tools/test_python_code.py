@@ -122,3 +122,10 @@ def test_malformed_code_calls_are_invalid(tool: dict[str, Any]) -> None:
     params = {"tool": {"kind": "python", **tool}, "args": {}}
     payload = error(run_tool(EFFECT, params, context=ToolContext(intent="blake3:i")))
     assert payload["code"] == "tool.invalid"
+
+
+def test_an_adapter_may_refuse_inline_code() -> None:
+    params = {"tool": {"kind": "python", "code": "result = 1"}, "args": {}}
+    context = ToolContext(intent="blake3:i", python_code=False)
+    payload = error(run_tool(EFFECT, params, context=context))
+    assert (payload["code"], payload["kind"]) == ("python.code_refused", "authorization")

@@ -480,6 +480,7 @@ def test_a_running_call_keeps_its_lease() -> None:
         ["tool-echo", "--effect", "demo/x@1"],  # a tool adapter serves its own effect
         ["tool-echo", "--allow", "acme"],
         ["tool-http", "--allow", "acme"],
+        ["tool-http", "--no-code"],
         ["tool-http", "--url-map", "a=http://b"],
         ["tool-python", "--function", "m:f"],
         ["http", "--allow", "acme"],
