@@ -241,7 +241,13 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     multiple=True,
     metavar="PREFIX",
     help="tool-python: a module prefix whose functions flows may call (repeatable; PREFIX "
-    "admits the module and its submodules). Without any, every python tool call is refused.",
+    "admits the module and its submodules). Without any, every `function` call is refused.",
+)
+@click.option(
+    "--no-code",
+    "no_code",
+    is_flag=True,
+    help="tool-python: refuse inline `code` (python.code_refused); only --allow functions run.",
 )
 @click.option(
     "--config",
@@ -280,6 +286,7 @@ def run_command(
     allow: tuple[str, ...],
     config_file: Path | None,
     file_base: Path | None,
+    no_code: bool,
     as_json: bool,
 ) -> None:
     """Run a built-in adapter of KIND against a node: lease the intents of its effects,
@@ -290,7 +297,8 @@ def run_command(
     python       params as JSON -> MODULE:FUNCTION(params) in a subprocess -> payload
     tool-echo    aos/tool.echo@1 (flows): the result is the call's args
     tool-http    aos/tool.http@1: the tool's HTTP request -> {status, headers, json|text|body}
-    tool-python  aos/tool.python@1: the tool's function(args) in a subprocess, --allow only
+    tool-python  aos/tool.python@1: inline code (args as variables, `result` out) in a reused
+                 worker process, or a function(args) in a subprocess (--allow only)
     tool-postgres  aos/tool.postgres@1: SQL on PostgreSQL, auth from the keychain
     tool-duckdb  aos/tool.duckdb@1: SQL on an embedded DuckDB
     tool-shell   aos/tool.shell@1: a command, refused unless the config enables it
@@ -312,6 +320,7 @@ def run_command(
         # From the environment it is for whichever kind reads it; given here, it must fit.
         "--config": _given_here("config_file"),
         "--file-base": file_base is not None,
+        "--no-code": no_code,
     }
     _check_kind_options(kind, given, name)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
@@ -344,9 +353,7 @@ def run_command(
                 )
             limits["file_base"] = file_base
         if kind == "tool-python" and not allow:
-            printer.note(
-                "no --allow PREFIX: every python tool call is refused (python.not_allowed)"
-            )
+            printer.note("no --allow PREFIX: every `function` call is refused (python.not_allowed)")
         adapter = make_adapter(
             tool,
             seed=seed,
@@ -355,6 +362,7 @@ def run_command(
             python_allow=allow,
             python_paths=module_paths,
             config=load_config(config_file),
+            python_code=not no_code,
             **limits,
             **options,
         )
@@ -390,6 +398,7 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--allow": ("tool-python",),
     "--config": (*TOOL_KINDS, KEYCHAIN_KIND),
     "--file-base": ("tool-file",),
+    "--no-code": ("tool-python",),
 }
 """The kinds each kind-specific option is for."""
 

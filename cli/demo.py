@@ -8,7 +8,8 @@
    HTTP adapter with its own Ed25519 key, a local payment server; orders charge over HTTP
    and arm timers, signed receipts resume them. It starts and stops everything it uses.
 3. A declarative flow (`aos.cli.demo_flows`), in process on the embedded default: a tool call
-   retried through timers, a human task the demo completes, a signal, a fork and a join.
+   retried through timers, a human task the demo completes, a signal, a fork and a join; then
+   a NoETL v10 playbook (`flows/examples/hello.yaml`) with python tasks and a parallel loop.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def main() -> None:
     demo_orders.main()
     _heading("3/3  a declarative flow: retries, a human task, a signal, a fork and a join")
     demo_flows.main()
+    _heading("and a NoETL v10 playbook: python tasks in a reused worker, a parallel loop")
+    demo_flows.playbook()
 
 
 def _heading(text: str) -> None:

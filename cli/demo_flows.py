@@ -23,6 +23,7 @@ import click
 
 from aos.flows import operations as ops
 from aos.flows.cfd import load_definition
+from aos.flows.document import load_flow
 from aos.flows.local import LocalAdapters
 from aos.flows.world import create_flow_world
 from aos.kernel import replay
@@ -30,6 +31,7 @@ from aos.kernel.world.world import CLOCK_MANUAL
 
 DEMO_DIR = Path(".aos-demo-flows")
 DEFINITION = Path("flows/examples/restock.flow.yaml")
+PLAYBOOK = Path("flows/examples/hello.yaml")
 FAILURES_BEFORE_SUCCESS = 2
 ON_HAND = 3
 TARGET = 20
@@ -96,6 +98,29 @@ def main() -> None:
     report = replay.verify(DEMO_DIR / "world")
     verdict = "ok: every record and the head match" if report.ok else f"{report.divergence}"
     click.echo(f"replay --verify: {report.records} records, {report.steps} steps; {verdict}")
+    if not report.ok or state["status"] != "completed":
+        raise SystemExit(1)
+
+
+def playbook() -> None:
+    """A NoETL v10 playbook (`flows/examples/hello.yaml`) on its own flow world: python tasks
+    run by the reused worker, a parallel loop, arcs with args; its history, then replay."""
+    world_dir = DEMO_DIR / "playbook-world"
+    if world_dir.exists():
+        shutil.rmtree(world_dir)
+    world, keys = create_flow_world(world_dir, clock=CLOCK_MANUAL)
+    with world:
+        deployed = ops.deploy(world, load_flow(PLAYBOOK.read_bytes(), source=str(PLAYBOOK)))
+        click.echo(f"deployed  {deployed.name} v{deployed.version}  {deployed.definition}")
+        ops.start(world, deployed.name, workload={"who": "demo"}, exec_id="hello-1")
+        _drain(LocalAdapters(world, keys), "python tasks in the reused worker")
+        for event in ops.history(world, "hello-1"):
+            click.echo(f"{event.seq:>5}  {ops.describe_event(event.event)}")
+        state = ops.status(world, "hello-1")
+        steps = state["business"]["steps"]
+        click.echo(f"\nstatus {state['status']}: {steps['start']['greeting']}, {steps['done']}")
+    report = replay.verify(world_dir)
+    click.echo(f"replay --verify: {report.records} records; {'ok' if report.ok else 'FAILED'}")
     if not report.ok or state["status"] != "completed":
         raise SystemExit(1)
 

@@ -22,9 +22,10 @@ import click
 from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
 from aos.flows import flowlang
 from aos.flows import operations as ops
-from aos.flows.cfd import FlowDefinition, canonical_value, load_definition
+from aos.flows.cfd import FlowDefinition, canonical_value
 from aos.flows.client import FlowNodeClient
 from aos.flows.config import ToolConfig, load_config
+from aos.flows.document import load_flow
 from aos.flows.draw import to_mermaid, to_text
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError
 from aos.flows.local import LocalAdapters
@@ -65,7 +66,7 @@ def _definition(path: Path, workbook: Path | None = None) -> FlowDefinition:
         text = _read_text(path)
         definition: FlowDefinition = flowlang.load_flow(text, source=str(path), workbook=entries)
         return definition
-    return load_definition(_read_bytes(path), source=str(path))
+    return load_flow(_read_bytes(path), source=str(path))
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -84,6 +84,7 @@ __all__ = [
     "WaitTimerTask",
     "canonical_value",
     "decode_definition",
+    "definition_from_value",
     "definition_hash",
     "encode_definition",
     "load_definition",
@@ -864,11 +865,17 @@ def looks_like_flow_language(text: str) -> bool:
 
 
 def definition_from_value(
-    value: Any, *, source: str = "<input>", limits: DefinitionLimits = DEFAULT_LIMITS
+    value: Any,
+    *,
+    source: str = "<input>",
+    limits: DefinitionLimits = DEFAULT_LIMITS,
+    unreachable: bool = True,
 ) -> FlowDefinition:
-    """Check and expand plain data a front end produced (the flow language, spec/11 §11),
-    exactly as `load_definition` does once it has read a document."""
-    return _validated(value, source, limits)
+    """Check and expand an authored definition already parsed into plain data (what a front
+    end such as the playbook compiler or the flow language produces), exactly as
+    `load_definition` does once it has read a document; `unreachable=False` accepts steps no path
+    from `entry` reaches. Raises FlowCheckError or FlowTooLargeError."""
+    return _validated(value, source, limits, unreachable=unreachable)
 
 
 def canonical_value(defn: FlowDefinition) -> dict[str, Any]:
@@ -914,7 +921,9 @@ def decode_definition(
     return defn
 
 
-def _validated(value: Any, source: str, limits: DefinitionLimits) -> FlowDefinition:
+def _validated(
+    value: Any, source: str, limits: DefinitionLimits, *, unreachable: bool = True
+) -> FlowDefinition:
     problems = check_values(value, limits)
     if not problems and not isinstance(value, dict):
         problems = [Problem("flow.schema", "$", "a flow definition is a map")]
@@ -924,7 +933,7 @@ def _validated(value: Any, source: str, limits: DefinitionLimits) -> FlowDefinit
         defn = FlowDefinition.model_validate(value)
     except ValidationError as error:
         raise FlowCheckError(_schema_problems(error.errors()), source=source) from None
-    problems = check_definition(defn, limits)
+    problems = check_definition(defn, limits, unreachable=unreachable)
     canonical = canonical_value(defn)
     depth_max = min(limits.depth_max, cbor.NESTING_DEPTH_MAX_DEFAULT)
     if nesting_depth(canonical, depth_max + 1) > depth_max:

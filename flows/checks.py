@@ -61,8 +61,11 @@ class _Context:
         self.problems.append(Problem(code, json_path(parts), message))
 
 
-def check_definition(defn: FlowDefinition, limits: DefinitionLimits) -> list[Problem]:
-    """Every semantic problem of a structurally valid definition."""
+def check_definition(
+    defn: FlowDefinition, limits: DefinitionLimits, *, unreachable: bool = True
+) -> list[Problem]:
+    """Every semantic problem of a structurally valid definition (`flow.unreachable` only
+    with `unreachable`: playbooks may hold steps no arc reaches, seed 000 §5.1)."""
     context = _Context(defn, limits)
     steps = _step_names(context)
     _check_step_refs(context, steps)
@@ -71,7 +74,7 @@ def check_definition(defn: FlowDefinition, limits: DefinitionLimits) -> list[Pro
     if len(defn.subflows) > limits.subflows_max:
         context.add("flow.limit", ("subflows",), f"more than {limits.subflows_max} subflows")
     _check_keychain(context)
-    if defn.entry in steps:
+    if unreachable and defn.entry in steps:
         _check_reachable(context, steps)
     return context.problems
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowTooLargeError, Problem, json_path
 from aos.flows.limits import DefinitionLimits
 from aos.kernel.cbor import INT_MAX, INT_MIN
+
+if TYPE_CHECKING:
+    from aos.flows.cfd import FlowDefinition
 
 _BOM = "\ufeff"
 _YAML_TYPE_HINTS = {
@@ -65,6 +68,28 @@ def _flow_language(text: str, source: str, limits: DefinitionLimits) -> Any:
     from aos.flows.flowlang import compile_text
 
     return compile_text(text, source=source, limits=limits)
+
+
+def load_flow(
+    data: bytes | str, *, source: str, limits: DefinitionLimits | None = None
+) -> FlowDefinition:
+    """Any flow document as a checked canonical definition: a `.flow` file (or arrow text) is
+    compiled by `aos.flows.flowlang`, a NoETL playbook (`kind: Playbook` or a `noetl.io/...`
+    apiVersion) by `aos.flows.playbook`, anything else is read as a canonical flow definition
+    (spec/11). The CLI and the HTTP API read files through this."""
+    # Imported here: both front ends import this module's reader.
+    from aos.flows import playbook
+    from aos.flows.cfd import DEFAULT_LIMITS, definition_from_value, looks_like_flow_language
+
+    bounds = limits or DEFAULT_LIMITS
+    value = read_document(data, source=source, limits=bounds)
+    if isinstance(value, str) and looks_like_flow_language(value):
+        # Arrow text with no `.flow` name (an HTTP deploy without one, say): YAML reads it as
+        # one string, which is never a definition.
+        value = _flow_language(value, source, bounds)
+    if playbook.is_playbook(value):
+        return playbook.definition_of(value, source=source, limits=bounds)
+    return definition_from_value(value, source=source, limits=bounds)
 
 
 class _UnreadableError(Exception):

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 
 from aos.flows import operations as ops
-from aos.flows.cfd import load_definition
+from aos.flows.document import load_flow
 from aos.kernel import cbor
 from aos.kernel.node.node import Node
 from aos.kernel.world.world import World
@@ -59,7 +59,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     @app.post("/v1/flows", tags=["flows"])
     async def deploy(request: DeployRequest) -> dict[str, Any]:
         """Check a definition and journal it as its flow's next version."""
-        definition = load_definition(request.text, source=request.source or "<request>")
+        definition = load_flow(request.text, source=request.source or "<request>")
         return await node.host.run(lambda world: ops.deploy(world, definition).to_json())
 
     @app.get("/v1/flows", tags=["flows"])

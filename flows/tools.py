@@ -1,6 +1,6 @@
-"""The flow world's tools (spec/11-flows.md §1.2, §3.3, §7): what the adapters `aos/echo@1`,
-`aos/http@1`, `aos/python@1`, `aos/postgres@1`, `aos/duckdb@1`, `aos/shell@1` and `aos/file@1` do
-with a tool call.
+"""The flow world's tools (spec/11-flows.md §1.2, §3.3, §7; spec/12 §6): what the adapters
+`aos/echo@1`, `aos/http@1`, `aos/python@1`, `aos/postgres@1`, `aos/duckdb@1`, `aos/shell@1` and
+`aos/file@1` do with a tool call.
 
 A flow's `call` task becomes an effect `aos/tool.KIND@1` whose params are `aos/ToolCall@1`
 `{exec, step, task, attempt, tool, args, result_inline_bytes_max}`; `tool` is the rendered tool
@@ -11,8 +11,12 @@ it is pure of any transport, so the same code runs in an adapter process (`make_
     echo    the result is `args`
     http    {method, url, headers, query, json | body, timeout_ms, expect, follow_redirects}
             -> {status, headers, json | text | body}
+            (`endpoint` and `params` are accepted as the upstream names of url and query;
+            an ok result also has `data`, the decoded body, and `http: {status, headers}`)
     python  {function: "package.module:function", timeout_ms} -> function(args), in a
-            subprocess, for modules the adapter's allowlist admits
+            subprocess, for modules the adapter's allowlist admits; or {code, libs,
+            timeout_ms} -> the code's `result`, `args` as variables, in a worker subprocess
+            reused between calls (flows/pyworker.py)
     postgres, duckdb, shell   flows/tool_postgres.py, tool_duckdb.py, tool_shell.py
     file    {op: read | write, path} inside the adapter's base directory (`flows/files.py`):
             read -> the content (JSON, JSON text sequence, YAML); write args -> {path, bytes}
@@ -43,6 +47,7 @@ from typing import Any
 
 import httpx
 
+from aos.flows import pyworker
 from aos.flows.config import ToolConfig, default_config
 from aos.flows.files import FILE_BYTES_MAX_DEFAULT, FileToolError, read_resource, write_resource
 from aos.flows.keychain import (
@@ -123,12 +128,14 @@ ERROR_TEXT_CHARS_MAX = 256
 of the response body) clipped to this many characters."""
 RENEW_INTERVAL_S_MIN = 0.1
 
-ECHO_FIELDS = frozenset({"kind"})
+ECHO_FIELDS = frozenset({"kind", "spec"})
 HTTP_FIELDS = frozenset(
     {"kind", "method", "url", "headers", "query", "json", "body", "timeout_ms", "expect"}
-    | {"follow_redirects"}
+    | {"follow_redirects", "endpoint", "params", "spec"}
 )
-PYTHON_FIELDS = frozenset({"kind", "function", "timeout_ms"})
+"""`endpoint` and `params` are the upstream playbook names of `url` and `query`; `spec` is a
+playbook task's layered spec (spec/12 §4), read by no field today."""
+PYTHON_FIELDS = frozenset({"kind", "function", "code", "libs", "timeout_ms", "spec"})
 FILE_FIELDS = frozenset({"kind", "op", "path"})
 
 _TEXT_TYPES = frozenset(
@@ -157,9 +164,10 @@ class ToolContext:
 
     `intent` is the intent hash, passed on as the idempotency key; `put_blob` stores bytes in
     the world's CAS and returns their hash (`Adapter.put_blob`, `World.put_blob`).
-    `python_allow` are the module prefixes the python tool may import (a prefix admits the
-    module itself and its submodules; none: nothing is allowed) and `python_paths` the folders
-    put first on its `sys.path`. A tool's `timeout_ms` is bounded by the `*_timeout_s_max`;
+    `python_allow` are the module prefixes the python tool's `function` form may import (a
+    prefix admits the module itself and its submodules; none: nothing is allowed) and
+    `python_paths` the folders put first on its `sys.path`; `python_code` whether inline
+    `code` may run (an adapter serving untrusted deployers turns it off). A tool's `timeout_ms` is bounded by the `*_timeout_s_max`;
     `http_response_bytes_max` bounds the response body read; no call inlines more than
     `result_inline_bytes_cap` bytes of result. The file tool works inside `file_base` (none:
     it refuses every call) on files of at most `file_bytes_max` bytes."""
@@ -170,6 +178,7 @@ class ToolContext:
     python_paths: tuple[Path, ...] = ()
     python_timeout_s_max: float = PYTHON_TIMEOUT_S_MAX_DEFAULT
     python_executable: str = sys.executable
+    python_code: bool = True
     http_timeout_s_max: float = HTTP_TIMEOUT_S_MAX_DEFAULT
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT
     http_transport: httpx.BaseTransport | None = None
@@ -227,9 +236,10 @@ def run_tool(effect: str, params: Any, *, context: ToolContext) -> ToolOutcome:
     kind = _KIND_OF_EFFECT.get(effect)
     if kind is None:
         return failure("tool.unknown", f"{effect} is not a tool effect ({sorted(TOOL_EFFECTS)})")
+    runner = _RUNNERS[kind]
     try:
         tool, args, inline_max = _call_of(kind, params)
-        outcome = _RUNNERS[kind](tool, args, context)
+        outcome = runner(tool, args, context)
     except ToolInvalidError as error:
         return failure("tool.invalid", f"{kind} tool: {error}")
     except Exception as error:  # a bug must not leave the intent waiting or the driver down
@@ -402,11 +412,13 @@ def _http_request(tool: dict[str, Any], context: ToolContext) -> _HttpRequest:
     method = tool.get("method") or "GET"
     if not isinstance(method, str) or method.upper() not in METHODS:
         raise _ToolInvalidError(f"method {method!r} is one of {sorted(METHODS)}")
-    url = tool.get("url")
+    if tool.get("url") is not None and tool.get("endpoint") is not None:
+        raise _ToolInvalidError("a request has url or endpoint (its upstream name), not both")
+    url = tool.get("url") if tool.get("url") is not None else tool.get("endpoint")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise _ToolInvalidError(f"url {url!r} is http(s)://...")
     headers = _text_map(tool.get("headers"), "headers")
-    query = tool.get("query") or {}
+    query = {**_map_or_empty(tool.get("params")), **_map_or_empty(tool.get("query"))}
     if not isinstance(query, dict) or not all(
         isinstance(k, str) and _query_value(v) for k, v in query.items()
     ):
@@ -432,6 +444,14 @@ def _http_request(tool: dict[str, Any], context: ToolContext) -> _HttpRequest:
         expect=None if expect is None else frozenset(expect),
         follow_redirects=follow,
     )
+
+
+def _map_or_empty(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _ToolInvalidError("query (params) is a map of text to text, numbers or booleans")
+    return value
 
 
 def _text_map(value: Any, name: str) -> dict[str, str]:
@@ -498,7 +518,20 @@ def _http_outcome(request: _HttpRequest, response: httpx.Response, body: bytes) 
             http=_error_http(response, body),
         )
     headers = response_headers(response.headers)
-    return ToolOutcome("ok", {"status": status, "headers": headers, **_decoded(response, body)})
+    decoded = _decoded(response, body)
+    # `data` is the body as upstream playbooks read it (`outcome.result.data`), and `http`
+    # the protocol details the outcome envelope carries for ok calls too (spec/11 §3.3).
+    data = next(iter(decoded.values()))
+    return ToolOutcome(
+        "ok",
+        {
+            "status": status,
+            "headers": headers,
+            **decoded,
+            "data": data,
+            "http": {"status": status, "headers": headers},
+        },
+    )
 
 
 def _media_type(response: httpx.Response) -> str:
@@ -564,8 +597,14 @@ def _error_http(response: httpx.Response, body: bytes) -> dict[str, Any]:
 
 def _python(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
     _check_fields(tool, PYTHON_FIELDS)
-    # One way to name the code today: `function`. (Inline `code`, run in a reused worker, is
-    # another runner beside `_run_function`.)
+    if (tool.get("code") is None) == (tool.get("function") is None):
+        raise _ToolInvalidError("a python tool has `code` (inline) or `function`, one of them")
+    timeout_s = _timeout_s(tool, PYTHON_TIMEOUT_S_DEFAULT, context.python_timeout_s_max)
+    if tool.get("code") is not None:
+        if not context.python_code:
+            message = "this adapter does not run inline code (aos adapter run --no-code)"
+            return failure("python.code_refused", message, kind="authorization")
+        return _run_code(tool, args, timeout_s, context)
     ref = tool.get("function")
     module = _function_module(ref)
     if not context.python_allows(module):
@@ -575,8 +614,41 @@ def _python(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcom
             f"module {module} is not allowed to this adapter (allowed prefixes: {allowed})",
             kind="authorization",
         )
-    timeout_s = _timeout_s(tool, PYTHON_TIMEOUT_S_DEFAULT, context.python_timeout_s_max)
     return _run_function(str(ref), args, timeout_s, context)
+
+
+def _run_code(
+    tool: dict[str, Any], args: Any, timeout_s: float, context: ToolContext
+) -> ToolOutcome:
+    """Inline `code` in a reused worker (flows/pyworker.py): `args` as variables, `result` as
+    the output."""
+    code, libs = tool.get("code"), tool.get("libs") or {}
+    if not isinstance(code, str):
+        raise _ToolInvalidError("code is text (python source)")
+    if not isinstance(libs, dict) or not all(
+        isinstance(k, str) and k.isidentifier() and isinstance(v, str) for k, v in libs.items()
+    ):
+        raise _ToolInvalidError("libs maps a variable name to a module name (say `np: numpy`)")
+    pool = pyworker.pool_for(pyworker.PoolOptions(python=context.python_executable))
+    request = {"code": code, "args": args, "libs": libs, "seed": context.intent}
+    try:
+        answer = pool.run(request, timeout_s)
+    except pyworker.WorkerError as error:
+        if error.code == "python.timeout":
+            return timed_out(error.code, str(error))
+        return failure(error.code, str(error))
+    if isinstance(answer, dict) and "ok" in answer:
+        try:
+            return ToolOutcome("ok", cbor.from_json(answer["ok"]))
+        except cbor.CborError as error:
+            return failure("python.result_invalid", f"the result has no CBOR form: {error}")
+    raised = answer.get("error") if isinstance(answer, dict) else None
+    if not isinstance(raised, dict):
+        return failure("python.crashed", "the python worker answered without a result")
+    kind = str(raised.get("type"))
+    if kind == "NotData":  # the worker's own: the code ran, its `result` is not plain data
+        return failure("python.result_invalid", str(raised.get("message")))
+    return failure("python.raised", f"{kind}: {raised.get('message')}", py={"exception": kind})
 
 
 def _function_module(ref: Any) -> str:
@@ -706,6 +778,7 @@ def make_adapter(
     python_allow: Iterable[str] = (),
     python_paths: Iterable[Path] = (),
     python_timeout_s_max: float = PYTHON_TIMEOUT_S_MAX_DEFAULT,
+    python_code: bool = True,
     http_timeout_s_max: float = HTTP_TIMEOUT_S_MAX_DEFAULT,
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT,
     config: ToolConfig | None = None,
@@ -726,6 +799,7 @@ def make_adapter(
         python_allow=tuple(python_allow),
         python_paths=tuple(python_paths),
         python_timeout_s_max=python_timeout_s_max,
+        python_code=python_code,
         http_timeout_s_max=http_timeout_s_max,
         http_response_bytes_max=http_response_bytes_max,
         **(config or default_config()).context(),

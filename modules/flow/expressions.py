@@ -42,6 +42,8 @@ _SEGMENT = re.compile(r"\.(" + _NAME + r")|\[(\d+)\]")
 _INT = re.compile(r"[-+]?\d+")
 _FLOAT = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?")
 _FALSY_TEXT = ("false", "0", "no", "none", "")
+_LITERAL_NAMES = frozenset({"true", "false", "none", "True", "False", "None"})
+"""Jinja2's literals: `{{ true }}` is the constant, never a lookup of a name `true`."""
 CBOR_INT_MIN = -(2**64)
 CBOR_INT_MAX = 2**64 - 1
 
@@ -94,7 +96,7 @@ class Evaluator:
 
     def render_text(self, text: str, scope: dict[str, Any]) -> Any:
         plain = _PLAIN_PATH.fullmatch(text)
-        if plain is not None:
+        if plain is not None and plain.group(1) not in _LITERAL_NAMES:
             return self.resolve(plain.group(1), scope)
         template = self._template(text)
         try:
@@ -250,12 +252,28 @@ def _plain(value: Any) -> Any:
 # -- the Jinja2 environment -------------------------------------------------------------------
 
 
+class _ChainedUndefined(StrictUndefined):
+    """Strict wherever it is used (printed, compared, tested for truth, iterated), but a path
+    walks on through it, so `a.b.c | default(x)` holds when `a` has no `b` (seed 003 §12 reads
+    `outcome.result.data.paging.hasMore | default(false)` of outcomes that have no result)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, _name: Any) -> Any:
+        return self
+
+
 class _Environment(ImmutableSandboxedEnvironment):
     """Sandboxed and strict; map keys win over attributes (`r.items` is the key `items`),
     and references are loaded when a path walks into them."""
 
     def __init__(self, blobs: Blobs) -> None:
-        super().__init__(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+        super().__init__(undefined=_ChainedUndefined, autoescape=False, keep_trailing_newline=True)
         self._blobs = blobs
         self.filters.update(FILTERS)
         self.globals.update(FUNCTIONS)

@@ -72,12 +72,19 @@ class Run:
     def scope(
         self, token: dict[str, Any] | None = None, frame: dict[str, Any] | None = None, **extra: Any
     ) -> dict[str, Any]:
-        """Workload keys, then step results by name, at the top level; the named
-        namespaces win over both."""
+        """Workload keys, then step results by name, then the token's args, then a loop
+        step's item (under its iterator's name, its index as `loop_index`), at the top level
+        (upstream playbooks read them there); the named namespaces win over all of them."""
         business = self.business
         scope: dict[str, Any] = dict(business["workload"])
         scope.update(business["steps"])
+        if token is not None:
+            if type(token["args"]) is dict:
+                scope.update(token["args"])
+            if frame is not None:
+                self._loop_names(scope, token, frame)
         scope.update(
+            execution_id=self.exec_id,
             workload=business["workload"],
             ctx=business["ctx"],
             steps=business["steps"],
@@ -98,6 +105,17 @@ class Run:
                     scope[repeat["as"]] = repeat["iter"][repeat["as"]]
         scope.update(extra)
         return scope
+
+    def _loop_names(
+        self, scope: dict[str, Any], token: dict[str, Any], frame: dict[str, Any]
+    ) -> None:
+        loop = self.defn.step(token["step"])["loop"] if self.defn is not None else None
+        if loop is None:
+            return
+        iteration = frame["iter"]
+        if loop["iterator"] in iteration:
+            scope[loop["iterator"]] = iteration[loop["iterator"]]
+        scope["loop_index"] = iteration.get("index")
 
     def check(self, guard: dict[str, str] | None, scope: dict[str, Any], **where: Any) -> bool:
         """A guard's truth; one that cannot be evaluated is false, and recorded."""

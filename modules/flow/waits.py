@@ -233,7 +233,8 @@ def _receipt_outcome(run: Run, wait: dict[str, Any], envelope: dict[str, Any]) -
         return error_outcome(bad, attempt, duration)
     status = (envelope.get("status") or {}).get("$tag")
     if status == "ok":
-        return ok_outcome(payload, attempt, duration)
+        # An ok outcome carries the tool's protocol details too (`outcome.http.status`).
+        return _with_protocol(ok_outcome(payload, attempt, duration), payload)
     if status == "timeout":
         error = normalize_error(payload, "timeout", "receipt.timeout")
         error["kind"] = "timeout"
@@ -244,9 +245,9 @@ def _receipt_outcome(run: Run, wait: dict[str, Any], envelope: dict[str, Any]) -
 
 
 def _with_protocol(outcome: dict[str, Any], payload: Any) -> dict[str, Any]:
-    """The tool's own details beside the error (spec/11 §3.3): `http {status, headers}`,
-    `pg {code, sqlstate}`, `py {exception}`, `shell {exit_code, ...}`, `duckdb {error}`, as
-    the adapter reported them."""
+    """The tool's own details beside the result or error (spec/11 §3.3): `http {status,
+    headers}`, `pg {code, sqlstate}`, `py {exception}`, `shell {exit_code, ...}`, `duckdb
+    {error}`, as the adapter reported them."""
     if type(payload) is dict:
         for name in PROTOCOL_FIELDS:
             if name in payload:

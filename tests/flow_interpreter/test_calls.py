@@ -403,3 +403,10 @@ def test_a_composite_task_keeps_its_attempt_count_across_its_body() -> None:
     assert ex.status == "completed"
     started = [e for e in events(out) if e["event"] == "task.started" and e["task"] == "poll"]
     assert started[0]["attempt"] == 3
+
+
+def test_an_ok_outcome_carries_the_tools_protocol_details() -> None:
+    seen = rule(None, "continue", set_ctx={"status": "{{ outcome.http.status }}"})
+    ex, out = _start(policy={"rules": [seen]})
+    ex.receipt(effects(out)[0], {"status": 201, "http": {"status": 201, "headers": {}}})
+    assert ex.status == "completed" and ex.business["ctx"] == {"status": 201}

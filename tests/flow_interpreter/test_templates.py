@@ -232,3 +232,50 @@ def test_a_missing_ref_is_a_read_request() -> None:
     assert served.state["business"]["steps"]["a"] == 1
     assert served.state["business"]["steps"] != {"$ref": digest}
     assert events(served)[-1]["status"] == "completed"
+
+
+def test_jinja_literals_are_constants_not_paths() -> None:
+    assert _value(
+        {"t": "{{ true }}", "f": "{{ false }}", "n": "{{ none }}", "T": "{{ True }}"}
+    ) == {
+        "t": True,
+        "f": False,
+        "n": None,
+        "T": True,
+    }
+
+
+def test_a_missing_path_reads_on_to_default_but_stays_strict_when_used() -> None:
+    workload = {"a": {"x": 1}}
+    assert _value("{{ workload.a.b.c | default(7) }}", workload) == 7
+    assert _value("{{ workload.a.b['c'].d is defined }}", workload) is False
+    ex = Execution()
+    ex.start(flow([step("s", [task("v", "noop", result="n={{ workload.a.b.c }}")])]), workload)
+    assert ex.status == "failed"
+    ex = Execution()
+    ex.start(flow([step("s", [task("v", "noop", result="{{ workload.a.b.c > 1 }}")])]), workload)
+    assert ex.status == "failed"
+
+
+def test_args_a_loop_item_and_the_execution_id_at_the_top_level() -> None:
+    looped = step(
+        "each",
+        [
+            task(
+                "v",
+                "noop",
+                result={"x": "{{ x }}", "i": "{{ loop_index }}", "e": "{{ execution_id }}"},
+            )
+        ],
+        loop={"in": "{{ workload.xs }}", "iterator": "x"},
+        arcs=[arc("after", args={"n": 5})],
+    )
+    after = step("after", [task("v", "noop", result="{{ n }}")])
+    ex = Execution()
+    ex.start(flow([looped, after]), {"xs": ["a", "b"]})
+    assert ex.status == "completed"
+    assert ex.business["steps"]["each"]["results"] == [
+        {"x": "a", "i": 0, "e": "e1"},
+        {"x": "b", "i": 1, "e": "e1"},
+    ]
+    assert ex.business["steps"]["after"] == 5

@@ -249,6 +249,16 @@ def test_http_get_json(server: str, blobs: Blobs) -> None:
     assert "idempotency-key" not in seen["headers"]  # a GET is idempotent by itself
 
 
+def test_http_upstream_names_and_the_data_of_a_result(server: str, blobs: Blobs) -> None:
+    params = call("http", endpoint=f"{server}/echo", params={"p": 1}, query={"q": 2})
+    result = run(HTTP, params, context(blobs)).payload
+    assert result["json"]["query"] == {"p": "1", "q": "2"}
+    assert result["data"] == result["json"]
+    assert result["http"] == {"status": 200, "headers": result["headers"]}
+    both = call("http", endpoint=f"{server}/echo", url=f"{server}/echo")
+    assert error_of(run(HTTP, both, context(blobs)))["code"] == "tool.invalid"
+
+
 def test_http_post_sends_json_and_the_idempotency_key(server: str, blobs: Blobs) -> None:
     body = {"amount": 5, "raw": b"\x01"}
     tool: dict[str, Any] = {"method": "post", "url": f"{server}/echo", "json": body}
@@ -465,6 +475,7 @@ def test_a_running_call_keeps_its_lease() -> None:
         ["tool-echo", "--effect", "demo/x@1"],  # a tool adapter serves its own effect
         ["tool-echo", "--allow", "acme"],
         ["tool-http", "--allow", "acme"],
+        ["tool-http", "--no-code"],
         ["tool-http", "--url-map", "a=http://b"],
         ["tool-python", "--function", "m:f"],
         ["http", "--allow", "acme"],
@@ -582,3 +593,25 @@ def test_python_adapter_process_settles_an_intent(node: Node) -> None:
     probe(node, "p-1", "python", {"function": "flowtool_fns:total"}, {"numbers": [4, 5]})
     options = ["--allow", "flowtool_fns", "--module-path", str(PY_FUNCTIONS)]
     assert settled(node, "python", run_adapter(node, "python", *options), "p-1") == 9
+
+
+def test_python_code_adapter_process_reuses_one_worker(node: Node) -> None:
+    code = "import os\nresult = {'pid': os.getpid(), 'twice': n * 2}"
+    for number in (1, 2, 3):
+        probe(node, f"c-{number}", "python", {"code": code}, {"n": number})
+    command = [*_AOS, "adapter", "run", "tool-python", "--node", node.url, "--json"]
+    command += ["--key", str(node.keys["python"]), "--concurrency", "1"]
+    adapter = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if all(state(node, f"c-{n}")["status"] == "ok" for n in (1, 2, 3)):
+                break
+            time.sleep(0.1)
+    finally:
+        adapter.terminate()
+        output, _ = adapter.communicate(timeout=PROCESS_TIMEOUT_S)
+    outcomes = [json.loads(line) for line in output.splitlines() if '"intent"' in line]
+    results = [settled(node, "python", outcomes, f"c-{number}") for number in (1, 2, 3)]
+    assert [r["twice"] for r in results] == [2, 4, 6]
+    assert len({r["pid"] for r in results}) == 1  # one worker served every call in turn

@@ -306,3 +306,19 @@ def test_refused_http_requests_change_nothing(client: TestClient) -> None:
     events = ok(client.get("/v1/executions/w1/events"))["events"]
     assert [e["event"] for e in events][-1] == "playbook.finished"
     assert all(isinstance(e["seq"], int) for e in events)
+
+
+def test_playbooks_deploy_over_http_and_a_broken_one_changes_nothing(client: TestClient) -> None:
+    hello = Path(__file__).resolve().parents[2] / "flows" / "examples" / "hello.yaml"
+    deployed = ok(client.post("/v1/flows", json={"text": hello.read_text(), "source": "h.yaml"}))
+    assert (deployed["name"], deployed["version"]) == ("examples/hello-playbook", 1)
+    before = ok(client.get("/v1/world"))["height"], ok(client.get("/v1/flows"))
+    broken = hello.read_text().replace("kind: python", "kind: carrier_pigeon", 1)
+    response = client.post("/v1/flows", json={"text": broken})
+    assert response.status_code == 400
+    [problem] = response.json()["error"]["problems"]
+    assert (problem["code"], problem["path"]) == (
+        "playbook.tool_unknown",
+        "$.workflow[0].tool.kind",
+    )
+    assert (ok(client.get("/v1/world"))["height"], ok(client.get("/v1/flows"))) == before

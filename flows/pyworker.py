@@ -1,0 +1,331 @@
+"""The python tool's inline `code` form (spec/12-playbooks.md §6): code run in a worker
+subprocess that is **reused between calls**, not spawned per call.
+
+A worker is `python -I -c WORKER`: stdlib only, it imports nothing of aos. It reads one JSON
+request per line on its stdin (`{code, args, libs, seed}`) and writes one JSON answer per line
+on a private copy of its stdout; the code's own prints are dropped, and anything written to file descriptor 1 lands on stderr, so nothing the code does can
+corrupt the protocol. Each call gets fresh globals: `args`' keys as variables (those that are
+identifiers), `input_data` and `context` (the whole args map, as upstream code reads them),
+each `libs` entry (`alias: module`) imported, and `random` seeded from the call's `seed` (the
+intent hash: re-running one intent draws the same numbers). The value of `result` after the
+code ran is the output. Code with a top-level `return` (as upstream fixtures write) runs as a
+function body instead, and what it returns (else its `result`) is the output. Compiled code is
+cached in the worker.
+
+The host side (`WorkerPool`) keeps idle workers, starts at most `workers_max` at once, bounds
+every answer (`output_bytes_max`) and every call (its timeout: past it the worker is killed and
+replaced), and retires a worker after `worker_calls_max` calls. Answers:
+
+    {"ok": VALUE}                                  the result, as JSON ($bytes for bytes)
+    {"error": {"type", "message"}}                 the code raised (or its result is not data)
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aos.kernel import cbor
+
+WORKERS_MAX_DEFAULT = 4
+"""Workers one pool runs at once (calls beyond wait for an idle one)."""
+WORKER_CALLS_MAX_DEFAULT = 10_000
+"""Calls a worker serves before it is replaced (bounds what code can leak into it)."""
+OUTPUT_BYTES_MAX_DEFAULT = 1024 * 1024
+"""Most bytes of one answer; more kills the worker and fails the call."""
+CODE_CACHE_MAX = 256
+"""Compiled code objects a worker keeps."""
+_READ_CHUNK_BYTES = 64 * 1024
+
+WORKER = r"""
+import ast, builtins, importlib, io, json, keyword, math, os, random, sys
+proto_in = sys.stdin.buffer
+proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
+os.dup2(2, 1)  # stray writes to fd 1 go to stderr, never into the protocol
+CACHE_MAX, DEPTH_MAX = int(sys.argv[1]), 64
+CACHE = {}
+RESERVED = ("input_data", "context")
+
+
+class Prints(io.TextIOBase):
+    def writable(self):
+        return True
+    def write(self, text):
+        return len(text)  # dropped: the output is `result`, and nothing grows per print
+
+
+class NotData(Exception):
+    pass
+
+
+def to_wire(value, depth=0):
+    if depth > DEPTH_MAX:
+        raise NotData("the result nests deeper than 64")
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NotData(f"{value} is not a finite number")
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": bytes(value).hex()}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise NotData("a map in the result has a key that is not text")
+        return {k: to_wire(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_wire(v, depth + 1) for v in value]
+    raise NotData(f"a value of type {type(value).__name__} is not data (maps, lists, text, numbers)")
+
+
+def from_wire(value):
+    if isinstance(value, dict):
+        if set(value) == {"$bytes"} and isinstance(value["$bytes"], str):
+            return bytes.fromhex(value["$bytes"])
+        return {k: from_wire(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_wire(v) for v in value]
+    return value
+
+
+def compiled(code, names):
+    key = (code, names)
+    found = CACHE.get(key)
+    if found is not None:
+        return found
+    try:
+        found = (compile(code, "<code>", "exec"), False)
+    except SyntaxError as error:
+        if "outside function" not in str(error.msg):
+            raise
+        tree = ast.parse(code, "<code>")
+        head = ast.parse("def __aos_main__(" + ", ".join(RESERVED + names) + "):\n    pass")
+        tail = ast.parse("return locals().get('result')")
+        function = head.body[0]
+        function.body = tree.body + tail.body
+        module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
+        found = (compile(module, "<code>", "exec"), True)
+    if len(CACHE) >= CACHE_MAX:
+        CACHE.pop(next(iter(CACHE)))
+    CACHE[key] = found
+    return found
+
+
+def run(request):
+    args = request.get("args")
+    args = args if isinstance(args, dict) else {"args": args}
+    names = tuple(sorted(
+        k for k in args
+        if isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) and k not in RESERVED
+    ))
+    code, wrapped = compiled(request["code"], names)
+    scope = {"__name__": "__aos_code__", "__builtins__": builtins}
+    for alias, module in (request.get("libs") or {}).items():
+        scope[alias] = importlib.import_module(module)
+    random.seed(request.get("seed"))
+    own = {name: args[name] for name in names}
+    sys.stdout = Prints()
+    try:
+        if wrapped:
+            exec(code, scope)
+            return scope["__aos_main__"](args, args, **own)
+        scope.update(own, input_data=args, context=args)
+        exec(code, scope)
+        return scope.get("result")
+    finally:
+        sys.stdout = sys.stderr
+
+
+for line in proto_in:
+    try:
+        answer = {"ok": to_wire(run(from_wire(json.loads(line))))}
+    except BaseException as error:  # SystemExit too: the code must leave a result
+        answer = {"error": {"type": type(error).__name__, "message": str(error)[:2000]}}
+    proto_out.write((json.dumps(answer, allow_nan=False) + "\n").encode())
+"""
+
+
+class WorkerError(Exception):
+    """A call the worker could not answer: `code` says why (`python.timeout`,
+    `python.crashed`, `python.output_too_large`)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    """How a pool runs its workers."""
+
+    python: str = sys.executable
+    workers_max: int = WORKERS_MAX_DEFAULT
+    worker_calls_max: int = WORKER_CALLS_MAX_DEFAULT
+    output_bytes_max: int = OUTPUT_BYTES_MAX_DEFAULT
+
+
+class Worker:
+    """One worker process and the calls it has served."""
+
+    def __init__(self, options: PoolOptions) -> None:
+        self.options = options
+        self.calls = 0
+        self.process = subprocess.Popen(
+            [options.python, "-I", "-c", WORKER, str(CODE_CACHE_MAX)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,  # the code's errors and stray writes reach the adapter's stderr
+            start_new_session=True,  # its own process group: a kill takes its children too
+        )
+        self._pending = b""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def call(self, request: dict[str, Any], timeout_s: float) -> Any:
+        """The decoded answer to one request. Raises WorkerError (the worker is then dead)."""
+        assert self.process.stdin is not None
+        self.calls += 1
+        line = json.dumps(cbor.to_json(request), allow_nan=False).encode() + b"\n"
+        try:
+            self.process.stdin.write(line)
+            self.process.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            self.kill()
+            raise WorkerError("python.crashed", "the python worker exited") from None
+        answer = self._read_line(time.monotonic() + timeout_s, timeout_s)
+        try:
+            return json.loads(answer)
+        except ValueError:
+            self.kill()
+            raise WorkerError("python.crashed", "the python worker answered garbage") from None
+
+    def _read_line(self, deadline: float, timeout_s: float) -> bytes:
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        data = self._pending
+        while b"\n" not in data:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.kill()
+                raise WorkerError("python.timeout", f"the code ran over {timeout_s:g} s")
+            chunk = os.read(fd, _READ_CHUNK_BYTES)
+            if not chunk:
+                code = self.process.wait()
+                raise WorkerError("python.crashed", f"the python worker exited ({code})")
+            data += chunk
+            if len(data) > self.options.output_bytes_max:
+                self.kill()
+                raise WorkerError(
+                    "python.output_too_large",
+                    f"the result is over {self.options.output_bytes_max} bytes",
+                )
+        line, _, self._pending = data.partition(b"\n")
+        return line
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def close(self) -> None:
+        """Let it finish (its stdin closes), or kill it."""
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class WorkerPool:
+    """Idle workers, reused call after call; at most `workers_max` run at once."""
+
+    def __init__(self, options: PoolOptions | None = None) -> None:
+        self.options = options or PoolOptions()
+        self._idle: list[Worker] = []
+        self._running = 0
+        self._ready = threading.Condition()
+        self.started = 0  # workers started so far (tests assert reuse with it)
+
+    def run(self, request: dict[str, Any], timeout_s: float) -> Any:
+        worker = self._acquire()
+        healthy = False
+        try:
+            answer = worker.call(request, timeout_s)
+            healthy = True
+            return answer
+        finally:
+            self._release(worker, healthy)
+
+    def _acquire(self) -> Worker:
+        with self._ready:
+            while not self._idle and self._running >= self.options.workers_max:
+                self._ready.wait()
+            self._running += 1
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.alive():
+                    return worker
+        try:
+            worker = Worker(self.options)
+        except BaseException:
+            self._release(None, False)
+            raise
+        self.started += 1
+        return worker
+
+    def _release(self, worker: Worker | None, healthy: bool) -> None:
+        retire = worker is not None and (
+            not healthy or worker.calls >= self.options.worker_calls_max
+        )
+        if worker is not None and retire:
+            worker.close()
+        with self._ready:
+            self._running -= 1
+            if worker is not None and not retire:
+                self._idle.append(worker)
+            self._ready.notify()
+
+    def close(self) -> None:
+        with self._ready:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.close()
+
+
+_POOLS: dict[PoolOptions, WorkerPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def pool_for(options: PoolOptions) -> WorkerPool:
+    """The process-wide pool for these options (made on first use, closed at exit)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(options)
+        if pool is None:
+            pool = _POOLS[options] = WorkerPool(options)
+        return pool
+
+
+@atexit.register
+def _close_pools() -> None:
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.close()

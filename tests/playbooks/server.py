@@ -1,0 +1,68 @@
+"""A local HTTP server for playbook runs: the endpoints the corpus and seed examples call."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlparse
+
+PAGES = 3
+"""/data and /endpoints/* pages: 1..PAGES."""
+
+
+class Handler(BaseHTTPRequestHandler):
+    """GET /get echoes the query; /flaky 503s twice, then 200; /data?page=N pages through
+    PAGES pages; /ep/ok?page=N pages too, page 2 503s twice; /ep/missing is 404."""
+
+    calls: ClassVar[list[str]] = []
+    counts: ClassVar[dict[str, int]] = {}
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        self.calls.append(self.path)
+        key = f"{url.path}?{query.get('page', '')}"
+        count = self.counts[key] = self.counts.get(key, 0) + 1
+        if url.path == "/get":
+            self._answer(200, {"args": query, "url": self.path})
+        elif url.path == "/flaky":
+            self._answer(503 if count <= 2 else 200, {"try": count})
+        elif url.path in ("/data", "/ep/ok"):
+            page = int(query.get("page", "1"))
+            if url.path == "/ep/ok" and page == 2 and count <= 2:
+                self._answer(503, {"error": "busy"})
+                return
+            items = [f"p{page}-{i}" for i in range(2)]
+            paging = {"hasMore": page < PAGES, "page": page}
+            self._answer(200, {"paging": paging, "items": items, "data": items})
+        else:
+            self._answer(404, {"error": "not found"})
+
+    def _answer(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_: Any) -> None:
+        return None
+
+
+@contextmanager
+def serving() -> Iterator[str]:
+    Handler.calls = []
+    Handler.counts = {}
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
