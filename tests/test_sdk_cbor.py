@@ -272,3 +272,22 @@ def test_memos_are_bounded_and_never_change_bytes() -> None:
     wide = {f"k{n}": n for n in range(sdk_cbor.MAP_MEMO_KEYS_MAX + 1)}
     assert sdk_cbor.encode(wide) == kernel_cbor.encode(wide)
     assert sdk_cbor.encode(wide) == kernel_cbor.encode(wide)
+
+
+@pytest.mark.parametrize("empty", [[], {}])
+def test_decode_depth_limit_counts_empty_containers(empty: Any) -> None:
+    """An empty list or map read in place still counts against the nesting limit: 64
+    containers deep is accepted, 65 is not (as before the in-place read; the kernel's cbor2
+    decoder lets a 65th through, a difference this test does not cover)."""
+    accepted = []
+    for levels in (63, 64):  # maps around the empty container
+        deep: Any = {"a": empty}
+        for _ in range(levels - 1):
+            deep = {"a": deep}
+        try:
+            sdk_cbor.decode(sdk_cbor.encode(deep, depth_max=100))
+            accepted.append(True)
+        except sdk_cbor.CborError as error:
+            assert error.code == "cbor.depth_exceeded"
+            accepted.append(False)
+    assert accepted == [True, False]

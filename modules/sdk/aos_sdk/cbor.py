@@ -355,6 +355,9 @@ class _Reader:
             elif 0xF4 <= initial <= 0xF6:  # false, true, null
                 result[key] = _SIMPLE_VALUES[initial - 0xF4]
                 offset += 1
+            elif (initial == 0x80 or initial == 0xA0) and left > 0:  # an empty list or map
+                result[key] = [] if initial == 0x80 else {}
+                offset += 1
             elif 0x60 <= initial < 0x78:  # a short text
                 start, offset = offset + 1, offset + 1 + initial - 0x60
                 if offset > size:
