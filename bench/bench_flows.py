@@ -35,7 +35,10 @@ from `ops.start` until `drain()` returns, with the execution completed.
 
 Everything runs on durable worlds (sync on: one fsync'd commit per flush); the same pair
 (chain, tool10) also runs on no-sync worlds, in the same rounds, where the ratio is the CPU
-cost alone (a slow fsync adds the same to both sides and flatters the durable ratio).
+cost alone (a slow fsync adds the same to both sides and flatters the durable ratio). The
+no-sync pair is also timed in CPU seconds (group `..., CPU time`: waiting for a core on a
+machine shared with other jobs inflates wall time, not CPU time), and the median guest fuel
+of one step of each (wasmtime's instruction count: the same on any machine, under any load).
 
 Rows are medians over rounds; a round's sample is the mean of `EXECUTIONS` runs (loops: 1).
 """
@@ -60,6 +63,7 @@ from aos.kernel.wasm import StepResult, StepRunner
 from aos.kernel.world import records
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import CLOCK_MANUAL, World
+from bench.bench_effects import WORKFLOW as CHAIN_WORKFLOW
 from bench.bench_effects import chain_world as _effect_chain_world
 from bench.bench_effects import run_chains
 from bench.harness import Row
@@ -133,10 +137,13 @@ class _Flows:
         self.module, self.limits = runner.module, runner.limits
         step = runner.step
 
+        self.fuel: dict[str, list[int]] = {}
+
         def counting(input_bytes: bytes, **kwargs: Any) -> StepResult:
             self.module_calls += 1
             result = step(input_bytes, **kwargs)
             self.last_step[self.running] = (input_bytes, result.output_bytes)
+            self.fuel.setdefault(self.running, []).append(result.fuel_used)
             return result
 
         runner.step = counting
@@ -216,6 +223,42 @@ class _Counts:
         return {"module_calls": calls, "step_records": steps}
 
 
+def _chain_fuel(chain: World) -> list[int]:
+    """Guest fuel of every step of the effect chain's workflow, as it runs (wasmtime fuel is
+    counted instructions: the one figure here that the machine's load cannot move)."""
+    runner = chain.runtime.runner(CHAIN_WORKFLOW)
+    step, fuel = runner.step, []
+
+    def fueled(input_bytes: bytes, **kwargs: Any) -> StepResult:
+        result = step(input_bytes, **kwargs)
+        fuel.append(result.fuel_used)
+        return result
+
+    runner.step = fueled
+    return fuel
+
+
+class _Cpu:
+    """The CPU time (process time) of a contender's runs, beside their wall time: on a
+    machine shared with other jobs, waiting for a core inflates wall time, not this."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = {}
+
+    def timed(self, name: str, run: Contender) -> Contender:
+        def one() -> float:
+            started = time.process_time()
+            elapsed = run()
+            self.seconds.setdefault(name, []).append(time.process_time() - started)
+            return elapsed
+
+        return one
+
+    def per_round(self, name: str, per_round: int) -> list[float]:
+        runs = self.seconds[name]
+        return [statistics.fmean(runs[i : i + per_round]) for i in range(0, len(runs), per_round)]
+
+
 def _contenders(
     flows: _Flows, chain: World, counts: _Counts, prefix: str = ""
 ) -> dict[str, Contender]:
@@ -244,25 +287,31 @@ def _contenders(
     }
 
 
-def _measure(quick: bool) -> tuple[dict[str, list[float]], _Counts, dict[str, int]]:
+def _measure(quick: bool) -> tuple[dict[str, list[float]], _Counts, dict[str, Any]]:
     """Seconds per execution, one sample per round for each contender, rounds interleaved:
-    round i of every contender (sync on, then the no-sync pair), then round i + 1."""
+    round i of every contender (sync on, then the no-sync pair), then round i + 1. Beside
+    them, the no-sync pair's CPU seconds (`cpu ...`) and the guest fuel of their steps."""
     counts = _Counts()
+    cpu = _Cpu()
     with ExitStack() as stack:
         flows = stack.enter_context(_flow_world(sync=True))
         chain = stack.enter_context(_effect_chain_world(sync=True))
         loose_flows = stack.enter_context(_flow_world(sync=False))
         loose_chain = stack.enter_context(_effect_chain_world(sync=False))
+        chain_fuel = _chain_fuel(loose_chain)
         contenders = _contenders(flows, chain, counts)
         loose = _contenders(loose_flows, loose_chain, counts, prefix="nosync ")
-        contenders["nosync effect"] = loose["nosync effect"]
-        contenders["nosync tool"] = loose["nosync tool"]
+        contenders["nosync effect"] = cpu.timed("effect", loose["nosync effect"])
+        contenders["nosync tool"] = cpu.timed("tool", loose["nosync tool"])
         loops = {"loop", "loop_small"}
         # Warm-up: instances, compiled templates, the first reads of each definition (loop25
         # warms what loop100 runs: the same definition).
         for name, run in contenders.items():
             for _ in range({"loop": 0, "loop_small": 1}.get(name, 2)):
                 run()
+        cpu.seconds.clear()
+        del chain_fuel[:]
+        loose_flows.fuel.clear()
         samples: dict[str, list[float]] = {name: [] for name in contenders}
         for round_ in range(ROUNDS[quick]):
             for name, run in contenders.items():
@@ -279,8 +328,12 @@ def _measure(quick: bool) -> tuple[dict[str, list[float]], _Counts, dict[str, in
         for _ in range(FRESH_ROUNDS[quick]):
             for name, run in fresh.items():
                 samples[name].append(run())
-        sizes = dict(flows.sizes)
-    return samples, counts, sizes
+        for name in ("effect", "tool"):
+            samples[f"cpu {name}"] = cpu.per_round(name, EXECUTIONS[quick])
+        facts: dict[str, Any] = dict(flows.sizes)
+        facts["fuel effect"] = statistics.median(chain_fuel)
+        facts["fuel tool"] = statistics.median(loose_flows.fuel[TOOL_NAME])
+    return samples, counts, facts
 
 
 def _row(
@@ -307,10 +360,10 @@ def _per_round(numerator: list[float], denominator: list[float]) -> dict[str, An
 
 def run(quick: bool) -> list[Row]:
     s, counts, sizes = _measure(quick)
+    rows: list[Row] = []
     n, items, small_items = CHAIN_STEPS, LOOP_ITEMS, LOOP_ITEMS_SMALL
     effect = f"python workflow effect step (effect_chain, {n} effects, in-process noop adapter)"
     tool = f"flow tool-call step (tool10: {n} echo calls in a chain, LocalAdapters)"
-    rows: list[Row] = []
     for prefix, sync in (("", "sync on"), ("nosync ", "sync off")):
         group = f"flows.step vs python effect step, {sync}"
         rows += [
@@ -425,4 +478,35 @@ def run(quick: bool) -> list[Row]:
             **_per_round(s[f"fresh {PADDED_NAME}"], s[f"fresh {INLINE_NAME}"]),
         ),
     ]
-    return rows
+    return rows + _cpu_rows(s, sizes)
+
+
+def _cpu_rows(s: dict[str, list[float]], facts: dict[str, Any]) -> list[Row]:
+    """The no-sync pair again in CPU seconds, with the guest fuel of one step of each: the
+    figures to trust when other jobs share the machine."""
+    n = CHAIN_STEPS
+    group = "flows.step vs python effect step, sync off, CPU time"
+    fuel_effect, fuel_tool = facts["fuel effect"], facts["fuel tool"]
+    return [
+        _row(
+            group,
+            f"python workflow effect step (effect_chain; guest fuel {fuel_effect:,.0f} a step)",
+            s["cpu effect"],
+            "effect",
+            divide=n,
+            baseline=True,
+            guest_fuel_per_step=fuel_effect,
+        ),
+        _row(
+            group,
+            f"flow tool-call step (tool10; guest fuel {fuel_tool:,.0f} a step, "
+            f"{fuel_tool / fuel_effect:.2f}x)",
+            s["cpu tool"],
+            "tool-call step",
+            divide=n,
+            target_ratio_max=STEP_RATIO_TARGET,
+            guest_fuel_per_step=fuel_tool,
+            guest_fuel_ratio=float(f"{fuel_tool / fuel_effect:.4g}"),
+            **_per_round(s["cpu tool"], s["cpu effect"]),
+        ),
+    ]

@@ -202,3 +202,45 @@ def test_errors_carry_stable_codes_and_hints() -> None:
     assert body["code"] == "cbor.trailing_bytes"
     assert body["hint"]
     assert body["detail"] == {"offset": 4}
+
+
+# --------------------------------------------------------------------------------------------
+# same_encoding: when the world may keep a step's own state bytes
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ({"a": [1, "x", None, b"y", True]}, {"a": [1, "x", None, b"y", True]}),
+        ({"n": {"deep": [{"k": 2**64 - 1}]}}, {"n": {"deep": [{"k": 2**64 - 1}]}}),
+        ([], []),
+        ("same", "same"),
+    ],
+)
+def test_same_encoding_of_equal_plain_values(a: Any, b: Any) -> None:
+    assert cbor.same_encoding(a, b)
+    assert cbor.encode(a) == cbor.encode(b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ({"a": 1}, {"a": True}),  # equal under ==, encoded differently
+        ({"a": 1}, {"a": 1.0}),
+        ({"a": 0.0}, {"a": -0.0}),
+        ({"a": float("nan")}, {"a": float("nan")}),
+        ({"a": None}, {}),  # a normalized record fills a missing option field
+        ({"a": 1}, {"b": 1}),
+        ({1: "x"}, {1: "x"}),  # integer keys: unsure, so encoded again
+        ([1, 2], [2, 1]),
+        ((1, 2), [1, 2]),
+    ],
+)
+def test_same_encoding_is_false_when_unsure_or_different(a: Any, b: Any) -> None:
+    assert not cbor.same_encoding(a, b)
+
+
+def test_same_encoding_trusts_identity() -> None:
+    value = {"x": [0.5, {"y": -0.0}]}
+    assert cbor.same_encoding(value, value)
+    assert cbor.same_encoding({"top": value["x"]}, {"top": value["x"]})

@@ -182,3 +182,112 @@ def test_decode_acceptance_matches_kernel_on_arbitrary_bytes(tail: bytes) -> Non
     except sdk_cbor.CborError:
         got = None
     assert got == expected
+
+
+def _more_noncanonical_inputs() -> list[bytes]:
+    p = b"\xd9\xd9\xf7"
+    return [
+        p + b"\x78\x01\x61",  # a 1-byte text with a 1-byte length
+        p + b"\x59\x00\x01\x00",  # 1 byte of bytes with a 2-byte length
+        p + b"\x98\x01\x01",  # an array of 1 with a 1-byte count
+        p + b"\xb8\x01\x61\x61\x01",  # a map of 1 with a 1-byte count
+        p + b"\x39\x00\x10",  # -17 in three bytes
+        p + b"\x1b\x00\x00\x00\x00\xff\xff\xff\xff",  # 2**32 - 1 in nine bytes
+        p + b"\xa2\x02\x01\x01\x01",  # integer keys out of order
+        p + b"\xa2\x62\x61\x61\x01\x61\x62\x02",  # a longer key before a shorter one
+        p + b"\xa1\x61\x61\xa2\x61\x62\x01\x61\x61\x02",  # out of order one level down
+        p + b"\xfa\x7f\xc0\x00\x00",  # NaN as a single
+        p + b"\xfa\x7f\x80\x00\x00",  # infinity as a single
+        p + b"\xfb\x3f\xf8\x00\x00\x00\x00\x00\x00",  # 1.5 as a double
+        p + b"\xf9\x7e\x01",  # a NaN with a payload
+        p + b"\x82\x18\x01\x01",  # a non-shortest integer, then more items
+        p + b"\xa2\x61\x62\x01\x61\x61",  # keys out of order, then truncated
+    ]
+
+
+@pytest.mark.parametrize("data", _more_noncanonical_inputs(), ids=lambda d: d.hex())
+def test_decode_checks_canonical_form_while_reading(data: bytes) -> None:
+    with pytest.raises(sdk_cbor.CborError) as sdk_caught:
+        sdk_cbor.decode(data)
+    with pytest.raises(kernel_cbor.CborError) as kernel_caught:
+        kernel_cbor.decode(data)
+    # Structural faults come first, canonical form last: the kernel's order.
+    assert sdk_caught.value.code == kernel_caught.value.code
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(values, st.data())
+def test_decode_acceptance_matches_kernel_on_mutated_encodings(value: Any, data: Any) -> None:
+    """Canonical encodings with one byte changed: mostly near misses (a head one width too
+    wide, keys swapped), which only the canonical check rejects."""
+    encoded = bytearray(kernel_cbor.encode(value))
+    at = data.draw(st.integers(min_value=3, max_value=len(encoded) - 1))
+    encoded[at] = data.draw(st.integers(min_value=0, max_value=255))
+    try:
+        expected: Any = kernel_cbor.decode(bytes(encoded))
+    except kernel_cbor.CborError:
+        expected = None
+    try:
+        got: Any = sdk_cbor.decode(bytes(encoded))
+    except sdk_cbor.CborError:
+        got = None
+    assert (got is None) == (expected is None)
+    if got is not None:
+        assert sdk_cbor.encode(got) == bytes(encoded)
+
+
+def test_trusted_decode_skips_only_the_canonical_check() -> None:
+    p = b"\xd9\xd9\xf7"
+    assert sdk_cbor.decode(p + b"\xa2\x61\x62\x01\x61\x61\x02", trusted=True) == {"b": 1, "a": 2}
+    assert sdk_cbor.decode(p + b"\x18\x01", trusted=True) == 1
+    for malformed in (p + b"\xa2\x61\x61\x01\x61\x61\x02", p + b"\x82\x01", p + b"\xf7"):
+        with pytest.raises(sdk_cbor.CborError):
+            sdk_cbor.decode(malformed, trusted=True)
+
+
+class _Text(str):
+    pass
+
+
+def test_memoized_map_shapes_still_check_key_types() -> None:
+    """The key-order memo is keyed by the keys; equal keys of another type (True == 1, a str
+    subclass equal to its text) must still be refused, also once the shape is memoized."""
+    assert sdk_cbor.encode({1: "x", "a": None}) == kernel_cbor.encode({1: "x", "a": None})
+    for bad in ({True: "x", "a": None}, {1: "x", _Text("a"): None}, {1.0: "x", "a": None}):
+        with pytest.raises(sdk_cbor.CborError) as caught:
+            sdk_cbor.encode(bad)
+        assert caught.value.code == "cbor.key_type"
+    assert sdk_cbor.encode({"a": "memoized text"}) == kernel_cbor.encode({"a": "memoized text"})
+    with pytest.raises(sdk_cbor.CborError) as caught:
+        sdk_cbor.encode({"a": _Text("memoized text")})
+    assert caught.value.code == "cbor.unsupported_value"
+
+
+def test_memos_are_bounded_and_never_change_bytes() -> None:
+    many = [{f"key{n}": n, "shared": f"text{n}"} for n in range(sdk_cbor.MAP_MEMO_MAX + 50)]
+    for value in many:
+        assert sdk_cbor.encode(value) == kernel_cbor.encode(value)
+    long_text = "x" * (sdk_cbor.TEXT_MEMO_CHARS_MAX + 1)
+    assert sdk_cbor.encode({"t": long_text}) == kernel_cbor.encode({"t": long_text})
+    wide = {f"k{n}": n for n in range(sdk_cbor.MAP_MEMO_KEYS_MAX + 1)}
+    assert sdk_cbor.encode(wide) == kernel_cbor.encode(wide)
+    assert sdk_cbor.encode(wide) == kernel_cbor.encode(wide)
+
+
+@pytest.mark.parametrize("empty", [[], {}])
+def test_decode_depth_limit_counts_empty_containers(empty: Any) -> None:
+    """An empty list or map read in place still counts against the nesting limit: 64
+    containers deep is accepted, 65 is not (as before the in-place read; the kernel's cbor2
+    decoder lets a 65th through, a difference this test does not cover)."""
+    accepted = []
+    for levels in (63, 64):  # maps around the empty container
+        deep: Any = {"a": empty}
+        for _ in range(levels - 1):
+            deep = {"a": deep}
+        try:
+            sdk_cbor.decode(sdk_cbor.encode(deep, depth_max=100))
+            accepted.append(True)
+        except sdk_cbor.CborError as error:
+            assert error.code == "cbor.depth_exceeded"
+            accepted.append(False)
+    assert accepted == [True, False]

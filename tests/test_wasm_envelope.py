@@ -317,3 +317,15 @@ def test_trap_frames_keep_names_only() -> None:
     ]
     many = "\n".join(f"  {i}: 0x{i:x} - m!f{i}" for i in range(20))
     assert trap_frames(RuntimeError(many)) == [f"m!f{i}" for i in range(8)]
+
+
+def test_decode_output_keeps_the_values_it_decoded() -> None:
+    """The world reads state and ann from the output without decoding them again."""
+    state, ann = {"n": [1, {"m": None}]}, {"events": [{"event": "x"}]}
+    data = encode_output(StepOutput(state=cbor.encode(state), ann=cbor.encode(ann)))
+    output = decode_output(data, StepLimits())
+    assert output.state_value() == state and output.ann_value() == ann
+    bare = StepOutput(state=cbor.encode(state))  # built by hand: decoded on demand
+    assert bare.state_value() == state and bare.ann_value() is None
+    assert StepOutput(None).state_value() is None
+    assert output == StepOutput(state=cbor.encode(state), ann=cbor.encode(ann))

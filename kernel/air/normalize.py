@@ -209,6 +209,12 @@ class _Normalizer:
         since its encoding orders map keys canonically whatever order they are in (this is
         on the hot path: a flow's whole state is `any`). Paths are spelled only for an
         error."""
+        if not _plain_any(value, depth_left):
+            self._check_any(value, path, depth_left)
+        return list(value) if type(value) is tuple else value
+
+    def _check_any(self, value: Any, path: str, depth_left: int) -> None:
+        """`_any`'s checks one item at a time: raises for the first fault, with its path."""
         stack: list[tuple[Any, Any, int]] = [(value, path, depth_left)]
         while stack:
             item, where, left = stack.pop()
@@ -237,7 +243,6 @@ class _Normalizer:
                     stack.append((child, (where, f".{key}"), left - 1))
             else:
                 stack.extend((child, (where, f"[{i}]"), left - 1) for i, child in enumerate(item))
-        return list(value) if type(value) is tuple else value
 
     # Containers ---------------------------------------------------------------------------
 
@@ -561,6 +566,33 @@ def _expect_text_keyed_map(value: Any, kind: str, path: str) -> dict[str, Any]:
         if type(key) is not str:
             raise ValueInvalidError(f"{kind} keys are text, got {_describe(key)}", path=path)
     return value
+
+
+_ANY_LEAVES = frozenset({type(None), bool, str, bytes, float})
+_ANY_CONTAINERS = frozenset({list, tuple, dict})
+_ANY_KEYS = frozenset({str, int})
+
+
+def _plain_any(value: Any, depth_left: int) -> bool:
+    """Whether `_check_any` would accept `value`, with the types of each container's items
+    gathered at C speed and no path kept (a flow's whole state passes here every step)."""
+    kind = type(value)
+    if kind in _ANY_LEAVES:
+        return True
+    if kind is int:
+        return bool(-(2**64) <= value <= 2**64 - 1)
+    if kind not in _ANY_CONTAINERS or depth_left <= 0:
+        return False
+    if kind is dict:
+        if not _ANY_KEYS.issuperset(map(type, value)):
+            return False
+        items: Any = value.values()
+    else:
+        items = value
+    if _ANY_LEAVES.issuperset(map(type, items)):
+        return True
+    left = depth_left - 1
+    return all(_plain_any(item, left) for item in items if type(item) not in _ANY_LEAVES)
 
 
 def _any_path(where: Any) -> str:

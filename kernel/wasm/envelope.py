@@ -24,7 +24,7 @@ The output is checked strictly: anything else is a step fault, and nothing of it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aos.kernel import cbor
@@ -105,6 +105,9 @@ class EmittedEffect:
     issuer_ref: str | None = None
 
 
+_UNDECODED: Any = object()
+
+
 @dataclass(frozen=True, slots=True)
 class StepOutput:
     """A validated output envelope. `state is None` deletes the cell."""
@@ -115,6 +118,24 @@ class StepOutput:
     ann: bytes | None = None
     cancel: tuple[str, ...] = ()  # issuer_refs of the cell's open intents to close
     reads: tuple[str, ...] = ()  # a read request: nothing else of the output counts
+    # `state` and `ann` decoded: `decode_output` decodes them to check them and keeps the
+    # values, so the world does not decode them again (read them with the methods below).
+    _state_value: Any = field(default=_UNDECODED, compare=False, repr=False)
+    _ann_value: Any = field(default=_UNDECODED, compare=False, repr=False)
+
+    def state_value(self) -> Any:
+        """The value `state` encodes (None when there is no state)."""
+        return _decoded(self.state, self._state_value)
+
+    def ann_value(self) -> Any:
+        """The value `ann` encodes (None when there is no annotation)."""
+        return _decoded(self.ann, self._ann_value)
+
+
+def _decoded(data: bytes | None, kept: Any) -> Any:
+    if data is None:
+        return None
+    return cbor.decode(data) if kept is _UNDECODED else kept
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,7 +253,7 @@ def decode_output(data: bytes, limits: StepLimits, *, module_hash: str | None = 
     _check_counts(len(events), len(effects), limits, module_hash)
     cancel = _texts(body.get("cancel", []), "$.cancel", limits.cancels_per_step_max, module_hash)
     reads = _texts(body.get("reads", []), "$.reads", limits.reads_per_step_max, module_hash)
-    ann = _optional_value(body.get("ann"), "$.ann", module_hash)
+    ann, ann_value = _optional_value(body.get("ann"), "$.ann", module_hash)
     if ann is not None and len(ann) > limits.ann_bytes_max:
         raise StepAnnotationTooLargeError(
             f"the annotation is {len(ann)} bytes; the limit is {limits.ann_bytes_max}",
@@ -240,13 +261,16 @@ def decode_output(data: bytes, limits: StepLimits, *, module_hash: str | None = 
             ann_bytes=len(ann),
             ann_bytes_max=limits.ann_bytes_max,
         )
+    state, state_value = _optional_value(body["state"], "$.state", module_hash)
     return StepOutput(
-        state=_optional_value(body["state"], "$.state", module_hash),
+        state=state,
         domain_events=tuple(_event(item, index, module_hash) for index, item in enumerate(events)),
         effects=tuple(_effect(item, index, module_hash) for index, item in enumerate(effects)),
         ann=ann,
         cancel=cancel,
         reads=reads,
+        _state_value=state_value,
+        _ann_value=ann_value,
     )
 
 
@@ -336,16 +360,21 @@ def _text(item: object, path: str, module_hash: str | None) -> str:
     return item
 
 
-def _optional_value(item: object, path: str, module_hash: str | None) -> bytes | None:
-    return None if item is None else _value(item, path, module_hash)
+def _optional_value(item: object, path: str, module_hash: str | None) -> tuple[bytes | None, Any]:
+    """An optional embedded value: its bytes and the value they encode (None, None)."""
+    return (None, None) if item is None else _embedded(item, path, module_hash)
 
 
 def _value(item: object, path: str, module_hash: str | None) -> bytes:
     """An embedded value: bytes that are themselves a canonical encoding."""
+    return _embedded(item, path, module_hash)[0]
+
+
+def _embedded(item: object, path: str, module_hash: str | None) -> tuple[bytes, Any]:
+    """An embedded value's bytes and the value they encode (a step fault unless canonical)."""
     if not isinstance(item, bytes):
         raise _malformed(f"expected bytes, found {_kind(item)}", path, module_hash)
-    _decode_embedded(item, path, module_hash)
-    return item
+    return item, _decode_embedded(item, path, module_hash)
 
 
 def _decode_embedded(data: bytes, path: str, module_hash: str | None) -> object:

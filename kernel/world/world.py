@@ -44,7 +44,7 @@ from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store import open_store
 from aos.kernel.store.codec import SEQ_MAX
 from aos.kernel.store.interface import Store
-from aos.kernel.wasm import StepFault, StepResult, WasmEngine, encode_input
+from aos.kernel.wasm import StepFault, StepOutput, StepResult, WasmEngine, encode_input
 from aos.kernel.world import receipts, records
 from aos.kernel.world.cellindex import CellIndex
 from aos.kernel.world.cells import (
@@ -948,7 +948,7 @@ class World:
         state: bytes | None = None
         if output.state is not None:
             try:
-                state = cbor.encode(normalize(cbor.decode(output.state), workflow.state, schemas))
+                state = _normalized_state(output, workflow.state, schemas)
             except (AirError, cbor.CborError) as error:
                 raise StepStateInvalidError(str(error), module=module) from None
         events: list[tuple[str, Any, list[Delivery]]] = []
@@ -971,7 +971,7 @@ class World:
                     f"{error.code}: {error}", path=path, module=module, route_code=error.code
                 ) from None
             events.append((emitted.schema, value, deliveries))
-        ann = self._checked_annotation(workflow, output.ann, module)
+        ann = self._checked_annotation(workflow, output, module)
         effects = [
             admit(
                 emitted,
@@ -987,12 +987,12 @@ class World:
         ]
         return StepOutcome(state, events, effects, result.fuel_used, ann, output.cancel)
 
-    def _checked_annotation(self, workflow: DefWorkflow, ann: bytes | None, module: str) -> Any:
+    def _checked_annotation(self, workflow: DefWorkflow, output: StepOutput, module: str) -> Any:
         """The step's annotation as the step record carries it: normalized against the
         workflow's `annotations` schema when it declares one."""
-        if ann is None:
+        if output.ann is None:
             return None
-        value = cbor.decode(ann)
+        value = output.ann_value()
         if workflow.annotations is None:
             return value
         try:
@@ -1332,6 +1332,18 @@ class World:
             "open_intents": len(self._open_intents),
             "queued": len(self._scheduler),
         }
+
+
+def _normalized_state(output: StepOutput, state_type: Any, schemas: Any) -> bytes:
+    """A step's output state as the cell keeps it: its value normalized against the
+    workflow's state schema, canonically encoded. When normalizing changed nothing (the
+    usual case: an `any` field is checked in place), the output's own bytes, which
+    `decode_output` proved canonical, are kept without encoding the value again."""
+    value = output.state_value()
+    normalized = normalize(value, state_type, schemas)
+    if output.state is not None and cbor.same_encoding(normalized, value):
+        return output.state
+    return cbor.encode(normalized)
 
 
 def _head_usable(store: Store) -> bool:

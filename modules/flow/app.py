@@ -11,6 +11,7 @@ from typing import Any
 
 import execution
 import registry
+import warmup
 
 from aos_sdk import Context, Workflow, export
 
@@ -29,5 +30,7 @@ def on_exec_event(state: Any, event: Any, ctx: Context) -> Any:
 def on_registry_event(state: Any, event: Any, ctx: Context) -> Any:
     return registry.on_event(state, event, ctx)
 
+
+warmup.warm(flow, EXEC_EVENT)
 
 WitWorld = export(flow)

@@ -83,3 +83,8 @@ def _refs(value: Any) -> list[str]:
         elif type(item) is list:
             stack.extend(reversed(item))
     return found
+
+
+def forget() -> None:
+    """Empty the memo of decoded blobs (after the import-time warm-up, `warmup.py`)."""
+    _DECODED.clear()

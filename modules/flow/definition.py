@@ -524,3 +524,8 @@ def nested_lists(task: dict[str, Any]) -> list[tuple[list[Any], list[dict[str, A
     if task["do"] == "repeat":
         return [(["tasks"], task["tasks"])]
     return []
+
+
+def forget() -> None:
+    """Empty the memo of decoded definitions (after the import-time warm-up, `warmup.py`)."""
+    _CACHE.clear()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import compact
 import definition
 import engine
 import keychain
@@ -36,11 +37,12 @@ def on_event(state: Any, event: Any, ctx: Any) -> Any:
     if state is None:  # no such execution: nothing to change, nothing to create
         ctx.annotate({"events": [_stale_event(tag, value, "no execution")]})
         return DELETE
-    apply, stale = _resolve(state, tag, value)
+    working = compact.expanded(state)
+    apply, stale = _resolve(working, tag, value)
     if apply is None:
         ctx.annotate({"events": [stale]})
         return state
-    return _apply(state, ctx, apply)
+    return _apply(working, ctx, apply)
 
 
 def _resolve(
@@ -240,7 +242,7 @@ def _apply(state: dict[str, Any], ctx: Any, apply: Callable[[Run], None]) -> Any
         others = state["business"] if missing.blob_hash != state["definition"] else None
         ctx.require(blobs.request(missing.blob_hash, others))
     ctx.annotate(history.value())
-    return state
+    return compact.compacted(state)
 
 
 def _run(run: Run, apply: Callable[[Run], None]) -> None:

@@ -13,6 +13,7 @@ if str(FLOW_DIR) not in sys.path:
     sys.path.insert(0, str(FLOW_DIR))
 
 import app  # noqa: E402
+import compact  # noqa: E402
 
 from aos.kernel import cbor  # noqa: E402
 from aos.kernel.hashing import hash_bytes  # noqa: E402
@@ -290,7 +291,9 @@ class Execution:
 
     @property
     def engine(self) -> dict[str, Any]:
-        return self.state["engine"]
+        """The engine state as the interpreter reads it (the stored records leave out the
+        fields at their defaults, spec/11 §3.1)."""
+        return compact.expanded(self.state)["engine"]
 
     def state_bytes(self) -> bytes:
         return cbor.encode(self.state)

@@ -217,3 +217,22 @@ def test_a_late_receipt_for_a_cancelled_call_is_refused_after_cancel(flows: Flow
         flows.adapters.settle(str(call["intent"]), "aos/echo@1", "ok", {})
     assert late.value.code == "receipt.intent_cancelled"
     assert flows.state()["status"] == "cancelled"
+
+
+def test_a_stored_state_leaves_out_its_default_fields_and_replays(tmp_path: Path) -> None:
+    """spec/11 §3.1: a waiting execution's records are stored without their default fields,
+    and a world of such states replays byte for byte."""
+    flows = make_flow_world(tmp_path / "w")
+    with flows.world:
+        flows.run("name: t/wait\nsteps: [{name: a, tasks: [{do: wait_signal, signal: go}]}]")
+        [wait] = flows.waits().values()
+        assert None not in wait.values() and (wait["kind"], wait["signal"]) == ("signal", "go")
+        [token] = flows.state()["engine"]["tokens"].values()
+        [frame] = token["frames"]
+        assert None not in frame.values() and frame["wait"] in flows.waits()
+        assert None not in flows.state()["engine"].values()
+        ops.signal(flows.world, "e1", "go", None)
+        flows.adapters.drain()
+        assert flows.state()["status"] == "completed"
+    report = replay.verify(tmp_path / "w")
+    assert report.ok, report.divergence

@@ -12,6 +12,11 @@ with hypothesis). The rules:
 * no tags inside a value; stored and hashed values start with tag 55799 (`d9 d9 f7`).
 
 `decode` is strict: anything but the one canonical encoding of a value is rejected.
+
+Every step decodes its input and encodes its output with this module, in an interpreter that
+runs inside WebAssembly, so it is written for speed: the encodings of short texts and the
+sorted key order of each map shape are memoized (bounded tables; the bytes never depend on
+them), and the decoder checks canonical form while it reads instead of re-encoding.
 """
 
 from __future__ import annotations
@@ -24,10 +29,22 @@ SELF_DESCRIBE_PREFIX = b"\xd9\xd9\xf7"
 NESTING_DEPTH_MAX_DEFAULT = 64
 INT_MIN = -(2**64)
 INT_MAX = 2**64 - 1
+# Memo bounds: texts up to TEXT_MEMO_CHARS_MAX characters, maps up to MAP_MEMO_KEYS_MAX keys.
+TEXT_MEMO_MAX = 4096
+TEXT_MEMO_CHARS_MAX = 64
+MAP_MEMO_MAX = 1024
+MAP_MEMO_KEYS_MAX = 32
 
 _NAN = b"\xf9\x7e\x00"
 _POS_INF = b"\xf9\x7c\x00"
 _NEG_INF = b"\xf9\xfc\x00"
+_KEY_TYPES = frozenset({str, int})
+# The smallest argument each head width may carry in canonical form (additional info 24-27).
+_SHORTEST_MIN = {24: 24, 25: 0x100, 26: 0x10000, 27: 0x100000000}
+_SIMPLE_VALUES = (False, True, None)  # f4, f5, f6
+
+_TEXT_MEMO: dict[str, bytes] = {}
+_MAP_MEMO: dict[tuple[Any, ...], tuple[tuple[Any, bytes], ...]] = {}
 
 
 class CborError(ValueError):
@@ -54,54 +71,64 @@ def encode(
     return bytes(out)
 
 
-def _head(out: bytearray, major: int, arg: int) -> None:
+def _head_bytes(major: int, arg: int) -> bytes:
     tag = major << 5
     if arg < 24:
-        out.append(tag | arg)
-    elif arg < 0x100:
-        out.append(tag | 24)
-        out.append(arg)
-    elif arg < 0x10000:
-        out.append(tag | 25)
-        out += arg.to_bytes(2, "big")
-    elif arg < 0x100000000:
-        out.append(tag | 26)
-        out += arg.to_bytes(4, "big")
-    else:
-        out.append(tag | 27)
-        out += arg.to_bytes(8, "big")
+        return bytes((tag | arg,))
+    if arg < 0x100:
+        return bytes((tag | 24, arg))
+    if arg < 0x10000:
+        return bytes((tag | 25,)) + arg.to_bytes(2, "big")
+    if arg < 0x100000000:
+        return bytes((tag | 26,)) + arg.to_bytes(4, "big")
+    return bytes((tag | 27,)) + arg.to_bytes(8, "big")
+
+
+def _text_bytes(value: str) -> bytes:
+    """A text's encoding, head included (memoized for short texts: keys, names, ids)."""
+    found = _TEXT_MEMO.get(value)
+    if found is not None:
+        return found
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CborError("cbor.unsupported_value", "text is not valid Unicode") from None
+    encoded = _head_bytes(3, len(raw)) + raw
+    if len(value) <= TEXT_MEMO_CHARS_MAX and len(_TEXT_MEMO) < TEXT_MEMO_MAX:
+        _TEXT_MEMO[value] = encoded
+    return encoded
 
 
 def _encode_into(out: bytearray, value: Any, depth_left: int) -> None:
     # Exact type checks, as in the kernel: subclasses (IntEnum, str subclasses, OrderedDict)
     # are rejected rather than encoded by accident.
     kind = type(value)
-    if value is None:
+    if kind is str:
+        out += _text_bytes(value)
+    elif kind is dict:
+        if depth_left <= 0:
+            _check_depth(depth_left)
+        _encode_map(out, value, depth_left)
+    elif kind is int:
+        if 0 <= value < 24:
+            out.append(value)
+        else:
+            _encode_int(out, value)
+    elif value is None:
         out.append(0xF6)
     elif kind is bool:
         out.append(0xF5 if value else 0xF4)
-    elif kind is int:
-        _encode_int(out, value)
-    elif kind is float:
-        out += _float_bytes(value)
-    elif kind is str:
-        try:
-            raw = value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise CborError("cbor.unsupported_value", "text is not valid Unicode") from None
-        _head(out, 3, len(raw))
-        out += raw
-    elif kind is bytes:
-        _head(out, 2, len(value))
-        out += value
     elif kind is list or kind is tuple:
-        _check_depth(depth_left)
-        _head(out, 4, len(value))
+        if depth_left <= 0:
+            _check_depth(depth_left)
+        out += _head_bytes(4, len(value))
         for item in value:
             _encode_into(out, item, depth_left - 1)
-    elif kind is dict:
-        _check_depth(depth_left)
-        _encode_map(out, value, depth_left)
+    elif kind is float:
+        out += _float_bytes(value)
+    elif kind is bytes:
+        out += _head_bytes(2, len(value))
+        out += value
     else:
         raise CborError("cbor.unsupported_value", f"cannot encode a value of type {kind.__name__}")
 
@@ -115,9 +142,9 @@ def _encode_int(out: bytearray, value: int) -> None:
     if not INT_MIN <= value <= INT_MAX:
         raise CborError("cbor.integer_range", f"integer {value} is outside -2**64 .. 2**64-1")
     if value >= 0:
-        _head(out, 0, value)
+        out += _head_bytes(0, value)
     else:
-        _head(out, 1, -1 - value)
+        out += _head_bytes(1, -1 - value)
 
 
 def _float_bytes(value: float) -> bytes:
@@ -138,21 +165,52 @@ def _float_bytes(value: float) -> bytes:
 
 
 def _encode_map(out: bytearray, value: dict[Any, Any], depth_left: int) -> None:
-    entries: list[tuple[bytes, Any]] = []
-    for key, item in value.items():
+    keys = tuple(value)
+    # Equal tuples of exactly-str/int keys name the same keys, so a memo hit is only trusted
+    # once the key types are checked (True == 1 and a str subclass equals its text).
+    if not _KEY_TYPES.issuperset(map(type, keys)):
+        _reject_key(keys)
+    order = _MAP_MEMO.get(keys)
+    if order is None:
+        order = _key_order(keys, depth_left)
+        if len(keys) <= MAP_MEMO_KEYS_MAX and len(_MAP_MEMO) < MAP_MEMO_MAX:
+            _MAP_MEMO[keys] = order
+    count = len(order)
+    out += bytes((0xA0 | count,)) if count < 24 else _head_bytes(5, count)
+    left = depth_left - 1
+    memo = _TEXT_MEMO
+    for key, key_bytes in order:
+        out += key_bytes
+        item = value[key]
+        # Inline the commonest items (memoized texts, small integers, null): a call less each.
+        kind = type(item)
+        if kind is str and item in memo:
+            out += memo[item]
+        elif kind is int and 0 <= item < 24:
+            out.append(item)
+        elif item is None:
+            out.append(0xF6)
+        else:
+            _encode_into(out, item, left)
+
+
+def _key_order(keys: tuple[Any, ...], depth_left: int) -> tuple[tuple[Any, bytes], ...]:
+    entries: list[tuple[Any, bytes]] = []
+    for key in keys:
+        key_out = bytearray()
+        _encode_into(key_out, key, depth_left - 1)
+        entries.append((key, bytes(key_out)))
+    entries.sort(key=lambda entry: (len(entry[1]), entry[1]))
+    return tuple(entries)
+
+
+def _reject_key(keys: tuple[Any, ...]) -> None:
+    for key in keys:
         key_kind = type(key)
         if key_kind is not str and key_kind is not int:
             raise CborError(
                 "cbor.key_type", f"map key of type {key_kind.__name__} (keys are text or integers)"
             )
-        key_out = bytearray()
-        _encode_into(key_out, key, depth_left - 1)
-        entries.append((bytes(key_out), item))
-    entries.sort(key=lambda entry: (len(entry[0]), entry[0]))
-    _head(out, 5, len(entries))
-    for key_bytes, item in entries:
-        out += key_bytes
-        _encode_into(out, item, depth_left - 1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,102 +227,162 @@ def decode(
     (malformed or truncated bytes, trailing bytes, indefinite lengths, tags, simple values
     other than false/true/null, duplicate or non-text/int keys, non-shortest forms).
 
-    `trusted` skips only the last check, that the bytes are the shortest, sorted encoding
-    (a re-encode, about half the cost): for bytes the kernel built and checked itself, the
-    step's input envelope. Everything else is still checked while reading."""
+    Canonical form (shortest heads and floats, sorted map keys) is checked while reading and
+    reported only once the bytes are otherwise well formed, as the kernel reports it.
+    `trusted` skips that check: for bytes the kernel built and checked itself, the step's
+    input envelope. Everything else is still checked while reading."""
     raw = bytes(data)
     if not raw.startswith(SELF_DESCRIBE_PREFIX):
         raise CborError(
             "cbor.non_canonical", "canonical bytes start with the self-describe tag d9d9f7"
         )
-    value, end = _Reader(raw, depth_max).item(len(SELF_DESCRIBE_PREFIX), depth_max)
+    reader = _Reader(raw, depth_max, check_canonical=not trusted)
+    value, end = reader.item(len(SELF_DESCRIBE_PREFIX), depth_max)
     if end != len(raw):
         raise CborError("cbor.trailing_bytes", f"{len(raw) - end} bytes follow the data item")
-    if not trusted and encode(value, depth_max=depth_max) != raw:
+    if reader.non_canonical:
         raise CborError(
             "cbor.non_canonical", "the bytes are not the canonical encoding of their value"
         )
     return value
 
 
+def _truncated() -> CborError:
+    return CborError("cbor.truncated", "the input ends inside a data item")
+
+
 class _Reader:
-    def __init__(self, data: bytes, depth_max: int) -> None:
+    __slots__ = ("check", "data", "depth_max", "non_canonical", "size")
+
+    def __init__(self, data: bytes, depth_max: int, *, check_canonical: bool) -> None:
         self.data = data
+        self.size = len(data)
         self.depth_max = depth_max
+        self.check = check_canonical
+        self.non_canonical = False
 
-    def _take(self, offset: int, size: int) -> bytes:
-        end = offset + size
-        if end > len(self.data):
-            raise CborError("cbor.truncated", "the input ends inside a data item")
-        return self.data[offset:end]
-
-    def _head(self, offset: int) -> tuple[int, int, int, int]:
-        initial = self._take(offset, 1)[0]
+    def item(self, offset: int, depth_left: int) -> tuple[Any, int]:
+        data = self.data
+        if offset >= self.size:
+            raise _truncated()
+        start = offset
+        initial = data[offset]
         major, info = initial >> 5, initial & 0x1F
         offset += 1
         if info < 24:
-            return major, info, info, offset
-        if info <= 27:
-            size = 1 << (info - 24)
-            return major, info, int.from_bytes(self._take(offset, size), "big"), offset + size
-        if info == 31:
+            arg = info
+        elif info <= 27:
+            end = offset + (1 << (info - 24))
+            if end > self.size:
+                raise _truncated()
+            arg = int.from_bytes(data[offset:end], "big")
+            offset = end
+            if self.check and major != 7 and arg < _SHORTEST_MIN[info]:
+                self.non_canonical = True
+        elif info == 31:
             raise CborError("cbor.indefinite_length", "aos accepts definite lengths only")
-        raise CborError("cbor.malformed", f"reserved additional information {info}")
-
-    def item(self, offset: int, depth_left: int) -> tuple[Any, int]:
-        major, info, arg, offset = self._head(offset)
+        else:
+            raise CborError("cbor.malformed", f"reserved additional information {info}")
+        if major == 3:
+            end = offset + arg
+            if end > self.size:
+                raise _truncated()
+            try:
+                return data[offset:end].decode("utf-8"), end
+            except UnicodeDecodeError:
+                raise CborError("cbor.malformed", "text string is not valid UTF-8") from None
         if major == 0:
             return arg, offset
+        if major == 5 or major == 4:
+            if depth_left <= 0:
+                raise CborError("cbor.depth_exceeded", "nesting is deeper than the limit")
+            if major == 5:
+                return self._map(arg, offset, depth_left)
+            return self._array(arg, offset, depth_left)
+        if major == 7:
+            return self._simple(info, arg, start, offset)
         if major == 1:
             return -1 - arg, offset
         if major == 2:
-            return self._take(offset, arg), offset + arg
-        if major == 3:
-            try:
-                return self._take(offset, arg).decode("utf-8"), offset + arg
-            except UnicodeDecodeError:
-                raise CborError("cbor.malformed", "text string is not valid UTF-8") from None
-        if major == 6:
-            raise CborError("cbor.unknown_tag", f"tag {arg} is not allowed inside a value")
-        if major == 7:
-            return self._simple(info, arg, offset)
-        if depth_left <= 0:
-            raise CborError("cbor.depth_exceeded", "nesting is deeper than the limit")
-        if major == 4:
-            return self._array(arg, offset, depth_left)
-        return self._map(arg, offset, depth_left)
+            end = offset + arg
+            if end > self.size:
+                raise _truncated()
+            return data[offset:end], end
+        raise CborError("cbor.unknown_tag", f"tag {arg} is not allowed inside a value")
 
     def _array(self, count: int, offset: int, depth_left: int) -> tuple[Any, int]:
         items: list[Any] = []
+        append, item, left = items.append, self.item, depth_left - 1
         for _ in range(count):
-            item, offset = self.item(offset, depth_left - 1)
-            items.append(item)
+            value, offset = item(offset, left)
+            append(value)
         return items, offset
 
     def _map(self, count: int, offset: int, depth_left: int) -> tuple[Any, int]:
         result: dict[Any, Any] = {}
+        data, item, left, check = self.data, self.item, depth_left - 1, self.check
+        previous = b""
+        size = self.size
         for _ in range(count):
-            key, offset = self.item(offset, depth_left - 1)
-            if type(key) is not str and type(key) is not int:
-                raise CborError("cbor.key_type", "map keys must be text strings or integers")
+            key_start = offset
+            initial = data[offset] if offset < size else 0
+            if 0x60 <= initial < 0x78:  # a short text key, most keys: read in place
+                offset += 1 + initial - 0x60
+                if offset > size:
+                    raise _truncated()
+                try:
+                    key = data[key_start + 1 : offset].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CborError("cbor.malformed", "text string is not valid UTF-8") from None
+            else:
+                key, offset = item(offset, left)
+                if type(key) is not str and type(key) is not int:
+                    raise CborError("cbor.key_type", "map keys must be text strings or integers")
             if key in result:
                 raise CborError("cbor.duplicate_key", f"map key {key!r} appears twice")
-            result[key], offset = self.item(offset, depth_left - 1)
+            if check:
+                # Keys ascend by encoded length, then bytewise (duplicates are caught above).
+                key_bytes = data[key_start:offset]
+                if len(key_bytes) < len(previous) or (
+                    len(key_bytes) == len(previous) and key_bytes < previous
+                ):
+                    self.non_canonical = True
+                previous = key_bytes
+            initial = data[offset] if offset < size else 0xFF
+            if initial < 0x18:  # a small unsigned integer
+                result[key] = initial
+                offset += 1
+            elif 0xF4 <= initial <= 0xF6:  # false, true, null
+                result[key] = _SIMPLE_VALUES[initial - 0xF4]
+                offset += 1
+            elif (initial == 0x80 or initial == 0xA0) and left > 0:  # an empty list or map
+                result[key] = [] if initial == 0x80 else {}
+                offset += 1
+            elif 0x60 <= initial < 0x78:  # a short text
+                start, offset = offset + 1, offset + 1 + initial - 0x60
+                if offset > size:
+                    raise _truncated()
+                try:
+                    result[key] = data[start:offset].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CborError("cbor.malformed", "text string is not valid UTF-8") from None
+            else:
+                result[key], offset = item(offset, left)
         return result, offset
 
-    def _simple(self, info: int, arg: int, offset: int) -> tuple[Any, int]:
+    def _simple(self, info: int, arg: int, start: int, offset: int) -> tuple[Any, int]:
         if info == 20:
             return False, offset
         if info == 21:
             return True, offset
         if info == 22:
             return None, offset
-        if info == 25:
-            return struct.unpack(">e", arg.to_bytes(2, "big"))[0], offset
-        if info == 26:
-            return struct.unpack(">f", arg.to_bytes(4, "big"))[0], offset
-        if info == 27:
-            return struct.unpack(">d", arg.to_bytes(8, "big"))[0], offset
+        if 25 <= info <= 27:
+            fmt = (">e", ">f", ">d")[info - 25]
+            value = struct.unpack(fmt, arg.to_bytes(1 << (info - 24), "big"))[0]
+            if self.check and _float_bytes(value) != self.data[start:offset]:
+                self.non_canonical = True
+            return value, offset
         raise CborError(
             "cbor.unsupported_value",
             "simple values other than false, true and null are not allowed",

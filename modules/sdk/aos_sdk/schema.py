@@ -86,8 +86,13 @@ def to_value(obj: Any) -> Any:
     if kind in _PLAIN_TYPES:
         return obj
     if kind is dict:
+        # A map or list of plain items (checked at C speed) is copied as it is.
+        if _PLAIN_TYPES.issuperset(map(type, obj.values())):
+            return dict(obj)
         return {key: to_value(item) for key, item in obj.items()}
     if kind is list:
+        if _PLAIN_TYPES.issuperset(map(type, obj)):
+            return list(obj)
         return [to_value(item) for item in obj]
     if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
         return obj
