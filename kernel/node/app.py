@@ -31,7 +31,8 @@ from aos.kernel.node.errors import (
     http_status,
 )
 from aos.kernel.node.human import InboxError
-from aos.kernel.node.node import CELLS_LIMIT_DEFAULT, JOURNAL_LIMIT_DEFAULT, Node
+from aos.kernel.node.node import Node
+from aos.kernel.node.read_api import add_read_routes
 
 API_VERSION = "1"
 CBOR_MEDIA_TYPE = "application/cbor"
@@ -62,6 +63,7 @@ def create_app(node: Node) -> FastAPI:
     )
     _add_error_handlers(app)
     _add_routes(app, node)
+    add_read_routes(app, node)
     _add_receipt_schema(app)
     app.add_middleware(
         BodyLimit,
@@ -92,20 +94,6 @@ def _add_routes(app: FastAPI, node: Node) -> None:
     ) -> dict[str, Any]:
         """The state of one cell (leave `key` out for an unkeyed workflow)."""
         return await node.state(workflow, _json_text(key, "$.key"), key is not None)
-
-    @app.get("/v1/cells/{workflow:path}", response_model=models.CellsResponse, tags=["world"])
-    async def get_cells(workflow: str, limit: int = CELLS_LIMIT_DEFAULT) -> dict[str, Any]:
-        """A workflow's cells in key-hash order."""
-        return await node.cells(workflow, limit)
-
-    @app.get("/v1/journal", response_model=models.JournalResponse, tags=["world"])
-    async def get_journal(
-        from_seq: int = Query(1, alias="from", ge=1),
-        limit: int = JOURNAL_LIMIT_DEFAULT,
-        kind: str | None = None,
-    ) -> dict[str, Any]:
-        """Journal records from `from` on, optionally only those of one kind."""
-        return await node.journal(from_seq, limit, kind)
 
     @app.post("/v1/leases", response_model=models.LeaseResponse, tags=["adapters"])
     async def post_leases(request: models.LeaseRequest) -> dict[str, Any]:

@@ -130,6 +130,7 @@ _STATUS_BY_CODE = {
     "node.task_unknown": 404,
     "node.human_disabled": 409,
     "node.busy": 503,
+    "gov.unknown_proposal": 404,
     # The flow operations' codes (aos.flows, served by the same app).
     "flow.unknown": 404,
     "flow.version_unknown": 404,

@@ -1300,6 +1300,20 @@ class World:
             )
         return found
 
+    def cell_info(self, workflow: str, key_bytes: bytes | None) -> CellInfo | None:
+        """One cell by its canonical key bytes (None if it does not exist)."""
+        cell = self._table(workflow).get(key_bytes)
+        if cell is None:
+            return None
+        return CellInfo(
+            workflow=workflow,
+            key=cbor.decode(cell.key) if cell.key else None,
+            key_bytes=cell.key,
+            state_hash=cell.state_hash,
+            status=self.status_of(workflow, cell.key),
+            last_active_seq=cell.last_active_seq,
+        )
+
     def open_intents(self) -> list[dict[str, Any]]:
         return [intent.to_value(key) for key, intent in sorted(self._open_intents.items())]
 
