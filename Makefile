@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-full bench-setup fault fault-ci clean
+.PHONY: setup demo test test-fast test-ui chromium lint bench bench-full bench-setup fault fault-ci clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -38,6 +38,16 @@ test: lint
 
 test-fast: setup
 	$(BIN)/python -m pytest -x -q
+
+# The web inspector in a real browser (part of `make test` too; ~45 s): Playwright drives the
+# system's chromium, never a browser of its own (`playwright install` is not used).
+CHROMIUM ?= /usr/bin/chromium
+
+chromium:
+	@test -x $(CHROMIUM) || { echo "the browser tests need chromium: apt-get install -y chromium" >&2; exit 1; }
+
+test-ui: setup chromium
+	$(BIN)/python -m pytest -m ui -q tests/inspector
 
 # Fault injection (tests/fault): SIGKILL a workload at random and named points, reopen, check
 # that no acknowledged input is lost, replay verifies, and no intent is lost or doubled.

@@ -30,12 +30,14 @@ import uvicorn
 
 from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, table, world_option
 from aos.flows.http import add_flow_routes
+from aos.flows.pages import add_flow_pages
 from aos.kernel.adapters.keys import read_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node import limits as node_limits
 from aos.kernel.node.app import create_app
 from aos.kernel.node.errors import JsonInvalidError, NodeConfigError
 from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
+from aos.kernel.node.inspector import add_inspector
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
 
@@ -170,6 +172,7 @@ def up_command(
     try:
         app = create_app(node)
         add_flow_routes(app, node)  # answers world.workflow_unknown on a world without flows
+        add_flow_pages(app, add_inspector(app, node))  # the web inspector, at /ui
         config = uvicorn.Config(
             app,
             host=host,
@@ -201,7 +204,7 @@ def _announce(url: str, node: Node, human: HumanAdapter | None, as_json: bool) -
         click.echo(json.dumps(line, sort_keys=True))
     else:
         click.echo(f"aos node: world {node.world_id}")
-        click.echo(f"aos node: serving at {url}  (API: {url}/openapi.json)")
+        click.echo(f"aos node: serving at {url}  (API: {url}/openapi.json, inspector: {url}/ui)")
         if human is not None:
             click.echo(f"aos node: human tasks for {human.name}  (`aos task ls --node {url}`)")
     host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")

@@ -48,10 +48,16 @@ def bounds_of(node: Node) -> views.Bounds:
 def journal_filter(
     world: World, kinds: list[str], workflow: str | None, key: str | None, failed: bool
 ) -> views.JournalFilter:
-    cell = views.cell_ref(world, workflow, key) if workflow else None
-    if cell is None and key is not None:
-        raise views.QueryInvalidError("a key filter needs its workflow", path="$.key")
-    return views.JournalFilter(views.kinds_of(kinds), cell, failed)
+    """Records of these kinds, of the cell `workflow` and `key` name (`workflow` alone: of
+    any of its cells), only failures."""
+    if workflow is None:
+        if key is not None:
+            raise views.QueryInvalidError("a key filter needs its workflow", path="$.key")
+        return views.JournalFilter(views.kinds_of(kinds), None, failed)
+    if key is None:
+        world.runtime.workflow(workflow)  # raises world.workflow_unknown
+        return views.JournalFilter(views.kinds_of(kinds), None, failed, workflow)
+    return views.JournalFilter(views.kinds_of(kinds), views.cell_ref(world, workflow, key), failed)
 
 
 def add_read_routes(app: FastAPI, node: Node) -> None:

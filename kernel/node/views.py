@@ -259,7 +259,12 @@ def timeline(
 
 
 def _timeline_entry(world: World, seq: int, record: dict[str, Any]) -> dict[str, Any]:
-    entry: dict[str, Any] = {"seq": seq, "kind": record["kind"], "record": cbor.to_json(record)}
+    entry: dict[str, Any] = {
+        "seq": seq,
+        "kind": record["kind"],
+        "record": cbor.to_json(record),
+        "input": None,
+    }
     input_seq = record.get("input")
     if isinstance(input_seq, int):
         taken = record_at(world, input_seq)
@@ -316,12 +321,13 @@ def state_at(world: World, seq: int, bounds: Bounds) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class JournalFilter:
-    """Which records a journal page keeps: of these kinds (none: all), of this cell's, only
-    failures."""
+    """Which records a journal page keeps: of these kinds (none: all), of this cell's (or, with
+    `workflow` alone, of any cell of that workflow), only failures."""
 
     kinds: frozenset[str] = frozenset()
     cell: CellRef | None = None
     failed: bool = False
+    workflow: str | None = None
 
 
 def journal(
@@ -370,12 +376,14 @@ def _matcher(world: World, where: JournalFilter) -> Callable[[dict[str, Any]], b
             return False
         if where.failed and kind not in FAILED_KINDS:
             return False
-        if where.cell is not None:
-            origin = record.get("origin") if kind == records.EFFECT_INTENT else record
-            if not isinstance(origin, dict) or "workflow" not in origin:
-                return False
-            return bool(origin["workflow"] == where.cell.workflow and origin["key"] == key_bytes)
-        return True
+        if where.cell is None and where.workflow is None:
+            return True
+        origin = record.get("origin") if kind == records.EFFECT_INTENT else record
+        if not isinstance(origin, dict) or "workflow" not in origin:
+            return False
+        if where.cell is None:
+            return bool(origin["workflow"] == where.workflow)
+        return bool(origin["workflow"] == where.cell.workflow and origin["key"] == key_bytes)
 
     return wanted
 
