@@ -29,8 +29,10 @@ from tests.test_node import (
     receipt,
     send,
 )
+from tests.test_world import COUNTER_C, create, inc
 
 GLOBAL = "demo/global@1"
+COUNTER_EVENT = "demo/CounterEvent@1"
 
 
 @pytest.fixture
@@ -133,6 +135,33 @@ def test_the_state_a_step_left_is_shown_while_stored(client: TestClient) -> None
     assert shown["state_hash"] == last_step["record"]["state"]
     error = error_of(client.get("/v1/steps/1/state"), 400)
     assert error["code"] == "query.invalid" and "manifest" in error["message"]
+
+
+def test_a_reclaimed_state_is_rebuilt_by_a_bounded_replay(tmp_path: Path) -> None:
+    path = tmp_path / "counter"
+    with create(path, COUNTER_C) as world:  # one cell whose every state differs: 1, 3, 6, 10
+        for by in (1, 2, 3, 4):
+            world.send(COUNTER_EVENT, inc("a", by))
+    limits = NodeLimits(state_replay_records_max=5)
+    with open_node(path, limits=limits) as node:
+        client = TestClient(create_app(node))
+        steps = get(client, "/v1/journal", kind="step")["records"]
+        assert [s["seq"] for s in steps] == [3, 5, 7, 9]
+        before = get(client, "/v1/journal", limit=1000)
+        kept = get(client, "/v1/steps/9/state")
+        assert kept["stored"] is True and kept["state"]["value"] == {"count": 10, "resets": 0}
+        rebuilt = get(client, "/v1/steps/5/state")
+        assert rebuilt["stored"] is False and rebuilt["replayed"] == 4  # records 2 to 5
+        assert rebuilt["state"]["value"] == {"count": 3, "resets": 0}
+        assert rebuilt["state_hash"] == steps[1]["record"]["state"]
+        # Records 2 to 6 are five: at the limit. The step at 7 would replay six: refused.
+        assert get(client, "/v1/steps/3/state")["state"]["value"]["count"] == 1
+        error = error_of(client.get("/v1/steps/7/state"), 400)
+        assert error["code"] == "replay.too_long" and error["detail"] == {"limit": 5}
+        # A replay only reads: the journal is as it was, and the world goes on.
+        assert get(client, "/v1/journal", limit=1000) == before
+        sent = client.post("/v1/events", json={"schema": COUNTER_EVENT, "value": inc("a", 5)})
+        assert sent.status_code == 200 and sent.json()["report"]["steps"] == 1
 
 
 def test_a_large_state_is_shown_by_size_and_hash(world_path: Path) -> None:

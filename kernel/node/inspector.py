@@ -178,9 +178,17 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
     @app.get(UI_PATH + "/steps/{seq}/state", include_in_schema=False)
     async def state_at(request: Request, seq: int) -> Response:
-        return await page(
-            request, "state_at.html", lambda world: {"at": views.state_at(world, seq, bounds)}
-        )
+        def read(world: World) -> dict[str, Any]:
+            # A fragment of the cell page: a refusal (a replay too long, say) is shown in it.
+            try:
+                found = views.state_at(
+                    world, seq, bounds, replay_records_max=node.limits.state_replay_records_max
+                )
+            except AosError as error:
+                return {"seq": seq, "at": None, "error": error}
+            return {"seq": seq, "at": found, "error": None}
+
+        return await page(request, "state_at.html", read)
 
     @app.get(UI_PATH + "/journal", include_in_schema=False)
     async def journal(

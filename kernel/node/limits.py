@@ -26,6 +26,9 @@ CELLS_PER_REQUEST_MAX_DEFAULT = 10_000
 VALUE_BYTES_SHOWN_MAX_DEFAULT = 64 * 1024
 """Largest value (a state, encoded) the read API and the inspector show; a larger one is
 shown by its size and hash."""
+STATE_REPLAY_RECORDS_MAX_DEFAULT = 20_000
+"""Most records a read may replay to rebuild the state at a step the store no longer keeps
+(on the host thread, so it holds up writes meanwhile)."""
 TAIL_STREAMS_MAX_DEFAULT = 16
 """Live tails (`GET /v1/journal/stream`) open at once; past it a new one is `node.busy`."""
 TAIL_POLL_MS_DEFAULT = 250
@@ -55,6 +58,7 @@ class NodeLimits:
     cells_per_request_max: int = CELLS_PER_REQUEST_MAX_DEFAULT
     tasks_per_request_max: int = TASKS_PER_REQUEST_MAX_DEFAULT
     value_bytes_shown_max: int = VALUE_BYTES_SHOWN_MAX_DEFAULT
+    state_replay_records_max: int = STATE_REPLAY_RECORDS_MAX_DEFAULT
     tail_streams_max: int = TAIL_STREAMS_MAX_DEFAULT
     tail_poll_ms: int = TAIL_POLL_MS_DEFAULT
     tail_stream_ms_max: int = TAIL_STREAM_MS_MAX_DEFAULT

@@ -113,7 +113,11 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
     @app.get("/v1/steps/{seq}/state", tags=["read"])
     async def get_state_at(seq: int) -> dict[str, Any]:
         """The state step record `seq` left its cell in (while the store still has it)."""
-        return await node.host.run(lambda world: views.state_at(world, seq, bounds))
+        return await node.host.run(
+            lambda world: views.state_at(
+                world, seq, bounds, replay_records_max=node.limits.state_replay_records_max
+            )
+        )
 
     @app.get("/v1/journal", response_model=models.JournalResponse, tags=["read"])
     async def get_journal(

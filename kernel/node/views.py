@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from aos.kernel import cbor
+from aos.kernel import cbor, replay
 from aos.kernel.adapters.signing import verify_body
 from aos.kernel.hashing import hash_bytes, is_hash
 from aos.kernel.node.errors import CellMissingError, NodeError, NodeLimitExceededError
@@ -289,9 +289,10 @@ def signature_status(world: World, receipt_record: dict[str, Any]) -> str:
     return SIGNATURE_INVALID
 
 
-def state_at(world: World, seq: int, bounds: Bounds) -> dict[str, Any]:
-    """The state a step record left its cell in, while the store still has it (superseded
-    states are reclaimed unless the world keeps them, or a snapshot names them)."""
+def state_at(world: World, seq: int, bounds: Bounds, *, replay_records_max: int) -> dict[str, Any]:
+    """The state a step record left its cell in: from the store while it still has it, else
+    rebuilt by a checked replay from the latest snapshot before it (superseded states are
+    reclaimed), when that replays at most `replay_records_max` records (`replay.too_long`)."""
     record = record_at(world, seq)
     if record["kind"] != records.STEP:
         raise QueryInvalidError(f"record {seq} is a {record['kind']}, not a step", path="$.seq")
@@ -302,16 +303,19 @@ def state_at(world: World, seq: int, bounds: Bounds) -> dict[str, Any]:
         "key": cbor.to_json(cbor.decode(record["key"]) if record["key"] else None),
         "state_hash": state_hash,
         "stored": True,
+        "replayed": 0,
         "state": shown(None, bounds),
     }
     if state_hash is None:
         return body
     data = world.read_blob(str(state_hash))
-    if data is None:
-        body["stored"] = False
-        body["state"] = None
-    else:
+    if data is not None:
         body["state"] = shown(cbor.decode(data) if data else None, bounds)
+        return body
+    rebuilt = replay.state_after(
+        world.store, seq, engine=world.engine, records_max=replay_records_max
+    )
+    body.update(stored=False, replayed=rebuilt.replayed, state=shown(rebuilt.state, bounds))
     return body
 
 

@@ -487,6 +487,12 @@ class World:
         return self._runtime.manifest_hash
 
     @property
+    def engine(self) -> WasmEngine:
+        """The WASM engine this world steps with (a replay of it may share its compiled
+        modules)."""
+        return self._engine
+
+    @property
     def runtime(self) -> Runtime:
         return self._runtime
 

@@ -180,6 +180,16 @@ def test_a_cell_timeline_shows_its_receipts_signatures_and_states(page: Page, ur
     state = page.locator("#state-at .state-at-value")
     expect(state).to_contain_text(APPROVAL_EXEC)
     expect(state).to_contain_text('"status": "running"')
+
+    # The first step's state is superseded, so the store no longer has it: a replay rebuilds it.
+    first_step = [e for e in timeline["entries"] if e["kind"] == "step"][-1]
+    at = api(url, f"/v1/steps/{first_step['seq']}/state")
+    assert at["stored"] is False and at["replayed"] > 0
+    page.locator(f'tr[data-seq="{first_step["seq"]}"] .state-button').click()
+    expect(page.locator("#state-at .rebuilt")).to_contain_text(
+        f"replaying {at['replayed']} records"
+    )
+    expect(state).to_contain_text(f'"engine_version": {at["state"]["value"]["engine_version"]}')
     shot(page, "cell-timeline")
 
 
