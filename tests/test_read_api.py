@@ -1,4 +1,4 @@
-"""The node's HTTP read API (spec/04 §9.2) over a real world, in process: cells with status
+"""The node's HTTP read API (spec/04 §9.4) over a real world, in process: cells with status
 filters and keyset paging, a cell's timeline with receipts and their signature status, the
 state at a step, journal pages both ways with kind, cell and failure filters, traces, open
 intents with their leases, proposals, the live tail; and every bad parameter refused with its

@@ -1,4 +1,4 @@
-"""The node's HTTP read API (spec/04-effects.md §9.2): everything the CLI can show, as JSON,
+"""The node's HTTP read API (spec/04-effects.md §9.4): everything the CLI can show, as JSON,
 over the read layer (views.py) the web inspector shares.
 
     GET /v1/overview                      world, workflows, intents, proposals at a glance

@@ -1,4 +1,4 @@
-"""The node's read layer (spec/04-effects.md §9.2): every query the HTTP read API and the web
+"""The node's read layer (spec/04-effects.md §9.4): every query the HTTP read API and the web
 inspector show, written once over a `World`.
 
 Each function is a pure read that runs on the node's host thread (the world's one writer, so
@@ -54,7 +54,7 @@ SIGNATURE_ADAPTER_UNKNOWN = "adapter_unknown"
 
 class QueryInvalidError(NodeError):
     code = "query.invalid"
-    hint = "a read parameter is out of range or malformed (spec/04 §9.2 lists them)"
+    hint = "a read parameter is out of range or malformed (spec/04 §9.4 lists them)"
 
 
 @dataclass(frozen=True)
