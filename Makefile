@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: setup demo test test-fast test-ui chromium lint bench bench-full bench-setup fault fault-ci clean
+.PHONY: setup demo test test-fast test-ui test-scale chromium lint bench bench-full bench-setup fault fault-ci clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -48,6 +48,11 @@ chromium:
 
 test-ui: setup chromium
 	$(BIN)/python -m pytest -m ui -q tests/inspector
+
+# The journal browser on a world of >100 000 records (~2-3 minutes, mostly making the world):
+# prints how long each read takes.
+test-scale: setup chromium
+	$(BIN)/python -m pytest -q -s tests/inspector/scale_check.py
 
 # Fault injection (tests/fault): SIGKILL a workload at random and named points, reopen, check
 # that no acknowledged input is lost, replay verifies, and no intent is lost or doubled.

@@ -49,6 +49,9 @@ TIMELINE_ROWS = 50
 JOURNAL_ROWS = 100
 CELL_ROWS = 100
 INTENT_ROWS = 200
+PAGE_SCAN_RECORDS_MAX = 10_000
+"""Most journal records one filtered page (journal, timeline) reads, so that a page answers
+in about a second even when nothing matches; its "older" link goes on from there."""
 # Scripts and styles come only from the node itself; htmx's own inline indicator style is
 # turned off in base.html so nothing inline is needed.
 CONTENT_SECURITY_POLICY = (
@@ -128,7 +131,12 @@ def add_inspector(app: FastAPI, node: Node, template_dirs: list[Path] | None = N
 
 def _add_pages(app: FastAPI, inspector: Inspector) -> None:
     node = inspector.node
-    bounds = bounds_of(node)
+    api_bounds = bounds_of(node)
+    bounds = views.Bounds(
+        api_bounds.rows_max,
+        min(api_bounds.scan_max, PAGE_SCAN_RECORDS_MAX),
+        api_bounds.value_bytes_max,
+    )
     page = inspector.page
 
     @app.get(UI_PATH, include_in_schema=False)
