@@ -32,6 +32,7 @@ from fastapi.staticfiles import StaticFiles
 
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
+from aos.kernel.hashing import hash_value
 from aos.kernel.node import views
 from aos.kernel.node.errors import http_status
 from aos.kernel.node.node import Node
@@ -236,7 +237,10 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
             if isinstance(found.get("workflow"), str) and "key" in found:
                 key = cbor.decode(found["key"]) if found["key"] else None
                 cell = {"workflow": found["workflow"], "key": cbor.to_json(key)}
-            return {"seq": seq, "record": cbor.to_json(found), "cell": cell}
+            # Found at once from its own sequence; what it caused is searched from there.
+            target = str(hash_value(found))
+            caused = views.traced(world, target, bounds, seq)
+            return {"seq": seq, "record": cbor.to_json(found), "cell": cell, "trace": caused}
 
         return await page(request, "record.html", read)
 

@@ -11,7 +11,7 @@ over the read layer (views.py) the web inspector shares.
                                           &key= &failed=true &limit=
     GET /v1/journal/stream                server-sent events: every record after ?after=SEQ
     GET /v1/records/{seq}                 one record
-    GET /v1/trace/{hash}                  what a record or intent came from and caused
+    GET /v1/trace/{hash}                  what a record or intent came from and caused: ?from=SEQ
     GET /v1/intents                       open intents with their lease: ?after=INTENT &limit=
     GET /v1/proposals                     governance proposals
     GET /v1/proposals/{id}                one proposal, its patch and its shadow report
@@ -164,9 +164,13 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
         )
 
     @app.get("/v1/trace/{target}", tags=["read"])
-    async def get_trace(target: str) -> dict[str, Any]:
-        """Where a record (by hash) or an intent (by intent hash) came from and what it caused."""
-        return await node.host.run(lambda world: views.traced(world, target, bounds))
+    async def get_trace(
+        target: str, from_seq: int | None = Query(None, alias="from")
+    ) -> dict[str, Any]:
+        """Where a record (by hash) or an intent (by intent hash) came from and what it
+        caused; the search starts at `from` (default 1)."""
+        start = views.sequence(from_seq, "from") or 1
+        return await node.host.run(lambda world: views.traced(world, target, bounds, start))
 
     @app.get("/v1/intents", tags=["read"])
     async def get_intents(after: str | None = None, limit: int | None = None) -> dict[str, Any]:

@@ -460,11 +460,12 @@ def _record(value: Any) -> dict[str, Any]:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {"kind": "?"}
 
 
-def traced(world: World, target: str, bounds: Bounds) -> dict[str, Any]:
-    """What the record (or intent) with hash `target` came from and caused (trace.py)."""
+def traced(world: World, target: str, bounds: Bounds, from_seq: int = 1) -> dict[str, Any]:
+    """What the record (or intent) with hash `target` came from and caused (trace.py),
+    searching from `from_seq` (a record's own sequence finds it at once)."""
     if not is_hash(target):
         raise QueryInvalidError("a trace names a record or intent hash (blake3:...)", path="$.hash")
-    return trace_json(trace(world.store.journal, target, limit=bounds.scan_max))
+    return trace_json(trace(world.store.journal, target, limit=bounds.scan_max, from_seq=from_seq))
 
 
 def trace_json(found: Trace) -> dict[str, Any]:

@@ -62,6 +62,18 @@ def test_every_page_answers_escaped_with_its_headers(client: TestClient) -> None
     assert "demo/noop@1" in intents and "&lt;script&gt;" in intents
 
 
+def test_a_record_page_shows_what_it_caused(client: TestClient) -> None:
+    sent = send(client, "x", "effect")
+    page = client.get(f"/ui/records/{sent['seq']}").text
+    trace = page.split('id="trace"')[1]
+    assert "effect_intent" in trace and "target" in trace and "caused" in trace
+    traced = client.get(f"/v1/trace/{sent['event_hash']}", params={"from": sent["seq"]}).json()
+    assert traced["scanned"] < client.get("/v1/overview").json()["height"]
+    assert [f'data-seq="{e["seq"]}"' in trace for e in traced["entries"]] == [True] * len(
+        traced["entries"]
+    )
+
+
 def test_a_bad_parameter_is_an_error_page_and_nothing_changes(client: TestClient) -> None:
     send(client, "x", "none")
     before = client.get("/v1/journal", params={"limit": 1000}).json()
