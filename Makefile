@@ -34,13 +34,14 @@ lint: setup
 	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos.kernel -p aos.cli -p aos.flows
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not ui"
 
 test-fast: setup
 	$(BIN)/python -m pytest -x -q
 
-# The web inspector in a real browser (part of `make test` too; ~45 s): Playwright drives the
-# system's chromium, never a browser of its own (`playwright install` is not used).
+# The web inspector in a real browser (~45 s alone, minutes on a busy machine, so not part of
+# `make test`; .ci/run runs it): Playwright drives the system's chromium, never a browser of
+# its own (`playwright install` is not used).
 CHROMIUM ?= /usr/bin/chromium
 
 chromium:
