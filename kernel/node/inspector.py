@@ -320,7 +320,8 @@ def summary(record: dict[str, Any]) -> str:
     if kind == records.DOMAIN_EVENT:
         parts = [str(record.get("schema")), _compact(record.get("value"))]
     elif kind in (records.STEP, records.STEP_FAULT, records.DELIVERY_DROPPED):
-        parts = [str(record.get("workflow")), f"input #{record.get('input')}"]
+        cell = f"{record.get('workflow')} {_key_in(record.get('key'))}".rstrip()
+        parts = [cell, f"input #{record.get('input')}"]
         if kind == records.STEP_FAULT:
             parts.append(f"{record.get('code')}: {record.get('message')}")
         if kind == records.DELIVERY_DROPPED:
@@ -339,6 +340,16 @@ def summary(record: dict[str, Any]) -> str:
         parts = [short(record.get("manifest"))]
     text = "  ".join(p for p in parts if p)
     return text if len(text) <= SUMMARY_CHARS_MAX else text[: SUMMARY_CHARS_MAX - 3] + "..."
+
+
+def _key_in(key_json: Any) -> str:
+    """A record's canonical key bytes (in JSON form) as the key's text ("" when unkeyed)."""
+    if key_json is None:
+        return ""
+    try:
+        return key_text(cbor.to_json(cbor.decode(cbor.from_json(key_json))))
+    except AosError:
+        return "(a key that does not decode)"
 
 
 def _compact(value: Any) -> str:

@@ -216,6 +216,7 @@ def test_the_journal_filters_by_kind_cell_and_failure(page: Page, url: str) -> N
     expect(page.locator("#journal-rows tbody tr")).to_have_count(len(expected["records"]))
     assert len(expected["records"]) == 3  # charlie's three steps
     assert "key=%22charlie%22" in page.url
+    shot(page, "journal-filtered")
 
     page.goto("/ui/journal?kind=effect_intent")
     intents = api(url, "/v1/journal", kind="effect_intent", limit=1000)["records"]
@@ -290,6 +291,7 @@ def test_the_live_tail_shows_an_event_sent_during_the_test(page: Page, url: str)
     expect(line).to_contain_text("domain_event")
     expect(line).to_contain_text(COUNTER_EVENT)
     expect(page.locator("#tail li", has_text="step")).not_to_have_count(0)
+    shot(page, "live-tail")
 
 
 def test_a_bad_parameter_is_an_error_page_and_changes_nothing(

@@ -56,6 +56,8 @@ def test_every_page_answers_escaped_with_its_headers(client: TestClient) -> None
         assert "<script>document" not in response.text, path
     cells = client.get(f"/ui/cells/{KEYED}").text
     assert "&lt;script&gt;document.title=&#39;owned&#39;&lt;/script&gt;" in cells
+    journal = client.get("/ui/journal").text
+    assert f"{KEYED} plain  input #" in journal  # a step names its cell by its key
     failed = client.get(f"/ui/cells/{KEYED}?status=failed").text
     assert "plain" in failed and "owned" not in failed  # the filter narrows
     intents = client.get("/ui/intents").text
