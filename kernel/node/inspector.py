@@ -347,9 +347,12 @@ def _key_in(key_json: Any) -> str:
     if key_json is None:
         return ""
     try:
-        return key_text(cbor.to_json(cbor.decode(cbor.from_json(key_json))))
+        data = cbor.from_json(key_json)
+        if isinstance(data, bytes):
+            return key_text(cbor.to_json(cbor.decode(data)))
     except AosError:
-        return "(a key that does not decode)"
+        pass
+    return "(a key that does not decode)"
 
 
 def _compact(value: Any) -> str:
