@@ -287,9 +287,14 @@ def test_bad_parameters_are_refused_and_change_nothing(client: TestClient) -> No
         (client.get("/v1/intents", params={"after": "x"}), 400, "query.invalid"),
         (client.get(f"/v1/proposals/blake3:{'0' * 64}"), 404, "gov.unknown_proposal"),
         (client.get("/v1/journal/stream", params={"after": -1}), 400, "query.invalid"),
+        (client.get("/v1/journal", params={"before": "soon"}), 400, "query.invalid"),
+        (client.get("/v1/journal", params={"failed": "maybe"}), 400, "query.invalid"),
+        (client.get("/v1/steps/last/state"), 400, "query.invalid"),
     ]
     for response, status, code in cases:
         assert error_of(response, status)["code"] == code, response.request.url
+    malformed = error_of(client.get("/v1/journal", params={"before": "soon"}), 400)
+    assert malformed["path"] == "$.before" and "integer" in malformed["message"]
     assert get(client, "/v1/journal", limit=1000) == before
 
 

@@ -26,6 +26,7 @@ from aos.kernel.node.errors import (
     JsonInvalidError,
     MediaTypeUnsupportedError,
     NodeInternalError,
+    QueryInvalidError,
     RequestInvalidError,
     RequestTooLargeError,
     http_status,
@@ -286,6 +287,22 @@ def _add_receipt_schema(app: FastAPI) -> None:
 # Errors
 
 
+def is_read(request: Request) -> bool:
+    """A request to a route of the read API (tag `read`, spec/04 §9.4)."""
+    return "read" in getattr(request.scope.get("route"), "tags", ())
+
+
+def query_invalid(error: RequestValidationError) -> QueryInvalidError:
+    """A read's malformed parameter (not a number, say): `query.invalid`, like any other."""
+    problems = list(error.errors())
+    first: dict[str, Any] = dict(problems[0]) if problems else {}
+    where = [str(part) for part in first.get("loc", ()) if part not in ("query", "path")]
+    return QueryInvalidError(
+        f"{'.'.join(where) or 'a parameter'}: {first.get('msg', 'invalid')}",
+        path="$" + "".join(f".{part}" for part in where),
+    )
+
+
 def error_response(error: AosError) -> JSONResponse:
     return JSONResponse({"error": error.to_dict()}, status_code=http_status(error))
 
@@ -301,11 +318,13 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": error.to_dict()}, status_code=error.http_status)
 
     @app.exception_handler(RequestValidationError)
-    async def on_invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+    async def on_invalid(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = list(error.errors())
         first = problems[0] if problems else {}
         if first.get("type") == "json_invalid":
             return error_response(JsonInvalidError("the body is not JSON", path="$"))
+        if is_read(request):
+            return error_response(query_invalid(error))
         where = [str(part) for part in first.get("loc", ()) if part != "body"]
         invalid = RequestInvalidError(
             f"{first.get('msg', 'invalid request')}",

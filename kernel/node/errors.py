@@ -94,6 +94,11 @@ class MediaTypeUnsupportedError(NodeError):
     hint = "POST /v1/blobs takes the raw bytes as application/octet-stream"
 
 
+class QueryInvalidError(NodeError):
+    code = "query.invalid"
+    hint = "a read parameter is out of range or malformed (spec/04 §9.4 lists them)"
+
+
 class JsonInvalidError(InvalidInputError):
     code = "input.invalid_json"
     hint = 'send one JSON value; bytes are written {"$bytes": "<hex>"}'

@@ -18,6 +18,7 @@ Flow pages are added by `aos.flows.pages` on a world that runs flows.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from urllib.parse import urlencode
 
 import jinja2
 from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -34,6 +36,7 @@ from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_value
 from aos.kernel.node import views
+from aos.kernel.node.app import query_invalid
 from aos.kernel.node.errors import http_status
 from aos.kernel.node.node import Node
 from aos.kernel.node.read_api import bounds_of, journal_filter
@@ -127,7 +130,24 @@ def add_inspector(app: FastAPI, node: Node, template_dirs: list[Path] | None = N
     ]
     app.mount(f"{UI_PATH}/static", StaticFiles(directory=STATIC_DIR), name="inspector-static")
     _add_pages(app, inspector)
+    _show_invalid_parameters(app, inspector)
     return inspector
+
+
+def _show_invalid_parameters(app: FastAPI, inspector: Inspector) -> None:
+    """A page's malformed parameter (`?before=abc`) is an error page, as any refusal is; the
+    API's own handler answers everything else."""
+    api_handler = app.exception_handlers[RequestValidationError]
+
+    async def on_invalid(request: Request, error: Exception) -> Response:
+        if request.url.path.startswith(UI_PATH + "/") or request.url.path == UI_PATH:
+            assert isinstance(error, RequestValidationError)
+            found = query_invalid(error)
+            return inspector.render(request, "error.html", {"error": found}, status=400)
+        answer = api_handler(request, error)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    app.add_exception_handler(RequestValidationError, on_invalid)
 
 
 def _add_pages(app: FastAPI, inspector: Inspector) -> None:

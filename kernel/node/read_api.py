@@ -29,7 +29,7 @@ from fastapi.responses import StreamingResponse
 
 from aos.kernel import cbor
 from aos.kernel.node import models, views
-from aos.kernel.node.errors import NodeBusyError
+from aos.kernel.node.errors import NodeBusyError, QueryInvalidError
 from aos.kernel.node.node import Node
 from aos.kernel.world.world import World
 
@@ -52,7 +52,7 @@ def journal_filter(
     any of its cells), only failures."""
     if workflow is None:
         if key is not None:
-            raise views.QueryInvalidError("a key filter needs its workflow", path="$.key")
+            raise QueryInvalidError("a key filter needs its workflow", path="$.key")
         return views.JournalFilter(views.kinds_of(kinds), None, failed)
     if key is None:
         world.runtime.workflow(workflow)  # raises world.workflow_unknown
@@ -153,7 +153,7 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
         resume = request.headers.get("last-event-id")
         start = int(resume) if resume and resume.isdigit() else after
         if start is not None and start < 0:
-            raise views.QueryInvalidError("after is a sequence number (>= 0)", path="$.after")
+            raise QueryInvalidError("after is a sequence number (>= 0)", path="$.after")
         stream = Tail(node, start, bounds, tails)
         return StreamingResponse(stream.events(request), media_type=STREAM_MEDIA_TYPE)
 

@@ -20,7 +20,7 @@ from typing import Any
 from aos.kernel import cbor, replay
 from aos.kernel.adapters.signing import verify_body
 from aos.kernel.hashing import hash_bytes, is_hash
-from aos.kernel.node.errors import CellMissingError, NodeError, NodeLimitExceededError
+from aos.kernel.node.errors import CellMissingError, NodeLimitExceededError, QueryInvalidError
 from aos.kernel.world import records
 from aos.kernel.world.cellindex import key_hash
 from aos.kernel.world.trace import Trace, trace
@@ -50,11 +50,6 @@ SIGNATURE_VERIFIED = "verified"
 SIGNATURE_INVALID = "invalid"
 SIGNATURE_UNSIGNED = "unsigned"
 SIGNATURE_ADAPTER_UNKNOWN = "adapter_unknown"
-
-
-class QueryInvalidError(NodeError):
-    code = "query.invalid"
-    hint = "a read parameter is out of range or malformed (spec/04 §9.4 lists them)"
 
 
 @dataclass(frozen=True)

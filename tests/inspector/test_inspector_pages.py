@@ -82,6 +82,8 @@ def test_a_bad_parameter_is_an_error_page_and_nothing_changes(client: TestClient
     for path, status, code in [
         ("/ui/journal?kind=nope", 400, "query.invalid"),
         ("/ui/journal?limit=0", 400, "query.invalid"),
+        ("/ui/journal?before=soon", 400, "query.invalid"),
+        ("/ui/records/last", 400, "query.invalid"),
         ("/ui/cells/demo/none@1", 404, "world.workflow_unknown"),
         (f"/ui/cells/{KEYED}?status=odd", 400, "query.invalid"),
         (f"/ui/cell?workflow={KEYED}&key=%22nobody%22", 404, "world.cell_missing"),
