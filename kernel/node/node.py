@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor
+from aos.kernel.node import views
 from aos.kernel.node.errors import (
     CellMissingError,
     HumanDisabledError,
@@ -142,20 +143,9 @@ class Node:
     # -- the world ---------------------------------------------------------------------------
 
     async def info(self) -> dict[str, Any]:
-        def read(world: World) -> dict[str, Any]:
-            status = world.status()
-            return {
-                "world_id": world.world_id,
-                "manifest": status["manifest"],
-                "height": status["height"],
-                "logical_ns": status["logical_ns"],
-                "clock": status["clock"],
-                "workflows": status["workflows"],
-                "open_intents": status["open_intents"],
-                "queued": status["queued"],
-            }
-
-        info = await self.host.run(read)
+        """`GET /v1/world`: the read layer's overview without the proposals."""
+        info = await self.host.run(views.overview)
+        del info["proposals"]
         info["leases"] = self.leases.counts()
         return info
 
