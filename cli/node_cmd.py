@@ -151,7 +151,7 @@ def up_command(
 
     Clients send events and read state, cells and the journal; adapters lease intents and
     post signed receipts; people complete human tasks (`aos task`). The API is described at
-    /openapi.json (and browsable at /docs).
+    /openapi.json (and browsable at /docs); a read-only web inspector is at /ui.
     """
     host, port = _bind(bind)
     if (human_adapter is None) != (human_key is None):
