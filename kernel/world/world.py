@@ -54,6 +54,7 @@ from aos.kernel.world.cells import (
     STATUS_FAILED,
     STATUS_RUNNING,
     STATUS_WAITING,
+    Cell,
     CellTable,
 )
 from aos.kernel.world.effects import AdmittedEffect, admit
@@ -1291,26 +1292,14 @@ class World:
     def cells(self, workflow: str) -> list[CellInfo]:
         """Every cell of a workflow, in key-hash order."""
         self._runtime.workflow(workflow)
-        found = []
-        for _, cell in self._table(workflow).items():
-            key = cbor.decode(cell.key) if cell.key else None
-            found.append(
-                CellInfo(
-                    workflow=workflow,
-                    key=key,
-                    key_bytes=cell.key,
-                    state_hash=cell.state_hash,
-                    status=self.status_of(workflow, cell.key),
-                    last_active_seq=cell.last_active_seq,
-                )
-            )
-        return found
+        return [self._cell_info(workflow, cell) for _, cell in self._table(workflow).items()]
 
     def cell_info(self, workflow: str, key_bytes: bytes | None) -> CellInfo | None:
         """One cell by its canonical key bytes (None if it does not exist)."""
         cell = self._table(workflow).get(key_bytes)
-        if cell is None:
-            return None
+        return None if cell is None else self._cell_info(workflow, cell)
+
+    def _cell_info(self, workflow: str, cell: Cell) -> CellInfo:
         return CellInfo(
             workflow=workflow,
             key=cbor.decode(cell.key) if cell.key else None,
