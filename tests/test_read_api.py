@@ -164,13 +164,21 @@ def test_a_reclaimed_state_is_rebuilt_by_a_bounded_replay(tmp_path: Path) -> Non
         assert sent.status_code == 200 and sent.json()["report"]["steps"] == 1
 
 
-def test_a_large_state_is_shown_by_size_and_hash(world_path: Path) -> None:
-    with open_node(world_path, limits=NodeLimits(value_bytes_shown_max=8)) as node:
-        client = TestClient(create_app(node))
-        send(client, "x", "none")
-        shown = get(client, "/v1/cell", workflow=KEYED, key='"x"')["state"]
-        assert shown["cut"] is True and shown["value"] is None and shown["bytes"] > 8
-        assert shown["hash"].startswith("blake3:")
+def test_a_large_state_is_shown_by_size_and_hash(tmp_path: Path) -> None:
+    def shown_with(bytes_max: int) -> Any:
+        path = make_world(tmp_path / f"w{bytes_max}")
+        with open_node(path, limits=NodeLimits(value_bytes_shown_max=bytes_max)) as node:
+            client = TestClient(create_app(node))
+            send(client, "x", "none")
+            return get(client, "/v1/cell", workflow=KEYED, key='"x"')["state"]
+
+    cut = shown_with(8)
+    assert cut["cut"] is True and cut["value"] is None and cut["hash"].startswith("blake3:")
+    size = cut["bytes"]
+    at_limit = shown_with(size)
+    assert at_limit["cut"] is False and at_limit["value"]["count"] == 1
+    assert at_limit["bytes"] == size
+    assert shown_with(size - 1)["cut"] is True
 
 
 def test_journal_pages_both_ways_with_kind_cell_and_failure_filters(client: TestClient) -> None:
