@@ -26,7 +26,7 @@ HISTORY_SHOWN_MAX = 200
 
 
 def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
-    inspector.env.loader = _with_templates(inspector)
+    inspector.add_templates(TEMPLATES_DIR)
     inspector.nav.append(("Flows", f"{UI_PATH}/flows"))
 
     @app.get(UI_PATH + "/flows", include_in_schema=False)
@@ -36,15 +36,6 @@ def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
     @app.get(UI_PATH + "/flows/executions/{exec_id:path}", include_in_schema=False)
     async def execution(request: Request, exec_id: str) -> Response:
         return await inspector.page(request, "execution.html", lambda w: _execution(w, exec_id))
-
-
-def _with_templates(inspector: Inspector) -> Any:
-    import jinja2
-
-    return jinja2.ChoiceLoader(
-        [loader for loader in [inspector.env.loader] if loader is not None]
-        + [jinja2.FileSystemLoader(str(TEMPLATES_DIR))]
-    )
 
 
 def _listing(world: World) -> dict[str, Any]:

@@ -85,6 +85,13 @@ class Inspector:
             return self.render(request, "error.html", {"error": error}, status=http_status(error))
         return self.render(request, template, context, status=status)
 
+    def add_templates(self, directory: Path) -> None:
+        """Let pages added from elsewhere (flows) render templates of their own folder."""
+        self.env.loader = jinja2.ChoiceLoader(
+            [loader for loader in (self.env.loader,) if loader is not None]
+            + [jinja2.FileSystemLoader(str(directory))]
+        )
+
     def render(
         self, request: Request, template: str, context: dict[str, Any], *, status: int = 200
     ) -> Response:
@@ -119,9 +126,9 @@ def environment(template_dirs: list[Path]) -> jinja2.Environment:
     return env
 
 
-def add_inspector(app: FastAPI, node: Node, template_dirs: list[Path] | None = None) -> Inspector:
+def add_inspector(app: FastAPI, node: Node) -> Inspector:
     """Serve the inspector at /ui; returns it so that other pages (flows) can join it."""
-    inspector = Inspector(node, environment([TEMPLATES_DIR, *(template_dirs or [])]))
+    inspector = Inspector(node, environment([TEMPLATES_DIR]))
     inspector.nav += [
         ("World", UI_PATH),
         ("Journal", f"{UI_PATH}/journal"),
