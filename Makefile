@@ -18,7 +18,7 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12) $(HOME)/.pyenv/versions/
 NOETL_VENV := .venv-noetl
 NOETL_STAMP := $(NOETL_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-full bench-setup bench-noetl-setup fault fault-ci clean
+.PHONY: setup demo test test-fast test-ui test-scale chromium lint bench bench-full bench-setup bench-noetl-setup fault fault-ci clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -43,10 +43,26 @@ lint: setup
 	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos.kernel -p aos.cli -p aos.flows
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not ui"
 
 test-fast: setup
 	$(BIN)/python -m pytest -x -q
+
+# The web inspector in a real browser (~45 s alone, minutes on a busy machine, so not part of
+# `make test`; .ci/run runs it): Playwright drives the system's chromium, never a browser of
+# its own (`playwright install` is not used).
+CHROMIUM ?= /usr/bin/chromium
+
+chromium:
+	@test -x $(CHROMIUM) || { echo "the browser tests need chromium: apt-get install -y chromium" >&2; exit 1; }
+
+test-ui: setup chromium
+	$(BIN)/python -m pytest -m ui -q tests/inspector
+
+# The journal browser on a world of >100 000 records (~2-3 minutes, mostly making the world):
+# prints how long each read takes.
+test-scale: setup chromium
+	$(BIN)/python -m pytest -q -s tests/inspector/scale_check.py
 
 # Fault injection (tests/fault): SIGKILL a workload at random and named points, reopen, check
 # that no acknowledged input is lost, replay verifies, and no intent is lost or doubled.

@@ -30,12 +30,14 @@ import uvicorn
 
 from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, table, world_option
 from aos.flows.http import add_flow_routes
+from aos.flows.pages import add_flow_pages
 from aos.kernel import jsontext
 from aos.kernel.adapters.keys import read_seed
 from aos.kernel.node import limits as node_limits
 from aos.kernel.node.app import create_app
 from aos.kernel.node.errors import NodeConfigError, NodeUnreachableError
 from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
+from aos.kernel.node.inspector import add_inspector
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
 
@@ -152,7 +154,7 @@ def up_command(
 
     Clients send events and read state, cells and the journal; adapters lease intents and
     post signed receipts; people complete human tasks (`aos task`). The API is described at
-    /openapi.json (and browsable at /docs).
+    /openapi.json (and browsable at /docs); a read-only web inspector is at /ui.
     """
     host, port = _bind(bind)
     if (human_adapter is None) != (human_key is None):
@@ -174,6 +176,7 @@ def up_command(
     try:
         app = create_app(node)
         add_flow_routes(app, node)  # answers world.workflow_unknown on a world without flows
+        add_flow_pages(app, add_inspector(app, node))  # the web inspector, at /ui
         config = uvicorn.Config(
             app,
             host=host,
@@ -205,7 +208,7 @@ def _announce(url: str, node: Node, human: HumanAdapter | None, as_json: bool) -
         click.echo(json.dumps(line, sort_keys=True))
     else:
         click.echo(f"aos node: world {node.world_id}")
-        click.echo(f"aos node: serving at {url}  (API: {url}/openapi.json)")
+        click.echo(f"aos node: serving at {url}  (API: {url}/openapi.json, inspector: {url}/ui)")
         if human is not None:
             click.echo(f"aos node: human tasks for {human.name}  (`aos task ls --node {url}`)")
     host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")

@@ -36,11 +36,14 @@ from aos.kernel.air.model import (
     def_hash,
 )
 from aos.kernel.errors import AosError
-from aos.kernel.hashing import Hash, hash_value
+from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.world import records
 from aos.kernel.world.world import World
 
 PROPOSALS_OPEN_MAX_DEFAULT = 64
+SHADOW_STATE_BYTES_MAX_DEFAULT = 16 * 1024
+"""Largest state (encoded) a shadow report keeps, live and proposed, where a cell first
+diverges; a larger one is kept by its size and hash."""
 
 
 class GovError(AosError):
@@ -428,6 +431,10 @@ class CellShadow:
     diverged_at: int | None = None
     difference: str | None = None
     new_effects: list[dict[str, Any]] = field(default_factory=list)
+    # Where the cell first diverged: the state the live step left and the one the proposed
+    # step left (`diverged_states`), so a reader sees them side by side.
+    live_state: dict[str, Any] | None = None
+    proposed_state: dict[str, Any] | None = None
 
     @property
     def outcome(self) -> str:
@@ -442,7 +449,28 @@ class CellShadow:
             "diverged_at": self.diverged_at,
             "difference": self.difference,
             "new_effects": self.new_effects,
+            "live_state": self.live_state,
+            "proposed_state": self.proposed_state,
         }
+
+    def diverged_states(
+        self,
+        live: bytes | None,
+        proposed: bytes | None,
+        *,
+        bytes_max: int = SHADOW_STATE_BYTES_MAX_DEFAULT,
+    ) -> None:
+        """Keep both states (canonical CBOR, None for a deleted cell) as JSON, or by size and
+        hash past `bytes_max`."""
+        self.live_state = _state_shown(live, bytes_max)
+        self.proposed_state = _state_shown(proposed, bytes_max)
+
+
+def _state_shown(data: bytes | None, bytes_max: int) -> dict[str, Any]:
+    if data is None:
+        return {"bytes": 0, "hash": None, "value": None}
+    shown = cbor.to_json(cbor.decode(data)) if len(data) <= bytes_max else None
+    return {"bytes": len(data), "hash": str(hash_bytes(data)), "value": shown}
 
 
 @dataclass

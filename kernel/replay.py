@@ -52,6 +52,16 @@ class SnapshotUnknownError(ReplayError):
     hint = "list snapshots with `aos world journal tail --kind snapshot`"
 
 
+class ReplayTooLongError(ReplayError):
+    code = "replay.too_long"
+    hint = "rebuilding this state would replay more records than allowed; `aos world replay` has no such bound"
+
+
+class NotAStepError(ReplayError):
+    code = "replay.not_a_step"
+    hint = "only a step record leaves a state"
+
+
 @dataclass
 class Divergence:
     """The first place where the replay and the record disagree."""
@@ -277,7 +287,16 @@ class _Replay:
     def _capture(self, seq: int, record: dict[str, Any]) -> None:
         self.produced[seq] = record
 
-    def _replay(self, world: World, report: ReplayReport, *, compare_head: bool = True) -> None:
+    def _replay(
+        self,
+        world: World,
+        report: ReplayReport,
+        *,
+        compare_head: bool = True,
+        partial: bool = False,
+    ) -> None:
+        """Replay records report.start_seq..self.end into `world`, checking each. `partial`:
+        `end` is not the head, so what the last step produced past it is expected."""
         start = report.start_seq
         since_flush = 0
         for seq, recorded in self._recorded(start):
@@ -303,7 +322,7 @@ class _Replay:
         # Work still queued at the recorded head is not stepped: the head comparison checks
         # that the same deliveries are queued.
         extra = sorted(s for s in self.produced if s > self.end)
-        if extra:
+        if extra and not partial:
             seq = extra[0]
             found = self.produced.get(seq)
             raise _DivergedError(
@@ -314,7 +333,7 @@ class _Replay:
 
     def _recorded(self, start: int) -> Iterator[tuple[int, dict[str, Any]]]:
         record: Any
-        for seq, record in self.source.journal.read(start):
+        for seq, record in self.source.journal.read(start, self.end):
             if not isinstance(record, dict) or "kind" not in record:
                 raise _DivergedError(Divergence(seq, "integrity", message="a record is not a map"))
             yield seq, record
@@ -453,6 +472,61 @@ class _Replay:
                     message=f"the replayed head differs from the recorded head in {', '.join(fields)}",
                 )
             )
+
+
+@dataclass(frozen=True)
+class StateAfter:
+    """A state rebuilt by `state_after`: the step's cell and the state it left (None: the
+    step deleted the cell)."""
+
+    workflow: str
+    key: bytes | None
+    state: Any
+    replayed: int  # records replayed to rebuild it
+
+
+def state_after(source: Store, seq: int, *, engine: WasmEngine, records_max: int) -> StateAfter:
+    """The state step record `seq` left its cell in, rebuilt by replaying (record-driven and
+    checked, as an audit does) from the latest snapshot before `seq`, or genesis, through
+    `seq` into a scratch world: for a state the store no longer keeps. Refuses with
+    `replay.too_long` when that would replay more than `records_max` records. Only reads
+    `source` (also the store of an open world, from its own thread)."""
+    found: Any = next(iter(source.journal.read(seq, seq)), (seq, None))[1]
+    if not isinstance(found, dict) or found.get("kind") != records.STEP:
+        raise NotAStepError(f"record {seq} is not a step")
+    with tempfile.TemporaryDirectory() as scratch:
+        replayer = _Replay(source, engine, None, spill_dir=Path(scratch))
+        try:
+            snapshot = replayer._choose_snapshot(seq, None)
+            start = snapshot[0] + 1 if snapshot is not None else 2
+            if seq - start + 1 > records_max:
+                raise ReplayTooLongError(
+                    f"rebuilding the state at {seq} replays {seq - start + 1} records (from "
+                    f"{'the snapshot at ' + str(snapshot[0]) if snapshot else 'genesis'}); "
+                    f"the limit is {records_max}",
+                    limit=records_max,
+                )
+            replayer.end = seq
+            world = (
+                replayer._from_genesis() if snapshot is None else replayer._from_snapshot(*snapshot)
+            )
+            report = ReplayReport(ok=True, start_seq=start, end_seq=seq)
+            replayer._replay(world, report, compare_head=False, partial=True)
+            workflow, key_bytes = str(found["workflow"]), found["key"]
+            info = world.cell_info(workflow, key_bytes)
+            key = cbor.decode(key_bytes) if key_bytes else None
+            state = None if info is None else world.state(workflow, key)
+        except _DivergedError as diverged:
+            raise WorldCorruptError(
+                f"the journal does not replay: {diverged.divergence.message}",
+                seq=diverged.divergence.seq,
+            ) from None
+        finally:
+            replayer.close()
+    rebuilt = None if info is None else str(info.state_hash)
+    if found["state"] is not None and rebuilt != found["state"]:
+        raise WorldCorruptError(f"the rebuilt state at {seq} is not the one its step recorded")
+    return StateAfter(workflow, key_bytes, state, report.records)
 
 
 @dataclass

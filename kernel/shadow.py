@@ -115,6 +115,7 @@ class _Beside:
         if difference is not None and cell.diverged_at is None:
             cell.diverged_at = message.seq
             cell.difference = difference
+            cell.diverged_states(_state_of(live), _state_of(proposed))
         if isinstance(proposed, StepOutcome) and cell.diverged_at is not None:
             # Only a diverged cell needs its own shadow state: for every other cell it is the
             # live state, which the live step's input already carries. Memory grows with the
@@ -142,6 +143,11 @@ class _Beside:
             return self.beside._check_output(message, result, runner.module_hash)
         except StepFault as fault:
             return fault
+
+
+def _state_of(outcome: Any) -> bytes | None:
+    """The state a step left (None: it faulted, or deleted the cell)."""
+    return outcome.state if isinstance(outcome, StepOutcome) else None
 
 
 def _effects(outcome: StepOutcome) -> set[tuple[str, bytes]]:

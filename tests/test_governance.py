@@ -23,7 +23,7 @@ from aos.kernel.air.loader import load_manifest_dir
 from aos.kernel.air.model import canonical_form
 from aos.kernel.errors import AosError
 from aos.kernel.governance import PROPOSALS_OPEN_MAX_DEFAULT, ShadowReport
-from aos.kernel.hashing import Hash, hash_value
+from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.world import records
 from aos.kernel.world.errors import StepBudgetExceededError
 from aos.kernel.world.modules import building_resolver
@@ -209,6 +209,24 @@ def test_a_doubling_upgrade_diverges_on_every_cell(tmp_path: Path) -> None:
         proposal = propose_folder(world, variant(tmp_path, "double", DOUBLE))
     report = run_shadow(path, proposal)
     assert {c.key: c.diverged_at for c in report.cells} == {"a": seqs["a"][0], "b": seqs["b"][0]}
+    # Where each cell diverged, the report keeps the live and the proposed state side by side.
+    by_key = {c.key: c for c in report.cells}
+    assert by_key["b"].live_state is not None and by_key["b"].proposed_state is not None
+    assert by_key["b"].live_state["value"] == {"count": 3, "resets": 0}
+    assert by_key["b"].proposed_state["value"] == {"count": 6, "resets": 0}
+    assert by_key["a"].proposed_state["hash"] != by_key["a"].live_state["hash"]
+
+
+def test_a_diverged_state_past_its_limit_is_kept_by_size_and_hash() -> None:
+    cell = governance.CellShadow("demo/counter@1", "a")
+    state = cbor.encode({"count": 1, "note": "x" * 40})
+    cell.diverged_states(state, None, bytes_max=len(state) - 1)
+    assert cell.live_state == {"bytes": len(state), "hash": str(hash_bytes(state)), "value": None}
+    assert cell.proposed_state == {"bytes": 0, "hash": None, "value": None}
+    cell.diverged_states(state, state, bytes_max=len(state))
+    assert (
+        cell.live_state["value"] == {"count": 1, "note": "x" * 40} == cell.proposed_state["value"]
+    )
 
 
 def test_the_shadow_is_read_only(tmp_path: Path) -> None:

@@ -202,8 +202,8 @@ def test_bad_reads_and_events_are_refused_with_their_codes(client: TestClient) -
         (client.get("/v1/state/demo/global@1", params={"key": '"x"'}), 400, "world.key_unexpected"),
         (client.get("/v1/state/demo/none@1"), 404, "world.workflow_unknown"),
         (client.get("/v1/cells/demo/none@1"), 404, "world.workflow_unknown"),
-        (client.get("/v1/journal", params={"kind": "nope"}), 422, "request.invalid"),
-        (client.get("/v1/journal", params={"from": 0}), 422, "request.invalid"),
+        (client.get("/v1/journal", params={"kind": "nope"}), 400, "query.invalid"),
+        (client.get("/v1/journal", params={"from": 0}), 400, "query.invalid"),
         (
             client.post("/v1/events", json={"schema": "demo/Nope@1", "value": {}}),
             422,

@@ -27,13 +27,15 @@ from aos.kernel.node import models
 from aos.kernel.node.errors import (
     MediaTypeUnsupportedError,
     NodeInternalError,
+    QueryInvalidError,
     RequestInvalidError,
     RequestTimeoutError,
     RequestTooLargeError,
     http_status,
 )
 from aos.kernel.node.human import InboxError
-from aos.kernel.node.node import CELLS_LIMIT_DEFAULT, JOURNAL_LIMIT_DEFAULT, Node
+from aos.kernel.node.node import Node
+from aos.kernel.node.read_api import add_read_routes
 
 API_VERSION = "1"
 CBOR_MEDIA_TYPE = "application/cbor"
@@ -63,6 +65,7 @@ def create_app(node: Node) -> FastAPI:
     )
     _add_error_handlers(app)
     _add_routes(app, node)
+    add_read_routes(app, node)
     _add_receipt_schema(app)
     app.add_middleware(
         RequestGuard,
@@ -95,20 +98,6 @@ def _add_routes(app: FastAPI, node: Node) -> None:
     ) -> dict[str, Any]:
         """The state of one cell (leave `key` out for an unkeyed workflow)."""
         return await node.state(workflow, _json_text(key, "$.key"), key is not None)
-
-    @app.get("/v1/cells/{workflow:path}", response_model=models.CellsResponse, tags=["world"])
-    async def get_cells(workflow: str, limit: int = CELLS_LIMIT_DEFAULT) -> dict[str, Any]:
-        """A workflow's cells in key-hash order."""
-        return await node.cells(workflow, limit)
-
-    @app.get("/v1/journal", response_model=models.JournalResponse, tags=["world"])
-    async def get_journal(
-        from_seq: int = Query(1, alias="from", ge=1),
-        limit: int = JOURNAL_LIMIT_DEFAULT,
-        kind: str | None = None,
-    ) -> dict[str, Any]:
-        """Journal records from `from` on, optionally only those of one kind."""
-        return await node.journal(from_seq, limit, kind)
 
     @app.post("/v1/leases", response_model=models.LeaseResponse, tags=["adapters"])
     async def post_leases(request: models.LeaseRequest) -> dict[str, Any]:
@@ -279,6 +268,22 @@ def _add_receipt_schema(app: FastAPI) -> None:
 # Errors
 
 
+def is_read(request: Request) -> bool:
+    """A request to a route of the read API (tag `read`, spec/04 §9.4)."""
+    return "read" in getattr(request.scope.get("route"), "tags", ())
+
+
+def query_invalid(error: RequestValidationError) -> QueryInvalidError:
+    """A read's malformed parameter (not a number, say): `query.invalid`, like any other."""
+    problems = list(error.errors())
+    first: dict[str, Any] = dict(problems[0]) if problems else {}
+    where = [str(part) for part in first.get("loc", ()) if part not in ("query", "path")]
+    return QueryInvalidError(
+        f"{'.'.join(where) or 'a parameter'}: {first.get('msg', 'invalid')}",
+        path="$" + "".join(f".{part}" for part in where),
+    )
+
+
 def error_response(error: AosError) -> JSONResponse:
     return JSONResponse({"error": error.to_dict()}, status_code=http_status(error))
 
@@ -294,11 +299,13 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": error.to_dict()}, status_code=error.http_status)
 
     @app.exception_handler(RequestValidationError)
-    async def on_invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+    async def on_invalid(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = list(error.errors())
         first = problems[0] if problems else {}
         if first.get("type") == "json_invalid":
             return error_response(JsonInvalidError("the body is not JSON", path="$"))
+        if is_read(request):
+            return error_response(query_invalid(error))
         where = [str(part) for part in first.get("loc", ()) if part != "body"]
         invalid = RequestInvalidError(
             f"{first.get('msg', 'invalid request')}",

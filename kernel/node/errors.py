@@ -101,6 +101,11 @@ class MediaTypeUnsupportedError(NodeError):
     hint = "POST /v1/blobs takes the raw bytes as application/octet-stream"
 
 
+class QueryInvalidError(NodeError):
+    code = "query.invalid"
+    hint = "a read parameter is out of range or malformed (spec/04 §9.4 lists them)"
+
+
 # Status by exact code first, then by the code's namespace (the part before the dot).
 _STATUS_BY_CODE = {
     "receipt.malformed": 400,
@@ -133,6 +138,7 @@ _STATUS_BY_CODE = {
     "node.task_unknown": 404,
     "node.human_disabled": 409,
     "node.busy": 503,
+    "gov.unknown_proposal": 404,
     # The flow operations' codes (aos.flows, served by the same app).
     "flow.unknown": 404,
     "flow.version_unknown": 404,

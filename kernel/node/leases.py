@@ -189,6 +189,13 @@ class LeaseManager:
             slot = self._open.get(intent)
             return None if slot is None else slot.published
 
+    def is_leased(self, intent: str) -> bool:
+        """Whether an adapter holds `intent` under an unexpired lease now."""
+        with self._lock:
+            self._reclaim_expired()
+            slot = self._open.get(intent)
+            return slot is not None and slot.lease_id is not None
+
     def open_for(self, adapter: str, limit: int) -> list[PublishedIntent]:
         """Open intents `adapter` may settle, leased or not, in publishing order."""
         with self._lock:

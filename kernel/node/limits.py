@@ -28,6 +28,18 @@ JOURNAL_RECORDS_PER_REQUEST_MAX_DEFAULT = 1000
 JOURNAL_SCAN_RECORDS_MAX_DEFAULT = 100_000
 """Most records one journal read looks at when filtering by kind."""
 CELLS_PER_REQUEST_MAX_DEFAULT = 10_000
+VALUE_BYTES_SHOWN_MAX_DEFAULT = 64 * 1024
+"""Largest value (a state, encoded) the read API and the inspector show; a larger one is
+shown by its size and hash."""
+STATE_REPLAY_RECORDS_MAX_DEFAULT = 20_000
+"""Most records a read may replay to rebuild the state at a step the store no longer keeps
+(on the host thread, so it holds up writes meanwhile)."""
+TAIL_STREAMS_MAX_DEFAULT = 16
+"""Live tails (`GET /v1/journal/stream`) open at once; past it a new one is `node.busy`."""
+TAIL_POLL_MS_DEFAULT = 250
+"""How often a live tail looks for new records."""
+TAIL_STREAM_MS_MAX_DEFAULT = 300_000
+"""How long one live tail stays open; an EventSource then reconnects where it left off."""
 TASKS_PER_REQUEST_MAX_DEFAULT = 1000
 HOST_QUEUE_MAX_DEFAULT = 10_000
 """World operations waiting for the writer thread; past it requests get `node.busy`."""
@@ -52,6 +64,11 @@ class NodeLimits:
     journal_scan_records_max: int = JOURNAL_SCAN_RECORDS_MAX_DEFAULT
     cells_per_request_max: int = CELLS_PER_REQUEST_MAX_DEFAULT
     tasks_per_request_max: int = TASKS_PER_REQUEST_MAX_DEFAULT
+    value_bytes_shown_max: int = VALUE_BYTES_SHOWN_MAX_DEFAULT
+    state_replay_records_max: int = STATE_REPLAY_RECORDS_MAX_DEFAULT
+    tail_streams_max: int = TAIL_STREAMS_MAX_DEFAULT
+    tail_poll_ms: int = TAIL_POLL_MS_DEFAULT
+    tail_stream_ms_max: int = TAIL_STREAM_MS_MAX_DEFAULT
     host_queue_max: int = HOST_QUEUE_MAX_DEFAULT
     host_batch_max: int = HOST_BATCH_MAX_DEFAULT
     shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT

@@ -85,13 +85,15 @@ class CellBody(_Model):
     status: Literal["running", "waiting", "completed", "failed"]
     state_hash: str
     last_active_seq: int
+    key_hash: str = Field(description="The cursor: pass it as `after` for the next page.")
 
 
 class CellsResponse(_Model):
     workflow: str
-    count: int
-    truncated: bool
+    count: int = Field(description="All the workflow's cells (any status).")
+    truncated: bool = Field(description="More cells follow this page.")
     cells: list[CellBody]
+    next_after: str | None = Field(description="`after` for the next page; null: the last.")
 
 
 class JournalRecordBody(_Model):
@@ -101,7 +103,13 @@ class JournalRecordBody(_Model):
 
 class JournalResponse(_Model):
     head: int
-    next_seq: int = Field(description="Where to read on from (records may have been skipped).")
+    next_seq: int | None = Field(
+        description="Oldest first: `from` for the next page (records may have been skipped)."
+    )
+    next_before: int | None = Field(
+        description="Newest first: `before` for the next page; null: the journal's start."
+    )
+    scanned: int = Field(description="Records read for this page (at most the scan limit).")
     records: list[JournalRecordBody]
 
 

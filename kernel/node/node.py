@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor
+from aos.kernel.node import views
 from aos.kernel.node.errors import (
     HumanDisabledError,
     LeaseAdapterNotAllowedError,
@@ -33,14 +34,10 @@ from aos.kernel.node.human import (
 )
 from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_for_leases
 from aos.kernel.node.limits import NodeLimits
-from aos.kernel.world import records
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
 from aos.kernel.world.router import RouteError
-from aos.kernel.world.world import CellInfo, RunReport, Settlement, World
-
-JOURNAL_LIMIT_DEFAULT = 100
-CELLS_LIMIT_DEFAULT = 1000
+from aos.kernel.world.world import RunReport, Settlement, World
 
 
 class Node:
@@ -141,20 +138,9 @@ class Node:
     # -- the world ---------------------------------------------------------------------------
 
     async def info(self) -> dict[str, Any]:
-        def read(world: World) -> dict[str, Any]:
-            status = world.status()
-            return {
-                "world_id": world.world_id,
-                "manifest": status["manifest"],
-                "height": status["height"],
-                "logical_ns": status["logical_ns"],
-                "clock": status["clock"],
-                "workflows": status["workflows"],
-                "open_intents": status["open_intents"],
-                "queued": status["queued"],
-            }
-
-        info = await self.host.run(read)
+        """`GET /v1/world`: the read layer's overview without the proposals."""
+        info = await self.host.run(views.overview)
+        del info["proposals"]
         info["leases"] = self.leases.counts()
         return info
 
@@ -204,43 +190,6 @@ class Node:
                 "status": status,
                 "state": cbor.to_json(state),
             }
-
-        return await self.host.run(read)
-
-    async def cells(self, workflow: str, limit: int) -> dict[str, Any]:
-        _within("limit", limit, self.limits.cells_per_request_max)
-
-        def read(world: World) -> dict[str, Any]:
-            cells = world.cells(workflow)
-            return {
-                "workflow": workflow,
-                "count": len(cells),
-                "truncated": len(cells) > limit,
-                "cells": [_cell(cell) for cell in cells[:limit]],
-            }
-
-        return await self.host.run(read)
-
-    async def journal(self, from_seq: int, limit: int, kind: str | None) -> dict[str, Any]:
-        _within("limit", limit, self.limits.journal_records_per_request_max)
-        if kind is not None and kind not in records.KINDS:
-            raise RequestInvalidError(
-                f"kind is one of {', '.join(records.KINDS)}", path="$.kind", kind=kind
-            )
-        scan_max = self.limits.journal_scan_records_max
-
-        def read(world: World) -> dict[str, Any]:
-            journal = world.store.journal
-            head = journal.head()
-            found: list[dict[str, Any]] = []
-            next_seq = from_seq
-            for seq, record in journal.read(from_seq, head, limit=scan_max):
-                next_seq = seq + 1
-                if kind is None or (isinstance(record, dict) and record.get("kind") == kind):
-                    found.append({"seq": seq, "record": cbor.to_json(record)})
-                    if len(found) == limit:
-                        break
-            return {"head": head, "next_seq": max(next_seq, from_seq), "records": found}
 
         return await self.host.run(read)
 
@@ -456,15 +405,6 @@ def _report(report: RunReport) -> dict[str, Any]:
         "intents": report.intents,
         "first_seq": report.first_seq,
         "last_seq": report.last_seq,
-    }
-
-
-def _cell(cell: CellInfo) -> dict[str, Any]:
-    return {
-        "key": cbor.to_json(cell.key),
-        "status": cell.status,
-        "state_hash": str(cell.state_hash),
-        "last_active_seq": cell.last_active_seq,
     }
 
 

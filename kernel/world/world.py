@@ -54,6 +54,7 @@ from aos.kernel.world.cells import (
     STATUS_FAILED,
     STATUS_RUNNING,
     STATUS_WAITING,
+    Cell,
     CellTable,
 )
 from aos.kernel.world.effects import AdmittedEffect, admit
@@ -499,6 +500,12 @@ class World:
     @property
     def manifest_hash(self) -> Hash:
         return self._runtime.manifest_hash
+
+    @property
+    def engine(self) -> WasmEngine:
+        """The WASM engine this world steps with (a replay of it may share its compiled
+        modules)."""
+        return self._engine
 
     @property
     def runtime(self) -> Runtime:
@@ -1299,20 +1306,22 @@ class World:
     def cells(self, workflow: str) -> list[CellInfo]:
         """Every cell of a workflow, in key-hash order."""
         self._runtime.workflow(workflow)
-        found = []
-        for _, cell in self._table(workflow).items():
-            key = cbor.decode(cell.key) if cell.key else None
-            found.append(
-                CellInfo(
-                    workflow=workflow,
-                    key=key,
-                    key_bytes=cell.key,
-                    state_hash=cell.state_hash,
-                    status=self.status_of(workflow, cell.key),
-                    last_active_seq=cell.last_active_seq,
-                )
-            )
-        return found
+        return [self._cell_info(workflow, cell) for _, cell in self._table(workflow).items()]
+
+    def cell_info(self, workflow: str, key_bytes: bytes | None) -> CellInfo | None:
+        """One cell by its canonical key bytes (None if it does not exist)."""
+        cell = self._table(workflow).get(key_bytes)
+        return None if cell is None else self._cell_info(workflow, cell)
+
+    def _cell_info(self, workflow: str, cell: Cell) -> CellInfo:
+        return CellInfo(
+            workflow=workflow,
+            key=cbor.decode(cell.key) if cell.key else None,
+            key_bytes=cell.key,
+            state_hash=cell.state_hash,
+            status=self.status_of(workflow, cell.key),
+            last_active_seq=cell.last_active_seq,
+        )
 
     def open_intents(self) -> list[dict[str, Any]]:
         return [intent.to_value(key) for key, intent in sorted(self._open_intents.items())]

@@ -1,0 +1,68 @@
+"""The flow pages of the web inspector (kernel/node/inspector.py): deployed flows and their
+executions, and one execution with its definition drawn (draw_svg.py, server-side) under its
+current marking, its waits and its history. Read-only, like the rest of the inspector."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from aos.flows import operations as ops
+from aos.flows.cfd import decode_definition
+from aos.flows.draw_svg import Marking, to_svg
+from aos.flows.world import is_flow_world
+from aos.kernel import cbor
+from aos.kernel.node.inspector import UI_PATH, Inspector
+from aos.kernel.world.world import World
+
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+EXECUTIONS_SHOWN_MAX = 500
+"""Executions the flows page lists (the JSON API's GET /v1/flows has them all)."""
+HISTORY_SHOWN_MAX = 200
+"""The newest history events an execution page shows."""
+
+
+def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
+    inspector.add_templates(TEMPLATES_DIR)
+    inspector.nav.append(("Flows", f"{UI_PATH}/flows"))
+
+    @app.get(UI_PATH + "/flows", include_in_schema=False)
+    async def flows(request: Request) -> Response:
+        return await inspector.page(request, "flows.html", _listing)
+
+    @app.get(UI_PATH + "/flows/executions/{exec_id:path}", include_in_schema=False)
+    async def execution(request: Request, exec_id: str) -> Response:
+        return await inspector.page(request, "execution.html", lambda w: _execution(w, exec_id))
+
+
+def _listing(world: World) -> dict[str, Any]:
+    if not is_flow_world(world):
+        return {"flow_world": False, "flows": [], "executions": [], "more": 0}
+    found = cbor.to_json(ops.listing(world))
+    executions = found["executions"]
+    return {
+        "flow_world": True,
+        "flows": found["flows"],
+        "executions": executions[:EXECUTIONS_SHOWN_MAX],
+        "more": max(0, len(executions) - EXECUTIONS_SHOWN_MAX),
+    }
+
+
+def _execution(world: World, exec_id: str) -> dict[str, Any]:
+    state = ops.status(world, exec_id)  # raises flow.execution_unknown
+    raw = ops.definition_blob(world, str(state["definition"])) if state["definition"] else None
+    drawing = None
+    if raw is not None:
+        drawing = to_svg(decode_definition(raw), Marking.of_state(state))
+    history = ops.history(world, exec_id)[-HISTORY_SHOWN_MAX:]
+    engine = state.get("engine") if isinstance(state.get("engine"), dict) else {}
+    return {
+        "state": cbor.to_json(state),
+        "drawing": drawing,
+        "marking": Marking.of_state(state),
+        "waits": cbor.to_json((engine or {}).get("waits", {})),
+        "history": [(event.seq, ops.describe_event(event.event)) for event in reversed(history)],
+    }
