@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-full bench-setup fault fault-ci clean
+.PHONY: setup demo test test-fast install-check lint bench bench-full bench-setup fault fault-ci clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -19,7 +19,7 @@ $(VENV)/mypy-path/aos: $(STAMP)
 	@ln -sfn ../../../cli $@/cli
 	@ln -sfn ../../../flows $@/flows
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,build]'
@@ -29,8 +29,8 @@ demo: setup
 	$(BIN)/python -m aos.cli.demo
 
 lint: setup
-	$(BIN)/ruff check kernel cli flows modules tests bench
-	$(BIN)/ruff format --check kernel cli flows modules tests bench
+	$(BIN)/ruff check kernel cli flows modules tests bench setup.py
+	$(BIN)/ruff format --check kernel cli flows modules tests bench setup.py
 	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos.kernel -p aos.cli -p aos.flows
 
 test: lint
@@ -38,6 +38,11 @@ test: lint
 
 test-fast: setup
 	$(BIN)/python -m pytest -x -q
+
+# A real install (~75 s): build the wheel, install it into a fresh virtualenv outside the
+# checkout, create a world with a Python module built from source, send, replay --verify.
+install-check: setup
+	PYTHON=$(PYTHON) .ci/install_check.sh
 
 # Fault injection (tests/fault): SIGKILL a workload at random and named points, reopen, check
 # that no acknowledged input is lost, replay verifies, and no intent is lost or doubled.
