@@ -116,10 +116,6 @@ def gc_command(apply: bool, keep_snapshots: int | None, world_path: str, as_json
         click.echo("dry run: pass --apply to delete")
 
 
-def register(group: click.Group) -> None:
-    """The commands attach to `aos world` (registered by world_cmd)."""
-
-
 @world_group.group("time")
 def time_group() -> None:
     """Logical time of a development world (created with --clock manual)."""

@@ -548,7 +548,3 @@ def _resolve(world: World, ident: str) -> str:
         f"{ident} names {len(matches)} proposals",
         candidates=matches[:CANDIDATES_SHOWN_MAX],
     )
-
-
-def register(group: click.Group) -> None:
-    group.add_command(gov_group)

@@ -538,8 +538,3 @@ def _cell_text(origin: dict[str, Any]) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= PARAMS_CHARS_MAX else text[: PARAMS_CHARS_MAX - 3] + "..."
-
-
-def register(group: click.Group) -> None:
-    group.add_command(node_group)
-    group.add_command(task_group)

@@ -600,7 +600,3 @@ def _cell_text(workflow: str, key: Any) -> str:
 def _time_text(ns: int) -> str:
     moment = datetime.datetime.fromtimestamp(ns // 1_000_000_000, tz=datetime.UTC)
     return f"{ns}  ({moment.strftime('%Y-%m-%dT%H:%M:%SZ')})"
-
-
-def register(group: click.Group) -> None:
-    group.add_command(world_group)
