@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, world_option
-from aos.cli.world_cmd import _opened, world_group
+from aos.cli.world_cmd import opened_world, world_group
 from aos.kernel import cbor, gc, replay
 
 
@@ -18,7 +18,7 @@ from aos.kernel import cbor, gc, replay
 @handles_errors
 def snapshot_command(world_path: str, as_json: bool) -> None:
     """Run to idle and take a snapshot (spec/05-snapshots-replay.md)."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         world.run_to_idle()
         seq, snapshot_hash = world.snapshot()
     if as_json:
@@ -148,7 +148,7 @@ def time_advance_command(duration: str, world_path: str, as_json: bool) -> None:
 
     amount: Any = int(duration) if duration.lstrip("-").isdigit() else duration
     by_ns = normalize(amount, parse_type({"duration": {}}))
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         report = world.advance_time(by_ns)
         _report_time(world, report, as_json)
 
@@ -159,6 +159,6 @@ def time_advance_command(duration: str, world_path: str, as_json: bool) -> None:
 @handles_errors
 def time_jump_next_command(world_path: str, as_json: bool) -> None:
     """Advance logical time to the earliest pending timer and settle what is due."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         report = world.jump_next_timer()
         _report_time(world, report, as_json)

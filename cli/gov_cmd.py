@@ -28,9 +28,9 @@ from aos.cli.common import (
     table,
     world_option,
 )
-from aos.cli.world_cmd import _cell_text as _cell
-from aos.cli.world_cmd import _key_text as _key
-from aos.cli.world_cmd import _opened, _short
+from aos.cli.world_cmd import cell_text as _cell
+from aos.cli.world_cmd import key_text as _key
+from aos.cli.world_cmd import opened_world, short
 from aos.kernel import cbor, governance, shadow
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.loader import load_manifest_dir, read_document
@@ -110,7 +110,7 @@ def propose_command(
     for file in wasm_files:
         data = file.read_bytes()
         blobs[hash_bytes(data)] = data
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         if source.is_dir():
             patch_value, lines, built = _folder_patch(world, source, as_json=as_json)
             blobs.update(built)
@@ -129,7 +129,7 @@ def propose_command(
     click.echo(f"manifest  {entry['manifest']}")
     for line in lines:
         click.echo(f"  {line}")
-    click.echo(f"next: aos gov shadow {_short(proposal)}")
+    click.echo(f"next: aos gov shadow {short(proposal)}")
 
 
 def _folder_patch(
@@ -204,14 +204,14 @@ def shadow_command(ident: str, limit: int, world_path: str, as_json: bool) -> No
     the report: which cells the proposed workflows reproduce, where the others diverge, the
     effects they would now emit, open intents affected, routing and allowlist differences.
     A shadow promises nothing about branches the history never took."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         proposal = _resolve(world, ident)
         status = world.proposals[proposal]["status"]
         if status in _CLOSED:
             raise GovAlreadyDecidedError(f"{proposal} is {status}")
     with _progress("shadowing", enabled=not as_json and sys.stderr.isatty()) as progress:
         report = shadow.shadow(world_path, proposal, progress=progress)
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         governance.record_shadow(world, proposal, report)
         recorded = world.proposals[proposal]["shadow"]
         height = world.height
@@ -248,7 +248,7 @@ def _progress(label: str, *, enabled: bool) -> Iterator[Callable[[int, int], Non
 def _echo_report(report: dict[str, Any], *, limit: int) -> None:
     summary = report["summary"]
     click.echo(
-        f"shadow of {_short(report['proposal'])} against the history up to seq "
+        f"shadow of {short(report['proposal'])} against the history up to seq "
         f"{report['state_height']}"
     )
     click.echo(
@@ -286,7 +286,7 @@ def _echo_differences(report: dict[str, Any]) -> None:
     if report["intents_affected"]:
         click.echo("")
         rows = [
-            [_short(i["intent"]), i["effect"], _cell(i["workflow"], i["key"]), i["reason"]]
+            [short(i["intent"]), i["effect"], _cell(i["workflow"], i["key"]), i["reason"]]
             for i in report["intents_affected"]
         ]
         click.echo("open intents affected:")
@@ -369,13 +369,13 @@ def reject_command(ident: str, approver: str, reason: str, world_path: str, as_j
 
 
 def _decide(ident: str, *, approve: bool, approver: str, reason: str, world_path: str) -> None:
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         proposal = _resolve(world, ident)
         governance.decide(world, proposal, approve=approve, approver=approver, reason=reason)
 
 
 def _echo_decision(ident: str, world_path: str, *, as_json: bool) -> None:
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         proposal = _resolve(world, ident)
         entry = dict(world.proposals[proposal])
         height = world.height
@@ -386,9 +386,9 @@ def _echo_decision(ident: str, world_path: str, *, as_json: bool) -> None:
     click.echo(f"{decision['action']:<9} {proposal}")
     click.echo(f"by        {decision['approver']}: {decision['reason']}")
     if decision["action"] == "approved" and entry["shadow"] is None:
-        click.echo(f"next: aos gov shadow {_short(proposal)}")
+        click.echo(f"next: aos gov shadow {short(proposal)}")
     elif decision["action"] == "approved":
-        click.echo(f"next: aos gov apply {_short(proposal)}")
+        click.echo(f"next: aos gov apply {short(proposal)}")
 
 
 @gov_group.command("apply")
@@ -400,7 +400,7 @@ def apply_command(ident: str, world_path: str, as_json: bool) -> None:
     """Switch the world to proposal ID's manifest, atomically. Needs an approved proposal
     whose shadow ran at the world's current state, and strict quiescence (no open intents,
     no queued work); otherwise it is refused with what blocks it."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         proposal = _resolve(world, ident)
         try:
             manifest = governance.apply(world, proposal)
@@ -439,7 +439,7 @@ def _fail_blocked(error: GovNotQuiescentError, *, as_json: bool) -> None:
 @handles_errors
 def ls_command(world_path: str, as_json: bool) -> None:
     """List proposals: id, status, base manifest, shadow state and decision."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         current = str(world.manifest_hash)
         state_height = world.state_height
         listed = [
@@ -451,9 +451,9 @@ def ls_command(world_path: str, as_json: bool) -> None:
         return
     rows = [
         [
-            _short(p["proposal"]),
+            short(p["proposal"]),
             p["status"],
-            _short(p["base"]) + _base_note(p, current),
+            short(p["base"]) + _base_note(p, current),
             _shadow_text(p),
             _decision_text(p["decision"]),
         ]
@@ -477,7 +477,7 @@ def ls_command(world_path: str, as_json: bool) -> None:
 def show_command(ident: str, limit: int, world_path: str, as_json: bool) -> None:
     """Everything about proposal ID: status, base and proposed manifests, the patch, the
     decision, and the stored shadow report."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         proposal = _resolve(world, ident)
         body = _entry_json(proposal, world.proposals[proposal], world.state_height)
         body["patch"] = cbor.to_json(world.store.cas.get_value(Hash(proposal)))

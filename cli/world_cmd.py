@@ -39,7 +39,8 @@ from aos.kernel.air import AirCheckError
 from aos.kernel.air.errors import AirError
 from aos.kernel.world import records
 from aos.kernel.world.cells import STATUS_FAILED
-from aos.kernel.world.errors import WorldError
+from aos.kernel.world.errors import CellMissingError, WorldError
+from aos.kernel.world.explain import PROBLEM_KINDS
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.trace import (
     ROLE_TARGET,
@@ -48,7 +49,7 @@ from aos.kernel.world.trace import (
     Trace,
     trace,
 )
-from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, CellInfo, World
+from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, CellInfo, RunReport, World
 
 JOURNAL_TAIL_LIMIT_DEFAULT = 20
 JOURNAL_TAIL_SCAN_RECORDS_MAX = 100_000
@@ -61,18 +62,13 @@ HASH_DIGITS_SHORT = 12
 _TAIL_WINDOW_RECORDS = 256
 
 
-class CellMissingError(WorldError):
-    code = "world.cell_missing"
-    hint = "`aos world state cells WORKFLOW` lists the cells that exist"
-
-
 class KeyUnexpectedError(WorldError):
     code = "world.key_unexpected"
     hint = "the workflow is not keyed: it has one cell, named by no key"
 
 
 @contextmanager
-def _opened(world_path: str) -> Iterator[World]:
+def opened_world(world_path: str) -> Iterator[World]:
     """Open the world for one command and close it after, whatever happens. Another process
     holding the world surfaces as `store.locked` ("world is locked by pid N")."""
     world = World.open(world_path)
@@ -145,7 +141,7 @@ def create_command(
 def status_command(world_path: str, as_json: bool) -> None:
     """Height, manifest, logical time, cells and failed cells per workflow, open intents and
     queued deliveries."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         status = world.status()
         intents = world.open_intents()
     listed = [_intent_json(intent) for intent in intents[:STATUS_INTENTS_MAX]]
@@ -169,13 +165,13 @@ def status_command(world_path: str, as_json: bool) -> None:
 
 
 def _intent_json(intent: dict[str, Any]) -> dict[str, Any]:
-    return {**intent, "key": _key_json(intent["key"])}
+    return {**intent, "key": key_json(intent["key"])}
 
 
 def _intent_row(intent: dict[str, Any]) -> list[Any]:
     """A table row of an intent as `_intent_json` gives it (its key already decoded)."""
-    cell = _cell_text(intent["workflow"], intent["key"])
-    return [_short(intent["intent"]), intent["effect"], cell, intent["seq"]]
+    cell = cell_text(intent["workflow"], intent["key"])
+    return [short(intent["intent"]), intent["effect"], cell, intent["seq"]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,39 +204,100 @@ def send_command(
     cannot be routed is journaled as `ingress_rejected` and reported (exit 1).
     """
     value = _event_value(value_json, value_file)
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         try:
             admitted, report = world.send(schema, value)
         except RouteError as error:
             _fail_rejected(error, world.height, as_json=as_json)
             return
+        last = max(admitted.seq, report.last_seq)
+        problems = (
+            _run_problems(world, admitted.seq, last) if report.faults or report.dropped else []
+        )
+    own = [(seq, record) for seq, record in problems if record["input"] == admitted.seq]
     body: dict[str, Any] = {
         "seq": admitted.seq,
         "event_hash": str(admitted.event_hash),
         "deliveries": admitted.deliveries,
-        "run": {
-            "steps": report.steps,
-            "faults": report.faults,
-            "fault_codes": report.fault_codes,
-            "dropped": report.dropped,
-            "events": report.events,
-            "intents": report.intents,
-        },
-        "journal": {"first": admitted.seq, "last": max(admitted.seq, report.last_seq)},
+        "run": run_json(report),
+        "problems": [_problem_json(seq, record) for seq, record in problems],
+        "journal": {"first": admitted.seq, "last": last},
     }
     if as_json:
         emit_json(body)
-        return
-    run = body["run"]
-    click.echo(f"admitted  seq {admitted.seq}  {admitted.event_hash}")
-    click.echo(f"delivered {admitted.deliveries}")
-    click.echo(
-        f"run       {run['steps']} steps, {run['faults']} faults, {run['dropped']} dropped, "
-        f"{run['events']} events, {run['intents']} intents"
-    )
-    if report.fault_codes:
-        click.echo(f"faults    {', '.join(report.fault_codes)}")
-    click.echo(f"journal   {body['journal']['first']}..{body['journal']['last']}")
+    else:
+        click.echo(f"admitted  seq {admitted.seq}  {admitted.event_hash}")
+        click.echo(f"delivered {admitted.deliveries}")
+        for line in run_lines(report):
+            click.echo(line)
+        for seq, record in problems:
+            click.echo(f"{_problem_word(record):<9} {_problem_text(seq, record)}")
+        click.echo(f"journal   {body['journal']['first']}..{body['journal']['last']}")
+    if own:
+        # The event is journaled and durable; exit non-zero because it did not take effect
+        # in every cell it was routed to.
+        if not as_json:
+            click.echo(
+                f"error[world.event_not_applied]: the event faulted or was dropped in "
+                f"{len(own)} of its {admitted.deliveries} deliveries",
+                err=True,
+            )
+            click.echo(f"  hint: aos world explain {own[0][0]}", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+def run_json(report: RunReport) -> dict[str, Any]:
+    return {
+        "steps": report.steps,
+        "faults": report.faults,
+        "fault_codes": report.fault_codes,
+        "dropped": report.dropped,
+        "events": report.events,
+        "intents": report.intents,
+    }
+
+
+def run_lines(report: RunReport) -> list[str]:
+    """What a run did, as `send` and the operations print it."""
+    return [
+        f"run       {report.steps} steps, {report.faults} faults, {report.dropped} dropped, "
+        f"{report.events} events, {report.intents} intents"
+    ]
+
+
+def _run_problems(world: World, first: int, last: int) -> list[tuple[int, dict[str, Any]]]:
+    """The step faults and dropped deliveries a run journaled, in order."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    for seq, record in world.store.journal.read(first, last):
+        if isinstance(record, dict) and record.get("kind") in PROBLEM_KINDS:
+            found.append((seq, {str(k): v for k, v in record.items()}))
+    return found
+
+
+def _problem_word(record: dict[str, Any]) -> str:
+    return "fault" if record["kind"] == records.STEP_FAULT else "dropped"
+
+
+def _problem_text(seq: int, record: dict[str, Any]) -> str:
+    cell = cell_text(str(record["workflow"]), key_value(record["key"]))
+    if record["kind"] == records.STEP_FAULT:
+        return f"{cell}  seq {seq}  {record['code']}: {clip(str(record['message']))}"
+    return f"{cell}  seq {seq}  {record['reason']} (aos world explain {seq})"
+
+
+def _problem_json(seq: int, record: dict[str, Any]) -> dict[str, Any]:
+    body = {
+        "seq": seq,
+        "kind": record["kind"],
+        "workflow": record["workflow"],
+        "key": key_json(record["key"]),
+        "input": record["input"],
+    }
+    if record["kind"] == records.STEP_FAULT:
+        body.update(code=record["code"], message=record["message"])
+    else:
+        body["reason"] = record["reason"]
+    return body
 
 
 def _event_value(value_json: str | None, value_file: IO[str] | None) -> Any:
@@ -291,12 +348,12 @@ def state_get_command(workflow: str, key: str | None, world_path: str, as_json: 
     workflow's key type, KEY is read as JSON (`42`, `{"a": 1}`). Leave it out for a workflow
     that is not keyed.
     """
-    with _opened(world_path) as world:
-        key_value, key_bytes = _cell_key(world, workflow, key)
+    with opened_world(world_path) as world:
+        key_value, key_bytes = cell_key(world, workflow, key)
         state = world.state(workflow, key_value)
         status = world.status_of(workflow, key_bytes)
     if state is None and status != STATUS_FAILED:
-        raise CellMissingError(f"{_cell_text(workflow, key_value)} has no cell")
+        raise CellMissingError(f"{cell_text(workflow, key_value)} has no cell")
     if as_json:
         emit_json(
             {
@@ -310,7 +367,7 @@ def state_get_command(workflow: str, key: str | None, world_path: str, as_json: 
     click.echo(json.dumps(cbor.to_json(state), indent=2, sort_keys=True, ensure_ascii=False))
 
 
-def _cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes | None]:
+def cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes | None]:
     """The key value and canonical key bytes named by KEY: as typed, else as JSON."""
     definition = world.runtime.workflow(workflow)
     if definition.key_schema is None:
@@ -343,7 +400,7 @@ def _cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes 
 @handles_errors
 def state_cells_command(workflow: str, limit: int, world_path: str, as_json: bool) -> None:
     """List WORKFLOW's cells (in key-hash order): key, status, state hash, last active seq."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         cells = world.cells(workflow)
     shown = cells[:limit]
     if as_json:
@@ -357,7 +414,7 @@ def state_cells_command(workflow: str, limit: int, world_path: str, as_json: boo
         )
         return
     rows = [
-        [_key_text(cell.key), cell.status, _short(cell.state_hash), cell.last_active_seq]
+        [key_text(cell.key), cell.status, short(cell.state_hash), cell.last_active_seq]
         for cell in shown
     ]
     click.echo(table(["KEY", "STATUS", "STATE", "LAST ACTIVE"], rows))
@@ -400,15 +457,15 @@ def journal_tail_command(
     from_seq: int | None, limit: int, kind: str | None, world_path: str, as_json: bool
 ) -> None:
     """Print journal records, one line each: the last LIMIT, or LIMIT from --from on."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         journal = world.store.journal
         head = journal.head()
         found = _tail(journal, head, from_seq=from_seq, limit=limit, kind=kind)
     if as_json:
-        emit_json({"head": head, "records": [_record_json(s, r) for s, r in found]})
+        emit_json({"head": head, "records": [record_json(s, r) for s, r in found]})
         return
     for seq, record in found:
-        click.echo(_record_line(seq, record))
+        click.echo(record_line(seq, record))
 
 
 def _tail(
@@ -446,14 +503,14 @@ def _tail(
 @handles_errors
 def journal_head_command(world_path: str, as_json: bool) -> None:
     """Print the journal's head: its last sequence number and that record."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         journal = world.store.journal
         head = journal.head()
         last = next(iter(journal.read(head, head)), None) if head else None
     if as_json:
-        emit_json({"head": head, "record": _record_json(*last)["record"] if last else None})
+        emit_json({"head": head, "record": record_json(*last)["record"] if last else None})
         return
-    click.echo(_record_line(*last) if last else "0  (empty journal)")
+    click.echo(record_line(*last) if last else "0  (empty journal)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +538,7 @@ def trace_command(
     """What an input caused, step by step. HASH is an event hash (as `send` prints it; any
     journal record's hash works) or an intent hash; for an intent the trace starts at the
     input it came from."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         found = trace(world.store.journal, hash_text, limit=limit, from_seq=from_seq)
         head = world.store.journal.head()
     if as_json:
@@ -490,7 +547,7 @@ def trace_command(
     click.echo(f"trace {found.target}  ({found.match} at seq {found.seq})")
     for entry in found.entries:
         marker = ">" if entry.role == ROLE_TARGET else " "
-        line = _record_line(entry.seq, entry.record, indent=2 * entry.depth)
+        line = record_line(entry.seq, entry.record, indent=2 * entry.depth)
         click.echo(f"{marker}{line}")
     note = f"{found.scanned} records read"
     if found.truncated:
@@ -526,11 +583,11 @@ def _trace_json(found: Trace) -> dict[str, Any]:
 # One-line records
 
 
-def _record_json(seq: int, record: Any) -> dict[str, Any]:
+def record_json(seq: int, record: Any) -> dict[str, Any]:
     return {"seq": seq, "record": cbor.to_json(record)}
 
 
-def _record_line(seq: int, record: Any, *, indent: int = 0) -> str:
+def record_line(seq: int, record: Any, *, indent: int = 0) -> str:
     kind = str(record.get("kind"))
     return f"{seq:>6}  {' ' * indent}{kind:<16}  {_summary(record)}"
 
@@ -538,29 +595,29 @@ def _record_line(seq: int, record: Any, *, indent: int = 0) -> str:
 def _summary(record: Any) -> str:
     """A short, human line about a record; `--json` gives the exact record."""
     kind = record.get("kind")
-    cell = _cell_text(str(record.get("workflow")), _key_value(record.get("key")))
+    cell = cell_text(str(record.get("workflow")), key_value(record.get("key")))
     if kind == records.MANIFEST:
         return str(record["manifest"])
     if kind == records.DOMAIN_EVENT:
         cause = f"  (from step {record['cause']})" if "cause" in record else ""
-        return f"{record['schema']} {_clip(_compact(record['value']))}{cause}"
+        return f"{record['schema']} {clip(_compact(record['value']))}{cause}"
     if kind == records.INGRESS_REJECTED:
-        return f"{record['schema']} {record['code']}: {_clip(str(record['message']))}"
+        return f"{record['schema']} {record['code']}: {clip(str(record['message']))}"
     if kind == records.STEP:
-        state = _short(record["state"]) if record["state"] else "deleted"
+        state = short(record["state"]) if record["state"] else "deleted"
         return (
             f"{cell} input {record['input']}  state {state}  events {record['events']}  "
             f"intents {len(record['intents'])}"
         )
     if kind == records.STEP_FAULT:
-        return f"{cell} input {record['input']}  {record['code']}: {_clip(record['message'])}"
+        return f"{cell} input {record['input']}  {record['code']}: {clip(record['message'])}"
     if kind == records.DELIVERY_DROPPED:
         return f"{cell} input {record['input']}  dropped: {record['reason']}"
     if kind == records.EFFECT_INTENT:
         origin = record["origin"]
-        who = _cell_text(str(origin["workflow"]), _key_value(origin["key"]))
-        return f"{record['effect']} {_short(record['intent'])}  by {who} (step {record['cause']})"
-    return _clip(_compact(record))
+        who = cell_text(str(origin["workflow"]), key_value(origin["key"]))
+        return f"{record['effect']} {short(record['intent'])}  by {who} (step {record['cause']})"
+    return clip(_compact(record))
 
 
 def _compact(value: Any) -> str:
@@ -569,32 +626,32 @@ def _compact(value: Any) -> str:
     )
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
     return text if len(text) <= SUMMARY_CHARS_MAX else text[: SUMMARY_CHARS_MAX - 3] + "..."
 
 
-def _short(hash_text: str) -> str:
+def short(hash_text: str) -> str:
     prefix, _, digits = hash_text.partition(":")
     return f"{prefix}:{digits[:HASH_DIGITS_SHORT]}"
 
 
-def _key_value(key_bytes: Any) -> Any:
+def key_value(key_bytes: Any) -> Any:
     """Decode canonical key bytes as journaled (None for an unkeyed cell)."""
     return cbor.decode(key_bytes) if isinstance(key_bytes, bytes) and key_bytes else None
 
 
-def _key_json(key_bytes: Any) -> Any:
-    return cbor.to_json(_key_value(key_bytes))
+def key_json(key_bytes: Any) -> Any:
+    return cbor.to_json(key_value(key_bytes))
 
 
-def _key_text(key: Any) -> str:
+def key_text(key: Any) -> str:
     if key is None:
         return "-"
     return key if isinstance(key, str) else _compact(key)
 
 
-def _cell_text(workflow: str, key: Any) -> str:
-    return workflow if key is None else f"{workflow}[{_key_text(key)}]"
+def cell_text(workflow: str, key: Any) -> str:
+    return workflow if key is None else f"{workflow}[{key_text(key)}]"
 
 
 def _time_text(ns: int) -> str:

@@ -51,6 +51,7 @@ def test_a_world_command_still_loads_its_module() -> None:
     _, modules = _modules_after("world", "--help")
     assert "aos.cli.world_cmd" in modules
     assert "aos.cli.audit_cmd" in modules  # attaches snapshot, replay, gc, time
+    assert "aos.cli.ops_cmd" in modules  # attaches explain, cell, intent
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

@@ -193,6 +193,11 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         """A task's history, oldest first; also of a closed task the inbox remembers."""
         return await node.task_history(intent)
 
+    @app.post("/v1/operations", response_model=models.OperationResponse, tags=["world"])
+    async def post_operation(request: models.OperationRequest) -> dict[str, Any]:
+        """Retry or reset a cell, or cancel an open intent (journaled; see spec/03 §13)."""
+        return await node.operate(request.model_dump())
+
     @app.post("/v1/time/advance", response_model=models.TimeResponse, tags=["time"])
     async def advance_time(request: models.TimeAdvanceRequest) -> dict[str, Any]:
         """Move a manual-clock world's logical time forward; due timers fire."""

@@ -242,6 +242,20 @@ class TaskHistoryResponse(_Model):
     entries: list[TaskHistoryEntry] = Field(description="Oldest first.")
 
 
+class OperationRequest(_Model):
+    action: str = Field(description="cell_retry | cell_reset | intent_cancel")
+    workflow: str | None = Field(None, description="The cell's workflow (cell_retry, cell_reset).")
+    key: Value = Field(None, description="The cell's key value (null for an unkeyed workflow).")
+    intent: str | None = Field(None, description="The intent hash (intent_cancel).")
+    reason: str = Field("", description="Why, journaled with the action.")
+
+
+class OperationResponse(_Model):
+    seq: int = Field(description="The journal seq of the operation record.")
+    action: str
+    report: RunReportBody
+
+
 class TimeAdvanceRequest(_Model):
     by_ns: int
 

@@ -36,6 +36,7 @@ from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_fo
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.world import records
 from aos.kernel.world.cells import STATUS_FAILED
+from aos.kernel.world.operations import Operation
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import CellInfo, RunReport, Settlement, World
 
@@ -404,6 +405,21 @@ class Node:
             return _settled(settlement)
 
         return await self.host.run_batched(admit)
+
+    # -- operations (kernel/world/operations.py) ---------------------------------------------
+
+    async def operate(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Retry or reset a cell, or cancel an intent: journaled, then run to idle."""
+        key = cbor.from_json(request.get("key"), "$.key")
+
+        def run(world: World) -> dict[str, Any]:
+            fields = dict(request)
+            if request.get("workflow") is not None:
+                fields["key"] = world.key_bytes(str(request["workflow"]), key)
+            seq = world.operate(Operation.parse(fields))
+            return {"seq": seq, "action": request["action"], "report": _report(world.run_to_idle())}
+
+        return await self.host.run(run)
 
     # -- time --------------------------------------------------------------------------------
 

@@ -1,0 +1,233 @@
+"""`aos world explain | cell retry|reset | intent cancel`: operating a world.
+
+    aos world explain SEQ                       why a step faulted, a delivery was dropped,
+                                                or what went wrong with an input's deliveries
+    aos world cell retry WORKFLOW [KEY]         step a failed cell's failed delivery again
+    aos world cell reset WORKFLOW [KEY]         delete a cell (its next event starts it afresh)
+    aos world intent cancel INTENT              close an open intent; its cell is told
+
+The three actions are journaled inputs (kernel/world/operations.py); each runs the world to
+idle and prints what the run did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from aos.cli.common import emit_json, handles_errors, json_option, world_option
+from aos.cli.world_cmd import (
+    cell_key,
+    cell_text,
+    key_value,
+    opened_world,
+    record_json,
+    record_line,
+    run_json,
+    run_lines,
+    world_group,
+)
+from aos.kernel.world import records
+from aos.kernel.world.errors import IntentNotOpenError
+from aos.kernel.world.explain import EXPLAIN_RECORDS_MAX, Explanation, explain
+from aos.kernel.world.operations import (
+    CELL_RESET,
+    CELL_RETRY,
+    INTENT_CANCEL,
+    OPERATION_REASON_CHARS_MAX,
+    Operation,
+)
+from aos.kernel.world.world import RunReport, World
+
+_reason_option = click.option(
+    "--reason",
+    default="",
+    help=f"Why (journaled with the action; at most {OPERATION_REASON_CHARS_MAX} characters).",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# explain
+
+
+@world_group.command("explain")
+@click.argument("seq", type=click.IntRange(min=1))
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=EXPLAIN_RECORDS_MAX,
+    show_default=True,
+    help="Most journal records to read looking for the fault or the deliveries.",
+)
+@world_option
+@json_option
+@handles_errors
+def explain_command(seq: int, limit: int, world_path: str, as_json: bool) -> None:
+    """Why the record at SEQ went wrong: a step fault (with the exception a workflow
+    raised), a dropped delivery (and the fault that failed its cell), or, for an input,
+    which of its deliveries faulted or were dropped."""
+    with opened_world(world_path) as world:
+        found = explain(world.store.journal, seq, limit=limit)
+    if as_json:
+        emit_json(_explanation_json(found))
+        return
+    for line in _explanation_lines(found):
+        click.echo(line)
+
+
+def _explanation_json(found: Explanation) -> dict[str, Any]:
+    def optional(pair: tuple[int, dict[str, Any]] | None) -> Any:
+        return None if pair is None else record_json(*pair)
+
+    return {
+        **record_json(found.seq, found.record),
+        "cause": optional(found.cause),
+        "fault": optional(found.fault),
+        "problems": [record_json(seq, record) for seq, record in found.problems],
+    }
+
+
+def _explanation_lines(found: Explanation) -> list[str]:
+    lines = [record_line(found.seq, found.record)]
+    kind = found.record.get("kind")
+    if kind == records.STEP_FAULT:
+        lines += _fault_lines(found.record)
+    if found.cause is not None:
+        lines.append(f"  input   {record_line(*found.cause).strip()}")
+    if kind == records.DELIVERY_DROPPED:
+        if found.fault is None:
+            lines.append("  the fault that failed the cell is not within the records read")
+        else:
+            lines.append(f"  the cell failed at seq {found.fault[0]}:")
+            lines += _fault_lines(found.fault[1])
+    if kind in (records.STEP_FAULT, records.DELIVERY_DROPPED):
+        cell = cell_text(str(found.record["workflow"]), key_value(found.record["key"]))
+        target = cell.replace("[", " ").rstrip("]")
+        lines.append(
+            f"next: fix the workflow (aos gov propose ...), then `aos world cell retry {target}`; "
+            f"or `aos world cell reset {target}`"
+        )
+    if kind not in (records.STEP_FAULT, records.DELIVERY_DROPPED, records.STEP):
+        lines += _problem_lines(found)
+    return lines
+
+
+def _fault_lines(fault: dict[str, Any]) -> list[str]:
+    guest = fault.get("guest")
+    if not isinstance(guest, dict):
+        return [f"  fault   {fault['code']}: {fault['message']}", f"  module  {fault['module']}"]
+    return [
+        f"  raised  {guest['type']}: {guest['message']}",
+        f"  at      {guest['where'] or '-'}",
+        f"  module  {fault['module']}",
+    ]
+
+
+def _problem_lines(found: Explanation) -> list[str]:
+    if "code" in found.record and "message" in found.record:
+        return [f"  refused {found.record['code']}: {found.record['message']}"]
+    if not found.problems:
+        return ["  no delivery of it faulted or was dropped"]
+    return ["  its deliveries that went wrong:"] + [
+        "  " + record_line(seq, record) for seq, record in found.problems
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# cell retry | reset, intent cancel
+
+
+@world_group.group("cell")
+def cell_group() -> None:
+    """A cell: retry a failed one, or reset (delete) one."""
+
+
+@cell_group.command("retry")
+@click.argument("workflow")
+@click.argument("key", required=False)
+@_reason_option
+@world_option
+@json_option
+@handles_errors
+def cell_retry_command(
+    workflow: str, key: str | None, reason: str, world_path: str, as_json: bool
+) -> None:
+    """Clear a failed cell's failure and step the delivery that failed it again (with the
+    module the world runs now). KEY is read as by `aos world state get`."""
+    _cell_operation(CELL_RETRY, workflow, key, reason, world_path, as_json)
+
+
+@cell_group.command("reset")
+@click.argument("workflow")
+@click.argument("key", required=False)
+@_reason_option
+@world_option
+@json_option
+@handles_errors
+def cell_reset_command(
+    workflow: str, key: str | None, reason: str, world_path: str, as_json: bool
+) -> None:
+    """Delete a cell (failed or not, with no open intents): its next event starts it
+    afresh."""
+    _cell_operation(CELL_RESET, workflow, key, reason, world_path, as_json)
+
+
+def _cell_operation(
+    action: str, workflow: str, key: str | None, reason: str, world_path: str, as_json: bool
+) -> None:
+    with opened_world(world_path) as world:
+        value, key_bytes = cell_key(world, workflow, key)
+        operation = Operation.parse(
+            {"action": action, "workflow": workflow, "key": key_bytes, "reason": reason}
+        )
+        seq, report = _operate(world, operation)
+    _report(action, cell_text(workflow, value), seq, report, as_json)
+
+
+@world_group.group("intent")
+def intent_group() -> None:
+    """An open intent: cancel it."""
+
+
+@intent_group.command("cancel")
+@click.argument("intent")
+@_reason_option
+@world_option
+@json_option
+@handles_errors
+def intent_cancel_command(intent: str, reason: str, world_path: str, as_json: bool) -> None:
+    """Close an open INTENT (its hash, or a unique prefix as `aos world status` shows it);
+    its cell gets a receipt envelope with status `cancelled`, and a later receipt for it is
+    refused."""
+    with opened_world(world_path) as world:
+        full = resolve_open_intent(world, intent)
+        operation = Operation.parse({"action": INTENT_CANCEL, "intent": full, "reason": reason})
+        seq, report = _operate(world, operation)
+    _report(INTENT_CANCEL, full, seq, report, as_json)
+
+
+def resolve_open_intent(world: World, text: str) -> str:
+    """The open intent whose hash is `text` or starts with it (with or without `blake3:`)."""
+    wanted = text if text.startswith("blake3:") else f"blake3:{text}"
+    found = [i["intent"] for i in world.open_intents() if str(i["intent"]).startswith(wanted)]
+    if len(found) == 1:
+        return str(found[0])
+    if not found:
+        raise IntentNotOpenError(f"no open intent is {text}")
+    raise IntentNotOpenError(f"{len(found)} open intents start with {text}: give more digits")
+
+
+def _operate(world: World, operation: Operation) -> tuple[int, RunReport]:
+    seq = world.operate(operation)
+    return seq, world.run_to_idle()
+
+
+def _report(action: str, target: str, seq: int, report: RunReport, as_json: bool) -> None:
+    if as_json:
+        emit_json({"action": action, "target": target, "seq": seq, "run": run_json(report)})
+        return
+    verb = {CELL_RETRY: "retried", CELL_RESET: "reset", INTENT_CANCEL: "cancelled"}[action]
+    click.echo(f"{verb:<9} {target}  seq {seq}")
+    for line in run_lines(report):
+        click.echo(line)
