@@ -30,7 +30,7 @@ from aos.cli.common import (
 )
 from aos.cli.world_cmd import cell_text as _cell
 from aos.cli.world_cmd import key_text as _key
-from aos.cli.world_cmd import opened_world, short
+from aos.cli.world_cmd import opened_world, read_world, short
 from aos.kernel import cbor, governance, shadow
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.loader import load_manifest_dir, read_document
@@ -439,7 +439,7 @@ def _fail_blocked(error: GovNotQuiescentError, *, as_json: bool) -> None:
 @handles_errors
 def ls_command(world_path: str, as_json: bool) -> None:
     """List proposals: id, status, base manifest, shadow state and decision."""
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         current = str(world.manifest_hash)
         state_height = world.state_height
         listed = [
@@ -477,7 +477,7 @@ def ls_command(world_path: str, as_json: bool) -> None:
 def show_command(ident: str, limit: int, world_path: str, as_json: bool) -> None:
     """Everything about proposal ID: status, base and proposed manifests, the patch, the
     decision, and the stored shadow report."""
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         proposal = _resolve(world, ident)
         body = _entry_json(proposal, world.proposals[proposal], world.state_height)
         body["patch"] = cbor.to_json(world.store.cas.get_value(Hash(proposal)))

@@ -22,6 +22,7 @@ from aos.cli.world_cmd import (
     cell_text,
     key_value,
     opened_world,
+    read_world,
     record_json,
     record_line,
     run_json,
@@ -67,7 +68,7 @@ def explain_command(seq: int, limit: int, world_path: str, as_json: bool) -> Non
     """Why the record at SEQ went wrong: a step fault (with the exception a workflow
     raised), a dropped delivery (and the fault that failed its cell), or, for an input,
     which of its deliveries faulted or were dropped."""
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         found = explain(world.store.journal, seq, limit=limit)
     if as_json:
         emit_json(_explanation_json(found))

@@ -8,8 +8,9 @@
     aos world trace HASH                              what an input caused
 
 Every command but `create` opens the world named by `--world` (env AOS_WORLD, default
-./.aos). A world has one writer at a time, so a command fails with `store.locked` while
-another process has it open.
+./.aos). Read commands (status, state, journal, trace, explain) open it read-only and work
+while another process, such as `aos node up`, writes it; a world has one writer at a time,
+so a command that writes fails with `store.locked` while another process has it open.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import datetime
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -76,6 +77,12 @@ def opened_world(world_path: str) -> Iterator[World]:
         yield world
     finally:
         world.close()
+
+
+def read_world(world_path: str) -> AbstractContextManager[World]:
+    """Open the world read-only for a read command: no writer lock, so it works while
+    `aos node up` (or any writer) has the world; every read sees one commit."""
+    return World.reading(world_path)
 
 
 @click.group("world")
@@ -141,7 +148,7 @@ def create_command(
 def status_command(world_path: str, as_json: bool) -> None:
     """Height, manifest, logical time, cells and failed cells per workflow, open intents and
     queued deliveries."""
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         status = world.status()
         intents = world.open_intents()
     listed = [_intent_json(intent) for intent in intents[:STATUS_INTENTS_MAX]]
@@ -348,7 +355,7 @@ def state_get_command(workflow: str, key: str | None, world_path: str, as_json: 
     workflow's key type, KEY is read as JSON (`42`, `{"a": 1}`). Leave it out for a workflow
     that is not keyed.
     """
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         key_value, key_bytes = cell_key(world, workflow, key)
         state = world.state(workflow, key_value)
         status = world.status_of(workflow, key_bytes)
@@ -400,7 +407,7 @@ def cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes |
 @handles_errors
 def state_cells_command(workflow: str, limit: int, world_path: str, as_json: bool) -> None:
     """List WORKFLOW's cells (in key-hash order): key, status, state hash, last active seq."""
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         cells = world.cells(workflow)
     shown = cells[:limit]
     if as_json:
@@ -457,7 +464,7 @@ def journal_tail_command(
     from_seq: int | None, limit: int, kind: str | None, world_path: str, as_json: bool
 ) -> None:
     """Print journal records, one line each: the last LIMIT, or LIMIT from --from on."""
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         journal = world.store.journal
         head = journal.head()
         found = _tail(journal, head, from_seq=from_seq, limit=limit, kind=kind)
@@ -503,7 +510,7 @@ def _tail(
 @handles_errors
 def journal_head_command(world_path: str, as_json: bool) -> None:
     """Print the journal's head: its last sequence number and that record."""
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         journal = world.store.journal
         head = journal.head()
         last = next(iter(journal.read(head, head)), None) if head else None
@@ -538,7 +545,7 @@ def trace_command(
     """What an input caused, step by step. HASH is an event hash (as `send` prints it; any
     journal record's hash works) or an intent hash; for an intent the trace starts at the
     input it came from."""
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         found = trace(world.store.journal, hash_text, limit=limit, from_seq=from_seq)
         head = world.store.journal.head()
     if as_json:

@@ -396,6 +396,30 @@ class World:
         return world
 
     @classmethod
+    @contextmanager
+    def reading(
+        cls, path: str | os.PathLike[str], *, engine: WasmEngine | None = None
+    ) -> Iterator[World]:
+        """The world as of its last commit, for reading only: the store is opened read-only
+        (no writer lock, so this works while another process, `aos node up`, writes it) and
+        every read inside the block sees that one commit. Anything that would write raises
+        `store.readonly`. A head that is not usable is `world.corrupt` here: only a writer
+        rebuilds it."""
+        root = Path(path)
+        if not (root / "store").is_dir():
+            raise WorldMissingError(f"no world at {root}")
+        store = open_store(root, readonly=True)
+        try:
+            with store.consistent():
+                if not _head_usable(store):
+                    raise WorldCorruptError(
+                        "the world's head is being rebuilt or is damaged: open it for writing"
+                    )
+                yield cls._from_store(store, engine, None, None)
+        finally:
+            store.close()
+
+    @classmethod
     def _from_store(
         cls,
         store: Store,
