@@ -38,6 +38,7 @@ from aos.kernel.node.errors import JsonInvalidError, NodeConfigError
 from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
+from aos.kernel.node.owner import remove_owner, write_owner
 
 BIND_DEFAULT = "127.0.0.1:9010"
 NODE_URL_DEFAULT = "http://127.0.0.1:9010"
@@ -180,8 +181,11 @@ def up_command(
             timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
         )
         server = _NodeServer(config, node, lambda url: _announce(url, node, human, as_json))
+        # Once it listens, the world's owner record tells the CLI to write through it.
+        server.on_listening = lambda url: write_owner(world_path, url, node.world_id)
         server.run()
     finally:
+        remove_owner(world_path)
         node.close()
     if not as_json:
         click.echo("aos node: stopped, world closed")
@@ -219,6 +223,7 @@ class _NodeServer(uvicorn.Server):
         super().__init__(config)
         self._node = node
         self._announce = announce
+        self.on_listening: Callable[[str], object] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -227,7 +232,10 @@ class _NodeServer(uvicorn.Server):
         if self.started and self.servers and self.servers[0].sockets:
             address = self.servers[0].sockets[0].getsockname()
             host = f"[{address[0]}]" if ":" in address[0] else address[0]
-            self._announce(f"http://{host}:{address[1]}")
+            url = f"http://{host}:{address[1]}"
+            if self.on_listening is not None:
+                self.on_listening(url)
+            self._announce(url)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)

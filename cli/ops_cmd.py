@@ -17,7 +17,9 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, world_option
+from aos.cli.remote import node_call, node_option, serving_node
 from aos.cli.world_cmd import (
+    RUN_FIELDS,
     cell_key,
     cell_text,
     key_value,
@@ -29,6 +31,7 @@ from aos.cli.world_cmd import (
     run_lines,
     world_group,
 )
+from aos.kernel.cbor import to_json
 from aos.kernel.world import records
 from aos.kernel.world.errors import IntentNotOpenError
 from aos.kernel.world.explain import EXPLAIN_RECORDS_MAX, Explanation, explain
@@ -39,7 +42,7 @@ from aos.kernel.world.operations import (
     OPERATION_REASON_CHARS_MAX,
     Operation,
 )
-from aos.kernel.world.world import RunReport, World
+from aos.kernel.world.world import World
 
 _reason_option = click.option(
     "--reason",
@@ -148,42 +151,65 @@ def cell_group() -> None:
 @click.argument("workflow")
 @click.argument("key", required=False)
 @_reason_option
+@node_option
 @world_option
 @json_option
 @handles_errors
 def cell_retry_command(
-    workflow: str, key: str | None, reason: str, world_path: str, as_json: bool
+    workflow: str,
+    key: str | None,
+    reason: str,
+    node_url: str | None,
+    world_path: str,
+    as_json: bool,
 ) -> None:
     """Clear a failed cell's failure and step the delivery that failed it again (with the
     module the world runs now). KEY is read as by `aos world state get`."""
-    _cell_operation(CELL_RETRY, workflow, key, reason, world_path, as_json)
+    _cell_operation(CELL_RETRY, workflow, key, reason, node_url, world_path, as_json)
 
 
 @cell_group.command("reset")
 @click.argument("workflow")
 @click.argument("key", required=False)
 @_reason_option
+@node_option
 @world_option
 @json_option
 @handles_errors
 def cell_reset_command(
-    workflow: str, key: str | None, reason: str, world_path: str, as_json: bool
+    workflow: str,
+    key: str | None,
+    reason: str,
+    node_url: str | None,
+    world_path: str,
+    as_json: bool,
 ) -> None:
     """Delete a cell (failed or not, with no open intents): its next event starts it
     afresh."""
-    _cell_operation(CELL_RESET, workflow, key, reason, world_path, as_json)
+    _cell_operation(CELL_RESET, workflow, key, reason, node_url, world_path, as_json)
 
 
 def _cell_operation(
-    action: str, workflow: str, key: str | None, reason: str, world_path: str, as_json: bool
+    action: str,
+    workflow: str,
+    key: str | None,
+    reason: str,
+    node_url: str | None,
+    world_path: str,
+    as_json: bool,
 ) -> None:
-    with opened_world(world_path) as world:
+    url = serving_node(world_path, node_url)
+    with read_world(world_path) if url else opened_world(world_path) as world:
         value, key_bytes = cell_key(world, workflow, key)
-        operation = Operation.parse(
-            {"action": action, "workflow": workflow, "key": key_bytes, "reason": reason}
-        )
-        seq, report = _operate(world, operation)
-    _report(action, cell_text(workflow, value), seq, report, as_json)
+        if url is None:
+            operation = Operation.parse(
+                {"action": action, "workflow": workflow, "key": key_bytes, "reason": reason}
+            )
+            seq, run = _operate(world, operation)
+    if url is not None:
+        request = {"action": action, "workflow": workflow, "key": to_json(value), "reason": reason}
+        seq, run = _operate_remote(url, request)
+    _report(action, cell_text(workflow, value), seq, run, as_json)
 
 
 @world_group.group("intent")
@@ -194,18 +220,25 @@ def intent_group() -> None:
 @intent_group.command("cancel")
 @click.argument("intent")
 @_reason_option
+@node_option
 @world_option
 @json_option
 @handles_errors
-def intent_cancel_command(intent: str, reason: str, world_path: str, as_json: bool) -> None:
+def intent_cancel_command(
+    intent: str, reason: str, node_url: str | None, world_path: str, as_json: bool
+) -> None:
     """Close an open INTENT (its hash, or a unique prefix as `aos world status` shows it);
     its cell gets a receipt envelope with status `cancelled`, and a later receipt for it is
     refused."""
-    with opened_world(world_path) as world:
+    url = serving_node(world_path, node_url)
+    with read_world(world_path) if url else opened_world(world_path) as world:
         full = resolve_open_intent(world, intent)
-        operation = Operation.parse({"action": INTENT_CANCEL, "intent": full, "reason": reason})
-        seq, report = _operate(world, operation)
-    _report(INTENT_CANCEL, full, seq, report, as_json)
+        request = {"action": INTENT_CANCEL, "intent": full, "reason": reason}
+        if url is None:
+            seq, run = _operate(world, Operation.parse(request))
+    if url is not None:
+        seq, run = _operate_remote(url, request)
+    _report(INTENT_CANCEL, full, seq, run, as_json)
 
 
 def resolve_open_intent(world: World, text: str) -> str:
@@ -219,16 +252,23 @@ def resolve_open_intent(world: World, text: str) -> str:
     raise IntentNotOpenError(f"{len(found)} open intents start with {text}: give more digits")
 
 
-def _operate(world: World, operation: Operation) -> tuple[int, RunReport]:
+def _operate(world: World, operation: Operation) -> tuple[int, dict[str, Any]]:
     seq = world.operate(operation)
-    return seq, world.run_to_idle()
+    return seq, run_json(world.run_to_idle())
 
 
-def _report(action: str, target: str, seq: int, report: RunReport, as_json: bool) -> None:
+def _operate_remote(url: str, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The same operation through the node that serves the world."""
+    answer = node_call(url, "/v1/operations", request)
+    report = answer["report"]
+    return int(answer["seq"]), {name: report[name] for name in RUN_FIELDS}
+
+
+def _report(action: str, target: str, seq: int, run: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        emit_json({"action": action, "target": target, "seq": seq, "run": run_json(report)})
+        emit_json({"action": action, "target": target, "seq": seq, "run": run})
         return
     verb = {CELL_RETRY: "retried", CELL_RESET: "reset", INTENT_CANCEL: "cancelled"}[action]
     click.echo(f"{verb:<9} {target}  seq {seq}")
-    for line in run_lines(report):
+    for line in run_lines(run):
         click.echo(line)

@@ -35,6 +35,7 @@ from aos.cli.common import (
     table,
     world_option,
 )
+from aos.cli.remote import node_call, node_option, serving_node
 from aos.kernel import cbor
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.errors import AirError
@@ -194,6 +195,7 @@ def _intent_row(intent: dict[str, Any]) -> list[Any]:
     type=click.File("r", encoding="utf-8"),
     help="A file with the event value as JSON ('-': stdin).",
 )
+@node_option
 @world_option
 @json_option
 @handles_errors
@@ -201,6 +203,7 @@ def send_command(
     schema: str,
     value_json: str | None,
     value_file: IO[str] | None,
+    node_url: str | None,
     world_path: str,
     as_json: bool,
 ) -> None:
@@ -208,37 +211,42 @@ def send_command(
 
     The value is JSON; {"$bytes": "<hex>"} stands for bytes, times may be RFC 3339 text.
     A value that does not fit SCHEMA is refused before anything is journaled; an event that
-    cannot be routed is journaled as `ingress_rejected` and reported (exit 1).
+    cannot be routed is journaled as `ingress_rejected` and reported (exit 1). Faults and
+    dropped deliveries are listed by cell; exit 1 when one was a delivery of this event.
+    While a node serves the world, the event goes through it.
     """
     value = _event_value(value_json, value_file)
-    with opened_world(world_path) as world:
-        try:
-            admitted, report = world.send(schema, value)
-        except RouteError as error:
-            _fail_rejected(error, world.height, as_json=as_json)
-            return
-        last = max(admitted.seq, report.last_seq)
-        problems = (
-            _run_problems(world, admitted.seq, last) if report.faults or report.dropped else []
-        )
-    own = [(seq, record) for seq, record in problems if record["input"] == admitted.seq]
+    url = serving_node(world_path, node_url)
+    if url is None:
+        sent = _send_here(world_path, schema, value, as_json=as_json)
+    else:
+        sent = node_call(url, "/v1/events", {"schema": schema, "value": value})
+        report = sent.pop("report")
+        sent["run"] = {name: report[name] for name in RUN_FIELDS}
+        sent["journal"] = {"first": sent["seq"], "last": max(sent["seq"], report["last_seq"])}
+    seq = int(sent["seq"])
+    problems: list[tuple[int, dict[str, Any]]] = []
+    if sent["run"]["faults"] or sent["run"]["dropped"]:
+        with read_world(world_path) as world:
+            problems = _run_problems(world, seq, sent["journal"]["last"])
+    own = [(at, record) for at, record in problems if record["input"] == seq]
     body: dict[str, Any] = {
-        "seq": admitted.seq,
-        "event_hash": str(admitted.event_hash),
-        "deliveries": admitted.deliveries,
-        "run": run_json(report),
-        "problems": [_problem_json(seq, record) for seq, record in problems],
-        "journal": {"first": admitted.seq, "last": last},
+        "seq": seq,
+        "event_hash": sent["event_hash"],
+        "deliveries": sent["deliveries"],
+        "run": sent["run"],
+        "problems": [_problem_json(at, record) for at, record in problems],
+        "journal": sent["journal"],
     }
     if as_json:
         emit_json(body)
     else:
-        click.echo(f"admitted  seq {admitted.seq}  {admitted.event_hash}")
-        click.echo(f"delivered {admitted.deliveries}")
-        for line in run_lines(report):
+        click.echo(f"admitted  seq {seq}  {body['event_hash']}")
+        click.echo(f"delivered {body['deliveries']}")
+        for line in run_lines(body["run"]):
             click.echo(line)
-        for seq, record in problems:
-            click.echo(f"{_problem_word(record):<9} {_problem_text(seq, record)}")
+        for at, record in problems:
+            click.echo(f"{_problem_word(record):<9} {_problem_text(at, record)}")
         click.echo(f"journal   {body['journal']['first']}..{body['journal']['last']}")
     if own:
         # The event is journaled and durable; exit non-zero because it did not take effect
@@ -246,29 +254,42 @@ def send_command(
         if not as_json:
             click.echo(
                 f"error[world.event_not_applied]: the event faulted or was dropped in "
-                f"{len(own)} of its {admitted.deliveries} deliveries",
+                f"{len(own)} of its {body['deliveries']} deliveries",
                 err=True,
             )
             click.echo(f"  hint: aos world explain {own[0][0]}", err=True)
         sys.exit(EXIT_ERROR)
 
 
-def run_json(report: RunReport) -> dict[str, Any]:
+RUN_FIELDS = ("steps", "faults", "fault_codes", "dropped", "events", "intents")
+
+
+def _send_here(world_path: str, schema: str, value: Any, *, as_json: bool) -> dict[str, Any]:
+    """Send in this process (no node serves the world)."""
+    with opened_world(world_path) as world:
+        try:
+            admitted, report = world.send(schema, value)
+        except RouteError as error:
+            _fail_rejected(error, world.height, as_json=as_json)
+            raise
     return {
-        "steps": report.steps,
-        "faults": report.faults,
-        "fault_codes": report.fault_codes,
-        "dropped": report.dropped,
-        "events": report.events,
-        "intents": report.intents,
+        "seq": admitted.seq,
+        "event_hash": str(admitted.event_hash),
+        "deliveries": admitted.deliveries,
+        "run": run_json(report),
+        "journal": {"first": admitted.seq, "last": max(admitted.seq, report.last_seq)},
     }
 
 
-def run_lines(report: RunReport) -> list[str]:
-    """What a run did, as `send` and the operations print it."""
+def run_json(report: RunReport) -> dict[str, Any]:
+    return {name: getattr(report, name) for name in RUN_FIELDS}
+
+
+def run_lines(run: dict[str, Any]) -> list[str]:
+    """What a run did (`run_json`'s shape), as `send` and the operations print it."""
     return [
-        f"run       {report.steps} steps, {report.faults} faults, {report.dropped} dropped, "
-        f"{report.events} events, {report.intents} intents"
+        f"run       {run['steps']} steps, {run['faults']} faults, {run['dropped']} dropped, "
+        f"{run['events']} events, {run['intents']} intents"
     ]
 
 

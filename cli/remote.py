@@ -1,0 +1,73 @@
+"""Writes through the node that owns a world.
+
+While `aos node up` serves a world it is the world's only writer, so a command that writes
+(`aos world send`, `cell retry|reset`, `intent cancel`, `time advance|jump-next`) sends its
+request to that node: the one named by `--node`, else the one the world's owner record names
+(kernel/node/owner.py). Reads need no node: they open the world read-only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aos.kernel.errors import AosError
+from aos.kernel.node.owner import owner_url
+
+NODE_TIMEOUT_S = 60.0
+"""How long a write through the node may take (it runs the world to idle)."""
+
+node_option = click.option(
+    "--node",
+    "node_url",
+    metavar="URL",
+    help="Write through this node (default: the node that serves the world, if one does).",
+)
+
+
+class NodeRefusedError(AosError):
+    """The node refused the request; `code` and `hint` are the node's (set per instance
+    class by `refused`)."""
+
+    code = "node.refused"
+
+
+class NodeUnreachableError(AosError):
+    code = "node.unreachable"
+    hint = "the node that owned the world does not answer: is it still running?"
+
+
+def serving_node(world_path: str, node_url: str | None) -> str | None:
+    """The node to write through: `--node`, else the live owner of the world, else None."""
+    return node_url if node_url else owner_url(Path(world_path))
+
+
+def node_call(url: str, path: str, body: Any) -> Any:
+    """POST `body` as JSON; the answer's JSON, or the node's error raised as an AosError."""
+    import httpx  # only commands that write through a node pay for it
+
+    try:
+        response = httpx.post(url.rstrip("/") + path, json=body, timeout=NODE_TIMEOUT_S)
+    except httpx.HTTPError as error:
+        raise NodeUnreachableError(f"cannot reach {url}: {error}") from None
+    try:
+        found = response.json()
+    except ValueError:
+        found = None
+    if response.is_success and found is not None:
+        return found
+    answer = found.get("error") if isinstance(found, dict) else None
+    raise refused(answer if isinstance(answer, dict) else {}, response.status_code)
+
+
+def refused(body: dict[str, Any], status: int) -> AosError:
+    code = str(body.get("code") or "node.refused")
+    kind = type(
+        "NodeRefusedError", (NodeRefusedError,), {"code": code, "hint": str(body.get("hint", ""))}
+    )
+    found = body.get("detail")
+    detail: dict[str, Any] = found if isinstance(found, dict) else {}
+    error: AosError = kind(str(body.get("message") or f"HTTP {status}"), **detail)
+    return error
