@@ -12,6 +12,7 @@ idle and prints what the run did.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -22,6 +23,7 @@ from aos.cli.world_cmd import (
     RUN_FIELDS,
     cell_key,
     cell_text,
+    clip,
     key_value,
     opened_world,
     read_world,
@@ -31,10 +33,11 @@ from aos.cli.world_cmd import (
     run_lines,
     world_group,
 )
-from aos.kernel.cbor import to_json
+from aos.kernel.cbor import from_json, to_json
 from aos.kernel.world import records
 from aos.kernel.world.errors import IntentNotOpenError
 from aos.kernel.world.explain import EXPLAIN_RECORDS_MAX, Explanation, explain
+from aos.kernel.world.intents import intent_view
 from aos.kernel.world.operations import (
     CELL_RESET,
     CELL_RETRY,
@@ -239,6 +242,64 @@ def intent_cancel_command(
     if url is not None:
         seq, run = _operate_remote(url, request)
     _report(INTENT_CANCEL, full, seq, run, as_json)
+
+
+@intent_group.command("show")
+@click.argument("intent")
+@node_option
+@world_option
+@json_option
+@handles_errors
+def intent_show_command(intent: str, node_url: str | None, world_path: str, as_json: bool) -> None:
+    """An intent: open (with its effect, origin and params) or settled or cancelled, and the
+    newest progress frames its adapter posted (kept by the node that serves the world)."""
+    url = serving_node(world_path, node_url)
+    with read_world(world_path) as world:
+        full = _intent_hash(world, intent)
+        view = intent_view(world, full) if url is None else None
+    if url is not None:
+        view = node_call(url, f"/v1/intents/{full}", method="GET")
+    assert view is not None
+    view.setdefault("progress", [])
+    if as_json:
+        emit_json(view)
+        return
+    for line in _intent_lines(view, served=url is not None):
+        click.echo(line)
+
+
+def _intent_hash(world: World, text: str) -> str:
+    """An open intent by prefix, else the text itself (a closed intent needs its full hash)."""
+    try:
+        return resolve_open_intent(world, text)
+    except IntentNotOpenError:
+        return text
+
+
+def _intent_lines(view: dict[str, Any], *, served: bool) -> list[str]:
+    lines = [f"intent    {view['intent']}", f"status    {view['status']}"]
+    record = view.get("record")
+    if isinstance(record, dict):
+        origin = record["origin"]
+        cell = cell_text(str(origin["workflow"]), key_value(from_json(origin["key"])))
+        lines.append(f"effect    {record['effect']}  by {cell}  (step {record['cause']})")
+        lines.append(f"params    {clip(json.dumps(record['params'], sort_keys=True))}")
+    else:
+        lines.append(f"closed    at seq {view.get('closed_seq')}")
+    frames = view["progress"]
+    if not served:
+        lines.append("progress  (kept by the node that serves the world; none serves it now)")
+    elif not frames:
+        lines.append("progress  none reported")
+    else:
+        lines.append("progress")
+        for frame in frames:
+            body = frame["body"]
+            done = "-" if body["fraction"] is None else f"{100 * body['fraction']:.0f}%"
+            lines.append(
+                f"  {done:>5}  {body['message']}  ({body['adapter']}, at_ns {body['at_ns']})"
+            )
+    return lines
 
 
 def resolve_open_intent(world: World, text: str) -> str:

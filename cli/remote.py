@@ -44,12 +44,13 @@ def serving_node(world_path: str, node_url: str | None) -> str | None:
     return node_url if node_url else owner_url(Path(world_path))
 
 
-def node_call(url: str, path: str, body: Any) -> Any:
-    """POST `body` as JSON; the answer's JSON, or the node's error raised as an AosError."""
-    import httpx  # only commands that write through a node pay for it
+def node_call(url: str, path: str, body: Any = None, *, method: str = "POST") -> Any:
+    """One request (a POST of `body` as JSON, or a GET); the answer's JSON, or the node's
+    error raised as an AosError."""
+    import httpx  # only commands that talk to a node pay for it
 
     try:
-        response = httpx.post(url.rstrip("/") + path, json=body, timeout=NODE_TIMEOUT_S)
+        response = httpx.request(method, url.rstrip("/") + path, json=body, timeout=NODE_TIMEOUT_S)
     except httpx.HTTPError as error:
         raise NodeUnreachableError(f"cannot reach {url}: {error}") from None
     try:

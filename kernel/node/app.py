@@ -119,6 +119,19 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         return node.renew(lease_id)
 
     @app.post(
+        "/v1/leases/{lease_id}/progress", response_model=models.RenewResponse, tags=["adapters"]
+    )
+    async def post_lease_progress(lease_id: str, request: models.ProgressRequest) -> dict[str, Any]:
+        """A signed progress frame for a held lease: extends it like a renewal; kept (the
+        newest few per intent), never journaled, never seen by a workflow."""
+        return node.progress(lease_id, request.model_dump())
+
+    @app.get("/v1/intents/{intent}", response_model=models.IntentResponse, tags=["world"])
+    async def get_intent(intent: str) -> dict[str, Any]:
+        """An intent: open with its record, or settled or cancelled; its progress frames."""
+        return await node.intent(intent)
+
+    @app.post(
         "/v1/receipts",
         response_model=models.SettleResponse,
         tags=["adapters"],

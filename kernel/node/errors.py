@@ -106,6 +106,7 @@ _STATUS_BY_CODE = {
     "receipt.unknown_intent": 409,
     "receipt.intent_cancelled": 409,
     "receipt.cell_deleted": 409,
+    "progress.signature_invalid": 403,
     "lease.revoked": 409,
     "lease.unknown": 404,
     "receipt.wrong_world": 409,

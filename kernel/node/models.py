@@ -242,6 +242,23 @@ class TaskHistoryResponse(_Model):
     entries: list[TaskHistoryEntry] = Field(description="Oldest first.")
 
 
+class ProgressRequest(_Model):
+    body: dict[str, Value] = Field(
+        description="{world, intent, adapter, lease_id, fraction (0..1 or null), message, at_ns}"
+    )
+    signature: Value = Field(description="Ed25519 over the canonical CBOR of body, as {$bytes}.")
+
+
+class IntentResponse(_Model):
+    intent: str
+    status: str = Field(description="open | settled | cancelled")
+    record: Value = Field(None, description="The effect_intent record while the intent is open.")
+    closed_seq: int | None = Field(None, description="The seq that settled or cancelled it.")
+    progress: list[dict[str, Value]] = Field(
+        description="Its newest progress frames, oldest first."
+    )
+
+
 class OperationRequest(_Model):
     action: str = Field(description="cell_retry | cell_reset | intent_cancel")
     workflow: str | None = Field(None, description="The cell's workflow (cell_retry, cell_reset).")

@@ -646,7 +646,7 @@ class World:
             receipts.authenticate(receipt, world_id=self.world_id, adapters=self._runtime.adapters)
             open_intent = self._open_intents.get(receipt.intent)
             if open_intent is None:
-                if self._settled_seq(receipt.intent) is not None:
+                if self.settled_seq(receipt.intent) is not None:
                     return Settlement(receipt.intent, None, duplicate=True, delivered=False)
                 cancelled = self.cancelled_seq(receipt.intent)
                 if cancelled is not None:
@@ -820,7 +820,8 @@ class World:
         )
         return Settlement(intent, seq)
 
-    def _settled_seq(self, intent: str) -> int | None:
+    def settled_seq(self, intent: str) -> int | None:
+        """The `effect_receipt` that settled `intent`, or None if none did."""
         key = _settled_key(intent)
         if key in self._pending.meta:
             return int(self._pending.meta[key])
@@ -880,7 +881,7 @@ class World:
         if operation.action == INTENT_CANCEL:
             intent = str(operation.intent)
             if intent not in self._open_intents:
-                settled, cancelled = self._settled_seq(intent), self.cancelled_seq(intent)
+                settled, cancelled = self.settled_seq(intent), self.cancelled_seq(intent)
                 closed = f"settled at seq {settled}" if settled is not None else "not open"
                 closed = f"cancelled at seq {cancelled}" if cancelled is not None else closed
                 raise IntentNotOpenError(f"intent {intent} is {closed}")
