@@ -239,7 +239,9 @@ world.close()
 """
 
 
-def test_world_locked_by_another_process(counter: Path) -> None:
+def test_reads_work_and_writes_are_refused_while_another_process_holds_the_world(
+    counter: Path,
+) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", LOCK_HOLDER, str(counter)],
         stdin=subprocess.PIPE,
@@ -248,7 +250,8 @@ def test_world_locked_by_another_process(counter: Path) -> None:
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
-        code, _, err = run("world", "status", world=counter)
+        assert run_json("world", "status", world=counter)["height"] == 8  # read-only
+        code, _, err = run("world", "cell", "reset", "demo/counter@1", "a", world=counter)
         assert code == 1
         assert err.startswith("error[store.locked]: ")
         assert f"world is locked by pid {holder.pid}" in err
