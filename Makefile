@@ -39,7 +39,7 @@ test: lint
 test-fast: setup
 	$(BIN)/python -m pytest -x -q
 
-# A real install (~75 s): build the wheel, install it into a fresh virtualenv outside the
+# A real install (~85 s): build the wheel, install it into a fresh virtualenv outside the
 # checkout, create a world with a Python module built from source, send, replay --verify.
 install-check: setup
 	PYTHON=$(PYTHON) .ci/install_check.sh

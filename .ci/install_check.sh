@@ -29,6 +29,7 @@ cp -r "$checkout/modules/examples/counter_py" "$work/example/counter_py"
 sed -i 's#path: .*counter_py#path: ../../counter_py#' "$work/example/manifest/defs/counter.yaml"
 
 cd "$work"
+AOS_CACHE_DIR_SHARED="${AOS_CACHE_DIR:-}"
 export AOS_CACHE_DIR="$work/cache" AOS_WORLD="$work/world"
 unset PYTHONPATH
 "$work/venv/bin/python" - <<'PY'
@@ -43,6 +44,9 @@ PY
 "$aos" world replay --verify
 
 step "a local flow run (the flow world ships in the package)"
-"$aos" flow run "$checkout/flows/examples/hello.flow.yaml" --local \
-    --workload '{"names": ["ann", "bo"]}' | tail -1
+# The shared build cache: the interpreter's sources are found through the installed package
+# either way, and a cache hit keeps this step from rebuilding the largest component.
+AOS_CACHE_DIR="${AOS_CACHE_DIR_SHARED:-}" "$aos" flow run \
+    "$checkout/flows/examples/hello.flow.yaml" --local --workload '{"names": ["ann", "bo"]}' \
+    | tail -1
 echo "install-check ok"
