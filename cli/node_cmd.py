@@ -25,10 +25,17 @@ from types import FrameType
 from typing import IO, Any
 
 import click
-import httpx
 import uvicorn
 
-from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, table, world_option
+from aos.cli.common import (
+    emit_json,
+    fail,
+    handles_errors,
+    json_option,
+    table,
+    world_option,
+)
+from aos.cli.remote import node_call
 from aos.flows.http import add_flow_routes
 from aos.kernel.adapters.keys import read_seed
 from aos.kernel.errors import AosError
@@ -47,11 +54,6 @@ TASKS_LIMIT_DEFAULT = 100
 PARAMS_CHARS_MAX = 60
 TASK_STATUS_FILTERS = ("open", "claimed")
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
-
-
-class NodeUnreachableError(AosError):
-    code = "node.unreachable"
-    hint = "start one with `aos node up`, or point --node (env AOS_NODE) at it"
 
 
 # --------------------------------------------------------------------------------------------
@@ -509,31 +511,16 @@ def _request(
 ) -> Any:
     """One API call; an error body from the node is reported like a local error (exit 1)."""
     try:
-        response = httpx.request(
-            method,
-            node_url.rstrip("/") + path,
+        return node_call(
+            node_url,
+            path,
+            json_body,
+            method=method,
             params=params,
-            json=json_body,
-            timeout=NODE_TIMEOUT_S_DEFAULT,
+            timeout_s=NODE_TIMEOUT_S_DEFAULT,
         )
-    except httpx.HTTPError as error:
-        raise NodeUnreachableError(f"cannot reach {node_url}: {error}") from None
-    try:
-        found = response.json()
-    except ValueError:
-        found = None
-    if response.is_success and found is not None:
-        return found
-    error_body = found.get("error") if isinstance(found, dict) else None
-    if not isinstance(error_body, dict):
-        error_body = {"code": "node.error", "message": f"HTTP {response.status_code}"}
-    if as_json:
-        emit_json({"error": error_body})
-    else:
-        click.echo(f"error[{error_body.get('code')}]: {error_body.get('message')}", err=True)
-        if error_body.get("hint"):
-            click.echo(f"  hint: {error_body['hint']}", err=True)
-    sys.exit(EXIT_ERROR)
+    except AosError as error:
+        fail(error, as_json=as_json)
 
 
 def _cell_text(origin: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ class NodeRefusedError(AosError):
 
 class NodeUnreachableError(AosError):
     code = "node.unreachable"
-    hint = "the node that owned the world does not answer: is it still running?"
+    hint = "is `aos node up` running at that URL? (--node; for `aos task`, env AOS_NODE)"
 
 
 def serving_node(world_path: str, node_url: str | None) -> str | None:
@@ -44,13 +44,23 @@ def serving_node(world_path: str, node_url: str | None) -> str | None:
     return node_url if node_url else owner_url(Path(world_path))
 
 
-def node_call(url: str, path: str, body: Any = None, *, method: str = "POST") -> Any:
+def node_call(
+    url: str,
+    path: str,
+    body: Any = None,
+    *,
+    method: str = "POST",
+    params: dict[str, Any] | None = None,
+    timeout_s: float = NODE_TIMEOUT_S,
+) -> Any:
     """One request (a POST of `body` as JSON, or a GET); the answer's JSON, or the node's
     error raised as an AosError."""
     import httpx  # only commands that talk to a node pay for it
 
     try:
-        response = httpx.request(method, url.rstrip("/") + path, json=body, timeout=NODE_TIMEOUT_S)
+        response = httpx.request(
+            method, url.rstrip("/") + path, json=body, params=params, timeout=timeout_s
+        )
     except httpx.HTTPError as error:
         raise NodeUnreachableError(f"cannot reach {url}: {error}") from None
     try:
@@ -70,5 +80,10 @@ def refused(body: dict[str, Any], status: int) -> AosError:
     )
     found = body.get("detail")
     detail: dict[str, Any] = found if isinstance(found, dict) else {}
-    error: AosError = kind(str(body.get("message") or f"HTTP {status}"), **detail)
+    path = body.get("path")
+    error: AosError = kind(
+        str(body.get("message") or f"HTTP {status}"),
+        path=path if isinstance(path, str) else None,
+        **detail,
+    )
     return error

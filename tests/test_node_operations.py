@@ -5,27 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from aos.kernel.node.app import create_app
-from tests.test_node import KEYED, TestClient, lease, make_world, open_node, send
+from tests.node_fixtures import client_fixture, world_path_fixture  # noqa: F401 (fixtures)
+from tests.test_node import KEYED, TestClient, lease, send
 
 AOS = [sys.executable, "-c", "from aos.cli.main import main; main()"]
-
-
-@pytest.fixture
-def world_path(tmp_path: Path) -> Path:
-    return make_world(tmp_path / "w")
-
-
-@pytest.fixture
-def client(world_path: Path) -> Iterator[TestClient]:
-    with open_node(world_path) as node:
-        yield TestClient(create_app(node))
 
 
 def operate(client: TestClient, code: int = 200, **body: Any) -> dict[str, Any]:

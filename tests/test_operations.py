@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from aos.kernel import cbor, governance, replay
-from aos.kernel.adapters.signing import signed_receipt
 from aos.kernel.air.model import canonical_form
 from aos.kernel.errors import AosError
 from aos.kernel.world import records
@@ -31,7 +30,8 @@ from aos.kernel.world.operations import (
 )
 from aos.kernel.world.receipts import ReceiptCellDeletedError, ReceiptIntentCancelledError
 from aos.kernel.world.world import World
-from tests.test_governance import ADAPTER_SEED, KEYED, PING, run_shadow
+from tests.test_governance import KEYED, PING, run_shadow
+from tests.test_receipts import receipt
 from tests.test_world import SCRIPTED, create, journal, ping, reopen
 
 
@@ -56,19 +56,6 @@ def retry(world: World, name: str) -> int:
     seq = world.operate(Operation(CELL_RETRY, workflow=KEYED, key=key(world, name)))
     world.run_to_idle()
     return seq
-
-
-def receipt(world: World, intent: str) -> Any:
-    body = {
-        "world": world.world_id,
-        "intent": intent,
-        "status": "ok",
-        "payload": {"ok": True},
-        "adapter": "demo/adapter@1",
-        "started_ns": 10,
-        "finished_ns": 20,
-    }
-    return signed_receipt(ADAPTER_SEED, body)
 
 
 def last_of(world: World, kind: str) -> tuple[int, dict[str, Any]]:

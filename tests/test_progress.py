@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,31 +15,20 @@ import pytest
 
 from aos.kernel.adapters.sdk import Adapter, AdapterProgressInvalidError, Lease, Result
 from aos.kernel.adapters.signing import sign_body
-from aos.kernel.node.app import create_app
 from aos.kernel.node.progress import (
     PROGRESS_FRAMES_KEPT_MAX,
     PROGRESS_MESSAGE_CHARS_MAX,
     Frame,
     ProgressLog,
 )
+from tests.node_fixtures import client_fixture, world_path_fixture  # noqa: F401 (fixtures)
 from tests.test_cli_world import run
-from tests.test_node import TestClient, lease, make_world, open_node, send
+from tests.test_node import TestClient, lease, make_world, send
 from tests.test_node_process import node_process
 from tests.test_receipts import ADAPTER_SEED, STRANGER_SEED
 from tests.test_world import ping
 
 ADAPTER = "demo/adapter@1"
-
-
-@pytest.fixture
-def world_path(tmp_path: Path) -> Path:
-    return make_world(tmp_path / "w")
-
-
-@pytest.fixture
-def client(world_path: Path) -> Iterator[TestClient]:
-    with open_node(world_path) as node:
-        yield TestClient(create_app(node))
 
 
 def frame(
