@@ -28,6 +28,7 @@ from aos.cli.common import (
     table,
     world_option,
 )
+from aos.cli.remote import node_call, node_option, serving_node
 from aos.cli.world_cmd import cell_text as _cell
 from aos.cli.world_cmd import key_text as _key
 from aos.cli.world_cmd import opened_world, read_world, short
@@ -45,6 +46,7 @@ from aos.kernel.air.model import (
     SetRoutingOp,
     def_hash,
 )
+from aos.kernel.errors import AosError
 from aos.kernel.governance import (
     GovAlreadyDecidedError,
     GovError,
@@ -347,35 +349,66 @@ def _decision_options(fn: Any) -> Any:
 @gov_group.command("approve")
 @click.argument("ident", metavar="ID")
 @_decision_options
+@node_option
 @world_option
 @json_option
 @handles_errors
-def approve_command(ident: str, approver: str, reason: str, world_path: str, as_json: bool) -> None:
-    """Approve proposal ID (once; journaled with the approver and the reason)."""
-    _decide(ident, approve=True, approver=approver, reason=reason, world_path=world_path)
+def approve_command(
+    ident: str, approver: str, reason: str, node_url: str | None, world_path: str, as_json: bool
+) -> None:
+    """Approve proposal ID (once; journaled with the approver and the reason; through the
+    node while one serves the world)."""
+    _decide(
+        ident,
+        approve=True,
+        approver=approver,
+        reason=reason,
+        node_url=node_url,
+        world_path=world_path,
+    )
     _echo_decision(ident, world_path, as_json=as_json)
 
 
 @gov_group.command("reject")
 @click.argument("ident", metavar="ID")
 @_decision_options
+@node_option
 @world_option
 @json_option
 @handles_errors
-def reject_command(ident: str, approver: str, reason: str, world_path: str, as_json: bool) -> None:
-    """Reject proposal ID (final; journaled with the approver and the reason)."""
-    _decide(ident, approve=False, approver=approver, reason=reason, world_path=world_path)
+def reject_command(
+    ident: str, approver: str, reason: str, node_url: str | None, world_path: str, as_json: bool
+) -> None:
+    """Reject proposal ID (final; journaled with the approver and the reason; through the
+    node while one serves the world)."""
+    _decide(
+        ident,
+        approve=False,
+        approver=approver,
+        reason=reason,
+        node_url=node_url,
+        world_path=world_path,
+    )
     _echo_decision(ident, world_path, as_json=as_json)
 
 
-def _decide(ident: str, *, approve: bool, approver: str, reason: str, world_path: str) -> None:
+def _decide(
+    ident: str, *, approve: bool, approver: str, reason: str, node_url: str | None, world_path: str
+) -> None:
+    url = serving_node(world_path, node_url)
+    if url is not None:
+        with read_world(world_path) as world:
+            proposal = _resolve(world, ident)
+        decision = {"approve": approve, "approver": approver, "reason": reason}
+        node_call(url, f"/v1/gov/{proposal}/decision", decision)
+        return
     with opened_world(world_path) as world:
         proposal = _resolve(world, ident)
         governance.decide(world, proposal, approve=approve, approver=approver, reason=reason)
 
 
 def _echo_decision(ident: str, world_path: str, *, as_json: bool) -> None:
-    with opened_world(world_path) as world:
+    with read_world(world_path) as world:
         proposal = _resolve(world, ident)
         entry = dict(world.proposals[proposal])
         height = world.height
@@ -393,21 +426,32 @@ def _echo_decision(ident: str, world_path: str, *, as_json: bool) -> None:
 
 @gov_group.command("apply")
 @click.argument("ident", metavar="ID")
+@node_option
 @world_option
 @json_option
 @handles_errors
-def apply_command(ident: str, world_path: str, as_json: bool) -> None:
+def apply_command(ident: str, node_url: str | None, world_path: str, as_json: bool) -> None:
     """Switch the world to proposal ID's manifest, atomically. Needs an approved proposal
     whose shadow ran at the world's current state, and strict quiescence (no open intents,
-    no queued work); otherwise it is refused with what blocks it."""
-    with opened_world(world_path) as world:
-        proposal = _resolve(world, ident)
-        try:
-            manifest = governance.apply(world, proposal)
-        except GovNotQuiescentError as error:
-            _fail_blocked(error, as_json=as_json)
-            return
-        height = world.height
+    no queued work); otherwise it is refused with what blocks it. Through the node while
+    one serves the world."""
+    url = serving_node(world_path, node_url)
+    try:
+        if url is not None:
+            with read_world(world_path) as world:
+                proposal = _resolve(world, ident)
+            answer = node_call(url, f"/v1/gov/{proposal}/apply", {})
+            manifest, height = str(answer["manifest"]), int(answer["seq"])
+        else:
+            with opened_world(world_path) as world:
+                proposal = _resolve(world, ident)
+                manifest = governance.apply(world, proposal)
+                height = world.height
+    except AosError as error:
+        if error.code != GovNotQuiescentError.code:
+            raise
+        _fail_blocked(error, as_json=as_json)
+        return
     if as_json:
         emit_json({"proposal": proposal, "manifest": manifest, "seq": height})
         return
@@ -416,7 +460,7 @@ def apply_command(ident: str, world_path: str, as_json: bool) -> None:
     click.echo(f"seq       {height}")
 
 
-def _fail_blocked(error: GovNotQuiescentError, *, as_json: bool) -> None:
+def _fail_blocked(error: AosError, *, as_json: bool) -> None:
     if as_json:
         fail(error, as_json=True)
     blocking = list(error.detail.get("blockers", []))

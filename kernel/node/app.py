@@ -206,6 +206,21 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         """A task's history, oldest first; also of a closed task the inbox remembers."""
         return await node.task_history(intent)
 
+    @app.post("/v1/gov/{proposal}/decision", tags=["governance"])
+    async def post_gov_decision(
+        proposal: str, request: models.GovDecisionRequest
+    ) -> dict[str, Any]:
+        """Approve or reject a proposal (journaled), as `aos gov approve|reject`."""
+        return await node.gov_decide(
+            proposal, approve=request.approve, approver=request.approver, reason=request.reason
+        )
+
+    @app.post("/v1/gov/{proposal}/apply", tags=["governance"])
+    async def post_gov_apply(proposal: str) -> dict[str, Any]:
+        """Switch the world to an approved, currently shadowed proposal's manifest; needs
+        strict quiescence (`gov.not_quiescent`, 409, lists the blockers)."""
+        return await node.gov_apply(proposal)
+
     @app.post("/v1/operations", response_model=models.OperationResponse, tags=["world"])
     async def post_operation(request: models.OperationRequest) -> dict[str, Any]:
         """Retry or reset a cell, or cancel an open intent (journaled; see spec/03 §13)."""

@@ -259,6 +259,12 @@ class IntentResponse(_Model):
     )
 
 
+class GovDecisionRequest(_Model):
+    approve: bool = Field(description="true approves, false rejects (final).")
+    approver: str
+    reason: str = ""
+
+
 class OperationRequest(_Model):
     action: str = Field(description="cell_retry | cell_reset | intent_cancel")
     workflow: str | None = Field(None, description="The cell's workflow (cell_retry, cell_reset).")

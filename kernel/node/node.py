@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aos.kernel import cbor
+from aos.kernel import cbor, governance
 from aos.kernel.node.errors import (
     CellMissingError,
     HumanDisabledError,
@@ -458,6 +458,25 @@ class Node:
                 fields["key"] = world.key_bytes(str(request["workflow"]), key)
             seq = world.operate(Operation.parse(fields))
             return {"seq": seq, "action": request["action"], "report": _report(world.run_to_idle())}
+
+        return await self.host.run(run)
+
+    # -- governance decisions and apply (proposing and shadowing need the world alone) ------
+
+    async def gov_decide(
+        self, proposal: str, *, approve: bool, approver: str, reason: str
+    ) -> dict[str, Any]:
+        def run(world: World) -> dict[str, Any]:
+            governance.decide(world, proposal, approve=approve, approver=approver, reason=reason)
+            entry = cbor.to_json(world.proposals[proposal])
+            return {"proposal": proposal, **entry, "seq": world.height}
+
+        return await self.host.run(run)
+
+    async def gov_apply(self, proposal: str) -> dict[str, Any]:
+        def run(world: World) -> dict[str, Any]:
+            manifest = governance.apply(world, proposal)
+            return {"proposal": proposal, "manifest": manifest, "seq": world.height}
 
         return await self.host.run(run)
 
