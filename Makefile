@@ -18,7 +18,7 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12) $(HOME)/.pyenv/versions/
 NOETL_VENV := .venv-noetl
 NOETL_STAMP := $(NOETL_VENV)/.installed
 
-.PHONY: setup demo test test-fast test-ui test-scale chromium lint bench bench-full bench-setup bench-noetl-setup fault fault-ci clean
+.PHONY: setup demo test test-fast test-ui test-scale chromium install-check lint bench bench-full bench-setup bench-noetl-setup fault fault-ci clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -28,7 +28,7 @@ $(VENV)/mypy-path/aos: $(STAMP)
 	@ln -sfn ../../../cli $@/cli
 	@ln -sfn ../../../flows $@/flows
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,build]'
@@ -38,8 +38,8 @@ demo: setup
 	$(BIN)/python -m aos.cli.demo
 
 lint: setup
-	$(BIN)/ruff check kernel cli flows modules tests bench
-	$(BIN)/ruff format --check kernel cli flows modules tests bench
+	$(BIN)/ruff check kernel cli flows modules tests bench setup.py
+	$(BIN)/ruff format --check kernel cli flows modules tests bench setup.py
 	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos.kernel -p aos.cli -p aos.flows
 
 test: lint
@@ -63,6 +63,11 @@ test-ui: setup chromium
 # prints how long each read takes.
 test-scale: setup chromium
 	$(BIN)/python -m pytest -q -s tests/inspector/scale_check.py
+
+# A real install (~85 s): build the wheel, install it into a fresh virtualenv outside the
+# checkout, create a world with a Python module built from source, send, replay --verify.
+install-check: setup
+	PYTHON=$(PYTHON) .ci/install_check.sh
 
 # Fault injection (tests/fault): SIGKILL a workload at random and named points, reopen, check
 # that no acknowledged input is lost, replay verifies, and no intent is lost or doubled.

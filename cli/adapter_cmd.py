@@ -529,7 +529,3 @@ def _outcome_text(outcome: Outcome) -> str:
     if outcome.duplicate:
         return f"duplicate  {head}"
     return f"settled    {head}  seq {outcome.seq}"
-
-
-def register(group: click.Group) -> None:
-    group.add_command(adapter_group)

@@ -71,7 +71,3 @@ def schemas_command(out: Path, as_json: bool) -> None:
     else:
         for path in written:
             click.echo(path)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(air_group)

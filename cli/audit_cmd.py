@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, world_option
-from aos.cli.world_cmd import _opened, world_group
+from aos.cli.remote import node_call, node_option, serving_node
+from aos.cli.world_cmd import opened_world, world_group
 from aos.kernel import cbor, gc, replay
 
 
@@ -18,7 +19,7 @@ from aos.kernel import cbor, gc, replay
 @handles_errors
 def snapshot_command(world_path: str, as_json: bool) -> None:
     """Run to idle and take a snapshot (spec/05-snapshots-replay.md)."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         world.run_to_idle()
         seq, snapshot_hash = world.snapshot()
     if as_json:
@@ -116,53 +117,62 @@ def gc_command(apply: bool, keep_snapshots: int | None, world_path: str, as_json
         click.echo("dry run: pass --apply to delete")
 
 
-def register(group: click.Group) -> None:
-    """The commands attach to `aos world` (registered by world_cmd)."""
-
-
 @world_group.group("time")
 def time_group() -> None:
     """Logical time of a development world (created with --clock manual)."""
 
 
-def _report_time(world: Any, report: Any, as_json: bool) -> None:
+def _report_time(logical_ns: int, report: dict[str, Any] | None, as_json: bool) -> None:
     if as_json:
-        emit_json(
-            {"logical_ns": world.logical_ns, "report": None if report is None else report.__dict__}
-        )
+        emit_json({"logical_ns": logical_ns, "report": report})
     elif report is None:
-        click.echo(f"logical_ns {world.logical_ns}: no timer is pending")
+        click.echo(f"logical_ns {logical_ns}: no timer is pending")
     else:
         click.echo(
-            f"logical_ns {world.logical_ns}: {report.steps} steps, {report.faults} faults, "
-            f"{report.intents} intents"
+            f"logical_ns {logical_ns}: {report['steps']} steps, {report['faults']} faults, "
+            f"{report['intents']} intents"
         )
 
 
 @time_group.command("advance")
 @click.argument("duration")
+@node_option
 @world_option
 @json_option
 @handles_errors
-def time_advance_command(duration: str, world_path: str, as_json: bool) -> None:
+def time_advance_command(
+    duration: str, node_url: str | None, world_path: str, as_json: bool
+) -> None:
     """Move logical time forward by DURATION (ns, or text such as 30s, 250ms, 1h30m) and
-    settle the kernel timers that fall due."""
+    settle the kernel timers that fall due (through the node, while one serves the world)."""
     from aos.kernel.air.normalize import normalize
     from aos.kernel.air.types import parse_type
 
     amount: Any = int(duration) if duration.lstrip("-").isdigit() else duration
     by_ns = normalize(amount, parse_type({"duration": {}}))
-    with _opened(world_path) as world:
+    url = serving_node(world_path, node_url)
+    if url is not None:
+        answer = node_call(url, "/v1/time/advance", {"by_ns": by_ns})
+        _report_time(answer["logical_ns"], answer["report"], as_json)
+        return
+    with opened_world(world_path) as world:
         report = world.advance_time(by_ns)
-        _report_time(world, report, as_json)
+        _report_time(world.logical_ns, dict(report.__dict__), as_json)
 
 
 @time_group.command("jump-next")
+@node_option
 @world_option
 @json_option
 @handles_errors
-def time_jump_next_command(world_path: str, as_json: bool) -> None:
-    """Advance logical time to the earliest pending timer and settle what is due."""
-    with _opened(world_path) as world:
+def time_jump_next_command(node_url: str | None, world_path: str, as_json: bool) -> None:
+    """Advance logical time to the earliest pending timer and settle what is due (through
+    the node, while one serves the world)."""
+    url = serving_node(world_path, node_url)
+    if url is not None:
+        answer = node_call(url, "/v1/time/jump-next", {})
+        _report_time(answer["logical_ns"], answer["report"], as_json)
+        return
+    with opened_world(world_path) as world:
         report = world.jump_next_timer()
-        _report_time(world, report, as_json)
+        _report_time(world.logical_ns, None if report is None else dict(report.__dict__), as_json)

@@ -66,7 +66,3 @@ def decode_command(hex_text: str, diag: bool, require_canonical: bool, as_json: 
         emit_json({"value": cbor.to_json(value), "canonical": cbor.is_canonical(data)})
     else:
         click.echo(json.dumps(cbor.to_json(value), ensure_ascii=False, sort_keys=True))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(cbor_group)

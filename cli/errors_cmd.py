@@ -148,7 +148,3 @@ def errors_command(as_markdown: bool, as_json: bool) -> None:
         width = max(len(entry.code) for entry in entries)
         for entry in entries:
             click.echo(f"{entry.code:<{width}}  {entry.http_status}  {entry.hint}".rstrip())
-
-
-def register(group: click.Group) -> None:
-    group.add_command(errors_command)

@@ -618,7 +618,3 @@ def cancel_command(
         emit_json(body)
         return
     click.echo(f"cancelled {exec_id}; status {body['status']}")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(flow_group)

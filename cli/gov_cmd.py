@@ -28,9 +28,10 @@ from aos.cli.common import (
     table,
     world_option,
 )
-from aos.cli.world_cmd import _cell_text as _cell
-from aos.cli.world_cmd import _key_text as _key
-from aos.cli.world_cmd import _opened, _short
+from aos.cli.remote import node_call, node_option, serving_node
+from aos.cli.world_cmd import cell_text as _cell
+from aos.cli.world_cmd import key_text as _key
+from aos.cli.world_cmd import opened_world, read_world, short
 from aos.kernel import cbor, governance, shadow
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.loader import load_manifest_dir, read_document
@@ -45,6 +46,7 @@ from aos.kernel.air.model import (
     SetRoutingOp,
     def_hash,
 )
+from aos.kernel.errors import AosError
 from aos.kernel.governance import (
     GovAlreadyDecidedError,
     GovError,
@@ -110,7 +112,7 @@ def propose_command(
     for file in wasm_files:
         data = file.read_bytes()
         blobs[hash_bytes(data)] = data
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         if source.is_dir():
             patch_value, lines, built = _folder_patch(world, source, as_json=as_json)
             blobs.update(built)
@@ -129,7 +131,7 @@ def propose_command(
     click.echo(f"manifest  {entry['manifest']}")
     for line in lines:
         click.echo(f"  {line}")
-    click.echo(f"next: aos gov shadow {_short(proposal)}")
+    click.echo(f"next: aos gov shadow {short(proposal)}")
 
 
 def _folder_patch(
@@ -204,14 +206,14 @@ def shadow_command(ident: str, limit: int, world_path: str, as_json: bool) -> No
     the report: which cells the proposed workflows reproduce, where the others diverge, the
     effects they would now emit, open intents affected, routing and allowlist differences.
     A shadow promises nothing about branches the history never took."""
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         proposal = _resolve(world, ident)
         status = world.proposals[proposal]["status"]
         if status in _CLOSED:
             raise GovAlreadyDecidedError(f"{proposal} is {status}")
     with _progress("shadowing", enabled=not as_json and sys.stderr.isatty()) as progress:
         report = shadow.shadow(world_path, proposal, progress=progress)
-    with _opened(world_path) as world:
+    with opened_world(world_path) as world:
         governance.record_shadow(world, proposal, report)
         recorded = world.proposals[proposal]["shadow"]
         height = world.height
@@ -248,7 +250,7 @@ def _progress(label: str, *, enabled: bool) -> Iterator[Callable[[int, int], Non
 def _echo_report(report: dict[str, Any], *, limit: int) -> None:
     summary = report["summary"]
     click.echo(
-        f"shadow of {_short(report['proposal'])} against the history up to seq "
+        f"shadow of {short(report['proposal'])} against the history up to seq "
         f"{report['state_height']}"
     )
     click.echo(
@@ -286,7 +288,7 @@ def _echo_differences(report: dict[str, Any]) -> None:
     if report["intents_affected"]:
         click.echo("")
         rows = [
-            [_short(i["intent"]), i["effect"], _cell(i["workflow"], i["key"]), i["reason"]]
+            [short(i["intent"]), i["effect"], _cell(i["workflow"], i["key"]), i["reason"]]
             for i in report["intents_affected"]
         ]
         click.echo("open intents affected:")
@@ -347,35 +349,66 @@ def _decision_options(fn: Any) -> Any:
 @gov_group.command("approve")
 @click.argument("ident", metavar="ID")
 @_decision_options
+@node_option
 @world_option
 @json_option
 @handles_errors
-def approve_command(ident: str, approver: str, reason: str, world_path: str, as_json: bool) -> None:
-    """Approve proposal ID (once; journaled with the approver and the reason)."""
-    _decide(ident, approve=True, approver=approver, reason=reason, world_path=world_path)
+def approve_command(
+    ident: str, approver: str, reason: str, node_url: str | None, world_path: str, as_json: bool
+) -> None:
+    """Approve proposal ID (once; journaled with the approver and the reason; through the
+    node while one serves the world)."""
+    _decide(
+        ident,
+        approve=True,
+        approver=approver,
+        reason=reason,
+        node_url=node_url,
+        world_path=world_path,
+    )
     _echo_decision(ident, world_path, as_json=as_json)
 
 
 @gov_group.command("reject")
 @click.argument("ident", metavar="ID")
 @_decision_options
+@node_option
 @world_option
 @json_option
 @handles_errors
-def reject_command(ident: str, approver: str, reason: str, world_path: str, as_json: bool) -> None:
-    """Reject proposal ID (final; journaled with the approver and the reason)."""
-    _decide(ident, approve=False, approver=approver, reason=reason, world_path=world_path)
+def reject_command(
+    ident: str, approver: str, reason: str, node_url: str | None, world_path: str, as_json: bool
+) -> None:
+    """Reject proposal ID (final; journaled with the approver and the reason; through the
+    node while one serves the world)."""
+    _decide(
+        ident,
+        approve=False,
+        approver=approver,
+        reason=reason,
+        node_url=node_url,
+        world_path=world_path,
+    )
     _echo_decision(ident, world_path, as_json=as_json)
 
 
-def _decide(ident: str, *, approve: bool, approver: str, reason: str, world_path: str) -> None:
-    with _opened(world_path) as world:
+def _decide(
+    ident: str, *, approve: bool, approver: str, reason: str, node_url: str | None, world_path: str
+) -> None:
+    url = serving_node(world_path, node_url)
+    if url is not None:
+        with read_world(world_path) as world:
+            proposal = _resolve(world, ident)
+        decision = {"approve": approve, "approver": approver, "reason": reason}
+        node_call(url, f"/v1/gov/{proposal}/decision", decision)
+        return
+    with opened_world(world_path) as world:
         proposal = _resolve(world, ident)
         governance.decide(world, proposal, approve=approve, approver=approver, reason=reason)
 
 
 def _echo_decision(ident: str, world_path: str, *, as_json: bool) -> None:
-    with _opened(world_path) as world:
+    with read_world(world_path) as world:
         proposal = _resolve(world, ident)
         entry = dict(world.proposals[proposal])
         height = world.height
@@ -386,28 +419,39 @@ def _echo_decision(ident: str, world_path: str, *, as_json: bool) -> None:
     click.echo(f"{decision['action']:<9} {proposal}")
     click.echo(f"by        {decision['approver']}: {decision['reason']}")
     if decision["action"] == "approved" and entry["shadow"] is None:
-        click.echo(f"next: aos gov shadow {_short(proposal)}")
+        click.echo(f"next: aos gov shadow {short(proposal)}")
     elif decision["action"] == "approved":
-        click.echo(f"next: aos gov apply {_short(proposal)}")
+        click.echo(f"next: aos gov apply {short(proposal)}")
 
 
 @gov_group.command("apply")
 @click.argument("ident", metavar="ID")
+@node_option
 @world_option
 @json_option
 @handles_errors
-def apply_command(ident: str, world_path: str, as_json: bool) -> None:
+def apply_command(ident: str, node_url: str | None, world_path: str, as_json: bool) -> None:
     """Switch the world to proposal ID's manifest, atomically. Needs an approved proposal
     whose shadow ran at the world's current state, and strict quiescence (no open intents,
-    no queued work); otherwise it is refused with what blocks it."""
-    with _opened(world_path) as world:
-        proposal = _resolve(world, ident)
-        try:
-            manifest = governance.apply(world, proposal)
-        except GovNotQuiescentError as error:
-            _fail_blocked(error, as_json=as_json)
-            return
-        height = world.height
+    no queued work); otherwise it is refused with what blocks it. Through the node while
+    one serves the world."""
+    url = serving_node(world_path, node_url)
+    try:
+        if url is not None:
+            with read_world(world_path) as world:
+                proposal = _resolve(world, ident)
+            answer = node_call(url, f"/v1/gov/{proposal}/apply", {})
+            manifest, height = str(answer["manifest"]), int(answer["seq"])
+        else:
+            with opened_world(world_path) as world:
+                proposal = _resolve(world, ident)
+                manifest = governance.apply(world, proposal)
+                height = world.height
+    except AosError as error:
+        if error.code != GovNotQuiescentError.code:
+            raise
+        _fail_blocked(error, as_json=as_json)
+        return
     if as_json:
         emit_json({"proposal": proposal, "manifest": manifest, "seq": height})
         return
@@ -416,7 +460,7 @@ def apply_command(ident: str, world_path: str, as_json: bool) -> None:
     click.echo(f"seq       {height}")
 
 
-def _fail_blocked(error: GovNotQuiescentError, *, as_json: bool) -> None:
+def _fail_blocked(error: AosError, *, as_json: bool) -> None:
     if as_json:
         fail(error, as_json=True)
     blocking = list(error.detail.get("blockers", []))
@@ -439,7 +483,7 @@ def _fail_blocked(error: GovNotQuiescentError, *, as_json: bool) -> None:
 @handles_errors
 def ls_command(world_path: str, as_json: bool) -> None:
     """List proposals: id, status, base manifest, shadow state and decision."""
-    with _opened(world_path) as world:
+    with read_world(world_path) as world:
         current = str(world.manifest_hash)
         state_height = world.state_height
         listed = [
@@ -451,9 +495,9 @@ def ls_command(world_path: str, as_json: bool) -> None:
         return
     rows = [
         [
-            _short(p["proposal"]),
+            short(p["proposal"]),
             p["status"],
-            _short(p["base"]) + _base_note(p, current),
+            short(p["base"]) + _base_note(p, current),
             _shadow_text(p),
             _decision_text(p["decision"]),
         ]
@@ -477,7 +521,7 @@ def ls_command(world_path: str, as_json: bool) -> None:
 def show_command(ident: str, limit: int, world_path: str, as_json: bool) -> None:
     """Everything about proposal ID: status, base and proposed manifests, the patch, the
     decision, and the stored shadow report."""
-    with _opened(world_path) as world:
+    with read_world(world_path) as world:
         proposal = _resolve(world, ident)
         body = _entry_json(proposal, world.proposals[proposal], world.state_height)
         body["patch"] = cbor.to_json(world.store.cas.get_value(Hash(proposal)))
@@ -548,7 +592,3 @@ def _resolve(world: World, ident: str) -> str:
         f"{ident} names {len(matches)} proposals",
         candidates=matches[:CANDIDATES_SHOWN_MAX],
     )
-
-
-def register(group: click.Group) -> None:
-    group.add_command(gov_group)

@@ -36,7 +36,3 @@ def hash_command(file: Path, raw: bool, as_json: bool) -> None:
         emit_json({"hash": str(digest), "mode": "raw" if raw else "value", "bytes": size})
     else:
         click.echo(digest)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(hash_command)

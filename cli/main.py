@@ -1,33 +1,108 @@
-"""The `aos` command: a group per noun, each in its own module."""
+"""The `aos` command: a group per noun, each in its own module, imported only when used.
+
+`aos --help` and `aos cbor ...` must start fast, so the command modules (which pull in
+wasmtime, pydantic, fastapi, httpx) are imported when their command runs; the help lines
+shown by `aos --help` are kept here (a test checks they match each command's own).
+"""
 
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
+from dataclasses import dataclass
 
 import click
 
-# Each module defines `register(group)`; the order here is the order in `aos --help`.
-_COMMAND_MODULES = [
-    "aos.cli.cbor_cmd",
-    "aos.cli.hash_cmd",
-    "aos.cli.air_cmd",
-    "aos.cli.module_cmd",
-    "aos.cli.world_cmd",
-    "aos.cli.node_cmd",
-    "aos.cli.audit_cmd",
-    "aos.cli.adapter_cmd",
-    "aos.cli.gov_cmd",
-    "aos.cli.flow_cmd",
-    "aos.cli.errors_cmd",
-]
+
+@dataclass(frozen=True)
+class CommandRef:
+    """Where a top-level command lives: `modules` are imported in order (later ones attach
+    subcommands to the first one's group), then `attribute` of the first is the command."""
+
+    modules: tuple[str, ...]
+    attribute: str
+    help: str
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(metadata.version("aos"), "--version", prog_name="aos")
+# The order here is the order in `aos --help`.
+COMMANDS: dict[str, CommandRef] = {
+    "cbor": CommandRef(
+        ("aos.cli.cbor_cmd",), "cbor_group", "Canonical CBOR: encode JSON, decode hex."
+    ),
+    "hash": CommandRef(("aos.cli.hash_cmd",), "hash_command", "Print the BLAKE3 hash of FILE."),
+    "air": CommandRef(
+        ("aos.cli.air_cmd",),
+        "air_group",
+        "AIR definitions: check an authored folder, export JSON Schemas.",
+    ),
+    "module": CommandRef(
+        ("aos.cli.module_cmd",),
+        "module_group",
+        "Workflow modules: build Python or C sources into WASM.",
+    ),
+    "world": CommandRef(
+        ("aos.cli.world_cmd", "aos.cli.audit_cmd", "aos.cli.ops_cmd"),
+        "world_group",
+        "A world: create it, send it events, inspect cells, journal and traces.",
+    ),
+    "node": CommandRef(
+        ("aos.cli.node_cmd",),
+        "node_group",
+        "The world host: serve one world to clients and adapters over HTTP.",
+    ),
+    "task": CommandRef(
+        ("aos.cli.node_cmd",),
+        "task_group",
+        "Human tasks: open intents of the human adapter a node hosts.",
+    ),
+    "adapter": CommandRef(
+        ("aos.cli.adapter_cmd",),
+        "adapter_group",
+        "Adapter identities (Ed25519 keys) and the built-in adapters.",
+    ),
+    "gov": CommandRef(
+        ("aos.cli.gov_cmd",),
+        "gov_group",
+        "Governance: propose, shadow, approve or reject, and apply manifest changes.",
+    ),
+    "flow": CommandRef(
+        ("aos.cli.flow_cmd",),
+        "flow_group",
+        "Declarative flows: definitions, executions, their history (spec/11-flows.md).",
+    ),
+    "errors": CommandRef(
+        ("aos.cli.errors_cmd",),
+        "errors_command",
+        "List every error code with its HTTP status, meaning and hint.",
+    ),
+}
+
+
+def load_command(name: str) -> click.Command:
+    ref = COMMANDS[name]
+    # Importing the later modules attaches their subcommands to the first one's group.
+    modules = [importlib.import_module(module) for module in ref.modules]
+    command = getattr(modules[0], ref.attribute)
+    if not isinstance(command, click.Command):
+        raise TypeError(f"{ref.modules[0]}.{ref.attribute} is not a click command")
+    return command
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return load_command(cmd_name) if cmd_name in COMMANDS else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, ref.help) for name, ref in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="aos", prog_name="aos")
 def main() -> None:
     """aos: a deterministic, event-sourced workflow kernel."""
-
-
-for _name in _COMMAND_MODULES:
-    importlib.import_module(_name).register(main)

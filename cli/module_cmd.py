@@ -51,7 +51,3 @@ def build_command(src: Path, abi: str | None, cache_dir: Path | None, as_json: b
     click.echo(result.wasm_path)
     cached = "cached" if result.cached else "built"
     click.echo(f"{result.abi}, {cached}, {result.wasm_path.stat().st_size} bytes", err=True)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(module_group)

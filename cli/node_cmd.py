@@ -25,21 +25,30 @@ from types import FrameType
 from typing import IO, Any
 
 import click
-import httpx
 import uvicorn
 
-from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, table, world_option
+from aos.cli.common import (
+    emit_json,
+    fail,
+    handles_errors,
+    json_option,
+    table,
+    world_option,
+)
+from aos.cli.remote import node_call
 from aos.flows.http import add_flow_routes
 from aos.flows.pages import add_flow_pages
 from aos.kernel import jsontext
 from aos.kernel.adapters.keys import read_seed
+from aos.kernel.errors import AosError
 from aos.kernel.node import limits as node_limits
 from aos.kernel.node.app import create_app
-from aos.kernel.node.errors import NodeConfigError, NodeUnreachableError
+from aos.kernel.node.errors import NodeConfigError
 from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
 from aos.kernel.node.inspector import add_inspector
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
+from aos.kernel.node.owner import remove_owner, write_owner
 
 BIND_DEFAULT = "127.0.0.1:9010"
 NODE_URL_DEFAULT = "http://127.0.0.1:9010"
@@ -187,8 +196,11 @@ def up_command(
             timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
         )
         server = _NodeServer(config, node, lambda url: _announce(url, node, human, as_json))
+        # Once it listens, the world's owner record tells the CLI to write through it.
+        server.on_listening = lambda url: write_owner(world_path, url, node.world_id)
         server.run()
     finally:
+        remove_owner(world_path)
         node.close()
     if not as_json:
         click.echo("aos node: stopped, world closed")
@@ -226,6 +238,7 @@ class _NodeServer(uvicorn.Server):
         super().__init__(config)
         self._node = node
         self._announce = announce
+        self.on_listening: Callable[[str], object] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -234,7 +247,10 @@ class _NodeServer(uvicorn.Server):
         if self.started and self.servers and self.servers[0].sockets:
             address = self.servers[0].sockets[0].getsockname()
             host = f"[{address[0]}]" if ":" in address[0] else address[0]
-            self._announce(f"http://{host}:{address[1]}")
+            url = f"http://{host}:{address[1]}"
+            if self.on_listening is not None:
+                self.on_listening(url)
+            self._announce(url)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
@@ -505,31 +521,16 @@ def _request(
 ) -> Any:
     """One API call; an error body from the node is reported like a local error (exit 1)."""
     try:
-        response = httpx.request(
-            method,
-            node_url.rstrip("/") + path,
+        return node_call(
+            node_url,
+            path,
+            json_body,
+            method=method,
             params=params,
-            json=json_body,
-            timeout=NODE_TIMEOUT_S_DEFAULT,
+            timeout_s=NODE_TIMEOUT_S_DEFAULT,
         )
-    except httpx.HTTPError as error:
-        raise NodeUnreachableError(f"cannot reach {node_url}: {error}") from None
-    try:
-        found = response.json()
-    except ValueError:
-        found = None
-    if response.is_success and found is not None:
-        return found
-    error_body = found.get("error") if isinstance(found, dict) else None
-    if not isinstance(error_body, dict):
-        error_body = {"code": "node.error", "message": f"HTTP {response.status_code}"}
-    if as_json:
-        emit_json({"error": error_body})
-    else:
-        click.echo(f"error[{error_body.get('code')}]: {error_body.get('message')}", err=True)
-        if error_body.get("hint"):
-            click.echo(f"  hint: {error_body['hint']}", err=True)
-    sys.exit(EXIT_ERROR)
+    except AosError as error:
+        fail(error, as_json=as_json)
 
 
 def _cell_text(origin: dict[str, Any]) -> str:
@@ -542,8 +543,3 @@ def _cell_text(origin: dict[str, Any]) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= PARAMS_CHARS_MAX else text[: PARAMS_CHARS_MAX - 3] + "..."
-
-
-def register(group: click.Group) -> None:
-    group.add_command(node_group)
-    group.add_command(task_group)

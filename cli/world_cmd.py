@@ -8,8 +8,9 @@
     aos world trace HASH                              what an input caused
 
 Every command but `create` opens the world named by `--world` (env AOS_WORLD, default
-./.aos). A world has one writer at a time, so a command fails with `store.locked` while
-another process has it open.
+./.aos). Read commands (status, state, journal, trace, explain) open it read-only and work
+while another process, such as `aos node up`, writes it; a world has one writer at a time,
+so a command that writes fails with `store.locked` while another process has it open.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import datetime
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,12 +34,14 @@ from aos.cli.common import (
     table,
     world_option,
 )
+from aos.cli.remote import node_call, node_option, serving_node
 from aos.kernel import cbor, jsontext
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.errors import AirError
 from aos.kernel.world import records
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
+from aos.kernel.world.explain import PROBLEM_KINDS
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.trace import (
     ROLE_TARGET,
@@ -47,7 +50,7 @@ from aos.kernel.world.trace import (
     Trace,
     trace,
 )
-from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, CellInfo, World
+from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, CellInfo, RunReport, World
 
 JOURNAL_TAIL_LIMIT_DEFAULT = 20
 JOURNAL_TAIL_SCAN_RECORDS_MAX = 100_000
@@ -61,7 +64,7 @@ _TAIL_WINDOW_RECORDS = 256
 
 
 @contextmanager
-def _opened(world_path: str) -> Iterator[World]:
+def opened_world(world_path: str) -> Iterator[World]:
     """Open the world for one command and close it after, whatever happens. Another process
     holding the world surfaces as `store.locked` ("world is locked by pid N")."""
     world = World.open(world_path)
@@ -69,6 +72,12 @@ def _opened(world_path: str) -> Iterator[World]:
         yield world
     finally:
         world.close()
+
+
+def read_world(world_path: str) -> AbstractContextManager[World]:
+    """Open the world read-only for a read command: no writer lock, so it works while
+    `aos node up` (or any writer) has the world; every read sees one commit."""
+    return World.reading(world_path)
 
 
 @click.group("world")
@@ -134,7 +143,7 @@ def create_command(
 def status_command(world_path: str, as_json: bool) -> None:
     """Height, manifest, logical time, cells and failed cells per workflow, open intents and
     queued deliveries."""
-    with _opened(world_path) as world:
+    with read_world(world_path) as world:
         status = world.status()
         intents = world.open_intents()
     listed = [_intent_json(intent) for intent in intents[:STATUS_INTENTS_MAX]]
@@ -158,13 +167,13 @@ def status_command(world_path: str, as_json: bool) -> None:
 
 
 def _intent_json(intent: dict[str, Any]) -> dict[str, Any]:
-    return {**intent, "key": _key_json(intent["key"])}
+    return {**intent, "key": key_json(intent["key"])}
 
 
 def _intent_row(intent: dict[str, Any]) -> list[Any]:
     """A table row of an intent as `_intent_json` gives it (its key already decoded)."""
-    cell = _cell_text(intent["workflow"], intent["key"])
-    return [_short(intent["intent"]), intent["effect"], cell, intent["seq"]]
+    cell = cell_text(intent["workflow"], intent["key"])
+    return [short(intent["intent"]), intent["effect"], cell, intent["seq"]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,6 +189,7 @@ def _intent_row(intent: dict[str, Any]) -> list[Any]:
     type=click.File("r", encoding="utf-8"),
     help="A file with the event value as JSON ('-': stdin).",
 )
+@node_option
 @world_option
 @json_option
 @handles_errors
@@ -187,6 +197,7 @@ def send_command(
     schema: str,
     value_json: str | None,
     value_file: IO[str] | None,
+    node_url: str | None,
     world_path: str,
     as_json: bool,
 ) -> None:
@@ -194,42 +205,121 @@ def send_command(
 
     The value is JSON; {"$bytes": "<hex>"} stands for bytes, times may be RFC 3339 text.
     A value that does not fit SCHEMA is refused before anything is journaled; an event that
-    cannot be routed is journaled as `ingress_rejected` and reported (exit 1).
+    cannot be routed is journaled as `ingress_rejected` and reported (exit 1). Faults and
+    dropped deliveries are listed by cell; exit 1 when one was a delivery of this event.
+    While a node serves the world, the event goes through it.
     """
     value = _event_value(value_json, value_file)
-    with _opened(world_path) as world:
+    url = serving_node(world_path, node_url)
+    if url is None:
+        sent = _send_here(world_path, schema, value, as_json=as_json)
+    else:
+        sent = node_call(url, "/v1/events", {"schema": schema, "value": value})
+        report = sent.pop("report")
+        sent["run"] = {name: report[name] for name in RUN_FIELDS}
+        sent["journal"] = {"first": sent["seq"], "last": max(sent["seq"], report["last_seq"])}
+    seq = int(sent["seq"])
+    problems: list[tuple[int, dict[str, Any]]] = []
+    if sent["run"]["faults"] or sent["run"]["dropped"]:
+        with read_world(world_path) as world:
+            problems = _run_problems(world, seq, sent["journal"]["last"])
+    own = [(at, record) for at, record in problems if record["input"] == seq]
+    body: dict[str, Any] = {
+        "seq": seq,
+        "event_hash": sent["event_hash"],
+        "deliveries": sent["deliveries"],
+        "run": sent["run"],
+        "problems": [_problem_json(at, record) for at, record in problems],
+        "journal": sent["journal"],
+    }
+    if as_json:
+        emit_json(body)
+    else:
+        click.echo(f"admitted  seq {seq}  {body['event_hash']}")
+        click.echo(f"delivered {body['deliveries']}")
+        for line in run_lines(body["run"]):
+            click.echo(line)
+        for at, record in problems:
+            click.echo(f"{_problem_word(record):<9} {_problem_text(at, record)}")
+        click.echo(f"journal   {body['journal']['first']}..{body['journal']['last']}")
+    if own:
+        # The event is journaled and durable; exit non-zero because it did not take effect
+        # in every cell it was routed to.
+        if not as_json:
+            click.echo(
+                f"error[world.event_not_applied]: the event faulted or was dropped in "
+                f"{len(own)} of its {body['deliveries']} deliveries",
+                err=True,
+            )
+            click.echo(f"  hint: aos world explain {own[0][0]}", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+RUN_FIELDS = ("steps", "faults", "fault_codes", "dropped", "events", "intents")
+
+
+def _send_here(world_path: str, schema: str, value: Any, *, as_json: bool) -> dict[str, Any]:
+    """Send in this process (no node serves the world)."""
+    with opened_world(world_path) as world:
         try:
             admitted, report = world.send(schema, value)
         except RouteError as error:
             _fail_rejected(error, world.height, as_json=as_json)
-            return
-    body: dict[str, Any] = {
+            raise
+    return {
         "seq": admitted.seq,
         "event_hash": str(admitted.event_hash),
         "deliveries": admitted.deliveries,
-        "run": {
-            "steps": report.steps,
-            "faults": report.faults,
-            "fault_codes": report.fault_codes,
-            "dropped": report.dropped,
-            "events": report.events,
-            "intents": report.intents,
-        },
+        "run": run_json(report),
         "journal": {"first": admitted.seq, "last": max(admitted.seq, report.last_seq)},
     }
-    if as_json:
-        emit_json(body)
-        return
-    run = body["run"]
-    click.echo(f"admitted  seq {admitted.seq}  {admitted.event_hash}")
-    click.echo(f"delivered {admitted.deliveries}")
-    click.echo(
+
+
+def run_json(report: RunReport) -> dict[str, Any]:
+    return {name: getattr(report, name) for name in RUN_FIELDS}
+
+
+def run_lines(run: dict[str, Any]) -> list[str]:
+    """What a run did (`run_json`'s shape), as `send` and the operations print it."""
+    return [
         f"run       {run['steps']} steps, {run['faults']} faults, {run['dropped']} dropped, "
         f"{run['events']} events, {run['intents']} intents"
-    )
-    if report.fault_codes:
-        click.echo(f"faults    {', '.join(report.fault_codes)}")
-    click.echo(f"journal   {body['journal']['first']}..{body['journal']['last']}")
+    ]
+
+
+def _run_problems(world: World, first: int, last: int) -> list[tuple[int, dict[str, Any]]]:
+    """The step faults and dropped deliveries a run journaled, in order."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    for seq, record in world.store.journal.read(first, last):
+        if isinstance(record, dict) and record.get("kind") in PROBLEM_KINDS:
+            found.append((seq, {str(k): v for k, v in record.items()}))
+    return found
+
+
+def _problem_word(record: dict[str, Any]) -> str:
+    return "fault" if record["kind"] == records.STEP_FAULT else "dropped"
+
+
+def _problem_text(seq: int, record: dict[str, Any]) -> str:
+    cell = cell_text(str(record["workflow"]), key_value(record["key"]))
+    if record["kind"] == records.STEP_FAULT:
+        return f"{cell}  seq {seq}  {record['code']}: {clip(str(record['message']))}"
+    return f"{cell}  seq {seq}  {record['reason']} (aos world explain {seq})"
+
+
+def _problem_json(seq: int, record: dict[str, Any]) -> dict[str, Any]:
+    body = {
+        "seq": seq,
+        "kind": record["kind"],
+        "workflow": record["workflow"],
+        "key": key_json(record["key"]),
+        "input": record["input"],
+    }
+    if record["kind"] == records.STEP_FAULT:
+        body.update(code=record["code"], message=record["message"])
+    else:
+        body["reason"] = record["reason"]
+    return body
 
 
 def _event_value(value_json: str | None, value_file: IO[str] | None) -> Any:
@@ -277,12 +367,12 @@ def state_get_command(workflow: str, key: str | None, world_path: str, as_json: 
     workflow's key type, KEY is read as JSON (`42`, `{"a": 1}`). Leave it out for a workflow
     that is not keyed.
     """
-    with _opened(world_path) as world:
-        key_value, key_bytes = _cell_key(world, workflow, key)
+    with read_world(world_path) as world:
+        key_value, key_bytes = cell_key(world, workflow, key)
         state = world.state(workflow, key_value)
         status = world.status_of(workflow, key_bytes)
     if state is None and status != STATUS_FAILED:
-        raise CellMissingError(f"{_cell_text(workflow, key_value)} has no cell")
+        raise CellMissingError(f"{cell_text(workflow, key_value)} has no cell")
     if as_json:
         emit_json(
             {
@@ -296,7 +386,7 @@ def state_get_command(workflow: str, key: str | None, world_path: str, as_json: 
     click.echo(json.dumps(cbor.to_json(state), indent=2, sort_keys=True, ensure_ascii=False))
 
 
-def _cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes | None]:
+def cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes | None]:
     """The key value and canonical key bytes named by KEY: as typed, else as JSON."""
     definition = world.runtime.workflow(workflow)
     if definition.key_schema is None:
@@ -329,7 +419,7 @@ def _cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes 
 @handles_errors
 def state_cells_command(workflow: str, limit: int, world_path: str, as_json: bool) -> None:
     """List WORKFLOW's cells (in key-hash order): key, status, state hash, last active seq."""
-    with _opened(world_path) as world:
+    with read_world(world_path) as world:
         cells = world.cells(workflow)
     shown = cells[:limit]
     if as_json:
@@ -343,7 +433,7 @@ def state_cells_command(workflow: str, limit: int, world_path: str, as_json: boo
         )
         return
     rows = [
-        [_key_text(cell.key), cell.status, _short(cell.state_hash), cell.last_active_seq]
+        [key_text(cell.key), cell.status, short(cell.state_hash), cell.last_active_seq]
         for cell in shown
     ]
     click.echo(table(["KEY", "STATUS", "STATE", "LAST ACTIVE"], rows))
@@ -386,15 +476,15 @@ def journal_tail_command(
     from_seq: int | None, limit: int, kind: str | None, world_path: str, as_json: bool
 ) -> None:
     """Print journal records, one line each: the last LIMIT, or LIMIT from --from on."""
-    with _opened(world_path) as world:
+    with read_world(world_path) as world:
         journal = world.store.journal
         head = journal.head()
         found = _tail(journal, head, from_seq=from_seq, limit=limit, kind=kind)
     if as_json:
-        emit_json({"head": head, "records": [_record_json(s, r) for s, r in found]})
+        emit_json({"head": head, "records": [record_json(s, r) for s, r in found]})
         return
     for seq, record in found:
-        click.echo(_record_line(seq, record))
+        click.echo(record_line(seq, record))
 
 
 def _tail(
@@ -432,14 +522,14 @@ def _tail(
 @handles_errors
 def journal_head_command(world_path: str, as_json: bool) -> None:
     """Print the journal's head: its last sequence number and that record."""
-    with _opened(world_path) as world:
+    with read_world(world_path) as world:
         journal = world.store.journal
         head = journal.head()
         last = next(iter(journal.read(head, head)), None) if head else None
     if as_json:
-        emit_json({"head": head, "record": _record_json(*last)["record"] if last else None})
+        emit_json({"head": head, "record": record_json(*last)["record"] if last else None})
         return
-    click.echo(_record_line(*last) if last else "0  (empty journal)")
+    click.echo(record_line(*last) if last else "0  (empty journal)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -467,7 +557,7 @@ def trace_command(
     """What an input caused, step by step. HASH is an event hash (as `send` prints it; any
     journal record's hash works) or an intent hash; for an intent the trace starts at the
     input it came from."""
-    with _opened(world_path) as world:
+    with read_world(world_path) as world:
         found = trace(world.store.journal, hash_text, limit=limit, from_seq=from_seq)
         head = world.store.journal.head()
     if as_json:
@@ -476,7 +566,7 @@ def trace_command(
     click.echo(f"trace {found.target}  ({found.match} at seq {found.seq})")
     for entry in found.entries:
         marker = ">" if entry.role == ROLE_TARGET else " "
-        line = _record_line(entry.seq, entry.record, indent=2 * entry.depth)
+        line = record_line(entry.seq, entry.record, indent=2 * entry.depth)
         click.echo(f"{marker}{line}")
     note = f"{found.scanned} records read"
     if found.truncated:
@@ -512,11 +602,11 @@ def _trace_json(found: Trace) -> dict[str, Any]:
 # One-line records
 
 
-def _record_json(seq: int, record: Any) -> dict[str, Any]:
+def record_json(seq: int, record: Any) -> dict[str, Any]:
     return {"seq": seq, "record": cbor.to_json(record)}
 
 
-def _record_line(seq: int, record: Any, *, indent: int = 0) -> str:
+def record_line(seq: int, record: Any, *, indent: int = 0) -> str:
     kind = str(record.get("kind"))
     return f"{seq:>6}  {' ' * indent}{kind:<16}  {_summary(record)}"
 
@@ -524,29 +614,29 @@ def _record_line(seq: int, record: Any, *, indent: int = 0) -> str:
 def _summary(record: Any) -> str:
     """A short, human line about a record; `--json` gives the exact record."""
     kind = record.get("kind")
-    cell = _cell_text(str(record.get("workflow")), _key_value(record.get("key")))
+    cell = cell_text(str(record.get("workflow")), key_value(record.get("key")))
     if kind == records.MANIFEST:
         return str(record["manifest"])
     if kind == records.DOMAIN_EVENT:
         cause = f"  (from step {record['cause']})" if "cause" in record else ""
-        return f"{record['schema']} {_clip(_compact(record['value']))}{cause}"
+        return f"{record['schema']} {clip(_compact(record['value']))}{cause}"
     if kind == records.INGRESS_REJECTED:
-        return f"{record['schema']} {record['code']}: {_clip(str(record['message']))}"
+        return f"{record['schema']} {record['code']}: {clip(str(record['message']))}"
     if kind == records.STEP:
-        state = _short(record["state"]) if record["state"] else "deleted"
+        state = short(record["state"]) if record["state"] else "deleted"
         return (
             f"{cell} input {record['input']}  state {state}  events {record['events']}  "
             f"intents {len(record['intents'])}"
         )
     if kind == records.STEP_FAULT:
-        return f"{cell} input {record['input']}  {record['code']}: {_clip(record['message'])}"
+        return f"{cell} input {record['input']}  {record['code']}: {clip(record['message'])}"
     if kind == records.DELIVERY_DROPPED:
         return f"{cell} input {record['input']}  dropped: {record['reason']}"
     if kind == records.EFFECT_INTENT:
         origin = record["origin"]
-        who = _cell_text(str(origin["workflow"]), _key_value(origin["key"]))
-        return f"{record['effect']} {_short(record['intent'])}  by {who} (step {record['cause']})"
-    return _clip(_compact(record))
+        who = cell_text(str(origin["workflow"]), key_value(origin["key"]))
+        return f"{record['effect']} {short(record['intent'])}  by {who} (step {record['cause']})"
+    return clip(_compact(record))
 
 
 def _compact(value: Any) -> str:
@@ -555,38 +645,34 @@ def _compact(value: Any) -> str:
     )
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
     return text if len(text) <= SUMMARY_CHARS_MAX else text[: SUMMARY_CHARS_MAX - 3] + "..."
 
 
-def _short(hash_text: str) -> str:
+def short(hash_text: str) -> str:
     prefix, _, digits = hash_text.partition(":")
     return f"{prefix}:{digits[:HASH_DIGITS_SHORT]}"
 
 
-def _key_value(key_bytes: Any) -> Any:
+def key_value(key_bytes: Any) -> Any:
     """Decode canonical key bytes as journaled (None for an unkeyed cell)."""
     return cbor.decode(key_bytes) if isinstance(key_bytes, bytes) and key_bytes else None
 
 
-def _key_json(key_bytes: Any) -> Any:
-    return cbor.to_json(_key_value(key_bytes))
+def key_json(key_bytes: Any) -> Any:
+    return cbor.to_json(key_value(key_bytes))
 
 
-def _key_text(key: Any) -> str:
+def key_text(key: Any) -> str:
     if key is None:
         return "-"
     return key if isinstance(key, str) else _compact(key)
 
 
-def _cell_text(workflow: str, key: Any) -> str:
-    return workflow if key is None else f"{workflow}[{_key_text(key)}]"
+def cell_text(workflow: str, key: Any) -> str:
+    return workflow if key is None else f"{workflow}[{key_text(key)}]"
 
 
 def _time_text(ns: int) -> str:
     moment = datetime.datetime.fromtimestamp(ns // 1_000_000_000, tz=datetime.UTC)
     return f"{ns}  ({moment.strftime('%Y-%m-%dT%H:%M:%SZ')})"
-
-
-def register(group: click.Group) -> None:
-    group.add_command(world_group)

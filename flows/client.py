@@ -9,33 +9,10 @@ from urllib.parse import quote
 
 import httpx
 
-from aos.flows.errors import FlowError
 from aos.kernel import cbor
-from aos.kernel.node.errors import NodeUnreachableError
+from aos.kernel.node.errors import NodeUnreachableError, refused
 
 REQUEST_TIMEOUT_S = 60.0
-
-
-class FlowNodeRefusedError(FlowError):
-    """The node's refusal; `refused` makes one that carries the node's own code and hint."""
-
-    code = "node.refused"
-
-
-def refused(error: dict[str, Any], fallback_message: str) -> FlowNodeRefusedError:
-    """The node's error answer as an error of the same code, so the CLI reports it exactly as
-    when it opens the world itself."""
-    kind: type[FlowNodeRefusedError] = type(
-        "FlowNodeRefusedError",
-        (FlowNodeRefusedError,),
-        {"code": str(error.get("code", "node.refused")), "hint": error.get("hint")},
-    )
-    detail = error.get("detail")
-    return kind(
-        str(error.get("message", fallback_message)),
-        path=error.get("path"),
-        **(detail if isinstance(detail, dict) else {}),
-    )
 
 
 class FlowNodeClient:

@@ -20,12 +20,13 @@ from typing import Any
 
 from aos.kernel.adapters.keys import read_seed, write_seed
 from aos.kernel.adapters.signing import generate_seed, public_key_of
+from aos.kernel.resources import package_path
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.world import CLOCK_WALL, World, WorldLimits
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-FLOW_MANIFEST_DIR = REPO_ROOT / "manifests" / "flow"
-FLOW_MODULE_DIR = REPO_ROOT / "modules" / "flow"
+# Shipped inside this package (links to manifests/flow and modules/flow in a checkout).
+FLOW_MANIFEST_DATA = "world-manifest"
+FLOW_MODULE_DATA = "interpreter-module"
 
 REGISTRY_WORKFLOW = "aos/FlowRegistry@1"
 EXEC_WORKFLOW = "aos/FlowExec@1"
@@ -87,11 +88,12 @@ def load_or_make_keys(folder: Path | None) -> FlowKeys:
 def write_manifest(out_dir: Path, keys: FlowKeys) -> Path:
     """A copy of the flow manifest folder with these keys' public halves and the module's
     path made relative to where the copy is."""
-    shutil.copytree(FLOW_MANIFEST_DIR, out_dir, dirs_exist_ok=True)
+    shutil.copytree(package_path("aos.flows", FLOW_MANIFEST_DATA), out_dir, dirs_exist_ok=True)
     effects = out_dir / "defs" / "effects.yaml"
     effects.write_text(_ADAPTER_BLOCK.sub(lambda m: _with_key(m, keys), effects.read_text()))
     workflows = out_dir / "defs" / "workflows.yaml"
-    module = os.path.relpath(FLOW_MODULE_DIR, workflows.parent)  # artifact paths are relative
+    module_dir = package_path("aos.flows", FLOW_MODULE_DATA).resolve()
+    module = os.path.relpath(module_dir, workflows.parent)  # artifact paths are relative
     workflows.write_text(_ARTIFACT_PATH.sub(lambda m: m.group(1) + module, workflows.read_text()))
     return out_dir
 

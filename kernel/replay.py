@@ -33,6 +33,7 @@ from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import records
 from aos.kernel.world.errors import WorldCorruptError, WorldMissingError
+from aos.kernel.world.operations import Operation
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
@@ -359,6 +360,8 @@ class _Replay:
                 world._time_input(stamp)
             elif kind == records.GOVERNANCE:
                 self._feed_governance(world, recorded)
+            elif kind == records.OPERATION:
+                world.operate(Operation.parse(recorded))
             else:
                 world._forced_stamp = None
                 raise _DivergedError(

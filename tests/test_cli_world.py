@@ -239,7 +239,9 @@ world.close()
 """
 
 
-def test_world_locked_by_another_process(counter: Path) -> None:
+def test_reads_work_and_writes_are_refused_while_another_process_holds_the_world(
+    counter: Path,
+) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", LOCK_HOLDER, str(counter)],
         stdin=subprocess.PIPE,
@@ -248,7 +250,8 @@ def test_world_locked_by_another_process(counter: Path) -> None:
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
-        code, _, err = run("world", "status", world=counter)
+        assert run_json("world", "status", world=counter)["height"] == 8  # read-only
+        code, _, err = run("world", "cell", "reset", "demo/counter@1", "a", world=counter)
         assert code == 1
         assert err.startswith("error[store.locked]: ")
         assert f"world is locked by pid {holder.pid}" in err
@@ -291,6 +294,7 @@ def test_send_json(counter: Path) -> None:
             "events": 0,
             "intents": 0,
         },
+        "problems": [],
         "journal": {"first": 9, "last": 10},
     }
     head = run_json("world", "journal", "tail", "--from", "9", "--limit", "1", world=counter)
@@ -328,14 +332,22 @@ def test_send_value_from_file_and_stdin(tmp_path: Path, counter: Path) -> None:
     assert code == 0 and json.loads(out)["seq"] == 13
 
 
-def test_send_faults_are_reported_not_errors(tmp_path: Path, poke_manifest: Path) -> None:
+def test_send_reports_faults_and_drops_by_cell_and_exits_1(
+    tmp_path: Path, poke_manifest: Path
+) -> None:
     path = tmp_path / "w"
     World.create(path, poke_manifest, sync=False).close()
-    body = run_json("world", "send", "demo/Poke@1", "--value-json", '{"n": 7}', world=path)
+    body = run_json("world", "send", "demo/Poke@1", "--value-json", '{"n": 7}', world=path, code=1)
     assert body["run"]["faults"] == 1 and body["run"]["fault_codes"] == ["step.trap"]
-    code, out, _ = run("world", "send", "demo/Poke@1", "--value-json", '{"n": 7}', world=path)
-    assert code == 0
+    [fault] = body["problems"]
+    assert (fault["kind"], fault["workflow"], fault["key"]) == ("step_fault", "demo/counter@1", 7)
+    assert fault["input"] == body["seq"] and fault["code"] == "step.trap"
+    code, out, err = run("world", "send", "demo/Poke@1", "--value-json", '{"n": 7}', world=path)
+    assert code == 1
     assert "0 steps, 0 faults, 1 dropped" in out
+    assert "dropped   demo/counter@1[7]  seq 5  cell_failed (aos world explain 5)" in out
+    assert err.startswith("error[world.event_not_applied]: ")
+    assert "hint: aos world explain 5" in err
 
 
 def test_send_unknown_schema(counter: Path) -> None:

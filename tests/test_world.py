@@ -436,7 +436,7 @@ def test_an_idempotency_key_opens_an_intent_once(scripted: World) -> None:
         ("sys_event", "step.event_invalid"),
         ("unroutable", "step.route_failed"),
         ("bad_state", "step.state_invalid"),
-        ("trap", "step.trap"),
+        ("trap", "step.guest_exception"),
     ],
 )
 def test_step_faults_apply_nothing_and_fail_only_their_cell(

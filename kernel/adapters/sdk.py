@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Literal, TypeVar
 
@@ -38,6 +38,7 @@ from aos.kernel import cbor
 from aos.kernel.adapters.signing import SEED_BYTES, sign_body
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes
+from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
 from aos.kernel.world.receipts import (
     RECEIPT_BYTES_MAX_DEFAULT,
     ReceiptError,
@@ -109,6 +110,14 @@ class AdapterNodeRefusedError(AdapterError):
     hint = "the node's own error code is in detail.node_code"
 
 
+class AdapterProgressInvalidError(AdapterError):
+    code = "adapter.progress_invalid"
+    hint = (
+        f"progress is a fraction in [0, 1] (or None) and a message of at most "
+        f"{PROGRESS_MESSAGE_CHARS_MAX} characters, reported on a lease the adapter handed out"
+    )
+
+
 class AdapterNodeProtocolError(AdapterError):
     code = "adapter.node_protocol"
     hint = "the node's answer does not have the shape of the adapter protocol (spec/10-adapters.md)"
@@ -136,6 +145,18 @@ class Lease:
     origin_workflow: str
     origin_key: Any
     expires_unix_ms: int
+    # Set by the adapter that hands the lease to a handler (`Adapter.progress`).
+    reporter: Callable[[Lease, float | None, str], bool] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    def progress(self, fraction: float | None = None, message: str = "") -> bool:
+        """Tell the node how far the work is (a signed frame the node keeps, the newest few per
+        intent; no workflow sees it). It also extends the lease, like `Adapter.renew`. False
+        when the intent was cancelled meanwhile: stop, since its receipt would be refused."""
+        if self.reporter is None:
+            raise AdapterProgressInvalidError("this lease was not handed out by an adapter")
+        return self.reporter(self, fraction, message)
 
     @staticmethod
     def from_json(value: Any) -> Lease:
@@ -546,6 +567,34 @@ class Adapter:
             self.on_outcome(outcome)
         return outcome
 
+    def progress(self, lease: Lease, fraction: float | None = None, message: str = "") -> bool:
+        """Post a signed progress frame for `lease` (`Lease.progress`)."""
+        if fraction is not None and not (
+            isinstance(fraction, (int, float)) and 0.0 <= float(fraction) <= 1.0
+        ):
+            raise AdapterProgressInvalidError(f"fraction is {fraction!r}; it is in [0, 1]")
+        if not isinstance(message, str) or len(message) > PROGRESS_MESSAGE_CHARS_MAX:
+            raise AdapterProgressInvalidError(
+                f"the message is over {PROGRESS_MESSAGE_CHARS_MAX} characters"
+            )
+        body = {
+            "world": self.world_id,
+            "intent": lease.intent,
+            "adapter": self.name,
+            "lease_id": lease.lease_id,
+            "fraction": None if fraction is None else float(fraction),
+            "message": message,
+            "at_ns": time.time_ns(),
+        }
+        frame = {"body": body, "signature": {"$bytes": sign_body(self._seed, body).hex()}}
+        try:
+            self._receipt_client.request("POST", f"/v1/leases/{lease.lease_id}/progress", frame)
+        except AdapterNodeRefusedError as error:
+            if error.detail.get("node_code") == "lease.revoked":
+                return False
+            raise
+        return True
+
     def renew(self, lease: Lease) -> bool:
         """Extend `lease` by the node's lease_ms, for work that runs long. False when the
         workflow cancelled the intent (`lease.revoked`): stop, since its receipt would be
@@ -624,7 +673,7 @@ class Adapter:
         if handler is None:
             return Result.error(f"adapter {self.name} has no handler for {lease.effect}")
         try:
-            result = handler(lease.params, lease)
+            result = handler(lease.params, replace(lease, reporter=self.progress))
         except Exception as error:
             return Result.error(f"{type(error).__name__}: {error}")
         if not isinstance(result, Result):

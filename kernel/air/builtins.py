@@ -21,7 +21,9 @@ Field meanings (seed §3.4-3.5, DESIGN §5 ingress stamps):
     origin_workflow, origin_key  who emitted the intent
     intent_hash, effect          which intent, of which effect
     adapter                      the adapter identity that signed the receipt
-    status                       ok | error | timeout (a variant of unit arms)
+    status                       ok | error | timeout | cancelled (a variant of unit arms;
+                                 cancelled: an operator cancelled the intent, adapter
+                                 `sys/operator@1`, payload null)
     payload                      canonical CBOR of the receipt value (the effect's receipt schema)
     issuer_ref                   echoed from the emitted effect
     emitted_seq                  journal sequence of the intent
@@ -91,7 +93,9 @@ _SCHEMA_TYPES: dict[str, dict[str, Any]] = {
             "cell_mode": _prim("bool"),
         }
     },
-    RECEIPT_STATUS: {"variant": {"ok": _UNIT, "error": _UNIT, "timeout": _UNIT}},
+    RECEIPT_STATUS: {
+        "variant": {"ok": _UNIT, "error": _UNIT, "timeout": _UNIT, "cancelled": _UNIT}
+    },
     RECEIPT_ENVELOPE: {
         "record": {
             **_ORIGIN_FIELDS,

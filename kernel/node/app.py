@@ -111,6 +111,19 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         return node.renew(lease_id)
 
     @app.post(
+        "/v1/leases/{lease_id}/progress", response_model=models.RenewResponse, tags=["adapters"]
+    )
+    async def post_lease_progress(lease_id: str, request: models.ProgressRequest) -> dict[str, Any]:
+        """A signed progress frame for a held lease: extends it like a renewal; kept (the
+        newest few per intent), never journaled, never seen by a workflow."""
+        return node.progress(lease_id, request.model_dump())
+
+    @app.get("/v1/intents/{intent}", response_model=models.IntentResponse, tags=["world"])
+    async def get_intent(intent: str) -> dict[str, Any]:
+        """An intent: open with its record, or settled or cancelled; its progress frames."""
+        return await node.intent(intent)
+
+    @app.post(
         "/v1/receipts",
         response_model=models.SettleResponse,
         tags=["adapters"],
@@ -184,6 +197,26 @@ def _add_routes(app: FastAPI, node: Node) -> None:
     async def get_task_history(intent: str) -> dict[str, Any]:
         """A task's history, oldest first; also of a closed task the inbox remembers."""
         return await node.task_history(intent)
+
+    @app.post("/v1/gov/{proposal}/decision", tags=["governance"])
+    async def post_gov_decision(
+        proposal: str, request: models.GovDecisionRequest
+    ) -> dict[str, Any]:
+        """Approve or reject a proposal (journaled), as `aos gov approve|reject`."""
+        return await node.gov_decide(
+            proposal, approve=request.approve, approver=request.approver, reason=request.reason
+        )
+
+    @app.post("/v1/gov/{proposal}/apply", tags=["governance"])
+    async def post_gov_apply(proposal: str) -> dict[str, Any]:
+        """Switch the world to an approved, currently shadowed proposal's manifest; needs
+        strict quiescence (`gov.not_quiescent`, 409, lists the blockers)."""
+        return await node.gov_apply(proposal)
+
+    @app.post("/v1/operations", response_model=models.OperationResponse, tags=["world"])
+    async def post_operation(request: models.OperationRequest) -> dict[str, Any]:
+        """Retry or reset a cell, or cancel an open intent (journaled; see spec/03 §13)."""
+        return await node.operate(request.model_dump())
 
     @app.post("/v1/time/advance", response_model=models.TimeResponse, tags=["time"])
     async def advance_time(request: models.TimeAdvanceRequest) -> dict[str, Any]:

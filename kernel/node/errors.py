@@ -7,6 +7,8 @@ the status says what kind of refusal it is, the code says exactly which.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aos.kernel.errors import AosError
 
 
@@ -44,6 +46,31 @@ class NodeUnreachableError(AosError):
 
     code = "node.unreachable"
     hint = "start one with `aos node up`, or point --node (env AOS_NODE) at it"
+
+
+class NodeRefusedError(AosError):
+    """The node refused a client's request; `refused` makes one that carries the node's own
+    code and hint, so a client reports it exactly as the node said it."""
+
+    code = "node.refused"
+
+
+def refused(body: dict[str, Any], fallback_message: str) -> AosError:
+    """The node's error answer (`{"code", "message", "hint"?, "path"?, "detail"?}`) as an error
+    of the same code."""
+    code = str(body.get("code") or NodeRefusedError.code)
+    kind = type(
+        "NodeRefusedError", (NodeRefusedError,), {"code": code, "hint": str(body.get("hint") or "")}
+    )
+    found = body.get("detail")
+    detail: dict[str, Any] = found if isinstance(found, dict) else {}
+    path = body.get("path")
+    error: AosError = kind(
+        str(body.get("message") or fallback_message),
+        path=path if isinstance(path, str) else None,
+        **detail,
+    )
+    return error
 
 
 class HumanDisabledError(NodeError):
@@ -113,6 +140,8 @@ _STATUS_BY_CODE = {
     "request.timeout": 408,
     "receipt.unknown_intent": 409,
     "receipt.intent_cancelled": 409,
+    "receipt.cell_deleted": 409,
+    "progress.signature_invalid": 403,
     "lease.revoked": 409,
     "lease.unknown": 404,
     "receipt.wrong_world": 409,
@@ -131,6 +160,16 @@ _STATUS_BY_CODE = {
     "world.schema_reserved": 422,
     "world.workflow_unknown": 404,
     "world.cell_missing": 404,
+    "world.cell_not_failed": 409,
+    "gov.unknown_proposal": 404,
+    "gov.already_decided": 409,
+    "gov.rejected": 409,
+    "gov.not_approved": 409,
+    "gov.not_shadowed": 409,
+    "gov.shadow_stale": 409,
+    "gov.not_quiescent": 409,
+    "world.cell_busy": 409,
+    "world.intent_not_open": 409,
     "world.not_found": 404,
     "world.clock_manual_only": 409,
     "world.closed": 503,
@@ -138,7 +177,6 @@ _STATUS_BY_CODE = {
     "node.task_unknown": 404,
     "node.human_disabled": 409,
     "node.busy": 503,
-    "gov.unknown_proposal": 404,
     # The flow operations' codes (aos.flows, served by the same app).
     "flow.unknown": 404,
     "flow.version_unknown": 404,

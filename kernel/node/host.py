@@ -45,6 +45,7 @@ from aos.kernel.node.leases import LeaseManager, PublishedIntent
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.world import records
 from aos.kernel.world.errors import StepBudgetExceededError, WorldClosedError
+from aos.kernel.world.operations import INTENT_CANCEL
 from aos.kernel.world.world import CLOCK_WALL, RunReport, World
 
 T = TypeVar("T")
@@ -409,6 +410,9 @@ class WorldHost:
             elif record["kind"] == records.STEP and "cancelled" in record:
                 closed: Any = record["cancelled"]
                 cancelled.update(str(intent) for intent in closed)
+                timers_changed = True
+            elif record["kind"] == records.OPERATION and record["action"] == INTENT_CANCEL:
+                cancelled.add(str(record["intent"]))
                 timers_changed = True
             elif record["kind"] == records.EFFECT_RECEIPT:
                 body = record["body"]

@@ -250,6 +250,43 @@ class TaskHistoryResponse(_Model):
     entries: list[TaskHistoryEntry] = Field(description="Oldest first.")
 
 
+class ProgressRequest(_Model):
+    body: dict[str, Value] = Field(
+        description="{world, intent, adapter, lease_id, fraction (0..1 or null), message, at_ns}"
+    )
+    signature: Value = Field(description="Ed25519 over the canonical CBOR of body, as {$bytes}.")
+
+
+class IntentResponse(_Model):
+    intent: str
+    status: str = Field(description="open | settled | cancelled")
+    record: Value = Field(None, description="The effect_intent record while the intent is open.")
+    closed_seq: int | None = Field(None, description="The seq that settled or cancelled it.")
+    progress: list[dict[str, Value]] = Field(
+        description="Its newest progress frames, oldest first."
+    )
+
+
+class GovDecisionRequest(_Model):
+    approve: bool = Field(description="true approves, false rejects (final).")
+    approver: str
+    reason: str = ""
+
+
+class OperationRequest(_Model):
+    action: str = Field(description="cell_retry | cell_reset | intent_cancel")
+    workflow: str | None = Field(None, description="The cell's workflow (cell_retry, cell_reset).")
+    key: Value = Field(None, description="The cell's key value (null for an unkeyed workflow).")
+    intent: str | None = Field(None, description="The intent hash (intent_cancel).")
+    reason: str = Field("", description="Why, journaled with the action.")
+
+
+class OperationResponse(_Model):
+    seq: int = Field(description="The journal seq of the operation record.")
+    action: str
+    report: RunReportBody
+
+
 class TimeAdvanceRequest(_Model):
     by_ns: int
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aos.kernel import cbor
+from aos.kernel import cbor, governance
 from aos.kernel.node import views
 from aos.kernel.node.errors import (
     HumanDisabledError,
@@ -34,8 +34,17 @@ from aos.kernel.node.human import (
 )
 from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_for_leases
 from aos.kernel.node.limits import NodeLimits
+from aos.kernel.node.progress import (
+    ProgressForgedError,
+    ProgressInvalidError,
+    ProgressLog,
+    authenticate_frame,
+    parse_frame,
+)
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
+from aos.kernel.world.intents import intent_view
+from aos.kernel.world.operations import Operation
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import RunReport, Settlement, World
 
@@ -70,6 +79,8 @@ class Node:
         # What each adapter may settle, learnt from the manifest (again when it changes).
         self._effects_of: dict[str, tuple[str, ...]] = {}
         self._effect_names: frozenset[str] = frozenset()
+        self._adapter_keys: dict[str, bytes] = {}  # to check progress frames off the host
+        self.progress_log = ProgressLog()
 
     @classmethod
     def open_path(
@@ -116,6 +127,7 @@ class Node:
                     effects_of[adapter].append(name)
         self._effects_of = {k: tuple(v) for k, v in effects_of.items()}
         self._effect_names = frozenset(runtime.effects)
+        self._adapter_keys = {n: a.public_key_bytes for n, a in runtime.adapters.items()}
 
     def start(self) -> Node:
         self.host.start()
@@ -225,6 +237,35 @@ class Node:
             "intent": lease.intent.intent,
             "expires_unix_ms": lease.expires_unix_ms,
         }
+
+    def progress(self, lease_id: str, frame_json: Any) -> dict[str, Any]:
+        """Take a signed progress frame for a held lease: it extends the lease like a renewal
+        and is kept (progress.py); nothing is journaled and no workflow sees it."""
+        frame = parse_frame(cbor.from_json(frame_json, "$"), lease_id=lease_id)
+        authenticate_frame(frame, world_id=self.world_id, public_keys=self._adapter_keys)
+        published = self.leases.get(str(frame.body["intent"]))
+        if published is not None and frame.body["adapter"] not in published.adapters:
+            raise ProgressForgedError(f"{frame.body['adapter']} may not settle this intent")
+        lease = self.leases.renew(lease_id)
+        if lease.intent.intent != frame.body["intent"]:
+            raise ProgressInvalidError("the lease holds another intent", path="$.body.intent")
+        self.progress_log.add(frame)
+        return {
+            "lease_id": lease.lease_id,
+            "intent": lease.intent.intent,
+            "expires_unix_ms": lease.expires_unix_ms,
+        }
+
+    async def intent(self, intent: str) -> dict[str, Any]:
+        """An intent: its `effect_intent` record while open, whether it was settled or
+        cancelled (and at which seq) once closed, and its newest progress frames."""
+
+        def read(world: World) -> dict[str, Any]:
+            return intent_view(world, intent)
+
+        found = await self.host.run(read)
+        found["progress"] = [frame.to_json() for frame in self.progress_log.frames(intent)]
+        return found
 
     async def settle(self, receipt_value: Any) -> dict[str, Any]:
         """Settle a signed receipt; the origin cell runs (and everything is flushed) together
@@ -348,6 +389,40 @@ class Node:
             return _settled(settlement)
 
         return await self.host.run_batched(admit)
+
+    # -- operations (kernel/world/operations.py) ---------------------------------------------
+
+    async def operate(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Retry or reset a cell, or cancel an intent: journaled, then run to idle."""
+        key = cbor.from_json(request.get("key"), "$.key")
+
+        def run(world: World) -> dict[str, Any]:
+            fields = dict(request)
+            if request.get("workflow") is not None:
+                fields["key"] = world.key_bytes(str(request["workflow"]), key)
+            seq = world.operate(Operation.parse(fields))
+            return {"seq": seq, "action": request["action"], "report": _report(world.run_to_idle())}
+
+        return await self.host.run(run)
+
+    # -- governance decisions and apply (proposing and shadowing need the world alone) ------
+
+    async def gov_decide(
+        self, proposal: str, *, approve: bool, approver: str, reason: str
+    ) -> dict[str, Any]:
+        def run(world: World) -> dict[str, Any]:
+            governance.decide(world, proposal, approve=approve, approver=approver, reason=reason)
+            entry = cbor.to_json(world.proposals[proposal])
+            return {"proposal": proposal, **entry, "seq": world.height}
+
+        return await self.host.run(run)
+
+    async def gov_apply(self, proposal: str) -> dict[str, Any]:
+        def run(world: World) -> dict[str, Any]:
+            manifest = governance.apply(world, proposal)
+            return {"proposal": proposal, "manifest": manifest, "seq": world.height}
+
+        return await self.host.run(run)
 
     # -- time --------------------------------------------------------------------------------
 

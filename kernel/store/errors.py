@@ -28,7 +28,10 @@ class StoreMissingError(StoreError):
 
 class StoreLockedError(StoreError):
     code = "store.locked"
-    hint = "another writer holds this world; stop it, or open the store with readonly=True"
+    hint = (
+        "another process writes this world (aos node up?): read commands work beside it; "
+        "write through its HTTP API, or stop it first"
+    )
 
 
 class StoreReadonlyError(StoreError):

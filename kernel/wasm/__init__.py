@@ -22,6 +22,7 @@ from aos.kernel.wasm.envelope import (
 from aos.kernel.wasm.faults import (
     StepFault,
     StepFuelExhaustedError,
+    StepGuestExceptionError,
     StepMemoryExhaustedError,
     StepNondeterministicError,
     StepOutputMalformedError,
@@ -47,6 +48,7 @@ __all__ = [
     "LoadedModule",
     "StepFault",
     "StepFuelExhaustedError",
+    "StepGuestExceptionError",
     "StepInput",
     "StepLimits",
     "StepMemoryExhaustedError",

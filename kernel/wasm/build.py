@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
+from aos.kernel.resources import package_path
 
 Abi = Literal["core", "component"]
 
@@ -62,8 +63,7 @@ _C_SUFFIXES = (".c", ".zig")
 BUNDLE_FILE = "bundle.txt"
 _RESERVED_MODULES = frozenset({"wit_world", "aos_sdk", "componentize_py_types", "poll_loop"})
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-WIT_DIR_DEFAULT = REPO_ROOT / "spec" / "wit"
+WIT_PACKAGE = "aos.kernel.wasm"  # the WIT world ships in the package: <package>/wit
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,7 +229,7 @@ def build_python(
     extra = [Path(p).resolve() for p in python_path]
     bundled = _bundled_packages(src_dir)
     sdk_root = _sdk_root()
-    wit = Path(wit_dir) if wit_dir is not None else WIT_DIR_DEFAULT
+    wit = Path(wit_dir) if wit_dir is not None else package_path(WIT_PACKAGE, "wit")
     module_files = _python_files(src_dir)
     _check_exports_world(src_dir / f"{module}.py")
     if check_capabilities:
@@ -250,7 +250,10 @@ def build_python(
     if hit is not None:
         return hit
     cache.mkdir(parents=True, exist_ok=True)
-    with _temp_output(cache) as out, _bundle_dir(bundled) as bundle_root:
+    # The SDK is staged beside the bundled packages: in an installed aos its parent folder is
+    # site-packages, which must not become the component's Python path.
+    staged = [*bundled, ("aos_sdk", sdk_root / "aos_sdk")]
+    with _temp_output(cache) as out, _bundle_dir(staged) as bundle_root:
         if bundle_root is not None:
             extra = [*extra, bundle_root]
         command = [
@@ -262,7 +265,7 @@ def build_python(
             WORLD_NAME,
             "componentize",
             module,
-            *[arg for p in [src_dir, sdk_root, *extra] for arg in ("-p", str(p))],
+            *[arg for p in [src_dir, *extra] for arg in ("-p", str(p))],
             "-o",
             str(out),
             "--stub-wasi",

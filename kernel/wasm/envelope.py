@@ -12,6 +12,10 @@ Output (returned by the guest):
                    "issuer_ref"?: text}], "ann"?: bytes, "cancel"?: [text],
      "reads"?: [hash]}
 
+or, when the workflow raised (the SDK catches the exception):
+
+    {"state": null, "fault": {"type": text, "message": text, "where"?: text}}
+
 `data` holds raw CAS blobs the guest asked for with `reads` (a read request: the host runs
 the step again with them; spec/08 §4.1); `cancel` names, by issuer_ref, open intents of the
 stepping cell to close (§4.2).
@@ -31,6 +35,7 @@ from aos.kernel import cbor
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.wasm.faults import (
     StepAnnotationTooLargeError,
+    StepGuestExceptionError,
     StepOutputMalformedError,
     StepOutputTooLargeError,
     StepReadRefusedError,
@@ -45,7 +50,9 @@ CONTEXT_SCHEMA = "sys/WorkflowContext@1"
 CONTEXT_ENTROPY_BYTES = 64
 
 _OUTPUT_KEYS_REQUIRED = frozenset({"state"})
-_OUTPUT_KEYS = frozenset({"state", "domain_events", "effects", "ann", "cancel", "reads"})
+_OUTPUT_KEYS = frozenset({"state", "domain_events", "effects", "ann", "cancel", "reads", "fault"})
+_FAULT_KEYS_REQUIRED = frozenset({"type", "message"})
+_FAULT_KEYS = frozenset({"type", "message", "where"})
 _EVENT_KEYS = frozenset({"schema", "value"})
 _EFFECT_KEYS_REQUIRED = frozenset({"effect", "params"})
 _EFFECT_KEYS = frozenset({"effect", "params", "idempotency_key", "issuer_ref"})
@@ -248,6 +255,8 @@ def decode_output(data: bytes, limits: StepLimits, *, module_hash: str | None = 
         )
     envelope = _decode_embedded(data, "$", module_hash)
     body = _check_map(envelope, _OUTPUT_KEYS_REQUIRED, _OUTPUT_KEYS, "$", module_hash)
+    if "fault" in body:
+        raise _guest_exception(body, limits, module_hash)
     events = _check_list(body.get("domain_events", []), "$.domain_events", module_hash)
     effects = _check_list(body.get("effects", []), "$.effects", module_hash)
     _check_counts(len(events), len(effects), limits, module_hash)
@@ -271,6 +280,26 @@ def decode_output(data: bytes, limits: StepLimits, *, module_hash: str | None = 
         reads=reads,
         _state_value=state_value,
         _ann_value=ann_value,
+    )
+
+
+def _guest_exception(
+    body: dict[str, Any], limits: StepLimits, module_hash: str | None
+) -> StepGuestExceptionError:
+    """The exception a workflow reported, each text cut to `guest_fault_chars_max`."""
+    if len(body) != 2 or body["state"] is not None:
+        raise _malformed("a fault carries no state and nothing else", "$", module_hash)
+    fault = _check_map(body["fault"], _FAULT_KEYS_REQUIRED, _FAULT_KEYS, "$.fault", module_hash)
+    chars_max = limits.guest_fault_chars_max
+    texts = {
+        name: _text(fault[name], f"$.fault.{name}", module_hash)[:chars_max]
+        for name in sorted(fault)
+    }
+    where = f" (at {texts['where']})" if texts.get("where") else ""
+    return StepGuestExceptionError(
+        f"{texts['type']}: {texts['message']}{where}",
+        module_hash=module_hash,
+        **{f"guest_{name}": text for name, text in texts.items()},
     )
 
 

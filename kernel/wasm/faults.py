@@ -58,6 +58,21 @@ class StepTrapError(StepFault):
         return value if isinstance(value, int) else 0
 
 
+class StepGuestExceptionError(StepFault):
+    """The workflow raised an exception; the SDK caught it and the step returned its type,
+    message and place (`fault` in the output envelope) instead of a result."""
+
+    code = "step.guest_exception"
+    hint = "the workflow raised: `aos world explain SEQ` shows where; fix it, then retry the cell"
+
+    @property
+    def guest(self) -> dict[str, str]:
+        """The exception as the step_fault record carries it: type, message, where."""
+        return {
+            name: str(self.detail.get(f"guest_{name}", "")) for name in ("type", "message", "where")
+        }
+
+
 class StepFuelExhaustedError(StepFault):
     code = "step.fuel_exhausted"
     hint = "the step ran out of fuel; raise fuel_per_step_max or make the step cheaper"

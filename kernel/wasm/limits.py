@@ -40,6 +40,9 @@ READS_PER_STEP_MAX_DEFAULT = 16
 READ_BYTES_PER_STEP_MAX_DEFAULT = 16 * MIB
 # Bytes of one step's annotation (`ann`), which the step record carries inline.
 ANN_BYTES_MAX_DEFAULT = 256 * KIB
+# Characters kept of each text of a guest exception (its type, message and place) that a
+# step reports instead of a result; longer texts are cut, never refused.
+GUEST_FAULT_CHARS_MAX_DEFAULT = 1000
 
 # Upper bounds of the overrides themselves: fuel must fit wasmtime's u64 counter with room for
 # the one extra unit the runner adds (see abi_core.py); output stays decodable by the default
@@ -63,6 +66,7 @@ class StepLimits:
     reads_per_step_max: int = READS_PER_STEP_MAX_DEFAULT
     read_bytes_per_step_max: int = READ_BYTES_PER_STEP_MAX_DEFAULT
     ann_bytes_max: int = ANN_BYTES_MAX_DEFAULT
+    guest_fault_chars_max: int = GUEST_FAULT_CHARS_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -82,6 +86,9 @@ class StepLimits:
             _check_range(name, getattr(self, name), 0, EMITTED_PER_STEP_MAX_CEILING)
         _check_range("read_bytes_per_step_max", self.read_bytes_per_step_max, 0, 1 * GIB)
         _check_range("ann_bytes_max", self.ann_bytes_max, 0, OUTPUT_BYTES_MAX_CEILING)
+        _check_range(
+            "guest_fault_chars_max", self.guest_fault_chars_max, 1, OUTPUT_BYTES_MAX_CEILING
+        )
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, Any]) -> StepLimits:

@@ -139,3 +139,23 @@ class WorldNotQuiescentError(WorldError):
 class BlobTooLargeError(WorldError):
     code = "world.blob_too_large"
     hint = "blobs are limited in size (the store's blob_bytes_max)"
+
+
+class CellNotFailedError(WorldError):
+    code = "world.cell_not_failed"
+    hint = "only a failed cell is retried; `aos world state cells WORKFLOW` shows each status"
+
+
+class CellBusyError(WorldError):
+    code = "world.cell_busy"
+    hint = "the cell has open intents or queued deliveries: cancel them (aos world intent cancel)"
+
+
+class IntentNotOpenError(WorldError):
+    code = "world.intent_not_open"
+    hint = "`aos world status` lists the open intents; a settled or cancelled one stays closed"
+
+
+class OperationInvalidError(WorldError):
+    code = "world.operation_invalid"
+    hint = "an operation is cell_retry or cell_reset (workflow, key) or intent_cancel (intent)"

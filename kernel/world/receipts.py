@@ -65,6 +65,14 @@ class ReceiptIntentCancelledError(ReceiptError):
     hint = "the workflow cancelled this intent before the receipt arrived; the work is not wanted"
 
 
+class ReceiptCellDeletedError(ReceiptError):
+    code = "receipt.cell_deleted"
+    hint = (
+        "the cell that opened the intent was deleted; a receipt never starts a new cell "
+        "(`aos world intent cancel INTENT` closes the intent)"
+    )
+
+
 class ReceiptUnknownIntentError(ReceiptError):
     code = "receipt.unknown_intent"
     hint = "no open intent has that hash"

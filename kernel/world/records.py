@@ -21,6 +21,7 @@ RECEIPT_REJECTED = "receipt_rejected"
 TIME = "time"
 SNAPSHOT = "snapshot"
 GOVERNANCE = "governance"
+OPERATION = "operation"
 
 KINDS = (
     MANIFEST,
@@ -35,6 +36,7 @@ KINDS = (
     TIME,
     SNAPSHOT,
     GOVERNANCE,
+    OPERATION,
 )
 
 # A record that entered from outside carries an ingress `stamp`; every other record was
@@ -108,8 +110,11 @@ def step_fault(
     module: str,
     code: str,
     message: str,
+    guest: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    return {
+    """A faulted step. `guest` (the exception a workflow raised: type, message, where) is
+    written only for `step.guest_exception`, so other faults keep their old form."""
+    record: dict[str, Any] = {
         "kind": STEP_FAULT,
         "input": input_seq,
         "delivery": delivery,
@@ -119,6 +124,9 @@ def step_fault(
         "code": code,
         "message": message,
     }
+    if guest is not None:
+        record["guest"] = guest
+    return record
 
 
 def delivery_dropped(
@@ -208,3 +216,8 @@ def snapshot(snapshot_hash: str, height: int) -> dict[str, Any]:
 def governance(action: str, proposal: str, stamp: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """A governance action (proposed, shadowed, approved, rejected, applied): an input."""
     return {"kind": GOVERNANCE, "action": action, "proposal": proposal, "stamp": stamp, **fields}
+
+
+def operation(action: str, stamp: dict[str, Any], **target: Any) -> dict[str, Any]:
+    """An operator's action on a cell or an intent (retry, reset, cancel): an input."""
+    return {"kind": OPERATION, "action": action, "stamp": stamp, **target}

@@ -44,7 +44,14 @@ from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store import open_store
 from aos.kernel.store.codec import SEQ_MAX
 from aos.kernel.store.interface import Store
-from aos.kernel.wasm import StepFault, StepOutput, StepResult, WasmEngine, encode_input
+from aos.kernel.wasm import (
+    StepFault,
+    StepGuestExceptionError,
+    StepOutput,
+    StepResult,
+    WasmEngine,
+    encode_input,
+)
 from aos.kernel.world import receipts, records
 from aos.kernel.world.cellindex import CellIndex
 from aos.kernel.world.cells import (
@@ -60,8 +67,12 @@ from aos.kernel.world.cells import (
 from aos.kernel.world.effects import AdmittedEffect, admit
 from aos.kernel.world.errors import (
     BlobTooLargeError,
+    CellBusyError,
+    CellMissingError,
+    CellNotFailedError,
     ClockManualOnlyError,
     EventTooLargeError,
+    IntentNotOpenError,
     KeyRequiredError,
     SchemaReservedError,
     SchemaUnknownError,
@@ -79,6 +90,14 @@ from aos.kernel.world.errors import (
     WorldNotQuiescentError,
 )
 from aos.kernel.world.modules import building_resolver
+from aos.kernel.world.operations import (
+    CELL_RESET,
+    CELL_RETRY,
+    INTENT_CANCEL,
+    OPERATOR_ADAPTER,
+    STATUS_CANCELLED,
+    Operation,
+)
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.router import (
     KEY_BYTES_MAX_DEFAULT,
@@ -204,6 +223,18 @@ class _OpenIntent:
             "due_ns": self.due_ns,
         }
 
+    def origin(self, intent: str, adapter: str) -> dict[str, Any]:
+        """The identity fields of a receipt envelope for this intent."""
+        return {
+            "origin_workflow": self.workflow,
+            "origin_key": self.key,
+            "intent_hash": intent,
+            "effect": self.effect,
+            "adapter": adapter,
+            "issuer_ref": self.issuer_ref,
+            "emitted_seq": self.seq,
+        }
+
     @staticmethod
     def from_value(value: Any) -> _OpenIntent:
         return _OpenIntent(
@@ -260,6 +291,8 @@ class World:
         self._scheduler = Scheduler()
         self._open_intents: dict[str, _OpenIntent] = {}
         self._waiting: dict[CellId, int] = {}
+        # The delivery that failed each failed cell: a retry steps it again.
+        self._faulted: dict[CellId, Message] = {}
         self._stored_roots: dict[str, str] = {}
         self._head_blob: Hash | None = None  # the stored head checkpoint this world wrote or read
         self._head = store.journal.head()
@@ -370,6 +403,30 @@ class World:
             store.close()
             raise
         return world
+
+    @classmethod
+    @contextmanager
+    def reading(
+        cls, path: str | os.PathLike[str], *, engine: WasmEngine | None = None
+    ) -> Iterator[World]:
+        """The world as of its last commit, for reading only: the store is opened read-only
+        (no writer lock, so this works while another process, `aos node up`, writes it) and
+        every read inside the block sees that one commit. Anything that would write raises
+        `store.readonly`. A head that is not usable is `world.corrupt` here: only a writer
+        rebuilds it."""
+        root = Path(path)
+        if not (root / "store").is_dir():
+            raise WorldMissingError(f"no world at {root}")
+        store = open_store(root, readonly=True)
+        try:
+            with store.consistent():
+                if not _head_usable(store):
+                    raise WorldCorruptError(
+                        "the world's head is being rebuilt or is damaged: open it for writing"
+                    )
+                yield cls._from_store(store, engine, None, None)
+        finally:
+            store.close()
 
     @classmethod
     def _from_store(
@@ -611,16 +668,21 @@ class World:
             receipts.authenticate(receipt, world_id=self.world_id, adapters=self._runtime.adapters)
             open_intent = self._open_intents.get(receipt.intent)
             if open_intent is None:
-                if self._settled_seq(receipt.intent) is not None:
+                if self.settled_seq(receipt.intent) is not None:
                     return Settlement(receipt.intent, None, duplicate=True, delivered=False)
                 cancelled = self.cancelled_seq(receipt.intent)
                 if cancelled is not None:
                     raise receipts.ReceiptIntentCancelledError(
-                        f"intent {receipt.intent} was cancelled by the step at seq {cancelled}",
+                        f"intent {receipt.intent} was cancelled at seq {cancelled}",
                         cancelled_seq=cancelled,
                     )
                 raise receipts.ReceiptUnknownIntentError(f"no open intent {receipt.intent}")
             receipts.authorize(receipt, self._runtime.effects[open_intent.effect])
+            if self._table(open_intent.workflow).get(open_intent.key) is None:
+                raise receipts.ReceiptCellDeletedError(
+                    f"the cell of {open_intent.workflow} that opened intent {receipt.intent} "
+                    "was deleted; the receipt would start a new cell"
+                )
         except receipts.ReceiptError as error:
             kept = (
                 receipt_value if _storable(receipt_value, self.limits.receipt_bytes_max) else None
@@ -710,7 +772,6 @@ class World:
         envelope for the origin cell (or fail the cell if it cannot take the rejection)."""
         intent = str(body["intent"])
         effect = self._runtime.effects[open_intent.effect]
-        workflow = self._runtime.workflows[open_intent.workflow]
         payload = body["payload"]
         payload_error: tuple[str, str] | None = None
         if body["status"] == "ok":
@@ -729,15 +790,7 @@ class World:
         )
         self._close_intent(intent, (open_intent.workflow, open_intent.key))
         self._pending.meta[_settled_key(intent)] = seq
-        origin = {
-            "origin_workflow": open_intent.workflow,
-            "origin_key": open_intent.key,
-            "intent_hash": intent,
-            "effect": open_intent.effect,
-            "adapter": body["adapter"],
-            "issuer_ref": open_intent.issuer_ref,
-            "emitted_seq": open_intent.seq,
-        }
+        origin = open_intent.origin(intent, str(body["adapter"]))
         if payload_error is None:
             schema = RECEIPT_ENVELOPE
             value = {**origin, "status": {"$tag": body["status"]}, "payload": cbor.encode(payload)}
@@ -749,6 +802,27 @@ class World:
                 "error_message": payload_error[1][:1000],
                 "payload": cbor.encode(payload) if _storable(payload, None) else b"",
             }
+        return self._deliver_receipt(open_intent, seq, stamp, schema, value)
+
+    def _deliver_receipt(
+        self, open_intent: _OpenIntent, seq: int, stamp: Stamp, schema: str, value: Any
+    ) -> Settlement:
+        """Queue a receipt envelope for the cell that opened the intent, unless that cell is
+        gone (deleted or reset: nothing may start a new cell from a receipt) or its workflow
+        cannot take this kind of envelope."""
+        intent = str(value["intent_hash"])
+        workflow = self._runtime.workflows[open_intent.workflow]
+        if self._table(open_intent.workflow).get(open_intent.key) is None:
+            self._append(
+                records.delivery_dropped(
+                    input_seq=seq,
+                    delivery=0,
+                    workflow=open_intent.workflow,
+                    key=open_intent.key,
+                    reason="cell_deleted",
+                )
+            )
+            return Settlement(intent, seq, delivered=False)
         router = self._runtime.router
         if not router.accepts(workflow.event, schema):
             # The seed's rule: a workflow that cannot take a rejected receipt fails, and its
@@ -768,7 +842,8 @@ class World:
         )
         return Settlement(intent, seq)
 
-    def _settled_seq(self, intent: str) -> int | None:
+    def settled_seq(self, intent: str) -> int | None:
+        """The `effect_receipt` that settled `intent`, or None if none did."""
         key = _settled_key(intent)
         if key in self._pending.meta:
             return int(self._pending.meta[key])
@@ -802,6 +877,76 @@ class World:
                     stamp=stamp,
                 )
             )
+
+    # ----------------------------------------------------------------------------------------
+    # Operations (operations.py)
+
+    def operate(self, operation: Operation) -> int:
+        """Journal an operator's action and queue what it causes (`run_to_idle` steps it).
+        A refused action raises and journals nothing."""
+        self._require_open()
+        self._check_operation(operation)
+        stamp = self._stamp()
+        self.logical_ns = stamp.logical_ns
+        record = records.operation(operation.action, stamp.to_value(), **operation.target())
+        seq = self._append(record)
+        if operation.action == INTENT_CANCEL:
+            assert operation.intent is not None
+            self._cancel_intent(operation.intent, seq, stamp)
+        else:
+            assert operation.workflow is not None
+            self._restart_cell(operation, seq)
+        self._flush_if_full()
+        return seq
+
+    def _check_operation(self, operation: Operation) -> None:
+        if operation.action == INTENT_CANCEL:
+            intent = str(operation.intent)
+            if intent not in self._open_intents:
+                settled, cancelled = self.settled_seq(intent), self.cancelled_seq(intent)
+                closed = f"settled at seq {settled}" if settled is not None else "not open"
+                closed = f"cancelled at seq {cancelled}" if cancelled is not None else closed
+                raise IntentNotOpenError(f"intent {intent} is {closed}")
+            return
+        workflow = str(operation.workflow)
+        cell_id: CellId = (workflow, operation.key)
+        cell = self._table(workflow).get(operation.key)
+        if cell is None:
+            raise CellMissingError(f"{workflow} has no cell for that key")
+        if operation.action == CELL_RETRY and not cell.failed:
+            raise CellNotFailedError(f"the cell of {workflow} has not failed")
+        if operation.action == CELL_RESET and (
+            cell_id in self._waiting or self._scheduler.is_queued(cell_id)
+        ):
+            raise CellBusyError(f"the cell of {workflow} has open intents or queued deliveries")
+
+    def _restart_cell(self, operation: Operation, seq: int) -> None:
+        """Retry: clear the failure, keeping the state, and queue the delivery that failed
+        the cell again. Reset: delete the cell."""
+        cell_id: CellId = (str(operation.workflow), operation.key)
+        parked = self._faulted.pop(cell_id, None)
+        table = self._table(cell_id[0])
+        if operation.action == CELL_RESET:
+            table.put(operation.key, None, seq)
+            return
+        cell = table.get(operation.key)
+        assert cell is not None and operation.action == CELL_RETRY
+        table.put(operation.key, table.state_bytes(cell) or None, seq)
+        if parked is not None:
+            self._scheduler.enqueue(parked)
+
+    def _cancel_intent(self, intent: str, seq: int, stamp: Stamp) -> None:
+        """Close the intent (a later receipt is `receipt.intent_cancelled`) and tell its cell
+        with a receipt envelope of status `cancelled` and a null payload."""
+        open_intent = self._open_intents[intent]
+        self._close_intent(intent, (open_intent.workflow, open_intent.key))
+        self._pending.meta[_cancelled_key(intent)] = seq
+        value = {
+            **open_intent.origin(intent, OPERATOR_ADAPTER),
+            "status": {"$tag": STATUS_CANCELLED},
+            "payload": cbor.encode(None),
+        }
+        self._deliver_receipt(open_intent, seq, stamp, RECEIPT_ENVELOPE, value)
 
     # ----------------------------------------------------------------------------------------
     # Stepping
@@ -1112,9 +1257,11 @@ class World:
                 module=module,
                 code=fault.code,
                 message=str(fault)[:1000],
+                guest=fault.guest if isinstance(fault, StepGuestExceptionError) else None,
             )
         )
         self._table(message.workflow).mark_failed(message.key, seq)
+        self._faulted[(message.workflow, message.key)] = message
         report.faults += 1
         report.fault_codes.append(fault.code)
 
@@ -1211,7 +1358,13 @@ class World:
             "queued": [message.to_value() for message in self._scheduler.snapshot()],
             "proposals": {key: dict(value) for key, value in sorted(self.proposals.items())},
             "state_height": self.state_height,
+            # Written only when a cell has failed, so older heads keep their form.
+            **({"faulted": self._faulted_values()} if self._faulted else {}),
         }
+
+    def _faulted_values(self) -> list[dict[str, Any]]:
+        ordered = sorted(self._faulted.items(), key=lambda item: (item[0][0], item[0][1] or b""))
+        return [message.to_value() for _, message in ordered]
 
     def _switch_manifest(self, manifest_hash: Hash) -> None:
         """Make a stored manifest the world's (governance apply). Cells of workflows the new
@@ -1230,6 +1383,7 @@ class World:
             if name not in loaded.workflows:
                 del self._cells[name]
         self._stored_roots = {k: v for k, v in self._stored_roots.items() if k in loaded.workflows}
+        self._faulted = {c: m for c, m in self._faulted.items() if c[0] in loaded.workflows}
 
     def _restore(self, head: dict[str, Any]) -> None:
         if head["height"] != self.store.journal.head():
@@ -1248,6 +1402,9 @@ class World:
         self._scheduler.restore([Message.from_value(v) for v in head["queued"]])
         self.proposals = {key: dict(value) for key, value in head.get("proposals", {}).items()}
         self.state_height = int(head.get("state_height", self._head))
+        for value in head.get("faulted", []):
+            message = Message.from_value(value)
+            self._faulted[(message.workflow, message.key)] = message
 
     def _table(self, workflow: str) -> CellTable:
         table = self._cells.get(workflow)

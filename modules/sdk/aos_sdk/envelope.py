@@ -149,6 +149,19 @@ def encode_output(output: StepOutput) -> bytes:
     return cbor.encode(envelope)
 
 
+# Characters kept of each text of a reported exception (the host cuts to its own limit too).
+FAULT_TEXT_CHARS_MAX = 1000
+
+
+def encode_fault(type_name: str, message: str, where: str) -> bytes:
+    """The output of a step whose workflow raised: the exception instead of a result, so the
+    host journals what went wrong rather than a bare trap."""
+    fault = {"type": type_name, "message": message, "where": where}
+    return cbor.encode(
+        {"state": None, "fault": {k: v[:FAULT_TEXT_CHARS_MAX] for k, v in fault.items()}}
+    )
+
+
 def _effect_entry(intent: EffectIntent) -> dict[str, Any]:
     entry: dict[str, Any] = {"effect": intent.effect, "params": cbor.encode(intent.params)}
     if intent.idempotency_key is not None:

@@ -145,8 +145,9 @@ def step(
 
 
 def explain(workflow: Workflow[Any], data: bytes) -> str | None:
-    """Why a step traps: run `data` natively and return the traceback, or None if the native
-    step succeeds. A component cannot pass its exception text out, so this is how you read it."""
+    """Why a step faults: run `data` natively and return the traceback, or None if the native
+    step succeeds. A component reports only the exception's type, message and innermost frame
+    (`step.guest_exception`); this gives the whole traceback."""
     try:
         workflow.step_bytes(data)
     except Exception:

@@ -310,6 +310,10 @@ def export(workflow: Workflow[Any]) -> type:
             try:
                 return workflow.step_bytes(input)
             except BaseException as error:
+                # An exception is reported, not trapped, so the step fault carries it; running
+                # out of memory still traps, since the host tells memory faults by the trap.
+                if isinstance(error, Exception) and not isinstance(error, MemoryError):
+                    return envelope.encode_fault(type(error).__name__, str(error), _where(error))
                 if IN_COMPONENT:
                     _report_and_trap(error)
                 raise
@@ -323,10 +327,15 @@ def _report_and_trap(error: BaseException) -> None:
     stderr first. With --stub-wasi that write is itself the trap (the backtrace then shows
     `stderr`, which marks a guest exception); under a host that wires stderr the line is
     readable. Nothing here may import or read files: the filesystem is stubbed too."""
+    line = f"{GUEST_ERROR_PREFIX}{type(error).__name__}: {error} (at {_where(error)})"
+    os.write(2, line[:500].encode("utf-8", "replace") + b"\n")
+
+
+def _where(error: BaseException) -> str:
+    """The innermost frame of the exception: `function:line`."""
     where = ""
     tb = error.__traceback__
     while tb is not None:
-        where = f" (at {tb.tb_frame.f_code.co_name}:{tb.tb_lineno})"
+        where = f"{tb.tb_frame.f_code.co_name}:{tb.tb_lineno}"
         tb = tb.tb_next
-    line = f"{GUEST_ERROR_PREFIX}{type(error).__name__}: {error}{where}"
-    os.write(2, line[:500].encode("utf-8", "replace") + b"\n")
+    return where

@@ -1,0 +1,23 @@
+"""Fixtures for tests of a node in process (FastAPI's TestClient over the scripted world).
+Import the fixture functions into a test module; they register as `world_path` and `client`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aos.kernel.node.app import create_app
+from tests.test_node import TestClient, make_world, open_node
+
+
+@pytest.fixture(name="world_path")
+def world_path_fixture(tmp_path: Path) -> Path:
+    return make_world(tmp_path / "w")
+
+
+@pytest.fixture(name="client")
+def client_fixture(world_path: Path) -> Iterator[TestClient]:
+    with open_node(world_path) as node:
+        yield TestClient(create_app(node))
