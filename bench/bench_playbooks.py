@@ -19,9 +19,11 @@ python adapter, which calls each function inside its own process: it tells the e
 from the cost of starting an interpreter per call. Without NoETL (`make bench-noetl-setup`)
 the module gives no rows and says why on stderr.
 
-Until the playbook front end is merged, the aos side runs each playbook's canonical-flow
-stand-in (`AOS_FILES`: the same steps, each python task a function of
-`bench/playbooks/tasks.py`); once it is, `AOS_FILES` becomes `NOETL_FILES`.
+Both sides run the same playbook files: aos compiles them with its playbook front end and its
+python adapter runs their inline code in a worker it reuses (spec/12). The canonical-flow
+stand-ins in `bench/playbooks/cfd/` (each python task a function of
+`bench/playbooks/tasks.py`) are kept as a cross-check that the compiled playbooks have the
+same steps and workload.
 
 A round's sample is the mean of `EXECUTIONS` runs; rows are medians over rounds. The baseline
 of each group is aos; the NoETL row carries its ratio to aos round by round
@@ -56,7 +58,7 @@ REPO = HERE.parent
 PLAYBOOKS = HERE / "playbooks"
 CASES = ("hello_world", "loop20")
 NOETL_FILES = {case: PLAYBOOKS / f"{case}.yaml" for case in CASES}
-AOS_FILES = {case: PLAYBOOKS / "cfd" / f"{case}.flow.yaml" for case in CASES}
+AOS_FILES = NOETL_FILES  # the same playbook files on both sides
 PYTHON_ALLOW = "bench.playbooks"  # the module prefix the aos python adapter admits
 ROUNDS = {True: 5, False: 9}  # by quick
 EXECUTIONS = {True: 1, False: 3}  # runs per round of each side (a sample is their mean)
@@ -317,7 +319,7 @@ class Side:
 
 def _aos_side(node: AosNode, case: str) -> Side:
     name = node.register(AOS_FILES[case])
-    what = "aos durable, node + `aos adapter run tool-python` (an interpreter per call)"
+    what = "aos durable, node + `aos adapter run tool-python` (inline code in a reused worker)"
     if node.in_process:
         what = "aos durable floor, node + python adapter calling in its own process"
     return Side(

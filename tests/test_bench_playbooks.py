@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from aos.flows.cfd import load_definition
+from aos.flows.document import load_flow
 from bench import bench_playbooks as bp
 from bench import pg_cluster
 from bench.peers import aos_python_inprocess, noetl_stack
@@ -24,11 +25,15 @@ def _playbook(case: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", bp.CASES)
-def test_each_aos_file_has_its_playbooks_steps_and_workload(case: str) -> None:
+def test_the_compiled_playbook_and_its_stand_in_have_its_steps_and_workload(case: str) -> None:
     playbook = _playbook(case)
-    definition = load_definition(bp.AOS_FILES[case].read_bytes(), source=str(bp.AOS_FILES[case]))
-    assert [s.name for s in definition.steps] == [s["step"] for s in playbook["workflow"]]
-    assert definition.workload == playbook["workload"]
+    compiled = load_flow(bp.AOS_FILES[case].read_bytes(), source=str(bp.AOS_FILES[case]))
+    stand_in_file = bp.PLAYBOOKS / "cfd" / f"{case}.flow.yaml"
+    stand_in = load_definition(stand_in_file.read_bytes(), source=str(stand_in_file))
+    steps = [s["step"] for s in playbook["workflow"]]
+    for definition in (compiled, stand_in):
+        assert [s.name for s in definition.steps] == steps
+        assert definition.workload == playbook["workload"]
     assert playbook["workflow"][-1]["step"] == noetl_stack.LAST_STEP
 
 
