@@ -23,7 +23,12 @@ from wasmtime import component as wc
 
 from aos.cli.main import main as aos_main
 from aos.kernel.hashing import hash_bytes, hash_value
-from aos.kernel.wasm import StepNondeterministicError, StepRunner, WasmEngine
+from aos.kernel.wasm import (
+    StepGuestExceptionError,
+    StepNondeterministicError,
+    StepRunner,
+    WasmEngine,
+)
 from aos.kernel.wasm.build import (
     BuildCapabilityError,
     BuildFailedError,
@@ -33,6 +38,8 @@ from aos.kernel.wasm.build import (
     build_python,
     trap_capability,
 )
+from aos.kernel.wasm.envelope import decode_output
+from aos.kernel.wasm.limits import StepLimits
 from aos_sdk import cbor
 from aos_sdk.testing import Event, compare_sequence, explain, input_bytes, step_bytes
 
@@ -253,7 +260,6 @@ def test_capabilities_are_refused_at_build_time(build_cache: Path) -> None:
         ("demo/ReadClock@1", "clock"),
         ("demo/OpenFile@1", "filesystem"),
         ("demo/Connect@1", "network"),
-        ("demo/Raise@1", "guest exception"),
     ],
 )
 def test_capabilities_trap_and_the_trap_names_them(
@@ -270,6 +276,21 @@ def test_capabilities_trap_and_the_trap_names_them(
     assert trap_capability(str(caught.value)) == capability
     fine = input_bytes(None, Event("demo/Fine@1", {}))
     assert wasm_step(fine) == step_bytes(bad_py.bad_capabilities, fine)
+
+
+def test_a_guest_exception_is_a_fault_output_not_a_trap(
+    engine: wasmtime.Engine,
+    load_component: Callable[[BuildResult], wc.Component],
+    bad_build: BuildResult,
+) -> None:
+    # The SDK returns the exception in the envelope (spec/09): the component does not trap,
+    # and the host reads it as step.guest_exception with the type and message.
+    wasm_step = ComponentStep(engine, load_component(bad_build))
+    data = input_bytes(None, Event("demo/Raise@1", {"n": 1}))
+    with pytest.raises(StepGuestExceptionError) as caught:
+        decode_output(wasm_step(data), StepLimits())
+    assert caught.value.guest["type"] == "ValueError"
+    assert "cannot handle {'n': 1}" in caught.value.guest["message"]
 
 
 def test_a_guest_exception_is_explained_natively() -> None:
