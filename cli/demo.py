@@ -9,7 +9,8 @@
    and arm timers, signed receipts resume them. It starts and stops everything it uses.
 3. A declarative flow (`aos.cli.demo_flows`), in process on the embedded default: a tool call
    retried through timers, a human task the demo completes, a signal, a fork and a join; then
-   a NoETL v10 playbook (`flows/examples/hello.yaml`) with python tasks and a parallel loop.
+   a NoETL v10 playbook (`flows/examples/hello.yaml`) with python tasks and a parallel loop,
+   and a `.flow` file of the arrow language (`flows/examples/merge.flow`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def main() -> None:
     demo_flows.main()
     _heading("and a NoETL v10 playbook: python tasks in a reused worker, a parallel loop")
     demo_flows.playbook()
+    _heading("and a .flow file of the arrow language: a meet, the merge operator, a guard")
+    demo_flows.flow_language()
 
 
 def _heading(text: str) -> None:

@@ -32,6 +32,7 @@ from aos.kernel.world.world import CLOCK_MANUAL
 DEMO_DIR = Path(".aos-demo-flows")
 DEFINITION = Path("flows/examples/restock.flow.yaml")
 PLAYBOOK = Path("flows/examples/hello.yaml")
+ARROW_FLOW = Path("flows/examples/merge.flow")
 FAILURES_BEFORE_SUCCESS = 2
 ON_HAND = 3
 TARGET = 20
@@ -119,6 +120,27 @@ def playbook() -> None:
         state = ops.status(world, "hello-1")
         steps = state["business"]["steps"]
         click.echo(f"\nstatus {state['status']}: {steps['start']['greeting']}, {steps['done']}")
+    report = replay.verify(world_dir)
+    click.echo(f"replay --verify: {report.records} records; {'ok' if report.ok else 'FAILED'}")
+    if not report.ok or state["status"] != "completed":
+        raise SystemExit(1)
+
+
+def flow_language() -> None:
+    """A `.flow` file of the arrow language (`flows/examples/merge.flow`): two literals meet, the
+    merge operator joins them, a JSONPath guard lets the last task run; then replay."""
+    world_dir = DEMO_DIR / "arrow-world"
+    if world_dir.exists():
+        shutil.rmtree(world_dir)
+    world, keys = create_flow_world(world_dir, clock=CLOCK_MANUAL)
+    with world:
+        definition = load_flow(ARROW_FLOW.read_bytes(), source=str(ARROW_FLOW))
+        deployed = ops.deploy(world, definition)
+        click.echo(f"deployed  {deployed.name} v{deployed.version}  {deployed.definition}")
+        ops.start(world, deployed.name, exec_id="merge-1")
+        _drain(LocalAdapters(world, keys), "echo tasks")
+        state = ops.status(world, "merge-1")
+        click.echo(f"status {state['status']}: result {state['engine'].get('result')}")
     report = replay.verify(world_dir)
     click.echo(f"replay --verify: {report.records} records; {'ok' if report.ok else 'FAILED'}")
     if not report.ok or state["status"] != "completed":
