@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
+from aos.kernel import jsontext
 from aos.kernel.air import builtins
 from aos.kernel.air.base import loc_to_path
 from aos.kernel.air.check import AnyDefinition, check_definitions, check_manifest
@@ -48,6 +48,7 @@ from aos.kernel.air.model import (
     resolve_determinism,
 )
 from aos.kernel.air.names import name_problem
+from aos.kernel.errors import InvalidInputError
 from aos.kernel.hashing import Hash, hash_bytes
 
 AIR_FILE_SUFFIXES = (".json", ".yaml", ".yml")
@@ -309,7 +310,7 @@ class _Collector:
         try:
             text = file.read_bytes().decode("utf-8")
             documents = _parse_text(text, yaml_syntax=file.suffix != ".json")
-        except (ValueError, TypeError, yaml.YAMLError, RecursionError) as error:
+        except (ValueError, TypeError, yaml.YAMLError, RecursionError, InvalidInputError) as error:
             message = str(error).splitlines()[0] if str(error) else type(error).__name__
             self.add("air.file_invalid", relative, f"cannot parse: {message}", relative)
             return None
@@ -467,7 +468,7 @@ def read_document(path: str | os.PathLike[str]) -> Any:
         documents = _parse_text(
             file.read_bytes().decode("utf-8"), yaml_syntax=file.suffix != ".json"
         )
-    except (ValueError, TypeError, yaml.YAMLError, RecursionError) as error:
+    except (ValueError, TypeError, yaml.YAMLError, RecursionError, InvalidInputError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DocumentInvalidError(f"cannot parse: {message}", path=str(file)) from None
     if len(documents) != 1:
@@ -477,21 +478,9 @@ def read_document(path: str | os.PathLike[str]) -> Any:
 
 def _parse_text(text: str, *, yaml_syntax: bool) -> list[Any]:
     if not yaml_syntax:
-        return [json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)]
+        # The one strict reader of outside JSON: no duplicate keys, no NaN, depth bounded.
+        return [jsontext.parse(text, depth_max=DOCUMENT_DEPTH_MAX)]
     return [doc for doc in yaml.load_all(text, Loader=_StrictYamlLoader) if doc is not None]
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 class _StrictYamlLoader(yaml.SafeLoader):

@@ -18,6 +18,7 @@ Flow pages are added by `aos.flows.pages` on a world that runs flows.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 from collections.abc import Callable
@@ -373,12 +374,11 @@ def _key_in(key_json: Any) -> str:
     """A record's canonical key bytes (in JSON form) as the key's text ("" when unkeyed)."""
     if key_json is None:
         return ""
-    try:
+    # A key that does not decode is shown as such rather than failing the whole page.
+    with contextlib.suppress(AosError):
         data = cbor.from_json(key_json)
         if isinstance(data, bytes):
             return key_text(cbor.to_json(cbor.decode(data)))
-    except AosError:
-        pass
     return "(a key that does not decode)"
 
 

@@ -10,6 +10,7 @@ are emptied again, so a fresh instance still reads its definition as before."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import blobs
@@ -37,9 +38,8 @@ def warm(flow: Workflow[Any], event_schema: str) -> None:
     """Run a start and one receipt of a two-step flow through `flow`; best effort: a failure
     here only leaves the memos cold, so it must never stop the module from loading."""
     try:
-        execute(flow, event_schema)
-    except Exception:  # a warm-up must never break the import
-        pass
+        with contextlib.suppress(Exception):  # a warm-up must never break the import
+            execute(flow, event_schema)
     finally:
         definition.forget()
         blobs.forget()
