@@ -177,6 +177,8 @@ operations = st.lists(
 
 @given(operations)
 @example([("a", 1, 0), "flush", ("b", 2, 0), "flush", ("a", 1, 1), "flush"])
+# The old root leaf becomes a child of the new branch, then is replaced: it stays young.
+@example([("a", 1, 0), "flush", ("a", 0, 0), ("a", 2, 0), "flush", ("a", 1, 0)])
 @example([("a", 1, 0), ("b", 1, 0), "flush", ("a", 1, 1), "flush"])
 @example([("a", 1, 0), "flush", ("blob", 0), ("a", 1, 1), "flush"])
 @example([("a", 1, 0), "snapshot", ("a", 1, 1), "flush", "snapshot", "snapshot", "flush"])

@@ -132,10 +132,13 @@ class CellIndex:
     ) -> Hash:
         """Apply upserts (an entry) and deletes (None) keyed by key hash; return the new root.
 
-        Given a `superseded` set, add to it what the old root named and the new one does not:
-        the index nodes the update replaced (on the changed paths, and under branches that
-        collapsed into leaves) and the states of replaced or deleted entries. Whether such an
-        object is garbage also depends on who else names it (the caller's business)."""
+        Given a `superseded` set, add to it the references the old root held and the new one
+        dropped: every index node the update read (on the changed paths, and under branches
+        that collapsed into leaves) and the states of replaced or deleted entries. A node it
+        read and wrote again (a leaf that became a branch's child, say) is superseded through
+        its old reference and named again through the write, so the caller sees the reference
+        carried over, not a second one. Whether such an object is garbage also depends on who
+        else names it (the caller's business)."""
         if not changes:
             return root
         for digest in changes:
@@ -148,7 +151,7 @@ class CellIndex:
         try:
             new_root = self._put(self._apply(self._load(root), ordered, 0))
             new_states = {entry.state for entry in changes.values() if entry is not None}
-            superseded |= self._loaded - self._written - {self.empty_root}
+            superseded |= self._loaded - {self.empty_root}
             superseded |= self._old_states - new_states
         finally:
             self._loaded = self._written = self._old_states = None

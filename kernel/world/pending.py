@@ -49,8 +49,9 @@ class PendingWrites:
         self._young = False
         # Young blobs of this flush named once so far (they get the mark when written).
         self._young_new: set[Hash] = set()
-        # Marked blobs in the store named again since the last flush (they lose the mark).
-        self._unmark: set[Hash] = set()
+        # Marked blobs in the store named again since the last flush, with how many times:
+        # they lose the mark unless as many of their old references were superseded.
+        self._unmark: dict[Hash, int] = {}
         # Objects a materialization superseded: reclaimed at the flush if still young.
         self._superseded: set[Hash] = set()
         # Dropped snapshot blobs, and the doomed rows this flush releases.
@@ -73,7 +74,7 @@ class PendingWrites:
             self._young_new.discard(hash_)  # a second reference
         elif self._store.cas.has(hash_):
             if self._store.cas.mark(hash_) is not None:
-                self._unmark.add(hash_)  # a second reference
+                self._unmark[hash_] = self._unmark.get(hash_, 0) + 1  # another reference
         else:
             self.blobs[hash_] = data
             if self._young:
@@ -125,6 +126,7 @@ class PendingWrites:
         first = last = expected_first_seq - 1
         if self.release_before > 0:
             self._released = self._store.cas.doomed(self.release_before, self.release_max)
+        self._carry_references()
         dropped, deletes, doomed, released = self._reclaimable()
         with self._store.batch() as batch:
             for hash_, data in self.blobs.items():
@@ -159,6 +161,16 @@ class PendingWrites:
         self._released.clear()
         self._forgotten.clear()
         return first, last
+
+    def _carry_references(self) -> None:
+        """A young object superseded through one reference and named again through a new one
+        (an index node that moved) is still named once: it keeps its mark."""
+        for hash_ in self._superseded & self._unmark.keys():
+            self._superseded.discard(hash_)
+            if self._unmark[hash_] == 1:
+                del self._unmark[hash_]
+            else:
+                self._unmark[hash_] -= 1
 
     def _reclaimable(self) -> tuple[set[Hash], list[Hash], list[Hash], set[Hash]]:
         """What this flush reclaims: young blobs of this flush it superseded (never written);
