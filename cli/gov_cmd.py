@@ -28,7 +28,7 @@ from aos.cli.common import (
     table,
     world_option,
 )
-from aos.cli.remote import node_call, node_option, serving_node
+from aos.cli.remote import SHADOW_TIMEOUT_S, node_call, node_option, serving_node
 from aos.cli.world_cmd import cell_text as _cell
 from aos.cli.world_cmd import key_text as _key
 from aos.cli.world_cmd import opened_world, read_world, short
@@ -95,6 +95,7 @@ def gov_group() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A module binary a PATCH file refers to by hash (repeatable).",
 )
+@node_option
 @world_option
 @json_option
 @handles_errors
@@ -102,26 +103,38 @@ def propose_command(
     source: Path,
     expected_hash: str | None,
     wasm_files: tuple[Path, ...],
+    node_url: str | None,
     world_path: str,
     as_json: bool,
 ) -> None:
     """Propose SOURCE: a patch document (.json/.yaml) against the world's manifest, or a
     changed manifest folder, whose patch against the world's manifest is computed (module
-    sources are built) and printed as a readable diff. Prints the proposal id."""
+    sources are built) and printed as a readable diff. Prints the proposal id. Through the
+    node while one serves the world."""
     blobs: dict[Hash, bytes] = {}
     for file in wasm_files:
         data = file.read_bytes()
         blobs[hash_bytes(data)] = data
-    with opened_world(world_path) as world:
+    url = serving_node(world_path, node_url)
+    with read_world(world_path) if url is not None else opened_world(world_path) as world:
         if source.is_dir():
             patch_value, lines, built = _folder_patch(world, source, as_json=as_json)
             blobs.update(built)
         else:
             patch_value = read_document(source)
             lines = []
-        proposal = governance.propose(world, patch_value, blobs=blobs, expected_hash=expected_hash)
-        entry = dict(world.proposals[proposal])
-        height = world.height
+        if url is None:
+            proposal = governance.propose(
+                world, patch_value, blobs=blobs, expected_hash=expected_hash
+            )
+            entry, height = dict(world.proposals[proposal]), world.height
+    if url is not None:
+        request = {"patch": patch_value, "modules": list(blobs.values())}
+        answer = node_call(
+            url, "/v1/gov/proposals", cbor_body={**request, "expected_hash": expected_hash}
+        )
+        proposal, height = str(answer.pop("proposal")), int(answer.pop("seq"))
+        entry = answer
     lines = lines or _patch_lines(patch_value)
     if as_json:
         emit_json({"proposal": proposal, **entry, "diff": lines, "seq": height})
@@ -198,31 +211,46 @@ def _patch_lines(patch_value: Any) -> list[str]:
     show_default=True,
     help="Most cells to list (divergent first).",
 )
+@node_option
 @world_option
 @json_option
 @handles_errors
-def shadow_command(ident: str, limit: int, world_path: str, as_json: bool) -> None:
+def shadow_command(
+    ident: str, limit: int, node_url: str | None, world_path: str, as_json: bool
+) -> None:
     """Replay the world's history against proposal ID, cell by cell (read-only), and journal
     the report: which cells the proposed workflows reproduce, where the others diverge, the
     effects they would now emit, open intents affected, routing and allowlist differences.
-    A shadow promises nothing about branches the history never took."""
-    with opened_world(world_path) as world:
+    A shadow promises nothing about branches the history never took. While a node serves
+    the world, the node runs the shadow (in a worker process) and journals it."""
+    url = serving_node(world_path, node_url)
+    with read_world(world_path) if url is not None else opened_world(world_path) as world:
         proposal = _resolve(world, ident)
         status = world.proposals[proposal]["status"]
         if status in _CLOSED:
             raise GovAlreadyDecidedError(f"{proposal} is {status}")
+    if url is not None:
+        answer = node_call(url, f"/v1/gov/{proposal}/shadow", {}, timeout_s=SHADOW_TIMEOUT_S)
+        report_value, height = answer["report"], int(answer["seq"])
+        with read_world(world_path) as world:
+            recorded = world.proposals[proposal]["shadow"]
+    else:
+        report_value, recorded, height = _shadow_here(world_path, proposal, as_json=as_json)
+    if as_json:
+        emit_json(report_value)
+        return
+    _echo_report(report_value, limit=limit)
+    click.echo("")
+    click.echo(f"recorded  seq {height}, report {recorded['report']}")
+
+
+def _shadow_here(world_path: str, proposal: str, *, as_json: bool) -> tuple[Any, Any, int]:
+    """Shadow with the world alone (no node serves it): replay read-only, then journal."""
     with _progress("shadowing", enabled=not as_json and sys.stderr.isatty()) as progress:
         report = shadow.shadow(world_path, proposal, progress=progress)
     with opened_world(world_path) as world:
         governance.record_shadow(world, proposal, report)
-        recorded = world.proposals[proposal]["shadow"]
-        height = world.height
-    if as_json:
-        emit_json(report.to_value())
-        return
-    _echo_report(report.to_value(), limit=limit)
-    click.echo("")
-    click.echo(f"recorded  seq {height}, report {recorded['report']}")
+        return cbor.to_json(report.to_value()), world.proposals[proposal]["shadow"], world.height
 
 
 @contextmanager

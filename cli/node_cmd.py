@@ -111,6 +111,20 @@ def node_group() -> None:
     help="Largest blob an adapter may upload (POST /v1/blobs).",
 )
 @click.option(
+    "--proposal-bytes-max",
+    type=click.IntRange(min=1),
+    default=node_limits.PROPOSAL_BYTES_MAX_DEFAULT,
+    show_default=True,
+    help="Largest proposal (patch and module binaries) `aos gov propose` may send.",
+)
+@click.option(
+    "--shadow-ms-max",
+    type=click.IntRange(min=1),
+    default=node_limits.SHADOW_MS_MAX_DEFAULT,
+    show_default=True,
+    help="Longest one shadow (`aos gov shadow` through the node) may run.",
+)
+@click.option(
     "--host-batch-max",
     type=int,
     default=node_limits.HOST_BATCH_MAX_DEFAULT,
@@ -150,6 +164,8 @@ def up_command(
     request_bytes_max: int,
     request_body_ms_max: int,
     blob_bytes_max: int,
+    proposal_bytes_max: int,
+    shadow_ms_max: int,
     host_batch_max: int,
     leases_per_request_max: int,
     long_poll_ms_max: int,
@@ -176,6 +192,8 @@ def up_command(
         request_bytes_max=request_bytes_max,
         request_body_ms_max=request_body_ms_max,
         blob_bytes_max=blob_bytes_max,
+        proposal_bytes_max=proposal_bytes_max,
+        shadow_ms_max=shadow_ms_max,
         host_batch_max=host_batch_max,
         leases_per_request_max=leases_per_request_max,
         long_poll_ms_max=long_poll_ms_max,

@@ -41,6 +41,7 @@ API_VERSION = "1"
 CBOR_MEDIA_TYPE = "application/cbor"
 BLOB_MEDIA_TYPE = "application/octet-stream"
 BLOBS_PATH = "/v1/blobs"
+PROPOSALS_PATH = "/v1/gov/proposals"
 
 log = logging.getLogger("aos.node")
 
@@ -72,7 +73,10 @@ def create_app(node: Node) -> FastAPI:
         bytes_max=node.limits.request_bytes_max,
         body_ms_max=node.limits.request_body_ms_max,
         json_depth_max=node.limits.json_depth_max,
-        by_path={BLOBS_PATH: ("blob_bytes_max", node.limits.blob_bytes_max)},
+        by_path={
+            BLOBS_PATH: ("blob_bytes_max", node.limits.blob_bytes_max),
+            PROPOSALS_PATH: ("proposal_bytes_max", node.limits.proposal_bytes_max),
+        },
     )
     return app
 
@@ -198,6 +202,22 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         """A task's history, oldest first; also of a closed task the inbox remembers."""
         return await node.task_history(intent)
 
+    @app.post(PROPOSALS_PATH, tags=["governance"])
+    async def post_gov_proposal(request: Request) -> dict[str, Any]:
+        """Propose a patch (journaled), as `aos gov propose`: `{"patch": ..., "modules":
+        [binary, ...], "expected_hash": HASH or null}` as application/cbor (module binaries
+        are byte strings), or JSON without binaries. At most proposal_bytes_max."""
+        patch, modules, expected = _proposal_request(
+            await request.body(), request.headers.get("content-type")
+        )
+        return await node.gov_propose(patch, modules, expected)
+
+    @app.post("/v1/gov/{proposal}/shadow", tags=["governance"])
+    async def post_gov_shadow(proposal: str) -> dict[str, Any]:
+        """Shadow a proposal against the live history (in a worker process, beside the
+        writer) and journal the report, as `aos gov shadow`; answers the report."""
+        return await node.gov_shadow(proposal)
+
     @app.post("/v1/gov/{proposal}/decision", tags=["governance"])
     async def post_gov_decision(
         proposal: str, request: models.GovDecisionRequest
@@ -244,6 +264,27 @@ def _receipt_request(body: bytes, content_type: str | None) -> Any:
     if not isinstance(parsed, dict) or set(parsed) != {"receipt"}:
         raise RequestInvalidError('the body is {"receipt": {"body": ..., "signature": ...}}')
     return parsed["receipt"]
+
+
+def _proposal_request(body: bytes, content_type: str | None) -> tuple[Any, list[bytes], str | None]:
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    if media_type == CBOR_MEDIA_TYPE:
+        parsed = cbor.decode(body)
+    else:
+        parsed = cbor.from_json(_json_bytes(body, "$"))
+    if not isinstance(parsed, dict) or "patch" not in parsed:
+        raise RequestInvalidError(
+            'the body is {"patch": ..., "modules": [...], "expected_hash": ...}'
+        )
+    unknown = set(parsed) - {"patch", "modules", "expected_hash"}
+    modules = parsed.get("modules") or []
+    expected = parsed.get("expected_hash")
+    if unknown or not isinstance(modules, list) or not all(isinstance(m, bytes) for m in modules):
+        raise RequestInvalidError("a proposal has patch, modules (byte strings), expected_hash")
+    binaries = [m for m in modules if isinstance(m, bytes)]
+    if expected is not None and not isinstance(expected, str):
+        raise RequestInvalidError("expected_hash is a hash text or null", path="$.expected_hash")
+    return parsed["patch"], binaries, expected
 
 
 def _json_bytes(data: bytes, path: str) -> Any:

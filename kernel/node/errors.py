@@ -177,6 +177,9 @@ _STATUS_BY_CODE = {
     "node.task_unknown": 404,
     "node.human_disabled": 409,
     "node.busy": 503,
+    "node.shadow_timeout": 504,
+    "node.shadow_unavailable": 409,
+    "gov.duplicate_proposal": 409,
     # The flow operations' codes (aos.flows, served by the same app).
     "flow.unknown": 404,
     "flow.version_unknown": 404,

@@ -13,6 +13,11 @@ REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
 BLOB_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 """Largest body of `POST /v1/blobs` (the one endpoint not bound by `request_bytes_max`); it
 must also fit the store's own `blob_bytes_max`."""
+PROPOSAL_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+"""Largest body of `POST /v1/gov/proposals` (a patch with the module binaries it adds); it is
+not bound by `request_bytes_max`, and every binary must also fit the store's `blob_bytes_max`."""
+SHADOW_MS_MAX_DEFAULT = 600_000
+"""How long the node lets one shadow run (in a worker process) before it kills it."""
 REQUEST_BODY_MS_MAX_DEFAULT = 30_000
 """How long the node waits for a request's whole body once its headers arrived; a client that
 stalls past it gets 408 `request.timeout` and its connection closed."""
@@ -54,6 +59,8 @@ SHUTDOWN_GRACE_MS_DEFAULT = 5000
 class NodeLimits:
     request_bytes_max: int = REQUEST_BYTES_MAX_DEFAULT
     blob_bytes_max: int = BLOB_BYTES_MAX_DEFAULT
+    proposal_bytes_max: int = PROPOSAL_BYTES_MAX_DEFAULT
+    shadow_ms_max: int = SHADOW_MS_MAX_DEFAULT
     request_body_ms_max: int = REQUEST_BODY_MS_MAX_DEFAULT
     json_depth_max: int = JSON_DEPTH_MAX_DEFAULT
     leases_per_request_max: int = LEASES_PER_REQUEST_MAX_DEFAULT

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor, governance
+from aos.kernel.hashing import hash_bytes
 from aos.kernel.node import views
 from aos.kernel.node.errors import (
     HumanDisabledError,
@@ -41,6 +42,7 @@ from aos.kernel.node.progress import (
     authenticate_frame,
     parse_frame,
 )
+from aos.kernel.node.shadow_worker import ShadowUnavailableError, run_shadow
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
 from aos.kernel.world.intents import intent_view
@@ -60,8 +62,10 @@ class Node:
         human: HumanAdapter | None = None,
         inbox_path: Path | None = None,
         inbox_sync: bool = True,
+        world_path: Path | None = None,
     ) -> None:
         self.limits = limits or NodeLimits()
+        self.world_path = world_path  # where a shadow worker finds the world
         self.human = human
         self.inbox = (
             TaskInbox(human.name, inbox_path, limits=human.limits, sync=inbox_sync)
@@ -97,6 +101,7 @@ class Node:
             human=human,
             inbox_path=Path(path) / INBOX_FILE_NAME,
             inbox_sync=bool(world_options.get("sync", True)),
+            world_path=Path(path),
         )
 
     def _opening(self, opener: Callable[[], World]) -> Callable[[], World]:
@@ -405,7 +410,36 @@ class Node:
 
         return await self.host.run(run)
 
-    # -- governance decisions and apply (proposing and shadowing need the world alone) ------
+    # -- governance -------------------------------------------------------------------------
+
+    async def gov_propose(
+        self, patch: Any, modules: list[bytes], expected_hash: str | None
+    ) -> dict[str, Any]:
+        """Journal a proposal (`aos gov propose` while the node serves the world)."""
+        blobs = {hash_bytes(data): data for data in modules}
+
+        def run(world: World) -> dict[str, Any]:
+            proposal = governance.propose(world, patch, blobs=blobs, expected_hash=expected_hash)
+            entry = cbor.to_json(world.proposals[proposal])
+            return {"proposal": proposal, **entry, "seq": world.height}
+
+        return await self.host.run(run)
+
+    async def gov_shadow(self, proposal: str) -> dict[str, Any]:
+        """Shadow a proposal in a worker process (read-only, beside the writer), then journal
+        its report here; answers the report with the record's sequence."""
+        if self.world_path is None:
+            raise ShadowUnavailableError("this node did not open its world from a folder")
+        found = await run_shadow(self.world_path, proposal, timeout_ms=self.limits.shadow_ms_max)
+
+        def record(world: World) -> dict[str, Any]:
+            report_hash = str(world.put_blob(found.report))
+            governance.record_shadow_raw(
+                world, proposal, found.state_height, report_hash, found.summary
+            )
+            return {"report": cbor.to_json(cbor.decode(found.report)), "seq": world.height}
+
+        return await self.host.run(record)
 
     async def gov_decide(
         self, proposal: str, *, approve: bool, approver: str, reason: str
