@@ -337,3 +337,29 @@ def test_live_tails_are_bounded(node: Node) -> None:
 def _sse(block: str) -> dict[str, Any]:
     fields = dict(line.split(": ", 1) for line in block.strip().splitlines())
     return {"id": fields["id"], "event": fields["event"], "data": json.loads(fields["data"])}
+
+
+@pytest.mark.parametrize("per_turn", [1, 3, 7])
+def test_a_scan_in_turns_gives_the_page_one_scan_gives(world_path: Path, per_turn: int) -> None:
+    """Long scans run in turns on the writer thread (writes go on between them); the pages
+    are those of a single turn, both ways, filtered or not, and bounded the same."""
+    with open_node(world_path) as node:
+        one = TestClient(create_app(node))
+        for n in range(6):
+            send(one, f"k{n}", "trap" if n == 4 else "none")
+        queries = [
+            {"limit": 1000},
+            {"before": head(one) + 1, "limit": 5},
+            {"failed": "true", "before": head(one) + 1},
+            {"kind": "step", "from": 2, "limit": 4},
+            {"workflow": KEYED, "key": '"k2"'},
+        ]
+        whole = [get(one, "/v1/journal", **q) for q in queries]
+    limits = NodeLimits(journal_scan_records_per_turn=per_turn)
+    with open_node(world_path, limits=limits) as node:
+        turns = TestClient(create_app(node))
+        assert [get(turns, "/v1/journal", **q) for q in queries] == whole
+    bounded = NodeLimits(journal_scan_records_per_turn=per_turn, journal_scan_records_max=4)
+    with open_node(world_path, limits=bounded) as node:
+        page = get(TestClient(create_app(node)), "/v1/journal", failed="true", **{"from": 1})
+        assert page["scanned"] == 4 and page["next_seq"] == 5 and page["records"] == []

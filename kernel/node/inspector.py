@@ -40,7 +40,7 @@ from aos.kernel.node import views
 from aos.kernel.node.app import query_invalid
 from aos.kernel.node.errors import http_status
 from aos.kernel.node.node import Node
-from aos.kernel.node.read_api import bounds_of, journal_filter
+from aos.kernel.node.read_api import bounds_of, journal_filter, journal_in_turns
 from aos.kernel.world import records
 from aos.kernel.world.world import World
 
@@ -83,8 +83,12 @@ class Inspector:
         try:
             context = await self.node.host.run(read)
         except AosError as error:
-            return self.render(request, "error.html", {"error": error}, status=http_status(error))
+            return self.error_page(request, error)
         return self.render(request, template, context, status=status)
+
+    def error_page(self, request: Request, error: AosError) -> Response:
+        """An error of the world shown as a page, with the status the API would answer."""
+        return self.render(request, "error.html", {"error": error}, status=http_status(error))
 
     def add_templates(self, directory: Path) -> None:
         """Let pages added from elsewhere (flows) render templates of their own folder."""
@@ -237,13 +241,17 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
         failed: bool = False,
         limit: int | None = None,
     ) -> Response:
-        def read(world: World) -> dict[str, Any]:
-            where = journal_filter(world, kind or [], workflow or None, key or None, failed)
-            below = views.sequence(before, "before") or world.store.journal.head() + 1
+        def where(world: World) -> views.JournalFilter:
+            return journal_filter(world, kind or [], workflow or None, key or None, failed)
+
+        try:
+            cursor = views.JournalCursor(None, views.sequence(before, "before"))
             rows = views.rows(limit, bounds, JOURNAL_ROWS)
-            found = views.journal(
-                world, from_seq=None, before=below, limit=rows, where=where, bounds=bounds
-            )
+            found = await journal_in_turns(inspector.node, cursor, rows, bounds, where)
+        except AosError as error:
+            return inspector.error_page(request, error)
+
+        def read(world: World) -> dict[str, Any]:
             return {
                 "found": found,
                 "kinds": records.KINDS,

@@ -32,6 +32,10 @@ TIMER_TICK_MS_DEFAULT = 50
 JOURNAL_RECORDS_PER_REQUEST_MAX_DEFAULT = 1000
 JOURNAL_SCAN_RECORDS_MAX_DEFAULT = 100_000
 """Most records one journal read looks at when filtering by kind."""
+JOURNAL_SCAN_RECORDS_PER_TURN_DEFAULT = 2_000
+"""Most records a journal read looks at in one turn on the writer thread; a longer scan
+takes several turns, and writes run between them (a filtered scan of 100k records would
+otherwise hold every write for seconds)."""
 CELLS_PER_REQUEST_MAX_DEFAULT = 10_000
 VALUE_BYTES_SHOWN_MAX_DEFAULT = 64 * 1024
 """Largest value (a state, encoded) the read API and the inspector show; a larger one is
@@ -69,6 +73,7 @@ class NodeLimits:
     timer_tick_ms: int = TIMER_TICK_MS_DEFAULT
     journal_records_per_request_max: int = JOURNAL_RECORDS_PER_REQUEST_MAX_DEFAULT
     journal_scan_records_max: int = JOURNAL_SCAN_RECORDS_MAX_DEFAULT
+    journal_scan_records_per_turn: int = JOURNAL_SCAN_RECORDS_PER_TURN_DEFAULT
     cells_per_request_max: int = CELLS_PER_REQUEST_MAX_DEFAULT
     tasks_per_request_max: int = TASKS_PER_REQUEST_MAX_DEFAULT
     value_bytes_shown_max: int = VALUE_BYTES_SHOWN_MAX_DEFAULT

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
@@ -58,6 +60,48 @@ def journal_filter(
         world.runtime.workflow(workflow)  # raises world.workflow_unknown
         return views.JournalFilter(views.kinds_of(kinds), None, failed, workflow)
     return views.JournalFilter(views.kinds_of(kinds), views.cell_ref(world, workflow, key), failed)
+
+
+async def journal_in_turns(
+    node: Node,
+    cursor: views.JournalCursor,
+    rows: int,
+    bounds: views.Bounds,
+    where: Callable[[World], views.JournalFilter],
+) -> dict[str, Any]:
+    """One journal page (`views.journal`), scanned in turns of at most
+    `journal_scan_records_per_turn` records on the writer thread, so that writes run between
+    turns. Records never change once written, so the page is the one a single scan would
+    give (a newest-first page starts at the head the first turn saw)."""
+    records: list[Any] = []
+    scanned = 0
+    while True:
+        budget = min(node.limits.journal_scan_records_per_turn, bounds.scan_max - scanned)
+        turn = replace(bounds, rows_max=rows - len(records), scan_max=budget)
+        page = await node.host.run(partial(_journal_turn, cursor, turn, where))
+        records += page["records"]
+        scanned += page["scanned"]
+        backward = cursor.from_seq is None
+        ended = page["scanned"] < budget or (backward and page["next_before"] is None)
+        if len(records) >= rows or scanned >= bounds.scan_max or ended:
+            return {**page, "records": records, "scanned": scanned}
+        cursor = views.JournalCursor(page["next_seq"], page["next_before"])
+
+
+def _journal_turn(
+    cursor: views.JournalCursor,
+    turn: views.Bounds,
+    where: Callable[[World], views.JournalFilter],
+    world: World,
+) -> dict[str, Any]:
+    return views.journal(
+        world,
+        from_seq=cursor.from_seq,
+        before=cursor.before,
+        limit=turn.rows_max,
+        where=where(world),
+        bounds=turn,
+    )
 
 
 def add_read_routes(app: FastAPI, node: Node) -> None:
@@ -137,13 +181,11 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
         if start is None and below is None:
             start = 1
 
-        def read(world: World) -> dict[str, Any]:
-            where = journal_filter(world, kind or [], workflow, key, failed)
-            return views.journal(
-                world, from_seq=start, before=below, limit=rows, where=where, bounds=bounds
-            )
+        def where(world: World) -> views.JournalFilter:
+            return journal_filter(world, kind or [], workflow, key, failed)
 
-        return await node.host.run(read)
+        cursor = views.JournalCursor(start, below)
+        return await journal_in_turns(node, cursor, rows, bounds, where)
 
     @app.get("/v1/journal/stream", tags=["read"])
     async def stream_journal(request: Request, after: int | None = None) -> StreamingResponse:

@@ -54,6 +54,15 @@ SIGNATURE_ADAPTER_UNKNOWN = "adapter_unknown"
 
 
 @dataclass(frozen=True)
+class JournalCursor:
+    """Where a journal page goes on: oldest first from `from_seq`, or newest first below
+    `before` (below the head when both are None)."""
+
+    from_seq: int | None
+    before: int | None
+
+
+@dataclass(frozen=True)
 class Bounds:
     """How much one read may return and read: `rows_max` rows per page, `scan_max` journal
     records per scan, `value_bytes_max` bytes of one shown value (a larger one is shown by
