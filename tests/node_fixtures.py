@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aos.kernel.node.app import create_app
-from tests.test_node import TestClient, make_world, open_node
+from tests.test_node import TestClient, make_world, open_node, signed_client
 
 
 @pytest.fixture(name="world_path")
@@ -20,4 +19,4 @@ def world_path_fixture(tmp_path: Path) -> Path:
 @pytest.fixture(name="client")
 def client_fixture(world_path: Path) -> Iterator[TestClient]:
     with open_node(world_path) as node:
-        yield TestClient(create_app(node))
+        yield signed_client(node)
