@@ -1,5 +1,6 @@
 """Fixtures for tests of a node in process (FastAPI's TestClient over the scripted world).
-Import the fixture functions into a test module; they register as `world_path` and `client`."""
+Import the fixture functions into a test module; they register as `world_path`, `node` and
+`client` (a client of its own node, signed as the scripted world's adapter)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from aos.kernel.node import Node
 from tests.test_node import TestClient, make_world, open_node, signed_client
 
 
@@ -20,3 +22,9 @@ def world_path_fixture(tmp_path: Path) -> Path:
 def client_fixture(world_path: Path) -> Iterator[TestClient]:
     with open_node(world_path) as node:
         yield signed_client(node)
+
+
+@pytest.fixture(name="node")
+def node_fixture(world_path: Path) -> Iterator[Node]:
+    with open_node(world_path) as node:
+        yield node

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.store import open_store
+from tests.node_fixtures import node_fixture, world_path_fixture  # noqa: F401 (fixtures)
 from tests.test_node import (
     ADAPTER,
     TestClient,
@@ -57,6 +57,7 @@ from tests.test_node import (
     signed_client,
 )
 from tests.test_node_process import node_process
+from tests.test_progress import frame
 from tests.test_receipts import ADAPTER_SEED, STRANGER_SEED
 from tests.test_world import ping
 
@@ -64,12 +65,6 @@ STRANGER = "demo/stranger@1"
 EFFECT = "demo/noop@1"
 WRONG_SEED = bytes(range(2, 34))  # no adapter's key
 OCTETS = {"content-type": "application/octet-stream"}
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with open_node(make_world(tmp_path / "w")) as opened:
-        yield opened
 
 
 @pytest.fixture
@@ -214,7 +209,19 @@ def test_an_adapter_acts_only_as_itself_and_on_its_own_leases(
     assert settled.status_code == 200 and settled.json()["delivered"] is True
 
 
-def test_blob_uploads_are_signed(node: Node, client: TestClient, tmp_path: Path) -> None:
+def test_progress_on_another_adapters_lease_is_forbidden(node: Node, client: TestClient) -> None:
+    send(client, "x")
+    [held] = lease(client)
+    before = snapshot(client)
+    stranger = signed_client(node, STRANGER, STRANGER_SEED)
+    # A valid frame of ADAPTER's, relayed by STRANGER: the signer is not the frame's adapter.
+    answer = stranger.post(f"/v1/leases/{held['lease_id']}/progress", json=frame(client, held))
+    assert error_of(answer, 403)["code"] == "adapter.forbidden"
+    assert snapshot(client) == before
+    assert client.get(f"/v1/intents/{held['intent']}").json()["progress"] == []
+
+
+def test_blob_uploads_are_signed(node: Node, client: TestClient, world_path: Path) -> None:
     data = b"uploaded by nobody"
     refused = unsigned(node).post("/v1/blobs", content=data, headers=OCTETS)
     assert error_of(refused, 401)["code"] == "adapter.unauthenticated"
@@ -223,7 +230,7 @@ def test_blob_uploads_are_signed(node: Node, client: TestClient, tmp_path: Path)
         hash_bytes(kept)
     )
     node.close()
-    with open_store(tmp_path / "w", readonly=True) as store:
+    with open_store(world_path, readonly=True) as store:
         assert not store.cas.has(Hash(str(hash_bytes(data))))
         assert store.cas.has(Hash(str(hash_bytes(kept))))
 

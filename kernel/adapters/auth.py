@@ -39,10 +39,11 @@ HEADER_NONCE = "aos-nonce"
 HEADER_SIGNATURE = "aos-signature"
 NONCE_BYTES = 16
 ADAPTER_NAME_CHARS_MAX = 200
-ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT = 60_000
+ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT = 30_000
 """How far a signed request's timestamp may be from the node's clock, either way."""
 ADAPTER_NONCES_MAX_DEFAULT = 100_000
-"""Nonces remembered per identity (each for twice the skew window, at most)."""
+"""Nonces remembered per identity, each until its timestamp leaves the skew window: about
+3 300 signed requests per second per identity, sustained, at the default skew (some 25 MB)."""
 
 _HEX = frozenset("0123456789abcdef")
 

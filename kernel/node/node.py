@@ -223,9 +223,10 @@ class Node:
     def adapters(self) -> dict[str, Any]:
         """The manifest's adapter identities: what `aos adapter run` checks its key against
         before it leases anything. Public keys only; nothing here is secret."""
+        effects_of = self._effects_of  # replaced whole when the manifest changes
         return {
             "adapters": [
-                {"name": name, "public_key": key.hex(), "effects": list(self._effects_of[name])}
+                {"name": name, "public_key": key.hex(), "effects": list(effects_of.get(name, ()))}
                 for name, key in sorted(self._adapter_keys.items())
             ]
         }
