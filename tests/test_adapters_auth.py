@@ -411,3 +411,19 @@ def test_a_signed_request_survives_the_cbor_round_trip_of_the_receipt(
     data = cbor.encode({"receipt": receipt(node.world_id, held["intent"])})
     answer = client.post("/v1/receipts", content=data, headers={"content-type": "application/cbor"})
     assert answer.status_code == 200 and answer.json()["delivered"] is True
+
+
+def test_node_up_takes_the_auth_limits(tmp_path: Path) -> None:
+    options = ["--adapter-request-skew-ms-max", "1000", "--adapter-receipt-refusals-max", "1"]
+    with node_process(make_world(tmp_path / "w"), *options) as (url, _):
+        world_id = httpx.get(f"{url}/v1/world").json()["world_id"]
+        late = AdapterAuth(ADAPTER, ADAPTER_SEED, world_id, clock_ms=lambda: now_ms() - 5_000)
+        answer = httpx.post(f"{url}/v1/leases", json=lease_body(), auth=late).json()
+        assert answer["error"]["code"] == "adapter.clock_skewed"
+        assert answer["error"]["detail"]["limit"] == 1000
+        signed = AdapterAuth(ADAPTER, ADAPTER_SEED, world_id)
+        bogus = {"receipt": cbor.to_json(receipt(world_id, "blake3:" + "0" * 64))}
+        first = httpx.post(f"{url}/v1/receipts", json=bogus, auth=signed).json()
+        assert first["error"]["code"] == "receipt.unknown_intent"
+        second = httpx.post(f"{url}/v1/receipts", json=bogus, auth=signed).json()
+        assert second["error"]["code"] == "adapter.rate_limited"
