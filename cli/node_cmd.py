@@ -39,6 +39,7 @@ from aos.cli.remote import node_call
 from aos.flows.http import add_flow_routes
 from aos.flows.pages import add_flow_pages
 from aos.kernel import jsontext
+from aos.kernel.adapters import auth as adapter_auth
 from aos.kernel.adapters.keys import read_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node import limits as node_limits
@@ -151,6 +152,27 @@ def node_group() -> None:
     show_default=True,
     help="Tick interval of a wall-clock world while a timer is pending.",
 )
+@click.option(
+    "--adapter-request-skew-ms-max",
+    type=int,
+    default=adapter_auth.ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT,
+    show_default=True,
+    help="How far a signed adapter request's timestamp may be from this host's clock.",
+)
+@click.option(
+    "--adapter-receipt-refusals-max",
+    type=int,
+    default=adapter_auth.ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT,
+    show_default=True,
+    help="Refused receipts one adapter may cause per --adapter-refusal-window-ms.",
+)
+@click.option(
+    "--adapter-refusal-window-ms",
+    type=int,
+    default=adapter_auth.ADAPTER_REFUSAL_WINDOW_MS_DEFAULT,
+    show_default=True,
+    help="The window of --adapter-receipt-refusals-max.",
+)
 @click.option("--no-sync", is_flag=True, help="Skip fsync on commit (scratch worlds, tests).")
 @click.option("--access-log", is_flag=True, help="Log every request.")
 @world_option
@@ -170,6 +192,9 @@ def up_command(
     leases_per_request_max: int,
     long_poll_ms_max: int,
     timer_tick_ms: int,
+    adapter_request_skew_ms_max: int,
+    adapter_receipt_refusals_max: int,
+    adapter_refusal_window_ms: int,
     no_sync: bool,
     access_log: bool,
     world_path: str,
@@ -198,6 +223,9 @@ def up_command(
         leases_per_request_max=leases_per_request_max,
         long_poll_ms_max=long_poll_ms_max,
         timer_tick_ms=timer_tick_ms,
+        adapter_request_skew_ms_max=adapter_request_skew_ms_max,
+        adapter_receipt_refusals_max=adapter_receipt_refusals_max,
+        adapter_refusal_window_ms=adapter_refusal_window_ms,
     )
     node = Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start()
     try:

@@ -350,12 +350,10 @@ class _Replay:
             elif kind == records.EFFECT_RECEIPT:
                 world.settle({"body": recorded["body"], "signature": recorded["signature"]})
             elif kind == records.RECEIPT_REJECTED:
-                if recorded["receipt"] is None:
-                    # Too large to keep: it changed nothing but this record, which stands.
-                    world._forced_stamp = None
-                    world._append(recorded)
-                else:
-                    world.settle(recorded["receipt"])
+                # Kept as a digest (or, in older journals, whole or not at all): a refusal
+                # changed nothing but this record, which stands.
+                world._forced_stamp = None
+                world._append(recorded)
             elif kind == records.TIME:
                 world._time_input(stamp)
             elif kind == records.GOVERNANCE:

@@ -1,5 +1,6 @@
 """Fixtures for tests of a node in process (FastAPI's TestClient over the scripted world).
-Import the fixture functions into a test module; they register as `world_path` and `client`."""
+Import the fixture functions into a test module; they register as `world_path`, `node` and
+`client` (a client of its own node, signed as the scripted world's adapter)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from aos.kernel.node.app import create_app
-from tests.test_node import TestClient, make_world, open_node
+from aos.kernel.node import Node
+from tests.test_node import TestClient, make_world, open_node, signed_client
 
 
 @pytest.fixture(name="world_path")
@@ -20,4 +21,10 @@ def world_path_fixture(tmp_path: Path) -> Path:
 @pytest.fixture(name="client")
 def client_fixture(world_path: Path) -> Iterator[TestClient]:
     with open_node(world_path) as node:
-        yield TestClient(create_app(node))
+        yield signed_client(node)
+
+
+@pytest.fixture(name="node")
+def node_fixture(world_path: Path) -> Iterator[Node]:
+    with open_node(world_path) as node:
+        yield node

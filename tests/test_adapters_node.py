@@ -31,7 +31,8 @@ from aos.cli.demo_orders import (
     orders_manifest,
 )
 from aos.kernel import cbor, gc
-from aos.kernel.adapters.keys import write_seed
+from aos.kernel.adapters.auth import AdapterAuth
+from aos.kernel.adapters.keys import read_seed, write_seed
 from aos.kernel.adapters.signing import generate_seed, public_key_of, verify_body
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.store import open_store
@@ -297,8 +298,12 @@ def test_a_large_response_body_goes_to_the_cas_by_hash_and_gc_keeps_it(setup: Se
         assert payload["headers"]["content-type"] == "application/pdf"
         assert "payload_error" not in record  # it fits demo/HttpResponse@1
         assert verify_body(setup.public_key, record["body"], record["signature"])
+        world_id = client.get("/v1/world").json()["world_id"]
+        signed = AdapterAuth(ADAPTER, read_seed(setup.key_file), world_id)
+        unsigned = client.post("/v1/blobs", content=b"named by no receipt", headers=OCTET_STREAM)
+        assert unsigned.json()["error"]["code"] == "adapter.unauthenticated"
         orphan = client.post(
-            "/v1/blobs", content=b"named by no receipt", headers=OCTET_STREAM
+            "/v1/blobs", content=b"named by no receipt", headers=OCTET_STREAM, auth=signed
         ).json()["hash"]
     with open_store(setup.world) as store:
         stored = store.cas.get(Hash(ref))

@@ -49,6 +49,12 @@ class FakeNode:
     def __init__(self, public_key: bytes = public_key_of(SEED)) -> None:
         self.world_id = "blake3:" + "ab" * 32
         self.public_key = public_key
+        # What GET /v1/adapters lists (the adapter's own key, unless a test says otherwise).
+        self.listed = {
+            "name": ADAPTER,
+            "public_key": public_key_of(SEED).hex(),
+            "effects": [EFFECT],
+        }
         self.open: dict[str, dict[str, Any]] = {}
         self.leased: set[str] = set()
         self.settled: dict[str, dict[str, Any]] = {}
@@ -86,6 +92,8 @@ class FakeNode:
                 return 503, {"error": {"code": "node.busy", "message": "busy"}}
         if method == "GET" and path == "/v1/world":
             return 200, {"world_id": self.world_id, "manifest": "blake3:00", "height": 1}
+        if method == "GET" and path == "/v1/adapters":
+            return 200, {"adapters": [self.listed]}
         if method == "POST" and path == "/v1/leases":
             return 200, self._lease(body)
         if method == "POST" and path == "/v1/receipts":

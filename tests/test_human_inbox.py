@@ -43,6 +43,7 @@ from tests.test_node import (
     post_receipt,
     receipt,
     send,
+    signed_client,
 )
 from tests.test_receipts import ADAPTER_SEED
 
@@ -95,7 +96,7 @@ def world_path(tmp_path: Path) -> Path:
 def human_node(path: Path, **limits: int) -> Iterator[tuple[Node, TestClient]]:
     human = HumanAdapter(ADAPTER, ADAPTER_SEED, limits=InboxLimits(**limits))
     with open_node(path, human=human) as node:
-        yield node, TestClient(create_app(node))
+        yield node, signed_client(node)  # an adapter's receipts are signed requests
 
 
 def publish(node: Node, *tasks: PublishedIntent) -> None:

@@ -18,6 +18,7 @@ import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
 from aos.kernel import cbor, replay
+from aos.kernel.adapters.auth import AdapterAuth
 from aos.kernel.adapters.keys import KeyFileError, read_seed, write_seed
 from aos.kernel.adapters.signing import signed_receipt
 from aos.kernel.hashing import Hash, hash_bytes
@@ -61,9 +62,16 @@ def node(world_path: Path) -> Iterator[Node]:
         yield opened
 
 
+def signed_client(node: Node, adapter: str = ADAPTER, seed: bytes = ADAPTER_SEED) -> TestClient:
+    """A client whose every request is signed as `adapter` (reads ignore the signature)."""
+    client = TestClient(create_app(node))
+    client.auth = AdapterAuth(adapter, seed, node.world_id)
+    return client
+
+
 @pytest.fixture
 def client(node: Node) -> TestClient:
-    return TestClient(create_app(node))
+    return signed_client(node)
 
 
 def send(client: TestClient, key: str, action: str = "effect", n: int = 1) -> dict[str, Any]:
@@ -295,12 +303,6 @@ REFUSED = [
         "receipt.signature_invalid",
     ),
     (
-        "unknown adapter",
-        lambda w, i: receipt(w, i, adapter="demo/nobody@1"),
-        403,
-        "receipt.adapter_unknown",
-    ),
-    (
         "adapter not allowed",
         lambda w, i: receipt(w, i, seed=STRANGER_SEED, adapter="demo/stranger@1"),
         403,
@@ -334,7 +336,12 @@ def test_refused_receipts_change_nothing_but_the_journal(
     [leased] = lease(client)
     before_records = journal(client)
     before_cells = cells(client)
-    response = post_receipt(client, make(node.world_id, leased["intent"]))
+    value = make(node.world_id, leased["intent"])
+    # Posted by the adapter the receipt names (anyone else is `adapter.forbidden`, unjournaled:
+    # tests/test_adapters_auth.py).
+    named = value["body"]["adapter"] if isinstance(value, dict) else ADAPTER
+    poster = client if named == ADAPTER else signed_client(node, named, STRANGER_SEED)
+    response = post_receipt(poster, value)
     assert error_of(response, status)["code"] == code
     after = journal(client)
     assert after[: len(before_records)] == before_records
@@ -398,7 +405,7 @@ def test_undecodable_receipt_requests_leave_no_trace(
 def test_request_bytes_max_at_the_edge(world_path: Path) -> None:
     bytes_max = 2000
     with open_node(world_path, limits=NodeLimits(request_bytes_max=bytes_max)) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         send(client, "x")
         before = journal(client)
         padding = b" " * (bytes_max - len(b'{"body": {}}'))
@@ -423,7 +430,7 @@ OCTETS = {"content-type": "application/octet-stream"}
 def test_blobs_are_stored_by_hash_within_their_own_limit(world_path: Path) -> None:
     limits = NodeLimits(request_bytes_max=2000, blob_bytes_max=10_000)
     with open_node(world_path, limits=limits) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         height = client.get("/v1/world").json()["height"]
         data = bytes(range(256)) * 39 + b"0123456789abcdef"  # 10 000 bytes: at the limit
         stored = client.post("/v1/blobs", content=data, headers=OCTETS)
@@ -472,7 +479,7 @@ def _queued_behind_a_held_host(node: Node, calls: list[Any]) -> list[Any]:
 
 def test_queued_receipts_share_one_run_and_each_gets_its_own_answer(world_path: Path) -> None:
     with open_node(world_path) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         for key in ("a", "b", "c"):
             send(client, key, "effect", 2)
         leases = lease(client)
@@ -482,7 +489,7 @@ def test_queued_receipts_share_one_run_and_each_gets_its_own_answer(world_path: 
         batch = [*good[:3], forged, *good[3:], good[0]]  # the last one: a duplicate
         before = (node.host.batches, node.host.batched)
         answers = _queued_behind_a_held_host(
-            node, [lambda value=value: node.settle(value) for value in batch]
+            node, [lambda value=value: node.settle(value, ADAPTER) for value in batch]
         )
         assert (node.host.batches - before[0], node.host.batched - before[1]) == (1, 7)
         settled = [answers[i] for i in (0, 1, 2, 4, 5)]
@@ -504,7 +511,7 @@ def test_queued_receipts_share_one_run_and_each_gets_its_own_answer(world_path: 
 
 def test_queued_events_share_one_run_and_a_batch_is_bounded(world_path: Path) -> None:
     with open_node(world_path, limits=NodeLimits(host_batch_max=3)) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         calls = [
             lambda key=key: node.send("demo/Ping@1", ping(key, "effect", 1))
             for key in ("a", "b", "c", "d")
@@ -524,7 +531,7 @@ def test_queued_events_share_one_run_and_a_batch_is_bounded(world_path: Path) ->
 def test_lease_requests_are_checked(world_path: Path) -> None:
     limits = NodeLimits(leases_per_request_max=3, long_poll_ms_max=50)
     with open_node(world_path, limits=limits) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         send(client, "x", "effect", 5)
         assert len(lease(client, max=3, wait_ms=50)) == 3
         cases = [
@@ -532,8 +539,9 @@ def test_lease_requests_are_checked(world_path: Path) -> None:
             ({"adapter": ADAPTER, "wait_ms": 51}, 400, "node.limit_exceeded"),
             ({"adapter": ADAPTER, "max": 0}, 422, "request.invalid"),
             ({"adapter": ADAPTER, "wait_ms": -1}, 422, "request.invalid"),
-            ({"adapter": "demo/nobody@1"}, 403, "lease.adapter_unknown"),
-            ({"adapter": "sys/timer@1"}, 403, "lease.adapter_unknown"),
+            # Signed as ADAPTER: acting as anyone else is refused before anything else.
+            ({"adapter": "demo/nobody@1"}, 403, "adapter.forbidden"),
+            ({"adapter": "sys/timer@1"}, 403, "adapter.forbidden"),
             (
                 {"adapter": "demo/stranger@1", "effects": ["demo/noop@1"]},
                 403,
@@ -542,19 +550,21 @@ def test_lease_requests_are_checked(world_path: Path) -> None:
             ({"adapter": ADAPTER, "effects": ["demo/nope@1"]}, 422, "lease.effect_unknown"),
             ({"adapter": ADAPTER, "extra": 1}, 422, "request.invalid"),
         ]
+        stranger = signed_client(node, "demo/stranger@1", STRANGER_SEED)
         for request, status, code in cases:
-            response = client.post("/v1/leases", json=request)
+            poster = stranger if request["adapter"] == "demo/stranger@1" else client
+            response = poster.post("/v1/leases", json=request)
             assert error_of(response, status)["code"] == code, request
         error = error_of(client.post("/v1/leases", json=cases[0][0]), 400)
         assert error["detail"] == {"limit": 3, "value": 4}
-        assert lease(client, adapter="demo/stranger@1", max=3) == []  # it may settle nothing
+        assert lease(stranger, adapter="demo/stranger@1", max=3) == []  # it may settle nothing
         assert len(lease(client, effects=["demo/noop@1"], max=3)) == 2
 
 
 def test_read_limits_at_the_edge(world_path: Path) -> None:
     limits = NodeLimits(journal_records_per_request_max=2, cells_per_request_max=1)
     with open_node(world_path, limits=limits) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         send(client, "a", "none")
         send(client, "b", "none")
         assert len(client.get("/v1/journal", params={"limit": 2}).json()["records"]) == 2
@@ -569,7 +579,7 @@ def test_read_limits_at_the_edge(world_path: Path) -> None:
 
 def test_an_expired_lease_is_handed_out_again(world_path: Path) -> None:
     with open_node(world_path, limits=NodeLimits(lease_ms=150)) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         send(client, "x")
         [first] = lease(client)
         assert lease(client) == []
@@ -609,7 +619,7 @@ def test_a_long_poll_returns_empty_at_its_deadline(client: TestClient) -> None:
 
 def test_a_long_poll_wakes_when_a_lease_expires(world_path: Path) -> None:
     with open_node(world_path, limits=NodeLimits(lease_ms=200)) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         send(client, "x")
         [first] = lease(client)
         started = time.monotonic()
@@ -620,16 +630,16 @@ def test_a_long_poll_wakes_when_a_lease_expires(world_path: Path) -> None:
 
 def test_open_intents_are_published_again_when_the_node_restarts(world_path: Path) -> None:
     with open_node(world_path) as node:
-        send(TestClient(create_app(node)), "x", "effect", 2)
+        send(signed_client(node), "x", "effect", 2)
     with open_node(world_path) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         leases = lease(client)
         assert sorted(le["params"]["n"] for le in leases) == [0, 1]
 
 
 def test_an_unexpected_failure_is_a_500_and_stops_the_world(world_path: Path) -> None:
     with open_node(world_path) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         send(client, "x")
         before = client.get("/v1/world").json()
 
@@ -676,7 +686,7 @@ def test_a_refusal_after_an_append_discards_the_unflushed_work(
 def test_human_tasks_are_listed_and_completed(world_path: Path) -> None:
     human = HumanAdapter(ADAPTER, ADAPTER_SEED)
     with open_node(world_path, human=human) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         send(client, "x", "effect", 2)
         tasks = client.get("/v1/tasks").json()
         assert tasks["adapter"] == ADAPTER
@@ -739,7 +749,7 @@ def test_manual_time_advances_and_jumps(client: TestClient) -> None:
 def test_a_wall_clock_world_fires_timers_by_itself(tmp_path: Path) -> None:
     path = make_world(tmp_path / "wall", clock="wall")
     with open_node(path, limits=NodeLimits(timer_tick_ms=20)) as node:
-        client = TestClient(create_app(node))
+        client = signed_client(node)
         refused = client.post("/v1/time/advance", json={"by_ns": 1})
         assert error_of(refused, 409)["code"] == "world.clock_manual_only"
         send(client, "t", "timer", 100_000_000)  # due in 100 ms

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from aos.cli.main import main
 from aos.kernel import cbor
+from aos.kernel.adapters.auth import AdapterAuth
 from aos.kernel.adapters.keys import write_seed
 from aos.kernel.adapters.signing import signed_receipt
 from tests.test_receipts import ADAPTER_SEED
@@ -73,6 +74,12 @@ def make_world(path: Path) -> Path:
     return path
 
 
+def adapter_http(url: str) -> httpx.Client:
+    """A client that signs its requests as ADAPTER (kernel/adapters/auth.py)."""
+    world_id = httpx.get(f"{url}/v1/world").json()["world_id"]
+    return httpx.Client(base_url=url, timeout=30, auth=AdapterAuth(ADAPTER, ADAPTER_SEED, world_id))
+
+
 def receipt(world_id: str, intent: str) -> Any:
     body = {
         "world": world_id,
@@ -118,7 +125,7 @@ def test_receipts_resume_exactly_their_origin_cells_under_concurrent_traffic(
 
         def client_of(key: str) -> None:
             try:
-                with httpx.Client(base_url=url, timeout=30) as http:
+                with adapter_http(url) as http:
                     for _ in range(rounds):
                         sent = http.post(
                             "/v1/events",
@@ -137,7 +144,7 @@ def test_receipts_resume_exactly_their_origin_cells_under_concurrent_traffic(
         for thread in threads:
             thread.join(timeout=120)
         assert not failures, failures
-        with httpx.Client(base_url=url, timeout=30) as http:
+        with adapter_http(url) as http:
             for _ in range(100):
                 leases = lease(http, count=50)
                 if not leases:
@@ -177,8 +184,9 @@ def test_receipts_resume_exactly_their_origin_cells_under_concurrent_traffic(
 
 ADAPTER_SCRIPT = """
 import json, sys, time, httpx
-response = httpx.post(
-    sys.argv[1] + "/v1/leases",
+from tests.test_node_process import adapter_http
+response = adapter_http(sys.argv[1]).post(
+    "/v1/leases",
     json={"adapter": "demo/adapter@1", "max": 1, "wait_ms": 20000},
     timeout=60,
 )
@@ -195,7 +203,7 @@ def test_an_intent_leased_by_a_killed_adapter_is_leased_again_and_settled_once(
             [sys.executable, "-c", ADAPTER_SCRIPT, url], stdout=subprocess.PIPE, text=True
         )
         try:
-            with httpx.Client(base_url=url, timeout=30) as http:
+            with adapter_http(url) as http:
                 world_id = http.get("/v1/world").json()["world_id"]
                 time.sleep(0.3)  # the adapter is long-polling by now, or soon will be
                 http.post(
@@ -235,7 +243,7 @@ def test_shutdown_during_a_long_poll_is_prompt_and_closes_the_world(tmp_path: Pa
 
         def poll() -> None:
             try:
-                answers.append(lease(httpx.Client(base_url=url, timeout=30), wait_ms=20_000))
+                answers.append(lease(adapter_http(url), wait_ms=20_000))
             except httpx.HTTPError as error:
                 answers.append(error)
 

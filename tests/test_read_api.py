@@ -28,6 +28,7 @@ from tests.test_node import (
     post_receipt,
     receipt,
     send,
+    signed_client,
 )
 from tests.test_world import COUNTER_C, create, inc
 
@@ -48,7 +49,7 @@ def node(world_path: Path) -> Iterator[Node]:
 
 @pytest.fixture
 def client(node: Node) -> TestClient:
-    return TestClient(create_app(node))
+    return signed_client(node)  # its leases and receipts are an adapter's, signed
 
 
 def get(client: TestClient, path: str, **params: Any) -> Any:

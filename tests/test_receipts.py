@@ -11,9 +11,10 @@ import pytest
 
 from aos.kernel import cbor, replay
 from aos.kernel.adapters.signing import signed_receipt
+from aos.kernel.hashing import hash_bytes
 from aos.kernel.world import records
 from aos.kernel.world.errors import ClockManualOnlyError, TimeBackwardsError
-from aos.kernel.world.receipts import ReceiptError
+from aos.kernel.world.receipts import REJECTED_TEXT_CHARS_MAX, ReceiptError
 from aos.kernel.world.world import World, WorldLimits
 from tests.test_world import SCRIPTED, create, journal, ping
 
@@ -192,7 +193,33 @@ def test_receipt_size_limit(tmp_path: Path) -> None:
         [intent] = open_intents(world)
         big = receipt(world, intent, payload={"ok": True, "pad": "x" * 400})
         _refused(world, big, "receipt.too_large")
-        assert journal(world)[-1]["receipt"] is None  # too large to keep
+        kept = journal(world)[-1]["receipt"]
+        # A bounded digest, never the receipt itself (kernel/world/receipts.py `rejection`).
+        assert kept == {
+            "digest": str(hash_bytes(cbor.encode(big))),
+            "bytes": len(cbor.encode(big)),
+            "intent": intent,
+            "adapter": big["body"]["adapter"],
+            "status": "ok",
+        }
+
+
+def test_a_refused_receipt_is_journaled_as_a_bounded_digest(tmp_path: Path) -> None:
+    """Whatever a refused receipt carries, its record keeps a few hundred bytes of it, and
+    the journal still replays."""
+    path = tmp_path / "s"
+    with create(path, SCRIPTED, clock="manual") as world:
+        [intent] = open_intents(world)
+        huge_name = "demo/" + "n" * 100_000 + "@1"
+        value = receipt(world, intent, adapter=huge_name, payload={"pad": "x" * 100_000})
+        _refused(world, value, "receipt.adapter_unknown")
+        record = journal(world)[-1]
+        assert len(cbor.encode(record)) < 1500
+        assert record["receipt"]["adapter"].endswith("...")
+        assert len(record["receipt"]["adapter"]) == REJECTED_TEXT_CHARS_MAX
+        assert len(record["message"]) <= REJECTED_TEXT_CHARS_MAX
+        assert "payload" not in record["receipt"] and "signature" not in record["receipt"]
+    assert replay.verify(path).ok
 
 
 def test_a_payload_that_does_not_fit_is_delivered_as_rejected(world: World) -> None:

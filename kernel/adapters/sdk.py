@@ -35,7 +35,8 @@ from typing import Any, Literal, TypeVar
 import httpx
 
 from aos.kernel import cbor
-from aos.kernel.adapters.signing import SEED_BYTES, sign_body
+from aos.kernel.adapters.auth import AdapterAuth
+from aos.kernel.adapters.signing import SEED_BYTES, public_key_of, sign_body
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
@@ -121,6 +122,24 @@ class AdapterProgressInvalidError(AdapterError):
 class AdapterNodeProtocolError(AdapterError):
     code = "adapter.node_protocol"
     hint = "the node's answer does not have the shape of the adapter protocol (spec/10-adapters.md)"
+
+
+class AdapterIdentityUnknownError(AdapterError):
+    code = "adapter.identity_unknown"
+    hint = "the world's manifest has no defadapter of this name: check --name (GET /v1/adapters)"
+
+
+class AdapterKeyMismatchError(AdapterError):
+    code = "adapter.key_mismatch"
+    hint = (
+        "the key file is not the private half of the defadapter's public_key: use the key the "
+        "manifest names, or put this key's public half into the manifest"
+    )
+
+
+class AdapterEffectNotAllowedError(AdapterError):
+    code = "adapter.effect_not_allowed"
+    hint = "the defeffect's adapters list does not include this adapter (GET /v1/adapters)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,6 +312,7 @@ class NodeClient:
         timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
         transport: httpx.BaseTransport | None = None,
         connections_max: int = CONCURRENCY_DEFAULT,
+        auth: httpx.Auth | None = None,
     ) -> None:
         self.retry = retry
         self.timeout_s = timeout_s
@@ -303,6 +323,7 @@ class NodeClient:
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=connections_max),
             trust_env=False,  # a loopback node must not be sent through an HTTP proxy
+            auth=auth,  # every attempt is signed afresh: a retry is a new nonce
         )
 
     def close(self) -> None:
@@ -416,6 +437,7 @@ class Adapter:
         self._clock_ns = clock_ns
         self._handlers: dict[str, Handler] = {}
         self._world_id: str | None = None
+        self._identity_checked = False
         self._stop = threading.Event()
         self._abandon = threading.Event()
         self._slots = threading.Condition()
@@ -424,8 +446,15 @@ class Adapter:
         # Two clients: a long-poll cut short by a signal may leave its connection broken,
         # and that must not touch the one that posts receipts while the adapter drains.
         retry = retry or RetryPolicy()
+        # Requests are signed once the world id is known (it is part of what is signed).
+        auth = AdapterAuth(name, seed, lambda: self._world_id)
         self._lease_client = NodeClient(
-            node, retry=retry, timeout_s=request_timeout_s, transport=transport, connections_max=2
+            node,
+            retry=retry,
+            timeout_s=request_timeout_s,
+            transport=transport,
+            connections_max=2,
+            auth=auth,
         )
         self._receipt_client = NodeClient(
             node,
@@ -433,6 +462,7 @@ class Adapter:
             timeout_s=request_timeout_s,
             transport=transport,
             connections_max=concurrency + 1,
+            auth=auth,
         )
 
     # ---- registration
@@ -467,12 +497,52 @@ class Adapter:
             self._world_id = world_id
         return self._world_id
 
+    def check_identity(self) -> None:
+        """Check, before anything is leased, that the world knows this adapter by this key and
+        lets it settle every effect it has a handler for: `adapter.identity_unknown`,
+        `adapter.key_mismatch` or `adapter.effect_not_allowed`, naming the mismatch, instead
+        of work done and then refused. Asked of the node once (`GET /v1/adapters`)."""
+        if self._identity_checked:
+            return
+        answer = self._lease_client.request("GET", "/v1/adapters", stop=self._stop)
+        found = answer.get("adapters") if isinstance(answer, dict) else None
+        if not isinstance(found, list):
+            raise AdapterNodeProtocolError("GET /v1/adapters answered without an adapters list")
+        mine = next((a for a in found if isinstance(a, dict) and a.get("name") == self.name), None)
+        if mine is None:
+            known = sorted(str(a.get("name")) for a in found if isinstance(a, dict))
+            raise AdapterIdentityUnknownError(
+                f"the world has no adapter {self.name}", adapter=self.name, known=known
+            )
+        key = public_key_of(self._seed).hex()
+        if mine.get("public_key") != key:
+            raise AdapterKeyMismatchError(
+                f"adapter {self.name}: the key file's public key is {key}, the world's "
+                f"defadapter says {mine.get('public_key')}",
+                adapter=self.name,
+                public_key=key,
+                expected=mine.get("public_key"),
+            )
+        listed = mine.get("effects")
+        allowed: list[Any] = listed if isinstance(listed, list) else []
+        refused = [effect for effect in self.effects if effect not in allowed]
+        if refused:
+            raise AdapterEffectNotAllowedError(
+                f"adapter {self.name} may not settle {', '.join(refused)}",
+                adapter=self.name,
+                effects=refused,
+                allowed=allowed,
+            )
+        self._identity_checked = True
+
     def run(self, *, install_signals: bool = True) -> RunSummary:
         """Serve leases until `stop()` or SIGINT/SIGTERM, then let running handlers finish and
         post their receipts (at most `stop_drain_s`). Raises `adapter.node_unreachable` when
-        the node stays away for all retries."""
+        the node stays away for all retries, and the errors of `check_identity` before
+        leasing anything."""
         self._require_handlers()
         _ = self.world_id
+        self.check_identity()
         with self._signals(install_signals):
             try:
                 while not self._stop.is_set():
@@ -496,6 +566,7 @@ class Adapter:
         post the receipts, and return what became of each lease. For tests and scripts."""
         self._require_handlers()
         _ = self.world_id
+        self.check_identity()
         outcomes: list[Outcome] = []
 
         def settle(lease: Lease) -> None:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Literal
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -52,7 +52,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": models.ErrorResponse} for status in (400, 403, 404, 409, 413, 415, 422, 503)
+    status: {"model": models.ErrorResponse}
+    for status in (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 }
 
 
@@ -86,6 +87,19 @@ def create_app(node: Node) -> FastAPI:
 
 
 def _add_routes(app: FastAPI, node: Node) -> None:
+    async def adapter_identity(request: Request) -> str:
+        """The adapter that signed this request (kernel/adapters/auth.py), checked before the
+        body is looked at; the routes that write or show intent params depend on it."""
+        query = request.url.query
+        return node.verifier.verify(
+            method=request.method,
+            target=request.url.path + (f"?{query}" if query else ""),
+            body=await request.body(),
+            headers=request.headers,
+        )
+
+    signed = Depends(adapter_identity)
+
     @app.get("/v1/world", response_model=models.WorldResponse, tags=["world"])
     async def get_world() -> dict[str, Any]:
         """Height, manifest, logical time, cells per workflow, open intents, leases."""
@@ -103,24 +117,35 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         """The state of one cell (leave `key` out for an unkeyed workflow)."""
         return await node.state(workflow, _json_text(key, "$.key"), key is not None)
 
+    @app.get("/v1/adapters", response_model=models.AdaptersResponse, tags=["adapters"])
+    async def get_adapters() -> dict[str, Any]:
+        """The manifest's adapter identities: name, public key, the effects each may settle."""
+        return node.adapters()
+
     @app.post("/v1/leases", response_model=models.LeaseResponse, tags=["adapters"])
-    async def post_leases(request: models.LeaseRequest) -> dict[str, Any]:
-        """Lease open intents the adapter may settle; long-poll up to `wait_ms` for work."""
-        return await node.lease(request.adapter, request.effects, request.max, request.wait_ms)
+    async def post_leases(request: models.LeaseRequest, identity: str = signed) -> dict[str, Any]:
+        """Lease open intents the adapter may settle; long-poll up to `wait_ms` for work.
+        Signed by the adapter named in the body."""
+        return await node.lease(
+            identity, request.adapter, request.effects, request.max, request.wait_ms
+        )
 
     @app.post("/v1/leases/{lease_id}/renew", response_model=models.RenewResponse, tags=["adapters"])
-    async def post_lease_renew(lease_id: str) -> dict[str, Any]:
-        """Extend a held lease by lease_ms. `lease.revoked` (409) when the workflow cancelled
-        the intent: the adapter should stop, since its receipt would be refused."""
-        return node.renew(lease_id)
+    async def post_lease_renew(lease_id: str, identity: str = signed) -> dict[str, Any]:
+        """Extend a held lease by lease_ms (signed by its holder). `lease.revoked` (409) when
+        the workflow cancelled the intent: the adapter should stop, since its receipt would be
+        refused."""
+        return node.renew(lease_id, identity)
 
     @app.post(
         "/v1/leases/{lease_id}/progress", response_model=models.RenewResponse, tags=["adapters"]
     )
-    async def post_lease_progress(lease_id: str, request: models.ProgressRequest) -> dict[str, Any]:
+    async def post_lease_progress(
+        lease_id: str, request: models.ProgressRequest, identity: str = signed
+    ) -> dict[str, Any]:
         """A signed progress frame for a held lease: extends it like a renewal; kept (the
         newest few per intent), never journaled, never seen by a workflow."""
-        return node.progress(lease_id, request.model_dump())
+        return node.progress(lease_id, request.model_dump(), identity)
 
     @app.get("/v1/intents/{intent}", response_model=models.IntentResponse, tags=["world"])
     async def get_intent(intent: str) -> dict[str, Any]:
@@ -133,11 +158,11 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         tags=["adapters"],
         openapi_extra={"requestBody": _RECEIPT_BODY},
     )
-    async def post_receipt(request: Request) -> dict[str, Any]:
+    async def post_receipt(request: Request, identity: str = signed) -> dict[str, Any]:
         """Settle an intent with a signed receipt (JSON or application/cbor), then run the
-        world to idle so the origin cell steps."""
+        world to idle so the origin cell steps. Posted by the receipt's own adapter."""
         value = _receipt_request(await request.body(), request.headers.get("content-type"))
-        return await node.settle(value)
+        return await node.settle(value, identity)
 
     @app.post(
         BLOBS_PATH,
@@ -145,11 +170,12 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         tags=["adapters"],
         openapi_extra={"requestBody": _BLOB_BODY},
     )
-    async def post_blob(request: Request) -> dict[str, Any]:
+    async def post_blob(request: Request, identity: str = signed) -> dict[str, Any]:
         """Store the raw body (application/octet-stream, at most blob_bytes_max) in the
         world's CAS and answer its hash, for a receipt payload to name (a large HTTP
         response body, say). Durable when this returns; a blob no receipt names is garbage
-        at the next `aos world gc`."""
+        at the next `aos world gc`. Signed by an adapter of the manifest."""
+        del identity  # any adapter of the manifest may upload
         media_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
         if media_type != BLOB_MEDIA_TYPE:
             raise MediaTypeUnsupportedError(

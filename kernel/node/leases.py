@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from aos.kernel.adapters.auth import AdapterForbiddenError
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.node.errors import LeaseRevokedError, LeaseUnknownError
 
@@ -60,6 +61,7 @@ class Lease:
 class _Slot:
     published: PublishedIntent
     lease_id: str | None = None
+    holder: str = ""  # the adapter holding `lease_id`
 
 
 def _monotonic_ms() -> float:
@@ -87,9 +89,10 @@ class LeaseManager:
         self._available: dict[str, OrderedDict[str, None]] = {}
         self._expiries: list[tuple[float, str, str]] = []  # (deadline ms, lease id, intent)
         self._waiters: dict[int, Callable[[], None]] = {}
-        # Leases whose intent the workflow cancelled, newest last, so that their holders learn
-        # it when they renew (bounded: the oldest are forgotten, then answer `lease.unknown`).
-        self._revoked: OrderedDict[str, str] = OrderedDict()
+        # Leases whose intent the workflow cancelled (lease id -> intent, holder), newest last,
+        # so that their holders learn it when they renew (bounded: the oldest are forgotten,
+        # then answer `lease.unknown`).
+        self._revoked: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._renewed_until: dict[str, float] = {}  # lease id -> its latest deadline (ms)
         self._waiter_ids = itertools.count()
         self.closed = False
@@ -126,29 +129,32 @@ class LeaseManager:
                     continue
                 self._available.get(slot.published.effect, OrderedDict()).pop(intent, None)
                 if slot.lease_id is not None:
-                    self._revoked[slot.lease_id] = intent
+                    self._revoked[slot.lease_id] = (intent, slot.holder)
                     self._renewed_until.pop(slot.lease_id, None)
             while len(self._revoked) > REVOKED_LEASES_KEPT_MAX:
                 self._revoked.popitem(last=False)
 
-    def renew(self, lease_id: str) -> Lease:
-        """Extend a held lease by `lease_ms` from now. A lease whose intent was cancelled is
-        `lease.revoked`; one that expired or was settled is `lease.unknown`."""
+    def renew(self, lease_id: str, adapter: str) -> Lease:
+        """Extend a lease `adapter` holds by `lease_ms` from now. A lease whose intent was
+        cancelled is `lease.revoked`; one that expired or was settled is `lease.unknown`;
+        another adapter's lease is `adapter.forbidden`."""
         with self._lock:
             self._reclaim_expired()
             if lease_id in self._revoked:
+                intent, holder = self._revoked[lease_id]
+                _check_holder(lease_id, holder, adapter)
                 raise LeaseRevokedError(
-                    f"lease {lease_id}: intent {self._revoked[lease_id]} was cancelled",
-                    intent=self._revoked[lease_id],
+                    f"lease {lease_id}: intent {intent} was cancelled", intent=intent
                 )
             slot = next((s for s in self._open.values() if s.lease_id == lease_id), None)
             if slot is None:
                 raise LeaseUnknownError(f"no lease {lease_id} is held")
+            _check_holder(lease_id, slot.holder, adapter)
             deadline = self._clock_ms() + self.lease_ms
             self._renewed_until[lease_id] = deadline
             heapq.heappush(self._expiries, (deadline, lease_id, slot.published.intent))
             expires_unix_ms = self._wall_ms() + self.lease_ms
-            return Lease(lease_id, slot.published, "", expires_unix_ms)
+            return Lease(lease_id, slot.published, adapter, expires_unix_ms)
 
     def close(self) -> None:
         """The node is stopping: waiting lease requests return at once, empty."""
@@ -174,6 +180,7 @@ class LeaseManager:
                     if adapter not in slot.published.adapters:
                         raise KernelInvariantError(f"{adapter} may not lease {effect} intents")
                     slot.lease_id = secrets.token_hex(_LEASE_ID_BYTES)
+                    slot.holder = adapter
                     heapq.heappush(self._expiries, (deadline, slot.lease_id, intent))
                     leases.append(Lease(slot.lease_id, slot.published, adapter, expires_unix_ms))
         return leases
@@ -243,6 +250,11 @@ class LeaseManager:
             waiters = list(self._waiters.values())
         for wake in waiters:
             wake()
+
+
+def _check_holder(lease_id: str, holder: str, adapter: str) -> None:
+    if holder != adapter:
+        raise AdapterForbiddenError(f"lease {lease_id} is not held by {adapter}", adapter=adapter)
 
 
 async def wait_for_leases(

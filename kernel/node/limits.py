@@ -6,6 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aos.kernel.adapters.auth import (
+    ADAPTER_NONCES_MAX_DEFAULT,
+    ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT,
+    ADAPTER_REFUSAL_WINDOW_MS_DEFAULT,
+    ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT,
+)
 from aos.kernel.node.errors import NodeConfigError
 
 REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
@@ -84,6 +90,11 @@ class NodeLimits:
     host_queue_max: int = HOST_QUEUE_MAX_DEFAULT
     host_batch_max: int = HOST_BATCH_MAX_DEFAULT
     shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT
+    # Signed adapter requests (kernel/adapters/auth.py).
+    adapter_request_skew_ms_max: int = ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT
+    adapter_nonces_max: int = ADAPTER_NONCES_MAX_DEFAULT
+    adapter_receipt_refusals_max: int = ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT
+    adapter_refusal_window_ms: int = ADAPTER_REFUSAL_WINDOW_MS_DEFAULT
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():

@@ -144,6 +144,16 @@ class RenewResponse(_Model):
     expires_unix_ms: int
 
 
+class AdapterIdentity(_Model):
+    name: str
+    public_key: str = Field(description="Ed25519, 64 hex digits (the defadapter's public_key).")
+    effects: list[str] = Field(description="The effects this adapter may settle.")
+
+
+class AdaptersResponse(_Model):
+    adapters: list[AdapterIdentity]
+
+
 class LeaseResponse(_Model):
     world_id: str = Field(description="Sign receipts for this world.")
     leases: list[LeaseBody]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor, governance
+from aos.kernel.adapters.auth import AdapterForbiddenError, RefusalLimiter, RequestVerifier
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.node import views
 from aos.kernel.node.errors import (
@@ -47,6 +48,7 @@ from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
 from aos.kernel.world.intents import intent_view
 from aos.kernel.world.operations import Operation
+from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import RunReport, Settlement, World
 
@@ -83,8 +85,19 @@ class Node:
         # What each adapter may settle, learnt from the manifest (again when it changes).
         self._effects_of: dict[str, tuple[str, ...]] = {}
         self._effect_names: frozenset[str] = frozenset()
-        self._adapter_keys: dict[str, bytes] = {}  # to check progress frames off the host
+        # To check signed requests and progress frames off the host thread.
+        self._adapter_keys: dict[str, bytes] = {}
         self.progress_log = ProgressLog()
+        self.verifier = RequestVerifier(
+            world=lambda: self.world_id,
+            keys=lambda: self._adapter_keys,
+            skew_ms_max=self.limits.adapter_request_skew_ms_max,
+            nonces_max=self.limits.adapter_nonces_max,
+        )
+        self.refusals = RefusalLimiter(
+            refusals_max=self.limits.adapter_receipt_refusals_max,
+            window_ms=self.limits.adapter_refusal_window_ms,
+        )
 
     @classmethod
     def open_path(
@@ -212,9 +225,22 @@ class Node:
 
     # -- leases and receipts -----------------------------------------------------------------
 
+    def adapters(self) -> dict[str, Any]:
+        """The manifest's adapter identities: what `aos adapter run` checks its key against
+        before it leases anything. Public keys only; nothing here is secret."""
+        effects_of = self._effects_of  # replaced whole when the manifest changes
+        return {
+            "adapters": [
+                {"name": name, "public_key": key.hex(), "effects": list(effects_of.get(name, ()))}
+                for name, key in sorted(self._adapter_keys.items())
+            ]
+        }
+
     async def lease(
-        self, adapter: str, effects: list[str], count: int, wait_ms: int
+        self, identity: str, adapter: str, effects: list[str], count: int, wait_ms: int
     ) -> dict[str, Any]:
+        """Lease as `adapter`, which must be the `identity` that signed the request."""
+        _acting_as(identity, adapter, "$.adapter")
         _within("max", count, self.limits.leases_per_request_max)
         _within("wait_ms", wait_ms, self.limits.long_poll_ms_max, minimum=0)
         allowed = self._effects_of.get(adapter)
@@ -233,25 +259,26 @@ class Node:
         leases = await wait_for_leases(self.leases, adapter, wanted, count, wait_ms)
         return {"world_id": self.world_id, "leases": [_lease(lease) for lease in leases]}
 
-    def renew(self, lease_id: str) -> dict[str, Any]:
-        """Extend a held lease; a lease whose intent the workflow cancelled is `lease.revoked`
-        (the adapter should stop), one not held any more is `lease.unknown`."""
-        lease = self.leases.renew(lease_id)
+    def renew(self, lease_id: str, identity: str) -> dict[str, Any]:
+        """Extend a lease `identity` holds; a lease whose intent the workflow cancelled is
+        `lease.revoked` (the adapter should stop), one not held any more is `lease.unknown`."""
+        lease = self.leases.renew(lease_id, identity)
         return {
             "lease_id": lease.lease_id,
             "intent": lease.intent.intent,
             "expires_unix_ms": lease.expires_unix_ms,
         }
 
-    def progress(self, lease_id: str, frame_json: Any) -> dict[str, Any]:
-        """Take a signed progress frame for a held lease: it extends the lease like a renewal
-        and is kept (progress.py); nothing is journaled and no workflow sees it."""
+    def progress(self, lease_id: str, frame_json: Any, identity: str) -> dict[str, Any]:
+        """Take a signed progress frame for a lease `identity` holds: it extends the lease like
+        a renewal and is kept (progress.py); nothing is journaled and no workflow sees it."""
         frame = parse_frame(cbor.from_json(frame_json, "$"), lease_id=lease_id)
         authenticate_frame(frame, world_id=self.world_id, public_keys=self._adapter_keys)
+        _acting_as(identity, str(frame.body["adapter"]), "$.body.adapter")
         published = self.leases.get(str(frame.body["intent"]))
         if published is not None and frame.body["adapter"] not in published.adapters:
             raise ProgressForgedError(f"{frame.body['adapter']} may not settle this intent")
-        lease = self.leases.renew(lease_id)
+        lease = self.leases.renew(lease_id, identity)
         if lease.intent.intent != frame.body["intent"]:
             raise ProgressInvalidError("the lease holds another intent", path="$.body.intent")
         self.progress_log.add(frame)
@@ -272,14 +299,25 @@ class Node:
         found["progress"] = [frame.to_json() for frame in self.progress_log.frames(intent)]
         return found
 
-    async def settle(self, receipt_value: Any) -> dict[str, Any]:
-        """Settle a signed receipt; the origin cell runs (and everything is flushed) together
-        with the other receipts and events queued with it (group commit, host.py)."""
+    async def settle(self, receipt_value: Any, identity: str) -> dict[str, Any]:
+        """Settle a signed receipt posted by `identity` (who must be the receipt's adapter,
+        when it names one); the origin cell runs (and everything is flushed) together with the
+        other receipts and events queued with it (group commit, host.py). Every refusal is
+        journaled, so an identity past its refusal budget is refused here first."""
+        body = receipt_value.get("body") if isinstance(receipt_value, dict) else None
+        named = body.get("adapter") if isinstance(body, dict) else None
+        if isinstance(named, str):
+            _acting_as(identity, named, "$.receipt.body.adapter")
+        self.refusals.check(identity)
 
         def admit(world: World) -> Admission[dict[str, Any]]:
             return _settled(world.settle(receipt_value))
 
-        return await self.host.run_batched(admit)
+        try:
+            return await self.host.run_batched(admit)
+        except ReceiptError:
+            self.refusals.refused(identity)
+            raise
 
     async def put_blob(self, data: bytes) -> dict[str, Any]:
         """Store a blob in the world's CAS (durable when this returns): a large receipt
@@ -490,6 +528,14 @@ def _settled(settlement: Settlement) -> Admission[dict[str, Any]]:
 
     detail = {"intent": settlement.intent, "receipt_seq": settlement.seq}
     return Admission(not settlement.duplicate, answer, detail)
+
+
+def _acting_as(identity: str, named: str, path: str) -> None:
+    """An adapter acts only as itself."""
+    if named != identity:
+        raise AdapterForbiddenError(
+            f"the request is signed by {identity}, not {named}", path=path, adapter=identity
+        )
 
 
 def _within(name: str, value: int, maximum: int, *, minimum: int = 1) -> None:

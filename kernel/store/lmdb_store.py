@@ -14,6 +14,7 @@ memory map (LMDB forbids resizing while this process has a transaction open).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -429,6 +430,11 @@ class LmdbStore:
             raise KernelInvariantError(f"journal append found an existing key: {exc}") from exc
         except lmdb.Error as exc:
             raise StoreIoError(f"commit failed: {exc}", path=str(self._world_dir)) from exc
+        except OSError as exc:
+            # The file layer under LMDB (a failing write or fsync), as an errno.
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            kind = StoreFullError if full else StoreIoError
+            raise kind(f"commit failed: {exc}", path=str(self._world_dir)) from exc
 
     def _put_pending(self, txn: _Txn, pending: PendingBatch) -> None:
         self._check_tail(txn, pending.head_before)

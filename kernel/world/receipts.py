@@ -20,9 +20,12 @@ from aos.kernel import cbor
 from aos.kernel.adapters.signing import verify_body
 from aos.kernel.air.model import DefAdapter, DefEffect
 from aos.kernel.errors import AosError
-from aos.kernel.hashing import is_hash
+from aos.kernel.hashing import hash_bytes, is_hash
 
 RECEIPT_BYTES_MAX_DEFAULT = 1024 * 1024
+REJECTED_TEXT_CHARS_MAX = 200
+"""Characters kept of each text a `receipt_rejected` record copies from a refused receipt
+(its intent, adapter and status) and of the refusal's message."""
 STATUSES = ("ok", "error", "timeout")
 _BODY_KEYS = frozenset(
     {"world", "intent", "status", "payload", "adapter", "started_ns", "finished_ns"}
@@ -164,3 +167,28 @@ def authorize(receipt: Receipt, effect: DefEffect) -> None:
         raise ReceiptAdapterNotAllowedError(
             f"{receipt.adapter} may not settle {effect.name} (allowed: {', '.join(effect.adapters)})"
         )
+
+
+def rejection(value: Any, error: ReceiptError) -> tuple[dict[str, Any] | None, str]:
+    """What a `receipt_rejected` record keeps of a refused receipt: a bounded digest (the hash
+    and size of its encoding, and its intent, adapter and status clipped; never its payload or
+    signature), and the refusal's message clipped. Whatever the receipt's size, the record is
+    small, so refusals cannot grow the journal by more than a few hundred bytes each. None
+    when the value has no CBOR encoding at all."""
+    try:
+        encoded = cbor.encode(value)
+    except cbor.CborError:
+        return None, _clip(str(error))
+    body = value.get("body") if isinstance(value, dict) else None
+    fields = body if isinstance(body, dict) else {}
+    digest: dict[str, Any] = {"digest": str(hash_bytes(encoded)), "bytes": len(encoded)}
+    for name in ("intent", "adapter", "status"):
+        found = fields.get(name)
+        digest[name] = _clip(found) if isinstance(found, str) else None
+    return digest, _clip(str(error))
+
+
+def _clip(text: str) -> str:
+    if len(text) <= REJECTED_TEXT_CHARS_MAX:
+        return text
+    return text[: REJECTED_TEXT_CHARS_MAX - 3] + "..."

@@ -684,10 +684,8 @@ class World:
                     "was deleted; the receipt would start a new cell"
                 )
         except receipts.ReceiptError as error:
-            kept = (
-                receipt_value if _storable(receipt_value, self.limits.receipt_bytes_max) else None
-            )
-            self._append(records.receipt_rejected(kept, stamp.to_value(), error.code, str(error)))
+            kept, message = receipts.rejection(receipt_value, error)
+            self._append(records.receipt_rejected(kept, stamp.to_value(), error.code, message))
             self._flush()
             raise
         self.logical_ns = stamp.logical_ns
