@@ -37,12 +37,16 @@ def playbook(path: str, *steps: dict[str, Any]) -> str:
     )
 
 
+def loop_spec(mode: str, max_in_flight: int | None) -> dict[str, Any]:
+    return (
+        {"mode": mode} if max_in_flight is None else {"mode": mode, "max_in_flight": max_in_flight}
+    )
+
+
 def hotels(mode: str, max_in_flight: int | None = None) -> str:
     """The inner playbook: one python call per hotel of the enclosing city; a policy whose
     `when` reads the parent tags it; the iteration's result reads both levels."""
-    spec: dict[str, Any] = {"mode": mode}
-    if max_in_flight is not None:
-        spec["max_in_flight"] = max_in_flight
+    spec = loop_spec(mode, max_in_flight)
     return playbook(
         f"lib/hotels_{mode}",
         {
@@ -86,9 +90,7 @@ def hotels(mode: str, max_in_flight: int | None = None) -> str:
 def cities(inner: str, mode: str, max_in_flight: int | None = None) -> str:
     """The outer playbook: a label in its own iteration, the inner playbook, then a row that
     reads its iteration again (an inner write must not reach it)."""
-    spec: dict[str, Any] = {"mode": mode}
-    if max_in_flight is not None:
-        spec["max_in_flight"] = max_in_flight
+    spec = loop_spec(mode, max_in_flight)
     return playbook(
         f"lib/cities_{mode}",
         {
