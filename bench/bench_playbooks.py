@@ -198,6 +198,7 @@ class AosNode:
             node._start()
             yield node
         finally:
+            node.client.close()
             for child in reversed(node.children):
                 child.stop()
 

@@ -742,6 +742,7 @@ class Limits(CfdModel):
     tokens_max: int = _limit_field("tokens_max")
     loop_items_max: int = _limit_field("loop_items_max")
     in_flight_max: int = _limit_field("in_flight_max")
+    iter_depth_max: int = _limit_field("iter_depth_max")
     history_events_per_step_max: int = _limit_field("history_events_per_step_max")
     tasks_per_input_max: int = _limit_field("tasks_per_input_max")
     result_inline_bytes_max: int = _limit_field("result_inline_bytes_max")

@@ -65,8 +65,11 @@ EXECUTION_LIMITS: dict[str, tuple[int, int]] = {
     "tokens_max": (10_000, 1_000_000),
     "loop_items_max": (10_000, 1_000_000),
     "in_flight_max": (100, 10_000),
+    "iter_depth_max": (8, 16),
     "history_events_per_step_max": (1_000, 100_000),
     "tasks_per_input_max": (100_000, 10_000_000),
     "result_inline_bytes_max": (64 * KIB, 1 * MIB),
 }
-"""name -> (default, ceiling); every limit is at least 1."""
+"""name -> (default, ceiling); every limit is at least 1. `iter_depth_max` (levels of
+`iter.parent`) has a low ceiling: each level nests the execution's state one map deeper, under
+the kernel's CBOR nesting bound (64)."""

@@ -35,6 +35,9 @@ continue-with), so a user id never collides with one."""
 HISTORY_SCAN_RECORDS_MAX_DEFAULT = 1_000_000
 SIGNAL_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 EXEC_ID_RANDOM_BYTES = 6
+RESERVED_WORKLOAD_KEYS = ("$iteration", "$iter_parent")
+"""What the interpreter tells a child execution through its workload (a distributed loop's
+iteration, the iteration a child was started in): never a caller's to set."""
 
 STATUS_RUNNING = "running"
 TERMINAL_STATUSES = frozenset({"completed", "failed", "partial", "cancelled"})
@@ -144,6 +147,7 @@ def start(
     if _exec_state(world, exec_id) is not None:
         raise ExecutionExistsError(f"an execution {exec_id} exists", exec=exec_id)
     _check_data(workload, "$.workload")
+    _check_reserved(workload)
     value = {
         "exec": exec_id,
         "flow": name,
@@ -317,6 +321,14 @@ def _check_data(value: Any, path: str) -> None:
         cbor.encode(value)
     except cbor.CborError as error:
         raise FlowRequestInvalidError(f"not data: {error}", path=path) from None
+
+
+def _check_reserved(workload: Any) -> None:
+    for key in RESERVED_WORKLOAD_KEYS:
+        if isinstance(workload, dict) and key in workload:
+            raise FlowRequestInvalidError(
+                f"{key} is reserved for executions a flow starts", path=f"$.workload.{key}"
+            )
 
 
 def definition_blob(world: World, definition_hash: str) -> bytes | None:

@@ -813,32 +813,75 @@ def make_adapter(
 
 
 def renewing(adapter: Adapter, handler: Handler) -> Handler:
-    """`handler`, with its lease renewed every third of its remaining time while it runs."""
+    """`handler`, with its lease renewed every third of its remaining time while it runs.
+    One renewer thread serves every call of the handler: a call costs two dictionary
+    updates, not a thread of its own (most calls end long before their first renewal)."""
+    renewer = _Renewer(adapter)
 
     def handle(params: Any, lease: Lease) -> Result:
-        done = threading.Event()
-        threading.Thread(target=_renew_until, args=(adapter, lease, done), daemon=True).start()
+        renewer.track(lease)
         try:
             return handler(params, lease)
         finally:
-            done.set()
+            renewer.done(lease)
 
     return handle
 
 
-def _renew_until(adapter: Adapter, lease: Lease, done: threading.Event) -> None:
-    left_ms = lease.expires_unix_ms - time.time_ns() // 1_000_000
-    interval_s = max(RENEW_INTERVAL_S_MIN, left_ms / 3000)
-    while not done.wait(interval_s):
+class _Renewer:
+    """Renews the leases of running calls, each every `interval` (a third of the time its
+    lease had left when the call started, at least RENEW_INTERVAL_S_MIN), from one daemon
+    thread started at the first call."""
+
+    def __init__(self, adapter: Adapter) -> None:
+        self.adapter = adapter
+        self._changed = threading.Condition()
+        self._due: dict[str, tuple[float, float, Lease]] = {}  # lease id -> (at, interval, lease)
+        self._thread: threading.Thread | None = None
+
+    def track(self, lease: Lease) -> None:
+        left_ms = lease.expires_unix_ms - time.time_ns() // 1_000_000
+        interval_s = max(RENEW_INTERVAL_S_MIN, left_ms / 3000)
+        with self._changed:
+            self._due[lease.lease_id] = (time.monotonic() + interval_s, interval_s, lease)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def done(self, lease: Lease) -> None:
+        with self._changed:
+            self._due.pop(lease.lease_id, None)
+
+    def _run(self) -> None:
+        while True:
+            for lease_id, interval_s, lease in self._wait_for_due():
+                if self._renewed(lease):
+                    with self._changed:  # still running: due again one interval from now
+                        if lease_id in self._due:
+                            self._due[lease_id] = (time.monotonic() + interval_s, interval_s, lease)
+                else:
+                    self.done(lease)
+
+    def _wait_for_due(self) -> list[tuple[str, float, Lease]]:
+        """The leases due now (waiting until one is)."""
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                due = [(k, i, lease) for k, (at, i, lease) in self._due.items() if at <= now]
+                if due:
+                    return due
+                soonest = min((at for at, _, _ in self._due.values()), default=None)
+                self._changed.wait(None if soonest is None else soonest - now)
+
+    def _renewed(self, lease: Lease) -> bool:
         try:
-            if not adapter.renew(lease):
-                log.warning(
-                    "%s was cancelled while running; its receipt will be refused", lease.intent
-                )
-                return
+            if self.adapter.renew(lease):
+                return True
+            log.warning("%s was cancelled while running; its receipt will be refused", lease.intent)
         except AosError as error:
             log.warning("renewing the lease of %s failed: %s", lease.intent, error)
-            return
+        return False
 
 
 def _effect_of(kind: str) -> str:

@@ -118,6 +118,9 @@ class NoetlStack:
     url: str = ""
     processes: list[_Process] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    # One connection pool for the bench's requests, as aos's FlowNodeClient keeps: neither
+    # side pays a client (and its TLS certificate store) per request.
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(verify=False))
 
     @classmethod
     def start(cls) -> NoetlStack:
@@ -152,6 +155,7 @@ class NoetlStack:
 
     def stop(self) -> None:
         """The worker, the server, NATS, then PostgreSQL, each by its PID."""
+        self.http.close()
         for process in reversed(self.processes):
             process.stop()
         self.processes.clear()
@@ -212,7 +216,7 @@ class NoetlStack:
 
     def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         try:
-            response = httpx.request(method, self.url + path, json=body, timeout=REQUEST_S_MAX)
+            response = self.http.request(method, self.url + path, json=body, timeout=REQUEST_S_MAX)
         except httpx.HTTPError as error:
             raise NoetlError(f"{method} {path}: {error}\n{self._tails()}") from None
         if not response.is_success:

@@ -55,6 +55,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "joins": {},
     "children": {},
     "parent": None,
+    "outer": None,
     "iteration": None,
     "final_ran": False,
     "final_failed": False,

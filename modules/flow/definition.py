@@ -20,6 +20,7 @@ LIMIT_DEFAULTS = {
     "tokens_max": 10_000,
     "loop_items_max": 10_000,
     "in_flight_max": 100,
+    "iter_depth_max": 8,
     "history_events_per_step_max": 1_000,
     "tasks_per_input_max": 100_000,
     "result_inline_bytes_max": 64 * 1024,

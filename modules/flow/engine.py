@@ -12,7 +12,7 @@ from typing import Any
 import frames
 import waits
 from errors import EngineFailure, ExprError
-from run import ENDED_EVENT, START_EVENT, Run, error_value
+from run import ENDED_EVENT, ITER_PARENT_KEY, START_EVENT, Run, error_value, iter_depth
 from tasks import items_of, iteration, start_event
 
 Token = dict[str, Any]
@@ -34,6 +34,7 @@ def new_engine(parent: Any) -> dict[str, Any]:
             "failures": [],
         },
         "parent": parent,
+        "outer": None,
         "iteration": None,
         "final_ran": False,
         "final_failed": False,
@@ -167,7 +168,7 @@ def _begin(run: Run, token: Token) -> bool:
     elif step["loop"] is not None:
         return _start_loop(run, token, step)
     else:
-        token["frames"] = [frames.new_frame(None, {})]
+        token["frames"] = [frames.new_frame(None, run.step_iter())]
     return True
 
 
@@ -228,6 +229,10 @@ def _start_loop(run: Run, token: Token, step: dict[str, Any]) -> bool:
         message = f"{len(items)} items; the limit is {run.limits['loop_items_max']}"
         complete_step(run, token, False, error_value("engine", "limit.loop_items_max", message))
         return False
+    if iter_depth(run.engine["outer"]) + 1 > run.limits["iter_depth_max"]:
+        message = f"iter.parent would be {run.limits['iter_depth_max']} levels deep or more"
+        complete_step(run, token, False, error_value("engine", "limit.iter_depth_max", message))
+        return False
     ceiling = run.limits["in_flight_max"]
     window = 1 if loop["mode"] == "sequential" else min(loop["max_in_flight"] or ceiling, ceiling)
     token["loop"] = {
@@ -250,7 +255,8 @@ def _spawn_iterations(run: Run, token: Token) -> None:
         index = loop["next"]
         loop["next"] += 1
         loop["in_flight"] += 1
-        frame = frames.new_frame(index, iteration(loop["iterator"], loop["items"], index, None))
+        outer = run.engine["outer"]
+        frame = frames.new_frame(index, iteration(loop["iterator"], loop["items"], index, outer))
         token["frames"].append(frame)
         run.history.add(
             "loop.iteration.started", step=token["step"], token=token["id"], index=index
@@ -279,6 +285,8 @@ def _start_iteration_child(run: Run, token: Token, frame: dict[str, Any]) -> Non
         "ctx": run.business["ctx"],
     }
     workload = {**run.business["workload"], "$iteration": marker}
+    if run.engine["outer"] is not None:  # the iteration's own `iter.parent`
+        workload[ITER_PARENT_KEY] = run.engine["outer"]
     target = {
         "flow": run.state["flow"],
         "version": run.state["version"],

@@ -20,7 +20,7 @@ from blobs import Blobs
 from errors import DefinitionError, EngineFailure, Missing
 from expressions import deep_merge
 from history import History
-from run import TIMER_EFFECT, Run
+from run import ITER_PARENT_KEY, TIMER_EFFECT, Run, iter_depth
 from tasks import copy_value
 
 from aos_sdk import DELETE
@@ -164,6 +164,7 @@ def _begin(run: Run, value: dict[str, Any]) -> None:
         raise EngineFailure("workload.invalid", "a workload is a map")
     workload = deep_merge(copy_value(run.defn.workload), given or {})
     marker = workload.pop(ITERATION_KEY, None)
+    run.engine["outer"] = _outer(run, workload.pop(ITER_PARENT_KEY, None))
     run.business["workload"] = workload
     run.history.add(
         "playbook.started",
@@ -174,6 +175,16 @@ def _begin(run: Run, value: dict[str, Any]) -> None:
     )
     if not keychain.request(run, marker):
         _enter(run, marker)
+
+
+def _outer(run: Run, outer: Any) -> dict[str, Any] | None:
+    """The iteration the parent started this execution in (its iterations' `iter.parent`)."""
+    if outer is not None and type(outer) is not dict:
+        raise EngineFailure("iteration.invalid", f"{ITER_PARENT_KEY} is not a map")
+    if iter_depth(outer) > run.limits["iter_depth_max"]:
+        message = f"{ITER_PARENT_KEY} is more than {run.limits['iter_depth_max']} levels deep"
+        raise EngineFailure("limit.iter_depth_max", message)
+    return outer
 
 
 def _keychain_resolved(run: Run, wait_id: str, envelope: dict[str, Any]) -> None:
@@ -215,7 +226,7 @@ def _begin_iteration(run: Run, marker: Any) -> None:
             "index": index,
             "first": index == 0,
             "last": index == total - 1,
-            "parent": None,
+            "parent": run.engine["outer"],
         },
     }
 

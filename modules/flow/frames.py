@@ -146,7 +146,7 @@ def _close_block(run: Run, token: dict[str, Any], frame: dict[str, Any]) -> None
     if repeat is not None:
         repeat["results"] = [*repeat["results"], frame["prev"]]
         if repeat["index"] + 1 < len(repeat["items"]):
-            tasks.next_repeat_item(block, current_iter_outside(frame))
+            tasks.next_repeat_item(block, run.enclosing_iter(frame, skip=1))
             return
     frame["stack"].pop()
     if block["after"] == "root":
@@ -158,14 +158,6 @@ def _close_block(run: Run, token: dict[str, Any], frame: dict[str, Any]) -> None
         task = current_task(run, token, frame)
         frame["attempt"] = block["attempt"]
         on_outcome(run, token, frame, task, tasks.ok(frame, result))
-
-
-def current_iter_outside(frame: dict[str, Any]) -> dict[str, Any]:
-    """The iteration context around the innermost block (a repeat's `iter.parent`)."""
-    for block in reversed(frame["stack"][:-1]):
-        if block["repeat"] is not None:
-            return block["repeat"]["iter"]
-    return frame["iter"]
 
 
 # -- outcomes and policies (spec/11 §3.3) -----------------------------------------------------

@@ -16,6 +16,9 @@ HUMAN_EFFECT = "aos/human.task@1"
 START_EVENT = "aos/FlowStart@1"
 ENDED_EVENT = "aos/FlowEnded@1"
 CANCEL_EVENT = "aos/FlowCancel@1"
+ITER_PARENT_KEY = "$iter_parent"
+"""The reserved workload key of a child started inside an iteration: that iteration, which
+the child's own iterations see as `iter.parent` (spec/11 §3.4)."""
 NS_PER_MS = 1_000_000
 TIME_NS_MAX = 2**63 - 1
 
@@ -93,7 +96,7 @@ class Run:
             execution=self.execution(),
             args=token["args"] if token is not None else {},
             inputs=token["inputs"] if token is not None else None,
-            iter=current_iter(frame) if frame is not None else {},
+            iter=current_iter(frame) if frame is not None else self.step_iter(),
             event=None,
             _prev=frame["prev"] if frame is not None else None,
             results=frame["results"] if frame is not None else {},
@@ -116,6 +119,23 @@ class Run:
         if loop["iterator"] in iteration:
             scope[loop["iterator"]] = iteration[loop["iterator"]]
         scope["loop_index"] = iteration.get("index")
+
+    def step_iter(self) -> dict[str, Any]:
+        """`iter` outside any iteration: empty, or in an execution started inside one, just
+        `parent` (so its admission, arcs and steps read `iter.parent` too)."""
+        outer = self.engine["outer"]
+        return {} if outer is None else {"parent": outer}
+
+    def enclosing_iter(self, frame: dict[str, Any], skip: int = 0) -> dict[str, Any] | None:
+        """The nearest iteration around a frame's current task (ignoring its `skip`
+        innermost blocks): a repeat's, the loop iteration's, else the one this execution
+        was started in; None at the top."""
+        for block in reversed(frame["stack"][: len(frame["stack"]) - skip]):
+            if block["repeat"] is not None:
+                return block["repeat"]["iter"]
+        if frame["index"] is not None:
+            return frame["iter"]
+        return self.engine["outer"]
 
     def check(self, guard: dict[str, str] | None, scope: dict[str, Any], **where: Any) -> bool:
         """A guard's truth; one that cannot be evaluated is false, and recorded."""
@@ -166,8 +186,21 @@ def current_iter(frame: dict[str, Any]) -> dict[str, Any]:
     return frame["iter"]
 
 
+def iter_depth(value: Any) -> int:
+    """Levels of an iteration context: itself, its `parent`, that one's... (0 for None)."""
+    depth = 0
+    while type(value) is dict:
+        depth += 1
+        value = value.get("parent")
+    return depth
+
+
 def set_iter(frame: dict[str, Any], path: str, value: Any) -> None:
+    """An iteration writes only its own `iter`: the enclosing iterations it sees as
+    `iter.parent` are read-only (parallel siblings share them)."""
     parts = _parts(path, "iter")
+    if parts[0] == "parent":
+        raise ExprError(f"set_iter {path!r}: iter.parent is read-only")
     for block in reversed(frame["stack"]):
         if block["repeat"] is not None:
             block["repeat"]["iter"] = set_path(block["repeat"]["iter"], parts, value)

@@ -12,13 +12,14 @@ from definition import is_hash
 from errors import ExprError
 from run import (
     HUMAN_EFFECT,
+    ITER_PARENT_KEY,
     NS_PER_MS,
     START_EVENT,
     TIMER_EFFECT,
     Run,
-    current_iter,
     error_outcome,
     error_value,
+    iter_depth,
     ok_outcome,
 )
 
@@ -88,7 +89,7 @@ def iteration(name: str, items: list[Any], index: int, parent: Any) -> dict[str,
     }
 
 
-def next_repeat_item(block: dict[str, Any], outer: dict[str, Any]) -> None:
+def next_repeat_item(block: dict[str, Any], outer: dict[str, Any] | None) -> None:
     repeat = block["repeat"]
     repeat["index"] += 1
     repeat["iter"] = iteration(repeat["as"], repeat["items"], repeat["index"], outer)
@@ -141,12 +142,16 @@ def _repeat(run: Run, token: Token, frame: Frame, task: Task) -> Any:
     items = items_of(run, run.render(task["over"], run.scope(token, frame)))
     if not items or not task["tasks"]:
         return ok(frame, [frame["prev"] for _ in items])
+    outer = run.enclosing_iter(frame)
+    if iter_depth(outer) + 1 > run.limits["iter_depth_max"]:
+        message = f"iter.parent would be {run.limits['iter_depth_max']} levels deep or more"
+        return failed(frame, "engine", "limit.iter_depth_max", message)
     repeat = {
         "as": task["as"],
         "items": items,
         "index": 0,
         "results": [],
-        "iter": iteration(task["as"], items, 0, current_iter(frame)),
+        "iter": iteration(task["as"], items, 0, outer),
     }
     return Push(["tasks"], repeat)
 
@@ -224,7 +229,7 @@ def _subflow(run: Run, token: Token, frame: Frame, task: Task) -> Any:
     target = _target(run, task["flow"])
     if target is None:
         return failed(frame, "engine", "subflow.unknown", f"no subflow {task['flow']!r}")
-    workload = run.render(task["workload"], run.scope(token, frame))
+    workload = _inside(run.render(task["workload"], run.scope(token, frame)), run, frame)
     child = f"{run.exec_id}:{token['step']}:{run.next_id('child', '')}"
     wait_id = waits.open_wait(run, token, frame, task, "child", child=child, into=task["into"])
     run.engine["children"][child] = wait_id
@@ -234,6 +239,15 @@ def _subflow(run: Run, token: Token, frame: Frame, task: Task) -> Any:
     )
     run.history.add("child.started", child=child, wait=wait_id, **where(token, task))
     return WAIT
+
+
+def _inside(workload: Any, run: Run, frame: Frame) -> Any:
+    """A child started inside an iteration carries it: the child's iterations see it as
+    `iter.parent` (a workload that is not a map fails the child as it is)."""
+    outer = run.enclosing_iter(frame)
+    if outer is None or (workload is not None and type(workload) is not dict):
+        return workload
+    return {**(workload or {}), ITER_PARENT_KEY: outer}
 
 
 def _continue_with(run: Run, token: Token, frame: Frame, task: Task) -> Any:

@@ -9,13 +9,8 @@ import json
 import os
 import subprocess
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import psycopg
-import pytest
 
 from aos.flows.client import FlowNodeClient
 from aos.flows.world import create_flow_world
@@ -35,16 +30,6 @@ steps:
         tool: {kind: postgres, auth: warehouse, query: "SELECT %(n)s::int * 2 AS doubled"}
         args: {n: "{{ workload.n }}"}
 """
-
-
-@pytest.fixture
-def database(pg_cluster: PgCluster) -> Iterator[str]:
-    name = "p_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield name
-    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def _adapter_once(url: str, kind: str, key: Path, config: Path) -> list[dict[str, Any]]:

@@ -13,20 +13,16 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from aos.flows import operations as ops
-from aos.flows.config import load_config
-from aos.flows.local import LocalAdapters
 from aos.kernel import replay
-from tests.flows_world.support import FlowWorld, make_flow_world
+from tests.flows_pg.support import secrets_world
 from tests.pg_cluster import PgCluster
 
 SECRET_FLOW = """
@@ -106,26 +102,6 @@ def endpoint() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         server.server_close()
 
 
-@pytest.fixture
-def database(pg_cluster: PgCluster) -> Iterator[str]:
-    name = "k_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield name
-    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
-
-
-def _flow_world(path: Path, secrets_file: dict[str, Any]) -> FlowWorld:
-    """A flow world whose in-process adapters read secrets from a file beside it."""
-    (path.parent / "secrets.yaml").write_text(json.dumps(secrets_file))
-    (path.parent / "tools.yaml").write_text("keychain: {file: secrets.yaml, env_prefix: null}\n")
-    flows = make_flow_world(path)
-    config = load_config(path.parent / "tools.yaml")
-    flows.adapters = LocalAdapters(flows.world, flows.keys, config=config)
-    return flows
-
-
 def _files_holding(root: Path, needles: list[bytes]) -> list[str]:
     found = []
     for path in sorted(root.rglob("*")):
@@ -145,7 +121,7 @@ def test_a_run_with_secrets_leaves_none_of_their_bytes_in_the_store(
     token = "tok-" + secrets.token_hex(16)
     dsn = pg_cluster.dsn(database)
     world_path = tmp_path / "w"
-    flows = _flow_world(world_path, {"pg": dsn, "api": token})
+    flows = secrets_world(world_path, {"pg": dsn, "api": token})
     with flows.world:
         state = flows.run(SECRET_FLOW, {"id": 7, "who": "ada", "url": url})
         assert state["status"] == "completed", state["engine"]["error"]
@@ -170,7 +146,7 @@ def test_a_run_with_secrets_leaves_none_of_their_bytes_in_the_store(
 
 
 def test_a_missing_entry_fails_the_execution_as_authorization(tmp_path: Path) -> None:
-    flows = _flow_world(tmp_path / "w", {"other": "x"})
+    flows = secrets_world(tmp_path / "w", {"other": "x"})
     with flows.world:
         state = flows.run(MISSING_FLOW)
         assert state["status"] == "failed"
@@ -186,7 +162,7 @@ def test_the_same_secret_has_the_same_fingerprint_and_a_rotated_one_another(
     tmp_path: Path,
 ) -> None:
     flow = "name: t/fp\nkeychain: [{name: k, kind: token}]\nsteps: [{name: a, tasks: [{do: noop}]}]"
-    flows = _flow_world(tmp_path / "w", {"k": "first"})
+    flows = secrets_world(tmp_path / "w", {"k": "first"})
     with flows.world:
         flows.run(flow, exec_id="e1")
         flows.run(flow, exec_id="e2")
@@ -252,7 +228,7 @@ def test_a_noetl_shaped_flow_templates_its_sql_and_names_an_undeclared_entry(
 ) -> None:
     """As the corpus's iterator_save_test: `auth` from the workload, names no `keychain`
     entry of the flow, SQL written with templates, one INSERT per loop item."""
-    flows = _flow_world(tmp_path / "w", {"pg_local": pg_cluster.dsn(database)})
+    flows = secrets_world(tmp_path / "w", {"pg_local": pg_cluster.dsn(database)})
     with flows.world:
         state = flows.run(NOETL_SHAPED_FLOW)
         assert state["status"] == "completed", state["engine"]["error"]
@@ -296,7 +272,7 @@ def test_a_serialization_failure_is_retried_as_seed_003_writes_it(
     """Seed 003 §11's store rule: retry on SQLSTATE 40001/40P01 with exponential backoff.
     The real server raises 40001 twice (a sequence, made before, counts attempts: nextval
     survives the rollback of each failed attempt)."""
-    flows = _flow_world(tmp_path / "w", {"pg": pg_cluster.dsn(database)})
+    flows = secrets_world(tmp_path / "w", {"pg": pg_cluster.dsn(database)})
     with flows.world:
         state = flows.run(RETRY_FLOW)
         assert state["status"] == "completed", state["engine"]["error"]

@@ -7,12 +7,9 @@ specs refused as `tool.invalid`."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from aos.flows.keychain import Keychain
@@ -22,17 +19,6 @@ from aos.kernel import cbor
 from tests.pg_cluster import PgCluster
 
 POSTGRES = "aos/tool.postgres@1"
-
-
-@pytest.fixture
-def database(pg_cluster: PgCluster) -> Iterator[str]:
-    """A fresh database per test (the cluster is the session's)."""
-    name = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield name
-    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def keychain_for(cluster: PgCluster, database: str, **more: str) -> Keychain:

@@ -469,6 +469,35 @@ def test_a_running_call_keeps_its_lease() -> None:
     assert len(renewed) == count  # and no more once it returned
 
 
+def test_calls_share_one_renewer_thread_and_each_keeps_its_own_lease() -> None:
+    renewed: list[str] = []
+
+    class FakeAdapter:
+        def renew(self, held: Lease) -> bool:
+            renewed.append(held.lease_id)
+            return held.lease_id != "cancelled"  # the node revoked that one
+
+    def slow(params: Any, held: Lease) -> Result:
+        time.sleep(params)
+        return Result("ok", params)
+
+    handler = renewing(cast(Adapter, FakeAdapter()), slow)
+    before = threading.active_count()
+    for _ in range(20):  # quick calls: no renewal, no thread each
+        assert handler(0, lease(ECHO, 0)) == Result("ok", 0)
+    assert threading.active_count() <= before + 1 and renewed == []
+    calls = [
+        threading.Thread(target=handler, args=(0.45, replace(lease(ECHO, 0, 300), lease_id=name)))
+        for name in ("a", "b", "cancelled")
+    ]
+    for call in calls:
+        call.start()
+    for call in calls:
+        call.join()
+    assert renewed.count("a") >= 2 and renewed.count("b") >= 2
+    assert renewed.count("cancelled") == 1  # revoked: never renewed again
+
+
 @pytest.mark.parametrize(
     "args",
     [

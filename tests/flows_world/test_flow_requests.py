@@ -157,6 +157,13 @@ def test_refused_requests_change_nothing_on_an_embedded_world(flows: FlowWorld) 
             lambda w=not_data: ops.start(world, "t/wait", exec_id="n1", workload=w),
         )
         assert error.path == "$.workload"
+    for reserved in ops.RESERVED_WORKLOAD_KEYS:  # what the interpreter tells its children
+        error = refused(
+            flows,
+            "flow.request_invalid",
+            lambda k=reserved: ops.start(world, "t/wait", exec_id="n1", workload={k: {}}),
+        )
+        assert error.path == f"$.workload.{reserved}"
 
     refused(flows, "flow.execution_unknown", lambda: ops.signal(world, "nope", "go"))
     refused(flows, "flow.execution_unknown", lambda: ops.cancel(world, "nope"))

@@ -12,11 +12,14 @@ from urllib.parse import parse_qs, urlparse
 
 PAGES = 3
 """/data and /endpoints/* pages: 1..PAGES."""
+WEATHER = {"37.7749": (18.5, 11.0), "40.7128": (31.5, 7.5), "51.5074": (12.0, 20.25)}
+"""/v1/forecast (open-meteo's shape) by latitude: (temperature, windspeed)."""
 
 
 class Handler(BaseHTTPRequestHandler):
     """GET /get echoes the query; /flaky 503s twice, then 200; /data?page=N pages through
-    PAGES pages; /ep/ok?page=N pages too, page 2 503s twice; /ep/missing is 404."""
+    PAGES pages; /ep/ok?page=N pages too, page 2 503s twice; /ep/missing is 404;
+    /v1/forecast?latitude=L answers `current_weather` for the latitudes of WEATHER."""
 
     calls: ClassVar[list[str]] = []
     counts: ClassVar[dict[str, int]] = {}
@@ -39,6 +42,10 @@ class Handler(BaseHTTPRequestHandler):
             items = [f"p{page}-{i}" for i in range(2)]
             paging = {"hasMore": page < PAGES, "page": page}
             self._answer(200, {"paging": paging, "items": items, "data": items})
+        elif url.path == "/v1/forecast" and query.get("latitude") in WEATHER:
+            temperature, windspeed = WEATHER[query["latitude"]]
+            current = {"temperature": temperature, "windspeed": windspeed}
+            self._answer(200, {"latitude": float(query["latitude"]), "current_weather": current})
         else:
             self._answer(404, {"error": "not found"})
 

@@ -1,11 +1,17 @@
 """The corpus playbooks that need only python, noop and http run end to end (natively, with
 the real python worker and real HTTP to a local server); each asserts the final status and
-the step results its comments and playbook_test_config.yaml state. (The postgres and duckdb
-ones run with those adapters.)"""
+the step results its comments and playbook_test_config.yaml state. The ones that use
+postgres run on a flow world against the real server (tests/flows_pg/test_corpus_pg.py);
+no corpus playbook uses duckdb, so one postgres playbook also runs ported to it
+(test_corpus_duckdb.py). `RUN_BY` says where each corpus playbook runs, and
+`test_every_corpus_playbook_runs_somewhere` keeps it complete: every playbook of the corpus
+uses only python, noop, http, postgres and workbook, so all of them run but the broken one,
+which `aos flow check` rejects (test_playbook_world.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,6 +20,31 @@ from tests.playbooks.driver import PLAYBOOKS, run_playbook
 from tests.playbooks.server import Handler, serving
 
 SEC = 1_000_000_000
+TESTS = Path(__file__).resolve().parents[1]
+RUN_BY = {
+    "control_flow_workbook/control_flow_workbook.yaml": ["playbooks/test_corpus_runs.py"],
+    "examples/http_pagination_v2.yaml": ["playbooks/test_corpus_runs.py"],
+    "examples/simple_http_v2.yaml": ["playbooks/test_corpus_runs.py"],
+    "examples/weather_loop_v2.yaml": ["flows_pg/test_corpus_pg.py"],
+    "iterator_save_test/iterator_save_test.yaml": [
+        "flows_pg/test_corpus_pg.py",
+        "playbooks/test_corpus_duckdb.py",
+    ],
+    "retry_test/http_retry_status_code.yaml": ["playbooks/test_corpus_runs.py"],
+    "retry_test/python_retry_exception.yaml": ["playbooks/test_corpus_runs.py"],
+    "root_scripts/test_implicit_end_routing.yaml": ["playbooks/test_corpus_runs.py"],
+    "test_args_passing.yaml": ["playbooks/test_corpus_runs.py"],
+    "test_loop_instance_isolation/playbook.yaml": ["playbooks/test_corpus_runs.py"],
+    "v10_canonical_example.yaml": [
+        "flows_pg/test_corpus_pg.py",
+        "playbooks/test_playbook_world.py",
+    ],
+    "v2_loop_test.yaml": ["playbooks/test_corpus_runs.py"],
+    "vars_test/test_vars_simple.yaml": ["playbooks/test_corpus_runs.py"],
+    # Rejected by `aos flow check`, naming what is missing: it never runs.
+    "broken_playbooks/should_error_tool_is_required.yaml": ["playbooks/test_playbook_world.py"],
+}
+"""Each corpus playbook -> the test files (under tests/) that run it end to end."""
 
 
 @pytest.fixture
@@ -119,6 +150,15 @@ def test_http_pagination_collects_every_page_in_order(server: str) -> None:
     assert Handler.calls == [f"/data?page={n}&pageSize=100" for n in (1, 2, 3)]
     assert done.ctx["all_pages"] == [f"p{p}-{i}" for p in (1, 2, 3) for i in range(2)]
     assert done.steps["process_results"] == {"count": 6, "status": "processed"}
+
+
+def test_every_corpus_playbook_runs_somewhere() -> None:
+    corpus = sorted(str(p.relative_to(PLAYBOOKS)) for p in PLAYBOOKS.rglob("*.yaml"))
+    assert corpus == sorted(RUN_BY)
+    for name, files in RUN_BY.items():
+        stem = Path(name).stem if Path(name).stem != "playbook" else Path(name).parent.name
+        for file in files:
+            assert stem in (TESTS / file).read_text(), (name, file)
 
 
 def test_the_corpus_expectations_are_the_upstream_ones() -> None:

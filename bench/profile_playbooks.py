@@ -1,0 +1,179 @@
+"""Where an aos playbook execution's milliseconds go, per python task (not run by
+`bench.run`): `aos node up` on a fresh durable flow world, as `bench_playbooks` runs it, and
+the python tool adapter in this process, built as `aos adapter run tool-python` builds it,
+with each phase of the adapter's loop timed:
+
+* dispatch: the lease's answer arrived -> its handler starts (the SDK's thread per lease);
+* handler: the python worker's round trip (and the lease renewer's bookkeeping);
+* sign: the receipt's Ed25519 signature and its checks;
+* receipt round trip: POST /v1/receipts until the node answers (the node verifies, journals,
+  steps the interpreter, commits with fsync, publishes the next intent, answers);
+* next lease: the receipt's answer -> the long-poll's answer with the next intent.
+
+    .venv/bin/python -m bench.profile_playbooks [--case loop20] [--executions 5] [--poll-s 0.01]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from aos.flows.client import FlowNodeClient
+from aos.flows.operations import TERMINAL_STATUSES
+from aos.flows.tools import TOOL_EFFECTS, ToolContext, handlers_for, renewing
+from aos.kernel.adapters.keys import read_seed
+from aos.kernel.adapters.sdk import Adapter, Lease, Outcome, Result
+from bench.bench_playbooks import AOS_FILES, PYTHON_ALLOW, REPO
+
+PYTHON_EFFECT = "aos/tool.python@1"
+WARMUP = 3
+
+
+class TimedAdapter(Adapter):
+    """The SDK adapter, noting when each phase of a lease starts and ends."""
+
+    marks: list[tuple[str, float]]
+
+    def note(self, name: str) -> None:
+        self.marks.append((name, time.perf_counter()))
+
+    def _lease(self, max_leases: int, wait_ms: int) -> list[Lease]:
+        leases = super()._lease(max_leases, wait_ms)
+        if leases:
+            self.note("leased")
+        return leases
+
+    def _call(self, lease: Lease) -> Result:
+        self.note("call")
+        try:
+            return super()._call(lease)
+        finally:
+            self.note("called")
+
+    def _signed(
+        self, lease: Lease, result: Result, started_ns: int, finished_ns: int
+    ) -> tuple[Any, bytes, Result]:
+        self.note("sign")
+        try:
+            return super()._signed(lease, result, started_ns, finished_ns)
+        finally:
+            self.note("signed")
+
+    def _post(self, lease: Lease, result: Result, wire: Any, signature: bytes) -> Outcome:
+        self.note("post")
+        try:
+            return super()._post(lease, result, wire, signature)
+        finally:
+            self.note("posted")
+
+
+PHASES = {
+    "dispatch (lease answer -> handler)": ("leased", "call"),
+    "handler (python worker round trip)": ("call", "called"),
+    "sign": ("sign", "signed"),
+    "receipt round trip (node)": ("post", "posted"),
+    "next lease after the receipt's answer": ("posted", "leased"),
+}
+
+
+def phases(marks: list[tuple[str, float]], gap_s_max: float) -> dict[str, list[float]]:
+    """Each phase's durations: from a `start` mark to the next `end` mark (gaps longer than
+    `gap_s_max`, the pauses between executions, left out)."""
+    found: dict[str, list[float]] = {name: [] for name in PHASES}
+    last: dict[str, float] = {}
+    for mark, at in marks:
+        for name, (start, end) in PHASES.items():
+            if mark == end and start in last and 0 <= at - last[start] <= gap_s_max:
+                found[name].append(at - last[start])
+        last[mark] = at
+    return found
+
+
+@contextmanager
+def node_up(folder: Path) -> Iterator[tuple[str, Path]]:
+    world = folder / "world"
+    aos = str(Path(sys.executable).parent / "aos")
+    subprocess.run(
+        [aos, "flow", "world", "create", str(world), "--json"], check=True, capture_output=True
+    )
+    command = [aos, "node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"]
+    node = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert node.stdout is not None
+        yield str(json.loads(node.stdout.readline())["url"]), world.with_name("world.keys")
+    finally:
+        node.terminate()
+        node.wait()
+
+
+def python_adapter(url: str, keys: Path) -> TimedAdapter:
+    adapter = TimedAdapter(
+        name=TOOL_EFFECTS[PYTHON_EFFECT], seed=read_seed(keys / "python.key"), node=url
+    )
+    adapter.marks = []
+    context = ToolContext(
+        intent="", python_allow=(PYTHON_ALLOW,), python_paths=(REPO,), put_blob=adapter.put_blob
+    )
+    for effect, handler in handlers_for("python", context).items():
+        adapter.effect(effect)(renewing(adapter, handler))
+    return adapter
+
+
+def execute(client: FlowNodeClient, name: str, poll_s: float) -> float:
+    started = time.perf_counter()
+    execution = str(client.run(name, None)["exec"])
+    while str(client.status(execution)["status"]) not in TERMINAL_STATUSES:
+        time.sleep(poll_s)
+    return time.perf_counter() - started
+
+
+def profile(
+    folder: Path, case: str, executions: int, poll_s: float
+) -> tuple[list[float], TimedAdapter]:
+    """Run `executions` of `case` after the warm-up; their seconds, and the adapter's marks."""
+    with node_up(folder) as (url, keys), FlowNodeClient(url) as client:
+        adapter = python_adapter(url, keys)
+        serving = threading.Thread(target=lambda: adapter.run(install_signals=False))
+        serving.start()
+        try:
+            file = AOS_FILES[case]
+            name = str(client.deploy(file.read_text(), source=str(file))["name"])
+            for _ in range(WARMUP):
+                execute(client, name, poll_s)
+            adapter.marks.clear()
+            return [execute(client, name, poll_s) for _ in range(executions)], adapter
+        finally:
+            adapter.stop()
+            serving.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", choices=sorted(AOS_FILES), default="loop20")
+    parser.add_argument("--executions", type=int, default=5)
+    parser.add_argument("--poll-s", type=float, default=0.01)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="aos-profile-pb-") as folder:
+        seconds, adapter = profile(Path(folder), options.case, options.executions, options.poll_s)
+    print(f"{options.case}: median {statistics.median(seconds) * 1000:.1f} ms per execution")
+    for phase, values in phases(adapter.marks, gap_s_max=0.5).items():
+        if values:
+            median_ms = statistics.median(values) * 1000
+            mean_ms = statistics.fmean(values) * 1000
+            print(
+                f"  {phase:40s} n={len(values):4d}  median {median_ms:7.2f} ms  mean {mean_ms:7.2f} ms"
+            )
+
+
+if __name__ == "__main__":
+    main()
