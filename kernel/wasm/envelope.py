@@ -350,6 +350,8 @@ def _guest_exception(
 def _texts(item: object, path: str, count_max: int, module_hash: str | None) -> tuple[str, ...]:
     """A list of distinct texts (issuer_refs to cancel, hashes to read), at most `count_max`."""
     items = _check_list(item, path, module_hash)
+    if not items:
+        return ()
     if len(items) > count_max:
         fault = StepReadRefusedError if path == "$.reads" else StepTooManyCancelsError
         raise fault(
@@ -413,6 +415,8 @@ def _check_map(
 ) -> dict[str, object]:
     if not isinstance(item, dict):
         raise _malformed(f"expected a map, found {_kind(item)}", path, module_hash)
+    if item.keys() >= required and item.keys() <= allowed:
+        return item
     keys = set(item)
     if missing := sorted(required - keys):
         raise _malformed(f"missing key(s) {', '.join(missing)}", path, module_hash)
