@@ -9,18 +9,31 @@ cost of loading a compiled Python component from the disk cache.
 0 it never re-runs; at the default rate 0.05 about one step in twenty also runs fresh).
 Builds and compiled modules come from the default caches (~/.cache/aos), so only the first
 run pays for componentize-py and the compiler.
+
+Group `wasm.envelope`: the host's two envelope costs of a step, apart from the guest: writing
+the input envelope (`encode_input`, with a workflow context) against the generic canonical
+encoder on the same map, and checking the C counter's output (`decode_output`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_bytes
-from aos.kernel.wasm import LoadedModule, StepRunner, WasmEngine, encode_input
+from aos.kernel.wasm import (
+    LoadedModule,
+    StepLimits,
+    StepRunner,
+    WasmEngine,
+    WorkflowContext,
+    decode_output,
+    encode_input,
+)
 from aos.kernel.wasm.build import build_c, build_python
 from bench.harness import Row, row
 
@@ -35,6 +48,22 @@ INPUT = encode_input(
     event_schema="demo/CounterEvent@1",
     event_value=cbor.encode({"$tag": "Increment", "$value": {"id": "c-42", "by": 3}}),
 )
+
+
+# The same input with a workflow context, as a world builds it for a workflow that has one.
+_CTX = WorkflowContext(
+    now_ns=1_700_000_000_000_000_000,
+    entropy=bytes(range(64)),
+    journal_height=123_456,
+    manifest_hash="blake3:" + "ab" * 32,
+    workflow="demo/Counter@1",
+).encode()
+_INPUT_FIELDS = {
+    "state": cbor.encode({"count": 9, "resets": 0}),
+    "event_schema": "demo/CounterEvent@1",
+    "event_value": cbor.encode({"$tag": "Increment", "$value": {"id": "c-42", "by": 3}}),
+    "ctx": _CTX,
+}
 
 
 def _native_counter() -> ModuleType:
@@ -96,11 +125,34 @@ def run(quick: bool) -> list[Row]:
     engine = WasmEngine()
     core = engine.load(build_c(COUNTER_C).wasm_path.read_bytes(), abi="core")
     rows += _step_rows("core (C counter)", core, expected, quick)
+    rows += _envelope_rows(StepRunner(core).step(INPUT, seq=0).output_bytes, quick)
     component_wasm = build_python(COUNTER_PY).wasm_path.read_bytes()
     component = engine.load(component_wasm, abi="component")
     rows += _step_rows("component (Python counter)", component, expected, quick)
     rows.append(_disk_load_row(component_wasm, quick))
     return rows
+
+
+def _envelope_rows(output: bytes, quick: bool) -> list[Row]:
+    fields = _INPUT_FIELDS
+    generic = {
+        "version": 1,
+        "state": fields["state"],
+        "event": {"schema": fields["event_schema"], "value": fields["event_value"]},
+        "ctx": fields["ctx"],
+    }
+    assert encode_input(**fields) == cbor.encode(generic)
+    limits = StepLimits()
+    number, rounds = (2000, 5) if quick else (10_000, 9)
+    cases: list[tuple[str, Callable[[], object], bool]] = [
+        ("input: generic canonical encoder (cbor.encode)", lambda: cbor.encode(generic), True),
+        ("input: encode_input", lambda: encode_input(**fields), False),
+        ("output: decode_output (C counter)", lambda: decode_output(output, limits), False),
+    ]
+    return [
+        row("wasm.envelope", name, fn, number=number, rounds=rounds, per="envelope", baseline=base)
+        for name, fn, base in cases
+    ]
 
 
 def _disk_load_row(wasm: bytes, quick: bool) -> Row:

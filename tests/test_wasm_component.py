@@ -63,6 +63,18 @@ def test_bytes_cross_the_component_boundary_unchanged(
         assert runner.step(data, seq=seq).output_bytes == data
 
 
+def test_a_warm_instance_passes_inputs_of_changing_length_exactly(echo: LoadedModule) -> None:
+    """The lowering buffer is kept between calls: a short input after a long one must carry
+    nothing of the long one, and a longer one after it must be laid out whole."""
+    runner = StepRunner(echo, determinism="checked", sample_rate=0.0)
+    sizes = [5000, 10, 0, 300, 20_000, 1]
+    for seq, size in enumerate(sizes):
+        data = encode_output(StepOutput(state=cbor.encode(bytes([seq + 1]) * size)))
+        result = runner.step(data, seq=seq)
+        assert result.output_bytes == data
+        assert result.warm == (seq > 0)
+
+
 def test_an_empty_output_is_malformed(echo: LoadedModule) -> None:
     with pytest.raises(StepOutputMalformedError):
         _step(echo, b"")

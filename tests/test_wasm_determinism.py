@@ -140,6 +140,26 @@ def test_strict_never_sees_hidden_state(engine: WasmEngine) -> None:
     assert states == [cbor.encode(1)] * 5
 
 
+def test_a_pre_instantiated_strict_module_gets_a_fresh_instance_every_step(
+    engine: WasmEngine,
+) -> None:
+    """Strict instances come from one `InstancePre` per loaded module; each step still gets a
+    new store, so a new linear memory (contents and size) and new globals. Two runners of one
+    module share the `InstancePre` and still see nothing of each other."""
+    module = engine.load(wat("leftovers"), abi="core")
+    assert module.instance_pre is not None
+    fresh = cbor.encode([1, 1, 1])
+    one, two = (StepRunner(module, determinism="strict") for _ in range(2))
+    states = [
+        runner.step(_any_input(), seq=seq).output.state for seq in range(4) for runner in (one, two)
+    ]
+    assert states == [fresh] * 8
+    # The probe does see leftovers when there are some: a warm instance reports them.
+    warm = StepRunner(module, determinism="checked", sample_rate=0.0)
+    states = [warm.step(_any_input(), seq=seq).output.state for seq in range(3)]
+    assert states == [fresh, cbor.encode([2, 2, 2]), cbor.encode([3, 3, 3])]
+
+
 def test_checked_catches_hidden_state_when_it_compares(engine: WasmEngine) -> None:
     module = engine.load(wat("hidden_state"), abi="core")
     runner = StepRunner(module, determinism="checked", sample_rate=1.0)

@@ -6,7 +6,7 @@ import contextlib
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
@@ -74,11 +74,55 @@ def test_input_envelope_leaves_absent_optionals_out() -> None:
 
 
 @pytest.mark.parametrize("field", ["state", "event_value", "key", "ctx"])
-def test_input_with_a_non_canonical_embedded_value_is_a_kernel_bug(field: str) -> None:
+@pytest.mark.parametrize("embedded", [b"\x01", "text"])
+def test_input_with_an_embedded_value_that_is_no_encoding_is_a_kernel_bug(
+    field: str, embedded: object
+) -> None:
     arguments: dict[str, Any] = {"state": None, "event_schema": "demo/E@1", "event_value": NULL}
-    arguments[field] = b"\xd9\xd9\xf7\x18\x01"  # 1 in a two-byte head
+    arguments[field] = embedded  # a raw value or bytes without the self-describe prefix
     with pytest.raises(KernelInvariantError):
         encode_input(**arguments)
+
+
+_embedded_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**64), 2**64 - 1) | st.text() | st.binary(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+).map(cbor.encode)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    state=st.none() | _embedded_values,
+    schema=st.text(max_size=300),
+    value=_embedded_values,
+    key=st.none() | _embedded_values,
+    ctx=st.none() | _embedded_values,
+    data=st.dictionaries(st.text(max_size=80), st.binary(max_size=300), max_size=4),
+)
+def test_input_envelope_is_the_generic_canonical_encoding(
+    state: bytes | None,
+    schema: str,
+    value: bytes,
+    key: bytes | None,
+    ctx: bytes | None,
+    data: dict[str, bytes],
+) -> None:
+    """The envelope is written by hand (its embedded values are not walked again); it must be
+    byte for byte what the canonical encoder makes of the same map, and decode strictly."""
+    written = encode_input(
+        state=state, event_schema=schema, event_value=value, key=key, ctx=ctx, data=data
+    )
+    event: dict[str, Any] = {"schema": schema, "value": value}
+    if key is not None:
+        event["key"] = key
+    envelope: dict[str, Any] = {"version": 1, "state": state, "event": event}
+    if ctx is not None:
+        envelope["ctx"] = ctx
+    if data:
+        envelope["data"] = data
+    assert written == cbor.encode(envelope)
+    assert cbor.decode(written) == envelope
 
 
 def test_context_encodes_the_workflow_context_schema() -> None:

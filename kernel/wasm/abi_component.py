@@ -60,7 +60,10 @@ class ComponentInstance:
         func = instance.get_func(store, module.entrypoint)
         if func is None:  # the export was checked at load
             raise KernelInvariantError(f"component lost its {module.entrypoint} export")
-        self._func = func
+        # Taken once: a warm instance serves thousands of calls through them.
+        self._func_ref = ctypes.byref(func._func)
+        self._context = store._context()
+        self._lowering = _Lowering()
 
     @property
     def fuel_used(self) -> int:
@@ -79,15 +82,10 @@ class ComponentInstance:
             ffi.wasmtime_component_val_delete(ctypes.byref(result))
 
     def _invoke(self, data: bytes, result: ffi.wasmtime_component_val_t) -> Any:
-        argument = _lower_bytes(data)
+        argument = self._lowering.lower(data)
         try:
             return ffi.wasmtime_component_func_call(
-                ctypes.byref(self._func._func),
-                self._meter.store._context(),
-                ctypes.byref(argument),
-                1,
-                ctypes.byref(result),
-                1,
+                self._func_ref, self._context, ctypes.byref(argument), 1, ctypes.byref(result), 1
             )
         finally:
             ffi.wasmtime_component_val_delete(ctypes.byref(argument))
@@ -111,16 +109,29 @@ class ComponentInstance:
         return raw[_U8_OFFSET::_VAL_BYTES]
 
 
-def _lower_bytes(data: bytes) -> ffi.wasmtime_component_val_t:
-    """A C API `list<u8>` value holding `data` (the caller deletes it)."""
-    items = ffi.wasmtime_component_vallist_t()
-    ffi.wasmtime_component_vallist_new_uninit(ctypes.byref(items), len(data))
-    if data:
-        laid = bytearray(len(data) * _VAL_BYTES)
-        laid[_KIND_OFFSET::_VAL_BYTES] = bytes([_KIND_U8]) * len(data)
-        laid[_U8_OFFSET::_VAL_BYTES] = data
-        ctypes.memmove(items.data, (ctypes.c_char * len(laid)).from_buffer(laid), len(laid))
-    value = ffi.wasmtime_component_val_t()
-    value.kind = _KIND_LIST
-    value.of.list = items
-    return value
+class _Lowering:
+    """Lays bytes out as a C API `list<u8>` value. The laid-out form (one tagged value per
+    byte) is kept between calls with every tag already written, so a call writes only the
+    bytes themselves; it grows to the longest input seen and belongs to one instance."""
+
+    def __init__(self) -> None:
+        self._laid = bytearray()
+        # A ctypes view of `_laid`; it also pins the buffer (no resize while it exists).
+        self._view = (ctypes.c_char * 0).from_buffer(self._laid)
+
+    def lower(self, data: bytes) -> ffi.wasmtime_component_val_t:
+        """A new `list<u8>` value holding `data` (the caller deletes it)."""
+        size = len(data) * _VAL_BYTES
+        items = ffi.wasmtime_component_vallist_t()
+        ffi.wasmtime_component_vallist_new_uninit(ctypes.byref(items), len(data))
+        if data:
+            if len(self._laid) < size:
+                self._laid = bytearray(size)
+                self._laid[_KIND_OFFSET::_VAL_BYTES] = bytes([_KIND_U8]) * len(data)
+                self._view = (ctypes.c_char * size).from_buffer(self._laid)
+            self._laid[_U8_OFFSET:size:_VAL_BYTES] = data
+            ctypes.memmove(items.data, self._view, size)
+        value = ffi.wasmtime_component_val_t()
+        value.kind = _KIND_LIST
+        value.of.list = items
+        return value

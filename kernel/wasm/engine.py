@@ -105,6 +105,10 @@ class LoadedModule:
     artifact: Artifact
     # Core modules only: the declared minimum of the exported memory, in wasm pages.
     memory_pages_min: int = 0
+    # Core modules only: the module pre-instantiated against the empty import list (imports
+    # resolved and types checked once), so that a fresh instance per step costs only the
+    # store, the memory and the module's own start-up.
+    instance_pre: wasmtime.InstancePre | None = None
 
 
 def default_cache_dir() -> Path:
@@ -144,6 +148,8 @@ class WasmEngine:
             self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.stats = EngineStats()
         self.component_linker = wc.Linker(self.wasmtime_engine)
+        # Empty: core modules import nothing (refused at load).
+        self._core_linker = wasmtime.Linker(self.wasmtime_engine)
         self._memory: OrderedDict[tuple[Hash, Abi], Artifact] = OrderedDict()
 
     def load_file(
@@ -160,15 +166,16 @@ class WasmEngine:
         module_hash = hash_bytes(wasm)
         _check_preamble(wasm, abi, module_hash)
         artifact, compiled_now = self._artifact(wasm, abi, module_hash)
+        pages, pre = 0, None
         if isinstance(artifact, wasmtime.Module):
             pages = _check_core(artifact, module_hash, entrypoint)
+            pre = self._core_linker.instantiate_pre(artifact)
         else:
-            pages = 0
             _check_component(artifact, self.wasmtime_engine, module_hash, entrypoint)
         if compiled_now:
             self._write_disk(artifact, abi, module_hash)
         self._remember((module_hash, abi), artifact)
-        return LoadedModule(module_hash, abi, entrypoint, self, artifact, pages)
+        return LoadedModule(module_hash, abi, entrypoint, self, artifact, pages, pre)
 
     # ----------------------------------------------------------------------------------------
     # The two caches

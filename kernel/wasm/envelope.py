@@ -158,20 +158,26 @@ def encode_input(
     ctx: bytes | None = None,
     data: dict[str, bytes] | None = None,
 ) -> bytes:
-    """The canonical input envelope of one step. The embedded encodings come from the kernel's
-    own store; a non-canonical one is a kernel bug, so it stops loudly."""
+    """The canonical input envelope of one step, written directly as bytes.
+
+    Every embedded encoding was made by the kernel itself (its store, its own canonical
+    encoder) a moment earlier, so it is not decoded and checked again here (spec/08 §4): only
+    its type and self-describe prefix are, which costs nothing and catches a raw value passed
+    by mistake. The envelope's fixed shape is written in canonical key order (shorter key
+    first, then bytewise): `ctx`, `data`, `event`, `state`, `version`; `key`, `value`,
+    `schema`."""
     for name, embedded in (("state", state), ("event.value", event_value), ("key", key)):
-        _require_canonical_input(name, embedded)
-    _require_canonical_input("ctx", ctx)
-    event: dict[str, Any] = {"schema": event_schema, "value": event_value}
-    if key is not None:
-        event["key"] = key
-    envelope: dict[str, Any] = {"version": INPUT_ENVELOPE_VERSION, "state": state, "event": event}
-    if ctx is not None:
-        envelope["ctx"] = ctx
+        _require_embedded(name, embedded)
+    _require_embedded("ctx", ctx)
+    event = [_KEY_KEY + _bytes_item(key)] if key is not None else []
+    event += [_VALUE_KEY + _bytes_item(event_value), _SCHEMA_KEY + _text_item(event_schema)]
+    parts = [] if ctx is None else [_CTX_KEY + _bytes_item(ctx)]
     if data:
-        envelope["data"] = data
-    return cbor.encode(envelope)
+        parts.append(_DATA_KEY + _blobs_map(data))
+    parts.append(_EVENT_KEY + _map_head(len(event)) + b"".join(event))
+    parts.append(_STATE_KEY + (_NULL_ITEM if state is None else _bytes_item(state)))
+    parts.append(_VERSION_KEY + _VERSION_ITEM)
+    return cbor.SELF_DESCRIBE_PREFIX + _map_head(len(parts)) + b"".join(parts)
 
 
 def with_data(input_bytes: bytes, data: dict[str, bytes]) -> bytes:
@@ -182,9 +188,47 @@ def with_data(input_bytes: bytes, data: dict[str, bytes]) -> bytes:
     return cbor.encode(envelope)
 
 
-def _require_canonical_input(name: str, embedded: bytes | None) -> None:
-    if embedded is not None and not cbor.is_canonical(embedded):
-        raise KernelInvariantError(f"input {name} is not a canonical CBOR encoding")
+def _require_embedded(name: str, embedded: bytes | None) -> None:
+    if embedded is not None and not (
+        type(embedded) is bytes and embedded.startswith(cbor.SELF_DESCRIBE_PREFIX)
+    ):
+        raise KernelInvariantError(f"input {name} is not a self-described CBOR encoding")
+
+
+def _head(major: int, length: int) -> bytes:
+    """A CBOR head in its shortest form, as canonical encoding requires."""
+    if length < 24:
+        return bytes((major << 5 | length,))
+    width = 1 if length < 0x100 else 2 if length < 0x10000 else 4 if length < 2**32 else 8
+    return bytes((major << 5 | 23 + width.bit_length(),)) + length.to_bytes(width, "big")
+
+
+def _bytes_item(data: bytes) -> bytes:
+    return _head(2, len(data)) + data
+
+
+def _text_item(text: str) -> bytes:
+    raw = text.encode()
+    return _head(3, len(raw)) + raw
+
+
+def _map_head(pairs: int) -> bytes:
+    return _head(5, pairs)
+
+
+def _blobs_map(data: dict[str, bytes]) -> bytes:
+    """`{hash: blob}` with its keys in canonical order."""
+    pairs = sorted((_text_item(hash_), blob) for hash_, blob in data.items())
+    pairs.sort(key=lambda pair: len(pair[0]))  # stable: bytewise within one length
+    return _map_head(len(pairs)) + b"".join(key + _bytes_item(blob) for key, blob in pairs)
+
+
+_NULL_ITEM = b"\xf6"
+_VERSION_ITEM = bytes((INPUT_ENVELOPE_VERSION,))  # an unsigned integer below 24 is one byte
+_CTX_KEY, _DATA_KEY, _EVENT_KEY, _STATE_KEY, _VERSION_KEY = map(
+    _text_item, ("ctx", "data", "event", "state", "version")
+)
+_KEY_KEY, _VALUE_KEY, _SCHEMA_KEY = map(_text_item, ("key", "value", "schema"))
 
 
 def decode_input(data: bytes) -> StepInput:
@@ -306,6 +350,8 @@ def _guest_exception(
 def _texts(item: object, path: str, count_max: int, module_hash: str | None) -> tuple[str, ...]:
     """A list of distinct texts (issuer_refs to cancel, hashes to read), at most `count_max`."""
     items = _check_list(item, path, module_hash)
+    if not items:
+        return ()
     if len(items) > count_max:
         fault = StepReadRefusedError if path == "$.reads" else StepTooManyCancelsError
         raise fault(
@@ -369,6 +415,8 @@ def _check_map(
 ) -> dict[str, object]:
     if not isinstance(item, dict):
         raise _malformed(f"expected a map, found {_kind(item)}", path, module_hash)
+    if item.keys() >= required and item.keys() <= allowed:
+        return item
     keys = set(item)
     if missing := sorted(required - keys):
         raise _malformed(f"missing key(s) {', '.join(missing)}", path, module_hash)

@@ -37,7 +37,10 @@ class GuestInstance(Protocol):
 
 
 class MeteredStore:
-    """A wasmtime store with a memory limit and a per-call fuel budget."""
+    """A wasmtime store with a memory limit and a per-call fuel budget.
+
+    The fuel left is read once after a call (`check_fuel`) and kept, since the runner asks
+    for `fuel_used` right after; any other read asks the store."""
 
     def __init__(
         self, engine: wasmtime.Engine, *, fuel_max: int, memory_bytes_max: int, module_hash: str
@@ -46,18 +49,22 @@ class MeteredStore:
         self.store.set_limits(memory_size=memory_bytes_max)
         self.module_hash = module_hash
         self._fuel_max = fuel_max
+        self._fuel_left: int | None = None
         self.refuel()
 
     def refuel(self) -> None:
         self.store.set_fuel(self._fuel_max + 1)
+        self._fuel_left = None
 
     @property
     def fuel_used(self) -> int:
-        return self._fuel_max + 1 - self.store.get_fuel()
+        left = self._fuel_left if self._fuel_left is not None else self.store.get_fuel()
+        return self._fuel_max + 1 - left
 
     def check_fuel(self) -> None:
         """After a call that returned normally: fail if the budget was overrun."""
-        if self.store.get_fuel() == 0:
+        self._fuel_left = self.store.get_fuel()
+        if self._fuel_left == 0:
             raise self._exhausted()
 
     def fault(self, error: Exception, phase: str) -> StepFault:
