@@ -306,7 +306,10 @@ class PgStore:
             if self._pinned:
                 raise StoreUsageError("consistent reads do not nest")
             with _mapped("begin a consistent read"):
-                self._connection().execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                conn = self._connection()
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                # The snapshot is taken by the first query, not by BEGIN: take it now.
+                conn.execute("SELECT 1")
             self._pinned = True
             try:
                 yield
