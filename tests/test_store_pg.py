@@ -27,8 +27,12 @@ from aos.kernel.store import (
     StoreUsageError,
     open_store,
 )
-from aos.kernel.store.limits import StoreLimits
-from aos.kernel.store.pg_store import PG_META_KEY_BYTES_MAX, PgStore, open_pg_store
+from aos.kernel.store.limits import MIB, StoreLimits
+from aos.kernel.store.pg_store import (
+    PG_META_KEY_BYTES_MAX,
+    PgStore,
+    open_pg_store,
+)
 from aos.kernel.store.url import parse_store_url, store_url_path, write_store_url
 from aos.kernel.world.world import World
 from tests.pg_cluster import free_port
@@ -328,6 +332,19 @@ def test_create_with_a_bad_store_url_creates_nothing(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert json.loads(result.stdout)["error"]["code"] == "store.url"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_of_megabytes_commits_and_is_fenced_alike(
+    pg_store_dsn: str, world: str, writer: PgStore
+) -> None:
+    big = bytes(range(256)) * (8 * MIB // 256)
+    with writer.batch() as batch:
+        stored = batch.cas_put(big)
+        batch.journal_append([event(1)])
+    assert writer.cas.get(stored) == big
+    with open_pg_store(pg_store_dsn, world, sync=False), pytest.raises(StoreFencedError):
+        writer.cas.put(big + b"more")
+    assert not writer.cas.has(hash_bytes(big + b"more"))
 
 
 def test_store_record_bytes_survive_the_server_exactly(writer: PgStore) -> None:

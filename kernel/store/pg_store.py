@@ -242,6 +242,8 @@ class PgStore:
         self._lock = threading.RLock()
         self._batch_thread: int | None = None
         self.reconnect: Callable[[], psycopg.Connection] | None = None
+        # Statements sent to the server, each one round trip (the bench reports them).
+        self.round_trips = 0
         self._journal = PgJournal(self)
         self._cas = PgCas(self)
         self._meta = PgMeta(self)
@@ -339,6 +341,7 @@ class PgStore:
         """Run one read query for this world (its first parameter is the world id)."""
         with self._lock:
             self._check_open()
+            self.round_trips += 1
             with _mapped("read the store"):
                 return [tuple(row) for row in self._connection().execute(sql, params)]
 
@@ -373,17 +376,18 @@ class PgStore:
             raise StoreFullError("the journal has no sequence numbers left", head=self._head)
         conn = self._connection()
         try:
-            # One pipeline: BEGIN, the epoch claim and every write go out together, so a flush
-            # costs two round trips (the writes, then COMMIT) whatever its size.
-            with conn.pipeline() as pipe, conn.transaction():
+            # Not pipelined: psycopg's pipeline mode stalled now and then in the bench (and
+            # on large parameters, psycopg/psycopg#685); a flush is BEGIN, the claim, one
+            # statement per kind of write, COMMIT.
+            with conn.transaction():
                 claim = conn.execute(
                     _CLAIM_FLUSH,
                     (pending.last_seq, self._world, self._epoch, pending.head_before),
                 )
-                _write(conn, self._world, pending)
-                pipe.sync()
                 if claim.rowcount != 1:
                     raise _UnclaimedError
+                # BEGIN, the claim, the writes and COMMIT.
+                self.round_trips += 3 + _write(conn, self._world, pending)
         except _UnclaimedError:
             raise self._refusal(pending.head_before) from None
         except psycopg.OperationalError as exc:
@@ -392,8 +396,7 @@ class PgStore:
                 f"the commit to world {self._world!r} was cut off: {_first_line(exc)}"
             ) from exc
         except psycopg.Error as exc:
-            # A fenced writer's rows may collide with the new owner's before the claim is
-            # checked: the epoch tells which failure this was.
+            # Whatever failed, a changed epoch is the reason to report.
             refusal = self._refusal(pending.head_before)
             if isinstance(refusal, StoreFencedError):
                 raise refusal from exc
@@ -423,14 +426,17 @@ class PgStore:
         )
 
 
-def _write(conn: psycopg.Connection, world: str, pending: PendingBatch) -> None:
-    """Send a batch's writes (inside the commit's transaction, pipelined)."""
+def _write(conn: psycopg.Connection, world: str, pending: PendingBatch) -> int:
+    """Send a batch's writes (inside the commit's transaction, after the claim); how many
+    statements that took."""
+    sent = 0
     if pending.clear_marks:
         conn.execute("DELETE FROM aos_marks WHERE world = %s", (world,))
-    _put_and_delete(conn, world, "marks", pending.marks)
-    _doomed(conn, world, pending.doomed)
-    _put_and_delete(conn, world, "cas", pending.cas)
-    _put_and_delete(conn, world, "meta", pending.meta)
+        sent += 1
+    sent += _put_and_delete(conn, world, "marks", pending.marks)
+    sent += _doomed(conn, world, pending.doomed)
+    sent += _put_and_delete(conn, world, "cas", pending.cas)
+    sent += _put_and_delete(conn, world, "meta", pending.meta)
     if pending.journal:
         seqs = list(range(pending.first_seq, pending.last_seq + 1))
         conn.execute(
@@ -438,6 +444,8 @@ def _write(conn: psycopg.Connection, world: str, pending: PendingBatch) -> None:
             "SELECT %s, s, r FROM unnest(%s::bigint[], %s::bytea[]) AS t(s, r)",
             (world, seqs, pending.journal),
         )
+        sent += 1
+    return sent
 
 
 _UPSERTS: Final[dict[str, tuple[LiteralString, LiteralString]]] = {
@@ -469,7 +477,7 @@ _UPSERTS: Final[dict[str, tuple[LiteralString, LiteralString]]] = {
 
 def _put_and_delete(
     conn: psycopg.Connection, world: str, table: str, writes: dict[bytes, bytes | None]
-) -> None:
+) -> int:
     upsert, delete = _UPSERTS[table]
     puts = [(key, value) for key, value in writes.items() if value is not None]
     gone = [key for key, value in writes.items() if value is None]
@@ -477,10 +485,12 @@ def _put_and_delete(
         conn.execute(delete, (world, gone))
     if puts:
         conn.execute(upsert, (world, [k for k, _ in puts], [v for _, v in puts]))
+    return bool(gone) + bool(puts)
 
 
-def _doomed(conn: psycopg.Connection, world: str, rows: dict[bytes, bool]) -> None:
+def _doomed(conn: psycopg.Connection, world: str, rows: dict[bytes, bool]) -> int:
     split = codec.SEQ_KEY_BYTES
+    sent = 0
     for write in (True, False):
         chosen = [row for row, kept in rows.items() if kept is write]
         if not chosen:
@@ -496,6 +506,8 @@ def _doomed(conn: psycopg.Connection, world: str, rows: dict[bytes, bool]) -> No
             "(SELECT s, d FROM unnest(%s::bigint[], %s::bytea[]) AS t(s, d))"
         )
         conn.execute(sql, (world, seqs, digests))
+        sent += 1
+    return sent
 
 
 # --------------------------------------------------------------------------------------------
