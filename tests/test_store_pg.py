@@ -22,11 +22,13 @@ from aos.kernel.store import (
     StoreFencedError,
     StoreJournalGapError,
     StoreMissingError,
+    StoreNotFoundError,
     StoreUnavailableError,
     StoreUrlError,
     StoreUsageError,
     open_store,
 )
+from aos.kernel.store.interface import Mark
 from aos.kernel.store.limits import MIB, StoreLimits
 from aos.kernel.store.pg_store import (
     PG_META_KEY_BYTES_MAX,
@@ -168,10 +170,11 @@ def test_a_rotten_blob_is_detected_and_a_put_repairs_it(
 ) -> None:
     h = writer.cas.put(b"important bytes")
     sql(pg_store_dsn, "UPDATE aos_cas SET data = %s WHERE world = %s", b"important bytez", world)
-    with pytest.raises(StoreCorruptBlobError):
-        writer.cas.get(h)
-    writer.cas.put(b"important bytes")
-    assert writer.cas.get(h) == b"important bytes"
+    with open_pg_store(pg_store_dsn, world, readonly=True) as reader:
+        with pytest.raises(StoreCorruptBlobError):
+            reader.cas.get(h)
+        writer.cas.put(b"important bytes")
+        assert reader.cas.get(h) == b"important bytes"
 
 
 def test_a_journal_gap_is_refused_at_open_and_on_read(pg_store_dsn: str, world: str) -> None:
@@ -351,3 +354,33 @@ def test_store_record_bytes_survive_the_server_exactly(writer: PgStore) -> None:
     records = [{"bytes": b"\x00\xff", "nat": 2**64 - 1, "text": "é"}, [1.5, None, True]]
     writer.journal.append(records)
     assert [cbor.encode(r) for _, r in writer.journal.read()] == [cbor.encode(r) for r in records]
+
+
+def test_the_writers_cache_agrees_with_a_reader_through_marks_and_deletes(
+    pg_store_dsn: str, world: str, writer: PgStore
+) -> None:
+    first, second = writer.cas.put(b"first"), writer.cas.put(b"second")
+    with open_pg_store(pg_store_dsn, world, readonly=True) as reader:
+
+        def agree() -> None:
+            for h in (first, second, hash_bytes(b"never")):
+                assert writer.cas.has(h) == reader.cas.has(h)
+                assert writer.cas.mark(h) == reader.cas.mark(h)
+            assert writer.cas.doomed(100) == reader.cas.doomed(100)
+
+        with writer.batch() as batch:
+            batch.cas_mark(first, Mark("young", 3))
+            batch.cas_mark(second, Mark("doomed", 4))
+        agree()
+        with writer.batch() as batch:
+            batch.cas_clear_marks()
+            batch.cas_mark(second, Mark("young", 5))
+        agree()
+        assert writer.cas.mark(first) is None
+        with writer.batch() as batch:
+            batch.cas_delete(second)
+        agree()
+        assert not writer.cas.has(second)
+        with pytest.raises(StoreNotFoundError):
+            writer.cas.get(second)
+        assert writer.cas.get(first) == b"first"

@@ -19,6 +19,7 @@ All SQL of the backend lives in this module.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +54,9 @@ PG_META_KEY_BYTES_MAX = 2048
 CONNECT_TIMEOUT_S_DEFAULT = 10
 _READ_CHUNK_RECORDS = 1024
 _READ_CHUNK_BYTES = 8 * MIB
+# The writer's cache of its own CAS (see `_WriterCache`).
+CACHE_BLOB_BYTES_MAX = 32 * MIB
+CACHE_DIGESTS_MAX = 1_000_000
 
 SCHEMA: Final[tuple[LiteralString, ...]] = (
     """CREATE TABLE IF NOT EXISTS aos_worlds (
@@ -208,6 +212,75 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+class _WriterCache:
+    """What the writer knows of its own world's CAS without asking the server: which blobs
+    are present, recent blobs' bytes, and marks. Only the writer changes its world (a
+    fenced writer's reads may go stale, but it can write nothing), so its own commits keep
+    this exact; readers keep no cache. Updated only after a commit succeeds."""
+
+    def __init__(self) -> None:
+        self.present: dict[bytes, bool] = {}
+        # While every stored digest is in `present` (loaded at open, then kept by commits), a
+        # digest missing from it is absent: `has` of a new blob costs no round trip.
+        self.present_complete = False
+        self.blobs: OrderedDict[bytes, bytes] = OrderedDict()
+        self.blob_bytes = 0
+        self.marks: dict[bytes, Mark | None] = {}
+        # After a commit that cleared every mark, a digest missing from `marks` has none.
+        self.marks_complete = False
+
+    def saw(self, digest: bytes, data: bytes | None) -> None:
+        self.present[digest] = data is not None
+        if data is not None and len(data) <= CACHE_BLOB_BYTES_MAX // 16:
+            self._keep(digest, data)
+        if len(self.present) > CACHE_DIGESTS_MAX:
+            self.present.clear()
+            self.present_complete = False
+
+    def load(self, digests: list[bytes]) -> None:
+        """Every digest of the world, if there are not too many to keep."""
+        if len(digests) <= CACHE_DIGESTS_MAX:
+            self.present = dict.fromkeys(digests, True)
+            self.present_complete = True
+
+    def has(self, digest: bytes) -> bool | None:
+        known = self.present.get(digest)
+        return False if known is None and self.present_complete else known
+
+    def mark(self, digest: bytes) -> Mark | _Absent | None:
+        if digest in self.marks:
+            return self.marks[digest]
+        return None if self.marks_complete else _ABSENT
+
+    def committed(self, pending: PendingBatch) -> None:
+        if pending.clear_marks:
+            self.marks.clear()
+            self.marks_complete = True
+        for digest, raw_mark in pending.marks.items():
+            self.marks[digest] = None if raw_mark is None else codec.decode_mark(raw_mark)
+        for digest, data in pending.cas.items():
+            self.saw(digest, data)
+            if data is None:
+                self.marks[digest] = None
+                self._drop(digest)
+        if len(self.marks) > CACHE_DIGESTS_MAX:
+            self.marks.clear()
+            self.marks_complete = False
+
+    def _keep(self, digest: bytes, data: bytes) -> None:
+        self._drop(digest)
+        self.blobs[digest] = data
+        self.blob_bytes += len(data)
+        while self.blob_bytes > CACHE_BLOB_BYTES_MAX:
+            _, evicted = self.blobs.popitem(last=False)
+            self.blob_bytes -= len(evicted)
+
+    def _drop(self, digest: bytes) -> None:
+        old = self.blobs.pop(digest, None)
+        if old is not None:
+            self.blob_bytes -= len(old)
+
+
 # --------------------------------------------------------------------------------------------
 # The store
 
@@ -244,6 +317,14 @@ class PgStore:
         self.reconnect: Callable[[], psycopg.Connection] | None = None
         # Statements sent to the server, each one round trip (the bench reports them).
         self.round_trips = 0
+        self.cache: _WriterCache | None = None
+        if not readonly:
+            self.cache = _WriterCache()
+            digests = self.rows(
+                "SELECT digest FROM aos_cas WHERE world = %s LIMIT %s",
+                (world, CACHE_DIGESTS_MAX + 1),
+            )
+            self.cache.load([bytes(row[0]) for row in digests])
         self._journal = PgJournal(self)
         self._cas = PgCas(self)
         self._meta = PgMeta(self)
@@ -405,6 +486,8 @@ class PgStore:
                 sqlstate=exc.sqlstate,
             ) from exc
         self._head = pending.last_seq
+        if self.cache is not None:
+            self.cache.committed(pending)
 
     def _refusal(self, head_before: int) -> StoreError:
         """Why a commit was refused: another writer's epoch, or a head that moved."""
@@ -584,15 +667,23 @@ class PgCas:
             return batch.cas_put_value(value)
 
     def get(self, content_hash: Hash | str) -> bytes:
-        """The blob, checked against its hash."""
+        """The blob, checked against its hash (the writer's cache holds checked bytes)."""
         checked = hashing.parse(content_hash)
+        cache = self._store.cache
+        if cache is not None and checked.digest in cache.blobs:
+            return cache.blobs[checked.digest]
         rows = self._store.rows(
             "SELECT data FROM aos_cas WHERE world = %s AND digest = %s",
             (self._store.world, checked.digest),
         )
         if not rows:
+            if cache is not None:
+                cache.saw(checked.digest, None)
             raise StoreNotFoundError(f"no blob {checked}", hash=str(checked))
-        return codec.verify_blob(checked, bytes(rows[0][0]))
+        data = codec.verify_blob(checked, bytes(rows[0][0]))
+        if cache is not None:
+            cache.saw(checked.digest, data)
+        return data
 
     def get_value(self, content_hash: Hash | str) -> cbor.Value:
         """The blob strictly decoded (a blob that is not canonical CBOR raises `cbor.*`)."""
@@ -602,12 +693,19 @@ class PgCas:
     def has(self, content_hash: Hash | str) -> bool:
         """Whether a blob is stored under this hash (its bytes are not read)."""
         checked = hashing.parse(content_hash)
-        return bool(
+        cache = self._store.cache
+        known = None if cache is None else cache.has(checked.digest)
+        if known is not None:
+            return known
+        found = bool(
             self._store.rows(
                 "SELECT 1 FROM aos_cas WHERE world = %s AND digest = %s",
                 (self._store.world, checked.digest),
             )
         )
+        if cache is not None:
+            cache.present[checked.digest] = found
+        return found
 
     def hashes(self) -> Iterator[Hash]:
         """Every stored hash in digest order, read in chunks."""
@@ -633,11 +731,19 @@ class PgCas:
     def mark(self, content_hash: Hash | str) -> Mark | None:
         """The blob's reclaim mark, if any."""
         checked = hashing.parse(content_hash)
+        cache = self._store.cache
+        if cache is not None:
+            known = cache.mark(checked.digest)
+            if not isinstance(known, _Absent):
+                return known
         rows = self._store.rows(
             "SELECT mark FROM aos_marks WHERE world = %s AND digest = %s",
             (self._store.world, checked.digest),
         )
-        return codec.decode_mark(bytes(rows[0][0])) if rows else None
+        found = codec.decode_mark(bytes(rows[0][0])) if rows else None
+        if cache is not None:
+            cache.marks[checked.digest] = found
+        return found
 
     def marks_count(self) -> int:
         """How many blobs carry a mark."""
