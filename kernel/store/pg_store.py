@@ -46,14 +46,14 @@ from aos.kernel.store.errors import (
 )
 from aos.kernel.store.interface import Mark
 from aos.kernel.store.limits import MIB, StoreLimits
+from aos.kernel.store.views import CasWrites, JournalWrites, MetaWrites, read_journal
 
 # bigint is signed: the last sequence number PostgreSQL can hold.
 PG_SEQ_MAX = 2**63 - 1
 # A btree entry is at most about 2.7 KB; meta keys are index keys.
 PG_META_KEY_BYTES_MAX = 2048
 CONNECT_TIMEOUT_S_DEFAULT = 10
-_READ_CHUNK_RECORDS = 1024
-_READ_CHUNK_BYTES = 8 * MIB
+_READ_CHUNK = 1024
 # The writer's cache of its own CAS (see `_WriterCache`).
 CACHE_BLOB_BYTES_MAX = 32 * MIB
 CACHE_DIGESTS_MAX = 1_000_000
@@ -597,17 +597,14 @@ def _doomed(conn: psycopg.Connection, world: str, rows: dict[bytes, bool]) -> in
 # Views
 
 
-class PgJournal:
+class PgJournal(JournalWrites):
     """The world's rows of `aos_journal`. Sequence numbers start at 1; `head()` is 0 when
     empty."""
 
+    _store: PgStore
+
     def __init__(self, store: PgStore) -> None:
         self._store = store
-
-    def append(self, records: Sequence[object]) -> tuple[int, int]:
-        """Append records in one transaction."""
-        with self._store.batch() as batch:
-            return batch.journal_append(records)
 
     def head(self) -> int:
         """The last sequence number, or 0 for an empty journal."""
@@ -619,52 +616,26 @@ class PgJournal:
     ) -> Iterator[tuple[int, cbor.Value]]:
         """Yield `(seq, record)` from `from_seq` to `to_seq` (inclusive; the head when None),
         at most `limit` records, checking contiguity and canonical form of every record."""
-        if type(from_seq) is not int or from_seq < codec.SEQ_FIRST:
-            raise StoreUsageError(f"from_seq must be an integer >= {codec.SEQ_FIRST}")
-        if to_seq is not None and type(to_seq) is not int:
-            raise StoreUsageError("to_seq must be an integer or None")
-        if limit is not None and (type(limit) is not int or limit < 0):
-            raise StoreUsageError("limit must be a non-negative integer or None")
-        last = PG_SEQ_MAX if to_seq is None else min(to_seq, PG_SEQ_MAX)
-        count = PG_SEQ_MAX if limit is None else limit
-        return self._iterate(from_seq, last, count)
+        return read_journal(
+            self._chunk, from_seq, to_seq, limit, seq_max=PG_SEQ_MAX, chunk_records=_READ_CHUNK
+        )
 
-    def _iterate(self, expected: int, last: int, count: int) -> Iterator[tuple[int, cbor.Value]]:
-        while count > 0 and expected <= last:
-            chunk = self._store.rows(
-                "SELECT seq, record FROM aos_journal WHERE world = %s AND seq >= %s "
-                "AND seq <= %s ORDER BY seq LIMIT %s",
-                (self._store.world, expected, last, min(count, _READ_CHUNK_RECORDS)),
-            )
-            if not chunk:
-                return
-            for seq, raw in chunk:
-                if seq != expected:
-                    raise StoreJournalGapError(
-                        f"journal record {expected} is missing (the next one is {seq})",
-                        expected=expected,
-                        found=seq,
-                    )
-                yield seq, codec.decode_record(seq, bytes(raw))
-                expected += 1
-            count -= len(chunk)
+    def _chunk(self, start: int, last: int, count: int) -> list[tuple[int, bytes]]:
+        rows = self._store.rows(
+            "SELECT seq, record FROM aos_journal WHERE world = %s AND seq >= %s "
+            "AND seq <= %s ORDER BY seq LIMIT %s",
+            (self._store.world, start, last, count),
+        )
+        return [(int(seq), bytes(raw)) for seq, raw in rows]
 
 
-class PgCas:
+class PgCas(CasWrites):
     """The world's rows of `aos_cas`: BLAKE3 digest -> raw bytes, verified on every read."""
+
+    _store: PgStore
 
     def __init__(self, store: PgStore) -> None:
         self._store = store
-
-    def put(self, data: bytes) -> Hash:
-        """Store a blob (idempotent) in one transaction; return its hash."""
-        with self._store.batch() as batch:
-            return batch.cas_put(data)
-
-    def put_value(self, value: object) -> Hash:
-        """Store the canonical encoding of `value`; the hash equals `hash_value(value)`."""
-        with self._store.batch() as batch:
-            return batch.cas_put_value(value)
 
     def get(self, content_hash: Hash | str) -> bytes:
         """The blob, checked against its hash (the writer's cache holds checked bytes)."""
@@ -684,11 +655,6 @@ class PgCas:
         if cache is not None:
             cache.saw(checked.digest, data)
         return data
-
-    def get_value(self, content_hash: Hash | str) -> cbor.Value:
-        """The blob strictly decoded (a blob that is not canonical CBOR raises `cbor.*`)."""
-        data = self.get(content_hash)
-        return cbor.decode(data, bytes_max=len(data))
 
     def has(self, content_hash: Hash | str) -> bool:
         """Whether a blob is stored under this hash (its bytes are not read)."""
@@ -714,19 +680,12 @@ class PgCas:
             chunk = self._store.rows(
                 "SELECT digest FROM aos_cas WHERE world = %s AND digest > %s "
                 "ORDER BY digest LIMIT %s",
-                (self._store.world, start, _READ_CHUNK_RECORDS),
+                (self._store.world, start, _READ_CHUNK),
             )
             yield from (Hash.from_digest(bytes(row[0])) for row in chunk)
-            if len(chunk) < _READ_CHUNK_RECORDS:
+            if len(chunk) < _READ_CHUNK:
                 return
             start = bytes(chunk[-1][0])
-
-    def delete(self, content_hash: Hash | str) -> bool:
-        """Remove a blob (for garbage collection); return whether it was there."""
-        present = self.has(content_hash)
-        with self._store.batch() as batch:
-            batch.cas_delete(content_hash)
-        return present
 
     def mark(self, content_hash: Hash | str) -> Mark | None:
         """The blob's reclaim mark, if any."""
@@ -763,8 +722,10 @@ class PgCas:
         return [(int(seq), Hash.from_digest(bytes(digest))) for seq, digest in rows]
 
 
-class PgMeta:
+class PgMeta(MetaWrites):
     """The world's rows of `aos_meta`: UTF-8 text key -> canonical value."""
+
+    _store: PgStore
 
     def __init__(self, store: PgStore) -> None:
         self._store = store
@@ -782,11 +743,6 @@ class PgMeta:
             raise StoreNotFoundError(f"no meta key {key!r}", key=key)
         return default
 
-    def put(self, key: str, value: object) -> None:
-        """Set `key` in one transaction."""
-        with self._store.batch() as batch:
-            batch.meta_put(key, value)
-
     def has(self, key: str) -> bool:
         """Whether `key` is set."""
         raw_key = codec.meta_key(key, self._store.limits)
@@ -796,13 +752,6 @@ class PgMeta:
                 (self._store.world, raw_key),
             )
         )
-
-    def delete(self, key: str) -> bool:
-        """Remove `key`; return whether it was set."""
-        present = self.has(key)
-        with self._store.batch() as batch:
-            batch.meta_delete(key)
-        return present
 
     def keys(self) -> list[str]:
         """Every key in UTF-8 byte order (bytea compares bytewise)."""
