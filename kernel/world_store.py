@@ -30,7 +30,11 @@ def create_world(
     **options: Any,
 ) -> World:
     """`World.create`, on LMDB in `directory` (no `store_url`), or on the PostgreSQL world
-    `store_url` names, with `directory` pointing at it. The server world must be new."""
+    `store_url` names, with `directory` pointing at it. The server world must be new.
+
+    A process killed between the genesis commit and writing `store/url` leaves a server world
+    no directory points at: creating it again is `world.exists`; write the URL file by hand
+    (`aos.kernel.store.url.write_store_url`) or choose another id."""
     if store_url is None:
         return World.create(directory, manifest_dir, sync=sync, **options)
     root = Path(directory)
