@@ -133,10 +133,11 @@ def _plain_timed(handler: Callable[..., Any], keys: list[str], steps: int) -> fl
 # DBOS: a long-lived workload process for sequential and fan-out
 
 
-class _Dbos:
-    """`dbos_workload.py serve` on a fresh SQLite file; one JSON command and answer a line."""
+class DbosWorkload:
+    """`dbos_workload.py serve` on a fresh SQLite file (or a PostgreSQL database, given its
+    URL: bench_postgres); one JSON command and answer a line."""
 
-    def __init__(self, db: Path, synchronous: str) -> None:
+    def __init__(self, db: Path | str, synchronous: str) -> None:
         self.synchronous = synchronous
         args = [str(DBOS_PYTHON), str(DBOS_WORKLOAD), "serve", "--db", str(db)]
         self.popen = subprocess.Popen(
@@ -150,7 +151,7 @@ class _Dbos:
         self.commits = 0
         self.steps = 0
 
-    def __enter__(self) -> _Dbos:
+    def __enter__(self) -> DbosWorkload:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -177,7 +178,7 @@ class _Dbos:
         quit_child(self.popen, CHILD_S_MAX)
 
 
-def _dbos_available() -> bool:
+def dbos_available() -> bool:
     if DBOS_PYTHON.is_file():
         return True
     print(
@@ -202,7 +203,7 @@ def _aos(
     return Contender(name, run)
 
 
-def _dbos(dbos: _Dbos, command: dict[str, Any], steps: int, what: str) -> Contender:
+def _dbos(dbos: DbosWorkload, command: dict[str, Any], steps: int, what: str) -> Contender:
     ready = dbos.ready
     how = "as shipped" if dbos.synchronous == "default" else "no-sync"
     name = f"DBOS {how} (SQLite journal_mode={ready['journal_mode']}, "
@@ -228,7 +229,7 @@ def _plain(name: str, keys: Callable[[int], list[str]], steps: int) -> Contender
     return Contender(name, run, lambda: {"repeat": PLAIN_REPEAT})
 
 
-def _warm(contenders: list[Contender]) -> list[Contender]:
+def warm(contenders: list[Contender]) -> list[Contender]:
     for contender in contenders:
         contender.run(-1)  # one round each, not measured
     return contenders
@@ -263,12 +264,14 @@ def _sequential_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
         ]
         if with_dbos:
             for synchronous, at in (("default", 1), ("off", 3)):
-                dbos = stack.enter_context(_Dbos(tmp / f"seq-{synchronous}.sqlite", synchronous))
+                dbos = stack.enter_context(
+                    DbosWorkload(tmp / f"seq-{synchronous}.sqlite", synchronous)
+                )
                 contenders.insert(at, _dbos(dbos, command, steps, size))
         contenders.append(
             _plain(f"plain Python (chain handler called natively), {size}", keys, steps)
         )
-        return interleaved(SEQUENTIAL, "step", _warm(contenders), rounds)
+        return interleaved(SEQUENTIAL, "step", warm(contenders), rounds)
 
 
 def _fanout_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
@@ -292,11 +295,13 @@ def _fanout_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
         if with_dbos:
             what = f"DBOS.start_workflow x {workflows}, {steps} steps each"
             for synchronous, at in (("default", 1), ("off", 3)):
-                dbos = stack.enter_context(_Dbos(tmp / f"fan-{synchronous}.sqlite", synchronous))
+                dbos = stack.enter_context(
+                    DbosWorkload(tmp / f"fan-{synchronous}.sqlite", synchronous)
+                )
                 contenders.insert(at, _dbos(dbos, command, workflows * steps, what))
         name = f"plain Python (chain handler called natively, cells round-robin), {size}"
         contenders.append(_plain(name, keys, steps))
-        rows = interleaved(FANOUT, "step", _warm(contenders), rounds)
+        rows = interleaved(FANOUT, "step", warm(contenders), rounds)
     for r in rows:
         r.extra.update(workflows=workflows, steps=steps)
     return rows
@@ -407,7 +412,7 @@ def _recovery_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
 
 
 def run(quick: bool) -> list[Row]:
-    with_dbos = _dbos_available()
+    with_dbos = dbos_available()
     with tempfile.TemporaryDirectory(prefix="aos-bench-peers-") as name:
         tmp = Path(name)
         rows = _sequential_rows(quick, tmp, with_dbos)

@@ -48,10 +48,10 @@ from typing import Any
 
 from aos.flows.client import FlowNodeClient
 from aos.flows.operations import TERMINAL_STATUSES
-from bench import pg_cluster
 from bench.harness import Contender, Row, interleaved, round_ratios
 from bench.peers import noetl_stack
 from bench.proc_cpu import tree_cpu_s
+from tests import pg_cluster
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

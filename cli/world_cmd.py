@@ -106,15 +106,33 @@ def world_group() -> None:
     help="Logical time follows the wall clock, or moves only when told (tests).",
 )
 @click.option("--no-sync", is_flag=True, help="Skip fsync on commit (scratch worlds, tests).")
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    help="Keep the world on PostgreSQL: postgresql://[user@]host[:port]/db?world=ID "
+    "(ID defaults to DIRECTORY's name). Default: embedded LMDB in DIRECTORY.",
+)
 @json_option
 @handles_errors
 def create_command(
-    directory: Path, manifest_dir: Path, clock: str, no_sync: bool, as_json: bool
+    directory: Path,
+    manifest_dir: Path,
+    clock: str,
+    no_sync: bool,
+    store_url: str | None,
+    as_json: bool,
 ) -> None:
     """Create a world in DIRECTORY (new or empty) from MANIFEST_DIR: check the manifest,
-    build module sources, store everything and journal the genesis manifest."""
+    build module sources, store everything and journal the genesis manifest. With --store,
+    the world lives in that database and DIRECTORY points at it (every command taking
+    --world DIRECTORY then reads and writes the database)."""
+    from aos.kernel.world_store import create_world
+
     try:
-        world = World.create(directory, manifest_dir, sync=not no_sync, clock=clock)
+        world = create_world(
+            directory, manifest_dir, store_url=store_url, sync=not no_sync, clock=clock
+        )
     except AirCheckError as error:
         if not as_json:
             rows = [[i.code, i.path, i.message, i.file or ""] for i in error.issues]

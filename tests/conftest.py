@@ -10,6 +10,13 @@ from typing import Any
 import pytest
 
 from tests.pg_cluster import PgCluster, PgClusterError
+from tests.store_backends import (
+    BACKENDS,
+    STORE_TEST_DATABASE,
+    StoreOpener,
+    lmdb_opener,
+    pg_opener,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -41,3 +48,22 @@ def pg_cluster() -> Iterator[PgCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_store_dsn(pg_cluster: PgCluster) -> str:
+    """A database of the session's cluster for store tests (many worlds in one database, as
+    in production: each test's world has its own id)."""
+    import psycopg
+
+    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {STORE_TEST_DATABASE}")
+    return pg_cluster.dsn(STORE_TEST_DATABASE)
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def open_any(request: pytest.FixtureRequest) -> StoreOpener:
+    """A store opener for each backend (tests/store_backends.py): the test runs on both."""
+    if request.param == "lmdb":
+        return lmdb_opener()
+    return pg_opener(request.getfixturevalue("pg_store_dsn"))

@@ -1,19 +1,22 @@
-"""A throwaway PostgreSQL cluster for tests: `initdb` in a temporary folder, a server on
-127.0.0.1 at a free port, stopped (and its folder removed) at the end.
+"""A throwaway PostgreSQL cluster for tests and benches: `initdb` in a temporary folder, a
+server on 127.0.0.1 at a free port, stopped (and its folder removed) at the end. The one
+module both tests/ and bench/ use.
 
-    cluster = PgCluster.start()
+    cluster = PgCluster.start()       # or: with PgCluster.start(durable=True) as cluster:
     try:
-        dsn = cluster.dsn()           # postgresql://postgres@127.0.0.1:PORT/postgres
+        dsn = cluster.dsn()           # postgresql://postgres:PASSWORD@127.0.0.1:PORT/postgres
+        cluster.psql("CREATE DATABASE x")   # SQL as the superuser through psql
         ...
     finally:
         cluster.stop()
 
-It runs Debian's binaries (`/usr/lib/postgresql/15/bin`, or `AOS_PG_BIN`). `initdb` refuses
+It runs Debian's binaries (`AOS_PG_BIN`, else the newest `/usr/lib/postgresql/N/bin`). `initdb` refuses
 to run as root, so when the tests run as root the cluster belongs to a non-root user
 (`postgres`, or `AOS_PG_USER`) and its folder is one that user owns. It listens on loopback
 only and checks passwords there (scram-sha-256: a test that a password reaches the server
-proves something); the superuser's password is random, in `dsn()`. It runs with `fsync` off:
-a crash loses it, which a test cluster may.
+proves something); the superuser's password is random, in `dsn()`. Tests run it with `fsync`
+off (a crash loses it, which a test cluster may); benches start it `durable=True`, as
+PostgreSQL ships (fsync and synchronous_commit on), so what it makes durable is real.
 
 A watchdog process stops the server and removes its folder if the process that started it
 dies without `stop` (a killed test run must not leave servers behind on a shared machine).
@@ -35,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-PG_BIN_DEFAULT = Path("/usr/lib/postgresql/15/bin")
+PG_ROOT = Path("/usr/lib/postgresql")
 PG_USER_DEFAULT = "postgres"
 PG_SUPERUSER = "postgres"
 START_TIMEOUT_S = 60.0
@@ -61,9 +64,24 @@ class PgClusterError(RuntimeError):
     """The cluster could not be made or started."""
 
 
+def find_bin_dir() -> Path | None:
+    """$AOS_PG_BIN if it holds `initdb`, else the newest /usr/lib/postgresql/N/bin holding
+    it; None when there is none (a bench then skips PostgreSQL, saying why)."""
+    found = os.environ.get("AOS_PG_BIN")
+    if found:
+        return Path(found) if (Path(found) / "initdb").is_file() else None
+    if not PG_ROOT.is_dir():
+        return None
+    versions = sorted(
+        (p for p in PG_ROOT.iterdir() if p.name.isdigit() and (p / "bin" / "initdb").is_file()),
+        key=lambda p: int(p.name),
+    )
+    return versions[-1] / "bin" if versions else None
+
+
 def pg_bin() -> Path:
     """The folder of `initdb` and `pg_ctl`; a clear failure when they are not installed."""
-    folder = Path(os.environ.get("AOS_PG_BIN", PG_BIN_DEFAULT))
+    folder = find_bin_dir() or Path(os.environ.get("AOS_PG_BIN", PG_ROOT / "15" / "bin"))
     missing = [name for name in ("initdb", "pg_ctl") if not (folder / name).is_file()]
     if missing:
         raise PgClusterError(
@@ -91,6 +109,7 @@ class PgCluster:
     bin: Path
     user: str | None  # the OS user owning the cluster when we run as root, else None
     password: str  # the superuser's
+    durable: bool = False
     stopped: bool = False
     watchdog: subprocess.Popen[bytes] | None = None
 
@@ -110,9 +129,42 @@ class PgCluster:
         credentials = user if secret is None else f"{user}:{secret}"
         return f"postgresql://{credentials}@{self.host}:{self.port}/{dbname}"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's (postmaster's) process id, while it runs."""
+        path = self.data / "postmaster.pid"
+        first = path.read_text().split("\n", 1)[0].strip() if path.exists() else ""
+        return int(first) if first.isdigit() else None
+
+    def psql(self, sql: str, *, database: str = "postgres") -> str:
+        """Run `sql` as the superuser (stopping at the first error); its output."""
+        command = [str(self.bin / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At"]
+        command += ["-h", self.host, "-p", str(self.port), "-U", PG_SUPERUSER, "-d", database]
+        done = subprocess.run(
+            command,
+            input=sql,
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+            env={**_pg_env(), "PGPASSWORD": self.password},
+            check=False,
+        )
+        if done.returncode != 0:
+            raise PgClusterError(f"psql failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        return done.stdout
+
+    def __enter__(self) -> PgCluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     @classmethod
-    def start(cls, *, port: int | None = None, os_user: str | None = None) -> PgCluster:
-        """initdb, then start a server on 127.0.0.1:`port` (a free one by default)."""
+    def start(
+        cls, *, port: int | None = None, os_user: str | None = None, durable: bool = False
+    ) -> PgCluster:
+        """initdb, then start a server on 127.0.0.1:`port` (a free one by default); with
+        `durable`, fsync and synchronous commit stay on (benches)."""
         binaries = pg_bin()
         user = _os_user(os_user)
         root = Path(tempfile.mkdtemp(prefix="aos-pg-"))
@@ -122,6 +174,7 @@ class PgCluster:
             bin=binaries,
             user=user,
             password=secrets.token_hex(16),
+            durable=durable,
         )
         try:
             password_file = root / "superuser.password"
@@ -154,7 +207,7 @@ class PgCluster:
                 "-t",
                 str(int(START_TIMEOUT_S)),
                 "-o",
-                _server_options(cluster.port, root),
+                _server_options(cluster.port, root, durable=durable),
                 "start",
             )
             cluster.watchdog = cluster._watch()
@@ -223,17 +276,17 @@ class PgCluster:
             )
 
 
-def _server_options(port: int, root: Path) -> str:
-    """Loopback only, this port, its socket in the cluster's own folder, no durability."""
+def _server_options(port: int, root: Path, *, durable: bool) -> str:
+    """Loopback only, this port, its socket in the cluster's own folder; no durability unless
+    `durable`."""
     settings = {
         "listen_addresses": "127.0.0.1",
         "port": str(port),
         "unix_socket_directories": str(root),
-        "fsync": "off",
-        "synchronous_commit": "off",
-        "full_page_writes": "off",
-        "max_connections": "50",
+        "max_connections": "100",
     }
+    if not durable:
+        settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
     return " ".join(f"-c {name}={value}" for name, value in settings.items())
 
 
@@ -257,3 +310,8 @@ def _pg_env() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
     env["LC_ALL"] = "C"
     return env
+
+
+def start(*, durable: bool = True) -> PgCluster:
+    """A cluster for a bench: durable by default, so commit costs are real."""
+    return PgCluster.start(durable=durable)

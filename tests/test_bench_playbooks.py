@@ -14,9 +14,9 @@ import yaml
 from aos.flows.cfd import load_definition
 from aos.flows.document import load_flow
 from bench import bench_playbooks as bp
-from bench import pg_cluster
 from bench.peers import aos_python_inprocess, noetl_stack
 from bench.playbooks import tasks
+from tests import pg_cluster
 
 
 def _playbook(case: str) -> dict[str, Any]:

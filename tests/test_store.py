@@ -1,5 +1,6 @@
 """The store: journal, CAS and meta round trips, batches, corruption, growth, limits, locking
-inside one process, read-only opening. Cross-process behaviour is in test_store_process.py,
+inside one process, read-only opening. Tests taking `store` or `open_any` run on every backend
+(LMDB and PostgreSQL, tests/store_backends.py); the rest test LMDB's own machinery. Cross-process behaviour is in test_store_process.py,
 property tests in test_store_properties.py."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from aos.kernel.store import (
 )
 from aos.kernel.store.codec import seq_key
 from aos.kernel.store.lmdb_store import STORE_DIR_NAME
+from tests.store_backends import StoreOpener
 
 KIB = 1024
 
@@ -38,7 +40,13 @@ def open_test_store(world: Path, **options: Any) -> LmdbStore:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[LmdbStore]:
+def store(tmp_path: Path, open_any: StoreOpener) -> Iterator[Store]:
+    with open_any(tmp_path) as opened:
+        yield opened
+
+
+@pytest.fixture
+def lmdb_store(tmp_path: Path) -> Iterator[LmdbStore]:
     with open_test_store(tmp_path) as opened:
         yield opened
 
@@ -62,19 +70,19 @@ def raw_write(world: Path, db: bytes, key: bytes, value: bytes | None) -> None:
 # Journal
 
 
-def test_empty_journal(store: LmdbStore) -> None:
+def test_empty_journal(store: Store) -> None:
     assert store.journal.head() == 0
     assert list(store.journal.read()) == []
 
 
-def test_journal_round_trip_starts_at_one_and_continues(store: LmdbStore) -> None:
+def test_journal_round_trip_starts_at_one_and_continues(store: Store) -> None:
     assert store.journal.append([event(0), event(1)]) == (1, 2)
     assert store.journal.append([event(2)]) == (3, 3)
     assert store.journal.head() == 3
     assert list(store.journal.read()) == [(1, event(0)), (2, event(1)), (3, event(2))]
 
 
-def test_journal_read_range_and_limit(store: LmdbStore) -> None:
+def test_journal_read_range_and_limit(store: Store) -> None:
     store.journal.append([event(n) for n in range(1, 11)])
     assert [seq for seq, _ in store.journal.read(4, 6)] == [4, 5, 6]
     assert [seq for seq, _ in store.journal.read(8)] == [8, 9, 10]
@@ -85,14 +93,14 @@ def test_journal_read_range_and_limit(store: LmdbStore) -> None:
     assert list(store.journal.read(1, limit=0)) == []
 
 
-def test_journal_read_crosses_chunks(store: LmdbStore) -> None:
+def test_journal_read_crosses_chunks(store: Store) -> None:
     store.journal.append([event(n) for n in range(1, 2501)])
     seqs = [seq for seq, record in store.journal.read() if record == event(seq)]
     assert seqs == list(range(1, 2501))
     assert [seq for seq, _ in store.journal.read(1000, limit=1100)] == list(range(1000, 2100))
 
 
-def test_journal_appends_interleaved_with_reading(store: LmdbStore) -> None:
+def test_journal_appends_interleaved_with_reading(store: Store) -> None:
     # Reading holds no transaction between items, so appending while iterating is fine.
     store.journal.append([event(1)])
     reader = store.journal.read()
@@ -106,20 +114,20 @@ def test_journal_appends_interleaved_with_reading(store: LmdbStore) -> None:
     [((0,), {}), ((-1,), {}), (("1",), {}), ((1, "2"), {}), ((1,), {"limit": -1})],
 )
 def test_journal_read_rejects_bad_arguments(
-    store: LmdbStore, args: tuple[Any, ...], kwargs: dict[str, Any]
+    store: Store, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
     with pytest.raises(errors.StoreUsageError):
         store.journal.read(*args, **kwargs)
 
 
 @pytest.mark.parametrize("records", [[], "text", {"kind": "x"}, b"bytes"])
-def test_journal_append_needs_a_non_empty_list(store: LmdbStore, records: Any) -> None:
+def test_journal_append_needs_a_non_empty_list(store: Store, records: Any) -> None:
     with pytest.raises(errors.StoreUsageError):
         store.journal.append(records)
     assert store.journal.head() == 0
 
 
-def test_journal_append_rejects_values_outside_the_data_model(store: LmdbStore) -> None:
+def test_journal_append_rejects_values_outside_the_data_model(store: Store) -> None:
     store.journal.append([event(1)])
     with pytest.raises(cbor.CborUnsupportedValueError):
         store.journal.append([event(2), {"bad": {1, 2}}])
@@ -130,7 +138,7 @@ def test_journal_append_rejects_values_outside_the_data_model(store: LmdbStore) 
 # CAS
 
 
-def test_cas_round_trip_and_idempotent_put(store: LmdbStore) -> None:
+def test_cas_round_trip_and_idempotent_put(store: Store) -> None:
     data = b"\x00blob\xff" * 100
     first = store.cas.put(data)
     assert first == hash_bytes(data)
@@ -141,7 +149,7 @@ def test_cas_round_trip_and_idempotent_put(store: LmdbStore) -> None:
     assert list(store.cas.hashes()) == [first]
 
 
-def test_cas_put_value_hash_is_hash_value(store: LmdbStore) -> None:
+def test_cas_put_value_hash_is_hash_value(store: Store) -> None:
     value = {"b": [1, 2.5, None], "a": b"\x01"}
     h = store.cas.put_value(value)
     assert h == hash_value(value)
@@ -149,12 +157,12 @@ def test_cas_put_value_hash_is_hash_value(store: LmdbStore) -> None:
     assert store.cas.get_value(h) == value
 
 
-def test_cas_empty_blob(store: LmdbStore) -> None:
+def test_cas_empty_blob(store: Store) -> None:
     h = store.cas.put(b"")
     assert store.cas.get(h) == b""
 
 
-def test_cas_missing_blob_is_not_found(store: LmdbStore) -> None:
+def test_cas_missing_blob_is_not_found(store: Store) -> None:
     missing = hash_bytes(b"never stored")
     assert not store.cas.has(missing)
     with pytest.raises(errors.StoreNotFoundError) as excinfo:
@@ -162,24 +170,24 @@ def test_cas_missing_blob_is_not_found(store: LmdbStore) -> None:
     assert excinfo.value.detail["hash"] == missing
 
 
-def test_cas_rejects_bad_hash_text(store: LmdbStore) -> None:
+def test_cas_rejects_bad_hash_text(store: Store) -> None:
     with pytest.raises(AosError) as excinfo:
         store.cas.get("sha256:00")
     assert excinfo.value.code == "hash.invalid"
 
 
-def test_cas_rejects_non_bytes(store: LmdbStore) -> None:
+def test_cas_rejects_non_bytes(store: Store) -> None:
     with pytest.raises(errors.StoreUsageError):
         store.cas.put("text")  # type: ignore[arg-type]
 
 
-def test_cas_get_value_of_a_raw_blob_is_a_cbor_error(store: LmdbStore) -> None:
+def test_cas_get_value_of_a_raw_blob_is_a_cbor_error(store: Store) -> None:
     h = store.cas.put(b"\xff\xff not cbor")
     with pytest.raises(cbor.CborError):
         store.cas.get_value(h)
 
 
-def test_cas_hashes_in_digest_order_across_chunks_and_delete(store: LmdbStore) -> None:
+def test_cas_hashes_in_digest_order_across_chunks_and_delete(store: Store) -> None:
     with store.batch() as batch:
         stored = {batch.cas_put(n.to_bytes(4, "big")) for n in range(2100)}
     listed = list(store.cas.hashes())
@@ -197,7 +205,7 @@ def test_cas_hashes_in_digest_order_across_chunks_and_delete(store: LmdbStore) -
 # Meta
 
 
-def test_meta_round_trip(store: LmdbStore) -> None:
+def test_meta_round_trip(store: Store) -> None:
     store.meta.put("world/name", "demo")
     store.meta.put("a", {"height": 3, "nested": [None, True]})
     store.meta.put("null", None)
@@ -211,7 +219,7 @@ def test_meta_round_trip(store: LmdbStore) -> None:
     assert not store.meta.has("a")
 
 
-def test_meta_missing_key(store: LmdbStore) -> None:
+def test_meta_missing_key(store: Store) -> None:
     assert store.meta.get("absent", None) is None
     assert store.meta.get("absent", 7) == 7
     with pytest.raises(errors.StoreNotFoundError):
@@ -219,7 +227,7 @@ def test_meta_missing_key(store: LmdbStore) -> None:
 
 
 @pytest.mark.parametrize("key", ["", 3, b"bytes"])
-def test_meta_key_must_be_non_empty_text(store: LmdbStore, key: Any) -> None:
+def test_meta_key_must_be_non_empty_text(store: Store, key: Any) -> None:
     with pytest.raises(errors.StoreUsageError):
         store.meta.put(key, 1)
 
@@ -309,7 +317,7 @@ def test_writer_lock_is_released_when_open_fails(tmp_path: Path) -> None:
 # Batches
 
 
-def test_batch_commits_everything_together(store: LmdbStore) -> None:
+def test_batch_commits_everything_together(store: Store) -> None:
     with store.batch() as batch:
         blob = batch.cas_put(b"payload")
         value = batch.cas_put_value({"state": 1})
@@ -327,7 +335,7 @@ def test_batch_commits_everything_together(store: LmdbStore) -> None:
     assert store.journal.append([event(4)]) == (4, 4)
 
 
-def test_exception_inside_a_batch_writes_nothing(store: LmdbStore) -> None:
+def test_exception_inside_a_batch_writes_nothing(store: Store) -> None:
     store.journal.append([event(1)])
     store.meta.put("k", "before")
     with pytest.raises(RuntimeError), store.batch() as batch:
@@ -343,7 +351,7 @@ def test_exception_inside_a_batch_writes_nothing(store: LmdbStore) -> None:
     assert store.journal.append([event(2)]) == (2, 2)
 
 
-def test_later_writes_in_a_batch_win(store: LmdbStore) -> None:
+def test_later_writes_in_a_batch_win(store: Store) -> None:
     store.cas.put(b"old")
     with store.batch() as batch:
         batch.meta_put("k", 1)
@@ -360,7 +368,7 @@ def test_later_writes_in_a_batch_win(store: LmdbStore) -> None:
     assert store.cas.get(hash_bytes(b"old")) == b"old"
 
 
-def test_batches_do_not_nest(store: LmdbStore) -> None:
+def test_batches_do_not_nest(store: Store) -> None:
     with store.batch() as batch:
         batch.journal_append([event(1)])
         with pytest.raises(errors.StoreUsageError):
@@ -370,8 +378,10 @@ def test_batches_do_not_nest(store: LmdbStore) -> None:
     assert list(store.journal.read()) == [(1, event(1))]
 
 
-def test_an_over_limit_write_caught_inside_a_batch_leaves_the_rest(tmp_path: Path) -> None:
-    with open_test_store(tmp_path, limits=StoreLimits(record_bytes_max=300)) as store:
+def test_an_over_limit_write_caught_inside_a_batch_leaves_the_rest(
+    tmp_path: Path, open_any: StoreOpener
+) -> None:
+    with open_any(tmp_path, limits=StoreLimits(record_bytes_max=300)) as store:
         with store.batch() as batch:
             batch.journal_append([event(1)])
             with pytest.raises(errors.StoreRecordTooLargeError):
@@ -380,7 +390,7 @@ def test_an_over_limit_write_caught_inside_a_batch_leaves_the_rest(tmp_path: Pat
         assert list(store.journal.read()) == [(1, event(1)), (2, event(2))]
 
 
-def test_threads_share_one_store(store: LmdbStore) -> None:
+def test_threads_share_one_store(store: Store) -> None:
     def writer(thread: int) -> None:
         for n in range(50):
             with store.batch() as batch:
@@ -400,7 +410,7 @@ def test_threads_share_one_store(store: LmdbStore) -> None:
     assert [store.meta.get(f"thread/{t}") for t in range(4)] == [49] * 4
 
 
-def test_empty_batch_is_a_no_op(store: LmdbStore) -> None:
+def test_empty_batch_is_a_no_op(store: Store) -> None:
     with store.batch():
         pass
     assert store.journal.head() == 0
@@ -447,8 +457,9 @@ def test_store_full_at_the_map_maximum_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_disk_full_is_store_full_and_writes_nothing(
-    store: LmdbStore, monkeypatch: pytest.MonkeyPatch
+    lmdb_store: LmdbStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    store = lmdb_store
     store.journal.append([event(1)])
     real_put_pending = LmdbStore._put_pending
 
@@ -488,8 +499,8 @@ def meta_value_of_size(size_bytes: int) -> str:
     raise AssertionError(f"no text encodes to {size_bytes} bytes")
 
 
-def test_record_bytes_max_edge(tmp_path: Path) -> None:
-    with open_test_store(tmp_path, limits=StoreLimits(record_bytes_max=300)) as store:
+def test_record_bytes_max_edge(tmp_path: Path, open_any: StoreOpener) -> None:
+    with open_any(tmp_path, limits=StoreLimits(record_bytes_max=300)) as store:
         assert store.journal.append([record_of_size(300)]) == (1, 1)
         with pytest.raises(errors.StoreRecordTooLargeError) as excinfo:
             store.journal.append([record_of_size(301)])
@@ -497,8 +508,8 @@ def test_record_bytes_max_edge(tmp_path: Path) -> None:
         assert store.journal.head() == 1
 
 
-def test_blob_bytes_max_edge(tmp_path: Path) -> None:
-    with open_test_store(tmp_path, limits=StoreLimits(blob_bytes_max=1000)) as store:
+def test_blob_bytes_max_edge(tmp_path: Path, open_any: StoreOpener) -> None:
+    with open_any(tmp_path, limits=StoreLimits(blob_bytes_max=1000)) as store:
         store.cas.put(bytes(1000))
         with pytest.raises(errors.StoreBlobTooLargeError):
             store.cas.put(bytes(1001))
@@ -507,8 +518,8 @@ def test_blob_bytes_max_edge(tmp_path: Path) -> None:
         assert not store.cas.has(hash_bytes(bytes(1001)))
 
 
-def test_batch_records_max_edge(tmp_path: Path) -> None:
-    with open_test_store(tmp_path, limits=StoreLimits(batch_records_max=10)) as store:
+def test_batch_records_max_edge(tmp_path: Path, open_any: StoreOpener) -> None:
+    with open_any(tmp_path, limits=StoreLimits(batch_records_max=10)) as store:
         assert store.journal.append([event(n) for n in range(10)]) == (1, 10)
         with pytest.raises(errors.StoreBatchTooLargeError):
             store.journal.append([event(n) for n in range(11)])
@@ -518,11 +529,11 @@ def test_batch_records_max_edge(tmp_path: Path) -> None:
         assert store.journal.head() == 10
 
 
-def test_batch_bytes_max_edge(tmp_path: Path) -> None:
+def test_batch_bytes_max_edge(tmp_path: Path, open_any: StoreOpener) -> None:
     sized = StoreLimits(
         record_bytes_max=600, blob_bytes_max=600, meta_value_bytes_max=600, batch_bytes_max=1000
     )
-    with open_test_store(tmp_path, limits=sized) as store:
+    with open_any(tmp_path, limits=sized) as store:
         with store.batch() as batch:
             batch.cas_put(bytes(600))
             batch.cas_put(b"\x01" * 400)
@@ -532,8 +543,8 @@ def test_batch_bytes_max_edge(tmp_path: Path) -> None:
         assert not store.cas.has(hash_bytes(b"\x02" * 600))
 
 
-def test_meta_key_bytes_max_edge_counts_utf8_bytes(tmp_path: Path) -> None:
-    with open_test_store(tmp_path, limits=StoreLimits(meta_key_bytes_max=10)) as store:
+def test_meta_key_bytes_max_edge_counts_utf8_bytes(tmp_path: Path, open_any: StoreOpener) -> None:
+    with open_any(tmp_path, limits=StoreLimits(meta_key_bytes_max=10)) as store:
         store.meta.put("é" * 5, 1)  # 10 UTF-8 bytes
         with pytest.raises(errors.StoreMetaKeyTooLargeError):
             store.meta.put("é" * 5 + "x", 1)
@@ -542,8 +553,8 @@ def test_meta_key_bytes_max_edge_counts_utf8_bytes(tmp_path: Path) -> None:
         assert store.meta.keys() == ["é" * 5]
 
 
-def test_meta_value_bytes_max_edge(tmp_path: Path) -> None:
-    with open_test_store(tmp_path, limits=StoreLimits(meta_value_bytes_max=100)) as store:
+def test_meta_value_bytes_max_edge(tmp_path: Path, open_any: StoreOpener) -> None:
+    with open_any(tmp_path, limits=StoreLimits(meta_value_bytes_max=100)) as store:
         store.meta.put("k", meta_value_of_size(100))
         with pytest.raises(errors.StoreMetaValueTooLargeError):
             store.meta.put("k", meta_value_of_size(101))
@@ -616,12 +627,12 @@ def test_second_open_in_the_same_process_is_locked(tmp_path: Path) -> None:
     open_test_store(tmp_path).close()
 
 
-def test_readonly_store_reads_and_refuses_writes(tmp_path: Path) -> None:
-    with open_test_store(tmp_path) as store:
+def test_readonly_store_reads_and_refuses_writes(tmp_path: Path, open_any: StoreOpener) -> None:
+    with open_any(tmp_path) as store:
         store.journal.append([event(1)])
         h = store.cas.put(b"blob")
         store.meta.put("k", "v")
-    with open_test_store(tmp_path, readonly=True) as reader:
+    with open_any(tmp_path, readonly=True) as reader:
         assert reader.readonly
         assert list(reader.journal.read()) == [(1, event(1))]
         assert reader.journal.head() == 1
@@ -639,8 +650,8 @@ def test_readonly_store_reads_and_refuses_writes(tmp_path: Path) -> None:
             pass
 
 
-def test_closed_store_refuses_everything(tmp_path: Path) -> None:
-    store = open_test_store(tmp_path)
+def test_closed_store_refuses_everything(tmp_path: Path, open_any: StoreOpener) -> None:
+    store = open_any(tmp_path)
     store.journal.append([event(1)])
     store.close()
     store.close()
@@ -650,19 +661,21 @@ def test_closed_store_refuses_everything(tmp_path: Path) -> None:
         store.journal.append([event(2)])
     with pytest.raises(errors.StoreClosedError):
         store.cas.get(hash_bytes(b""))
-    with open_test_store(tmp_path) as again:
+    with open_any(tmp_path) as again:
         assert again.journal.head() == 1
 
 
 @pytest.mark.parametrize("sync", [True, False])
-def test_both_durability_modes_persist_across_reopen(tmp_path: Path, sync: bool) -> None:
-    with open_lmdb_store(tmp_path, sync=sync) as store:
+def test_both_durability_modes_persist_across_reopen(
+    tmp_path: Path, sync: bool, open_any: StoreOpener
+) -> None:
+    with open_any(tmp_path, sync=sync) as store:
         with store.batch() as batch:
             batch.journal_append([event(1), event(2)])
             h = batch.cas_put(b"blob")
             batch.meta_put("k", sync)
         store.journal.append([event(3)])
-    with open_lmdb_store(tmp_path, sync=sync) as store:
+    with open_any(tmp_path, sync=sync) as store:
         assert [seq for seq, _ in store.journal.read()] == [1, 2, 3]
         assert store.cas.get(h) == b"blob"
         assert store.meta.get("k") is sync

@@ -1,18 +1,21 @@
 """Property tests: random batches read back exactly, and a store driven by random batches
-(some of which fail half-way) always equals a plain in-memory model, across reopenings."""
+(some of which fail half-way) always equals a plain in-memory model, across reopenings. Each
+runs on every backend (LMDB and PostgreSQL, tests/store_backends.py)."""
 
 from __future__ import annotations
 
 import tempfile
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from aos.kernel import cbor
 from aos.kernel.hashing import Hash, hash_bytes
-from aos.kernel.store import LmdbStore, StoreLimits, open_lmdb_store
+from aos.kernel.store import Store, StoreLimits
+from tests.store_backends import StoreOpener, lmdb_opener, pg_opener
 from tests.strategies import same_value, values
 
 KIB = 1024
@@ -20,8 +23,8 @@ KIB = 1024
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.lists(values, min_size=1, max_size=8), min_size=1, max_size=6))
-def test_random_batches_read_back_in_order(batches: list[list[Any]]) -> None:
-    with tempfile.TemporaryDirectory() as world, open_lmdb_store(world, sync=False) as store:
+def test_random_batches_read_back_in_order(open_any: StoreOpener, batches: list[list[Any]]) -> None:
+    with tempfile.TemporaryDirectory() as world, open_any(world) as store:
         expected: list[Any] = []
         for records in batches:
             first, last = store.journal.append(records)
@@ -38,8 +41,8 @@ def test_random_batches_read_back_in_order(batches: list[list[Any]]) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(values)
-def test_put_value_round_trips_any_value(value: Any) -> None:
-    with tempfile.TemporaryDirectory() as world, open_lmdb_store(world, sync=False) as store:
+def test_put_value_round_trips_any_value(open_any: StoreOpener, value: Any) -> None:
+    with tempfile.TemporaryDirectory() as world, open_any(world) as store:
         h = store.cas.put_value(value)
         assert h == hash_bytes(cbor.encode(value))
         assert same_value(store.cas.get_value(h), value)
@@ -65,12 +68,15 @@ operations = st.lists(
 class StoreMachine(RuleBasedStateMachine):
     """The store next to a model: a list of records, a dict of blobs, a dict of meta values."""
 
+    # The backend under test; set per backend below.
+    opener = staticmethod(lmdb_opener())
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.TemporaryDirectory()
-        # A tiny initial map makes growth part of the random walk.
+        # A tiny initial map makes growth part of the random walk (on LMDB).
         self.limits = StoreLimits(map_size_bytes_initial=64 * KIB)
-        self.store: LmdbStore = open_lmdb_store(self.dir.name, sync=False, limits=self.limits)
+        self.store: Store = self.opener(self.dir.name, limits=self.limits)
         self.journal: list[Any] = []
         self.cas: dict[Hash, bytes] = {}
         self.meta: dict[str, Any] = {}
@@ -116,7 +122,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.store.close()
-        self.store = open_lmdb_store(self.dir.name, sync=False, limits=self.limits)
+        self.store = self.opener(self.dir.name, limits=self.limits)
 
     @invariant()
     def matches_the_model(self) -> None:
@@ -134,5 +140,17 @@ class StoreMachine(RuleBasedStateMachine):
         self.dir.cleanup()
 
 
+class PgStoreMachine(StoreMachine):
+    """The same walk on PostgreSQL."""
+
+
+@pytest.fixture
+def pg_machine(pg_store_dsn: str) -> None:
+    PgStoreMachine.opener = staticmethod(pg_opener(pg_store_dsn))
+
+
 StoreMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=15, deadline=None)
+# Fewer walks on the server: each opens a world and reconnects at every `reopen`.
+PgStoreMachine.TestCase.settings = settings(max_examples=12, stateful_step_count=15, deadline=None)
 test_store_machine = StoreMachine.TestCase
+test_pg_store_machine = pytest.mark.usefixtures("pg_machine")(PgStoreMachine.TestCase)

@@ -6,8 +6,8 @@ The workload matches the aos effect chain (bench/worlds/effect_chain): a workflo
 does n durable steps one after another, each a noop returning a small dict, as a cell started
 with n does n `bench/noop@1` effects, each receipt resuming it.
 
-    python bench/peers/dbos_workload.py serve --db PATH [--synchronous off]
-        First line: {"ready": ..., the SQLite settings DBOS runs with}; then one JSON command
+    python bench/peers/dbos_workload.py serve --db PATH|URL [--synchronous off]
+        First line: {"ready": ..., the settings DBOS runs with}; then one JSON command
         per stdin line, one JSON answer per stdout line:
         {"op": "sequential", "steps": N}                 one chain(N), called directly
         {"op": "fanout", "workflows": M, "steps": K}     M chain(K) by DBOS.start_workflow
@@ -18,6 +18,9 @@ with n does n `bench/noop@1` effects, each receipt resuming it.
     python bench/peers/dbos_workload.py recover --db PATH --workflows W --steps N
         Times DBOS(config) + DBOS.launch() (which recovers the pending workflows of this
         executor) and then until all W workflows have completed.
+
+`--db` is a SQLite file, or a `postgresql://` URL (bench_postgres: DBOS on PostgreSQL, its
+recommended production setup; DBOS creates the database if it is missing).
 
 Answers carry seconds measured inside this process (interpreter start-up and imports
 excluded) and the number of SQLite commits DBOS made (a SQLAlchemy `commit` event count).
@@ -96,11 +99,24 @@ def _configure(db: str, synchronous: str) -> DBOS:
 
     config: DBOSConfig = {
         "name": APP,
-        "system_database_url": f"sqlite:///{db}",
+        "system_database_url": db if _is_postgres(db) else f"sqlite:///{db}",
         "application_version": APP,
         "log_level": "WARNING",
     }
     return DBOS(config=config)
+
+
+def _is_postgres(db: str) -> bool:
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def _postgres_settings(dbos: DBOS) -> dict[str, Any]:
+    engine = dbos._sys_db.engine  # private, read only to report what DBOS's connections use
+    with engine.connect() as connection:
+        commit = connection.exec_driver_sql("SHOW synchronous_commit").scalar()
+        fsync = connection.exec_driver_sql("SHOW fsync").scalar()
+        version = connection.exec_driver_sql("SHOW server_version").scalar()
+    return {"synchronous_commit": commit, "fsync": fsync, "postgres": version}
 
 
 def _sqlite_settings(dbos: DBOS) -> dict[str, Any]:
@@ -137,7 +153,8 @@ def _fanout(workflows: int, steps: int) -> None:
 def _serve(db: str, synchronous: str) -> None:
     dbos = _configure(db, synchronous)
     DBOS.launch()
-    ready = {"ready": True, "dbos": metadata.version("dbos"), **_sqlite_settings(dbos)}
+    settings = _postgres_settings(dbos) if _is_postgres(db) else _sqlite_settings(dbos)
+    ready = {"ready": True, "dbos": metadata.version("dbos"), **settings}
     print(json.dumps(ready), flush=True)
     for line in sys.stdin:
         command = json.loads(line)
@@ -190,7 +207,9 @@ def _recover(db: str, workflows: int, steps: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("mode", choices=["serve", "recover-start", "recover"])
-    parser.add_argument("--db", required=True, help="the SQLite system database file")
+    parser.add_argument(
+        "--db", required=True, help="the SQLite system database file, or a postgresql:// URL"
+    )
     parser.add_argument("--synchronous", choices=SYNCHRONOUS, default="default")
     parser.add_argument("--workflows", type=int, default=1)
     parser.add_argument("--steps", type=int, default=1)

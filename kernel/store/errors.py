@@ -103,3 +103,27 @@ class StoreMetaKeyTooLargeError(StoreLimitError):
 class StoreMetaValueTooLargeError(StoreLimitError):
     code = "store.meta_value_too_large"
     hint = "a meta value is larger than meta_value_bytes_max; keep large values in CAS"
+
+
+class StoreFencedError(StoreError):
+    code = "store.fenced"
+    hint = (
+        "another writer took this world (a newer epoch): this one wrote nothing of the batch; "
+        "stop writing here and let the new owner serve the world"
+    )
+
+
+class StoreUnavailableError(StoreError):
+    code = "store.unavailable"
+    hint = (
+        "the store's database server cannot be reached or dropped the connection; check it "
+        "runs and the URL, then reopen the world (a cut-off commit may or may not have landed)"
+    )
+
+
+class StoreUrlError(StoreError):
+    code = "store.url"
+    hint = (
+        "a store URL is postgresql://[user@]host[:port]/database?world=ID (ID: letters, digits, "
+        "'.', '_', '-'); an LMDB store is a world directory, not a URL"
+    )

@@ -18,7 +18,7 @@ import errno
 import fcntl
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Final, TypeAlias
@@ -44,6 +44,7 @@ from aos.kernel.store.errors import (
 )
 from aos.kernel.store.interface import Mark
 from aos.kernel.store.limits import MIB, StoreLimits
+from aos.kernel.store.views import CasWrites, JournalWrites, MetaWrites, read_journal
 
 STORE_DIR_NAME = "store"
 WRITER_LOCK_NAME = "writer.lock"
@@ -523,16 +524,13 @@ class LmdbStore:
 # Views
 
 
-class LmdbJournal:
+class LmdbJournal(JournalWrites):
     """The `journal` database. Sequence numbers start at 1; `head()` is 0 when empty."""
+
+    _store: LmdbStore
 
     def __init__(self, store: LmdbStore) -> None:
         self._store = store
-
-    def append(self, records: Sequence[object]) -> tuple[int, int]:
-        """Append records in one transaction and one durable commit."""
-        with self._store.batch() as batch:
-            return batch.journal_append(records)
 
     def head(self) -> int:
         """The last sequence number, or 0 for an empty journal."""
@@ -545,31 +543,14 @@ class LmdbJournal:
     ) -> Iterator[tuple[int, cbor.Value]]:
         """Yield `(seq, record)` from `from_seq` to `to_seq` (inclusive; the head when None),
         at most `limit` records, checking contiguity and canonical form of every record."""
-        if type(from_seq) is not int or from_seq < codec.SEQ_FIRST:
-            raise StoreUsageError(f"from_seq must be an integer >= {codec.SEQ_FIRST}")
-        if to_seq is not None and type(to_seq) is not int:
-            raise StoreUsageError("to_seq must be an integer or None")
-        if limit is not None and (type(limit) is not int or limit < 0):
-            raise StoreUsageError("limit must be a non-negative integer or None")
-        last = codec.SEQ_MAX if to_seq is None else to_seq
-        count = codec.SEQ_MAX if limit is None else limit
-        return self._iterate(from_seq, last, count)
-
-    def _iterate(self, expected: int, last: int, count: int) -> Iterator[tuple[int, cbor.Value]]:
-        while count > 0 and expected <= last:
-            chunk = self._chunk(expected, last, min(count, _READ_CHUNK_RECORDS))
-            if not chunk:
-                return
-            for seq, raw in chunk:
-                if seq != expected:
-                    raise StoreJournalGapError(
-                        f"journal record {expected} is missing (the next one is {seq})",
-                        expected=expected,
-                        found=seq,
-                    )
-                yield seq, codec.decode_record(seq, raw)
-                expected += 1
-            count -= len(chunk)
+        return read_journal(
+            self._chunk,
+            from_seq,
+            to_seq,
+            limit,
+            seq_max=codec.SEQ_MAX,
+            chunk_records=_READ_CHUNK_RECORDS,
+        )
 
     def _chunk(self, start: int, last: int, count: int) -> list[tuple[int, bytes]]:
         chunk: list[tuple[int, bytes]] = []
@@ -589,21 +570,13 @@ class LmdbJournal:
         return chunk
 
 
-class LmdbCas:
+class LmdbCas(CasWrites):
     """The `cas` database: BLAKE3 digest -> raw bytes, verified on every read."""
+
+    _store: LmdbStore
 
     def __init__(self, store: LmdbStore) -> None:
         self._store = store
-
-    def put(self, data: bytes) -> Hash:
-        """Store a blob (idempotent) in one durable commit; return its hash."""
-        with self._store.batch() as batch:
-            return batch.cas_put(data)
-
-    def put_value(self, value: object) -> Hash:
-        """Store the canonical encoding of `value`; the hash equals `hash_value(value)`."""
-        with self._store.batch() as batch:
-            return batch.cas_put_value(value)
 
     def get(self, content_hash: Hash | str) -> bytes:
         """The blob, checked against its hash."""
@@ -614,11 +587,6 @@ class LmdbCas:
         if data is None:
             raise StoreNotFoundError(f"no blob {checked}", hash=str(checked))
         return codec.verify_blob(checked, data)
-
-    def get_value(self, content_hash: Hash | str) -> cbor.Value:
-        """The blob strictly decoded (a blob that is not canonical CBOR raises `cbor.*`)."""
-        data = self.get(content_hash)
-        return cbor.decode(data, bytes_max=len(data))
 
     def has(self, content_hash: Hash | str) -> bool:
         """Whether a blob is stored under this hash (its bytes are not checked)."""
@@ -637,13 +605,6 @@ class LmdbCas:
                 return
             # The smallest key greater than the last one seen.
             start = chunk[-1] + b"\x00"
-
-    def delete(self, content_hash: Hash | str) -> bool:
-        """Remove a blob (for garbage collection); return whether it was there."""
-        present = self.has(content_hash)
-        with self._store.batch() as batch:
-            batch.cas_delete(content_hash)
-        return present
 
     def mark(self, content_hash: Hash | str) -> Mark | None:
         """The blob's reclaim mark, if any."""
@@ -694,8 +655,10 @@ class LmdbCas:
             return keys
 
 
-class LmdbMeta:
+class LmdbMeta(MetaWrites):
     """The `meta` database: UTF-8 text key -> canonical value."""
+
+    _store: LmdbStore
 
     def __init__(self, store: LmdbStore) -> None:
         self._store = store
@@ -712,24 +675,12 @@ class LmdbMeta:
             raise StoreNotFoundError(f"no meta key {key!r}", key=key)
         return default
 
-    def put(self, key: str, value: object) -> None:
-        """Set `key` in one durable commit."""
-        with self._store.batch() as batch:
-            batch.meta_put(key, value)
-
     def has(self, key: str) -> bool:
         """Whether `key` is set."""
         store = self._store
         raw_key = codec.meta_key(key, store.limits)
         with store._reading() as txn:
             return txn.get(raw_key, db=store._meta_db) is not None
-
-    def delete(self, key: str) -> bool:
-        """Remove `key`; return whether it was set."""
-        present = self.has(key)
-        with self._store.batch() as batch:
-            batch.meta_delete(key)
-        return present
 
     def keys(self) -> list[str]:
         """Every key in UTF-8 byte order (meta is small by design, so this is one read)."""

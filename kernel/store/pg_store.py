@@ -1,0 +1,761 @@
+"""The server store: many worlds in one PostgreSQL database, one fenced writer per world.
+
+Layout (spec/07-storage.md §PostgreSQL): every table is keyed by the world id first, so that a
+world's rows sit together (and on one shard if the tables are distributed by `world` with
+Citus). `aos_worlds` holds one row per world: its writer `epoch` and its journal `head`.
+`aos_journal` (world, seq) -> canonical record; `aos_cas` (world, digest) -> raw bytes (the
+CAS is per world, not global); `aos_meta` (world, key) -> canonical value; `aos_marks`
+(world, digest) -> reclaim mark; `aos_doomed` (world, seq, digest): rows of doomed marks.
+
+Fencing: opening a world for writing takes it by incrementing its epoch. Every batch commit
+first runs `UPDATE aos_worlds SET head = new WHERE world = w AND epoch = mine AND head = old`
+in the same transaction as its writes; no row updated means another writer took the world
+(`store.fenced`) and the transaction rolls back, so a fenced writer writes nothing. The row
+lock that UPDATE takes also orders a takeover after an in-flight commit. No advisory locks.
+
+All SQL of the backend lives in this module.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final, LiteralString
+
+import psycopg
+
+from aos.kernel import cbor, hashing
+from aos.kernel.hashing import Hash
+from aos.kernel.store import codec
+from aos.kernel.store.batch import PendingBatch
+from aos.kernel.store.errors import (
+    StoreClosedError,
+    StoreError,
+    StoreFencedError,
+    StoreFullError,
+    StoreIoError,
+    StoreJournalGapError,
+    StoreMissingError,
+    StoreNotFoundError,
+    StoreReadonlyError,
+    StoreUnavailableError,
+    StoreUsageError,
+)
+from aos.kernel.store.interface import Mark
+from aos.kernel.store.limits import MIB, StoreLimits
+from aos.kernel.store.views import CasWrites, JournalWrites, MetaWrites, read_journal
+
+# bigint is signed: the last sequence number PostgreSQL can hold.
+PG_SEQ_MAX = 2**63 - 1
+# A btree entry is at most about 2.7 KB; meta keys are index keys.
+PG_META_KEY_BYTES_MAX = 2048
+CONNECT_TIMEOUT_S_DEFAULT = 10
+_READ_CHUNK = 1024
+# The writer's cache of its own CAS (see `_WriterCache`).
+CACHE_BLOB_BYTES_MAX = 32 * MIB
+CACHE_DIGESTS_MAX = 1_000_000
+
+SCHEMA: Final[tuple[LiteralString, ...]] = (
+    """CREATE TABLE IF NOT EXISTS aos_worlds (
+        world text PRIMARY KEY, epoch bigint NOT NULL, head bigint NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS aos_journal (
+        world text NOT NULL, seq bigint NOT NULL, record bytea NOT NULL,
+        PRIMARY KEY (world, seq))""",
+    """CREATE TABLE IF NOT EXISTS aos_cas (
+        world text NOT NULL, digest bytea NOT NULL, data bytea NOT NULL,
+        PRIMARY KEY (world, digest))""",
+    """CREATE TABLE IF NOT EXISTS aos_meta (
+        world text NOT NULL, key bytea NOT NULL, value bytea NOT NULL,
+        PRIMARY KEY (world, key))""",
+    """CREATE TABLE IF NOT EXISTS aos_marks (
+        world text NOT NULL, digest bytea NOT NULL, mark bytea NOT NULL,
+        PRIMARY KEY (world, digest))""",
+    """CREATE TABLE IF NOT EXISTS aos_doomed (
+        world text NOT NULL, seq bigint NOT NULL, digest bytea NOT NULL,
+        PRIMARY KEY (world, seq, digest))""",
+)
+
+_TAKE: Final = """INSERT INTO aos_worlds (world, epoch, head) VALUES (%s, 1, 0)
+    ON CONFLICT (world) DO UPDATE SET epoch = aos_worlds.epoch + 1 RETURNING epoch, head"""
+_CLAIM_FLUSH: Final = (
+    "UPDATE aos_worlds SET head = %s WHERE world = %s AND epoch = %s AND head = %s"
+)
+_WORLD_ROW: Final = "SELECT epoch, head FROM aos_worlds WHERE world = %s"
+_JOURNAL_EXTENT: Final = "SELECT count(*), coalesce(max(seq), 0) FROM aos_journal WHERE world = %s"
+
+
+class _UnclaimedError(Exception):
+    """The commit's epoch claim updated no row (raised inside the transaction to roll it
+    back)."""
+
+
+class _Absent:
+    """Marks a parameter that was not given (None is a valid stored value)."""
+
+
+_ABSENT: Final = _Absent()
+
+
+def open_pg_store(
+    conninfo: str,
+    world: str,
+    *,
+    world_dir: Path | None = None,
+    sync: bool = True,
+    readonly: bool = False,
+    limits: StoreLimits | None = None,
+    connect_timeout_s: int = CONNECT_TIMEOUT_S_DEFAULT,
+) -> PgStore:
+    """Open `world` in the database at `conninfo` (a libpq URI or key=value string).
+
+    A writer creates the schema and the world's row if needed and takes the world (its epoch
+    goes up by one: any earlier writer is fenced from then on). `readonly=True` takes nothing
+    and needs an existing world (`store.missing`). `sync=False` turns off
+    `synchronous_commit` for this connection: a server crash may lose the last commits, never
+    tear one. A server that cannot be reached is `store.unavailable`.
+    """
+    limits = limits if limits is not None else StoreLimits()
+    if limits.meta_key_bytes_max > PG_META_KEY_BYTES_MAX:
+        raise StoreUsageError(
+            f"meta_key_bytes_max {limits.meta_key_bytes_max} exceeds the PostgreSQL backend's "
+            f"{PG_META_KEY_BYTES_MAX}"
+        )
+    conn = _connect(conninfo, sync=sync, readonly=readonly, timeout_s=connect_timeout_s)
+    try:
+        epoch, head = _take(conn, world) if not readonly else _existing(conn, world)
+        store = PgStore(conn, world, epoch, head, world_dir, limits, readonly=readonly)
+        store.reconnect = lambda: _connect(
+            conninfo, sync=sync, readonly=readonly, timeout_s=connect_timeout_s
+        )
+    except BaseException:
+        conn.close()
+        raise
+    return store
+
+
+def _connect(conninfo: str, *, sync: bool, readonly: bool, timeout_s: int) -> psycopg.Connection:
+    with _mapped("connect to the store's database"):
+        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=timeout_s)
+    with _mapped("configure the store's connection"):
+        if not sync:
+            conn.execute("SET synchronous_commit = off")
+        if readonly:
+            conn.execute("SET default_transaction_read_only = on")
+    return conn
+
+
+def _take(conn: psycopg.Connection, world: str) -> tuple[int, int]:
+    """Create the schema and the world's row if missing, and take the world (epoch + 1)."""
+    with _mapped(f"take world {world!r}"):
+        try:
+            _create_schema(conn)
+        except psycopg.errors.UniqueViolation:
+            # Two first openers raced creating the same table: the other one made it.
+            _create_schema(conn)
+        with conn.transaction():
+            row = conn.execute(_TAKE, (world,)).fetchone()
+            count, last = _one(conn, _JOURNAL_EXTENT, (world,))
+    if row is None:
+        raise StoreIoError(f"taking world {world!r} returned no row")
+    epoch, head = int(row[0]), int(row[1])
+    if last != head or count != head:
+        raise StoreJournalGapError(
+            f"world {world!r} records head {head}; its journal ends at {last} and holds "
+            f"{count} records: refusing to append",
+            world=world,
+            head=head,
+            entries=count,
+        )
+    return epoch, head
+
+
+def _create_schema(conn: psycopg.Connection) -> None:
+    with conn.transaction():
+        for statement in SCHEMA:
+            conn.execute(statement)
+
+
+def _existing(conn: psycopg.Connection, world: str) -> tuple[int, int]:
+    with _mapped(f"read world {world!r}"):
+        exists = conn.execute("SELECT to_regclass('aos_worlds') IS NOT NULL").fetchone()
+        row = conn.execute(_WORLD_ROW, (world,)).fetchone() if exists and exists[0] else None
+    if row is None:
+        raise StoreMissingError(f"no world {world!r} in the database", world=world)
+    return int(row[0]), int(row[1])
+
+
+def _one(conn: psycopg.Connection, sql: LiteralString, params: Sequence[Any]) -> tuple[Any, ...]:
+    row = conn.execute(sql, params).fetchone()
+    if row is None:
+        raise StoreIoError("an aggregate query returned no row")
+    return tuple(row)
+
+
+@contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    """psycopg's errors as `store.*` ones: a lost or refused connection is
+    `store.unavailable`, anything else the server refuses is `store.io`."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailableError(f"cannot {what}: {_first_line(exc)}") from exc
+    except psycopg.Error as exc:
+        raise StoreIoError(f"cannot {what}: {_first_line(exc)}", sqlstate=exc.sqlstate) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class _WriterCache:
+    """What the writer knows of its own world's CAS without asking the server: which blobs
+    are present, recent blobs' bytes, and marks. Only the writer changes its world (a
+    fenced writer's reads may go stale, but it can write nothing), so its own commits keep
+    this exact; readers keep no cache. Updated only after a commit succeeds."""
+
+    def __init__(self) -> None:
+        self.present: dict[bytes, bool] = {}
+        # While every stored digest is in `present` (loaded at open, then kept by commits), a
+        # digest missing from it is absent: `has` of a new blob costs no round trip.
+        self.present_complete = False
+        self.blobs: OrderedDict[bytes, bytes] = OrderedDict()
+        self.blob_bytes = 0
+        self.marks: dict[bytes, Mark | None] = {}
+        # After a commit that cleared every mark, a digest missing from `marks` has none.
+        self.marks_complete = False
+
+    def saw(self, digest: bytes, data: bytes | None) -> None:
+        self.present[digest] = data is not None
+        if data is not None and len(data) <= CACHE_BLOB_BYTES_MAX // 16:
+            self._keep(digest, data)
+        if len(self.present) > CACHE_DIGESTS_MAX:
+            self.present.clear()
+            self.present_complete = False
+
+    def load(self, digests: list[bytes]) -> None:
+        """Every digest of the world, if there are not too many to keep."""
+        if len(digests) <= CACHE_DIGESTS_MAX:
+            self.present = dict.fromkeys(digests, True)
+            self.present_complete = True
+
+    def has(self, digest: bytes) -> bool | None:
+        known = self.present.get(digest)
+        return False if known is None and self.present_complete else known
+
+    def mark(self, digest: bytes) -> Mark | _Absent | None:
+        if digest in self.marks:
+            return self.marks[digest]
+        return None if self.marks_complete else _ABSENT
+
+    def committed(self, pending: PendingBatch) -> None:
+        if pending.clear_marks:
+            self.marks.clear()
+            self.marks_complete = True
+        for digest, raw_mark in pending.marks.items():
+            self.marks[digest] = None if raw_mark is None else codec.decode_mark(raw_mark)
+        for digest, data in pending.cas.items():
+            self.saw(digest, data)
+            if data is None:
+                self.marks[digest] = None
+                self._drop(digest)
+        if len(self.marks) > CACHE_DIGESTS_MAX:
+            self.marks.clear()
+            self.marks_complete = False
+
+    def _keep(self, digest: bytes, data: bytes) -> None:
+        self._drop(digest)
+        self.blobs[digest] = data
+        self.blob_bytes += len(data)
+        while self.blob_bytes > CACHE_BLOB_BYTES_MAX:
+            _, evicted = self.blobs.popitem(last=False)
+            self.blob_bytes -= len(evicted)
+
+    def _drop(self, digest: bytes) -> None:
+        old = self.blobs.pop(digest, None)
+        if old is not None:
+            self.blob_bytes -= len(old)
+
+
+# --------------------------------------------------------------------------------------------
+# The store
+
+
+class PgStore:
+    """A world's store on PostgreSQL. Build it with `open_pg_store` (or `open_store` on a
+    world directory that points at a database, see `aos.kernel.store.url`)."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        world: str,
+        epoch: int,
+        head: int,
+        world_dir: Path | None,
+        limits: StoreLimits,
+        *,
+        readonly: bool,
+    ) -> None:
+        self._conn = conn
+        self._world = world
+        self._epoch = epoch
+        self._head = head
+        self._world_dir = world_dir if world_dir is not None else Path(f"postgresql:{world}")
+        self._limits = limits
+        self._readonly = readonly
+        self._closed = False
+        # A commit whose outcome is unknown (the connection died in it) leaves the writer's
+        # idea of the head unreliable: it refuses further batches until reopened.
+        self._broken = False
+        self._pinned = False
+        self._lock = threading.RLock()
+        self._batch_thread: int | None = None
+        self.reconnect: Callable[[], psycopg.Connection] | None = None
+        # Statements sent to the server, each one round trip (the bench reports them).
+        self.round_trips = 0
+        self.cache: _WriterCache | None = None
+        if not readonly:
+            self.cache = _WriterCache()
+            digests = self.rows(
+                "SELECT digest FROM aos_cas WHERE world = %s LIMIT %s",
+                (world, CACHE_DIGESTS_MAX + 1),
+            )
+            self.cache.load([bytes(row[0]) for row in digests])
+        self._journal = PgJournal(self)
+        self._cas = PgCas(self)
+        self._meta = PgMeta(self)
+
+    @property
+    def journal(self) -> PgJournal:
+        return self._journal
+
+    @property
+    def cas(self) -> PgCas:
+        return self._cas
+
+    @property
+    def meta(self) -> PgMeta:
+        return self._meta
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def limits(self) -> StoreLimits:
+        return self._limits
+
+    @property
+    def world_dir(self) -> Path:
+        return self._world_dir
+
+    @property
+    def world(self) -> str:
+        """The world's id in the database (the key of every row it has)."""
+        return self._world
+
+    @property
+    def epoch(self) -> int:
+        """The writer epoch this store took (or, read-only, saw when it opened)."""
+        return self._epoch
+
+    @contextmanager
+    def batch(self) -> Iterator[PendingBatch]:
+        """Group writes into one transaction; see `Store.batch`. The commit checks the epoch
+        in the same transaction (`store.fenced` and nothing written if the world was taken)."""
+        self._check_writable()
+        if self._batch_thread == threading.get_ident():
+            raise StoreUsageError("batches do not nest; write through the batch that is open")
+        with self._lock:
+            self._batch_thread = threading.get_ident()
+            try:
+                pending = PendingBatch(self._limits, self._head)
+                yield pending
+                self._commit(pending)
+            finally:
+                self._batch_thread = None
+
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        """Serve every read in the block from one REPEATABLE READ snapshot."""
+        if not self._readonly:
+            raise StoreUsageError("consistent reads are for read-only stores")
+        with self._lock:
+            self._check_open()
+            if self._pinned:
+                raise StoreUsageError("consistent reads do not nest")
+            with _mapped("begin a consistent read"):
+                conn = self._connection()
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                # The snapshot is taken by the first query, not by BEGIN: take it now.
+                conn.execute("SELECT 1")
+            self._pinned = True
+            try:
+                yield
+            finally:
+                self._pinned = False
+                with _mapped("end a consistent read"):
+                    self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the connection; idempotent. Commits were durable as they returned."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()
+
+    def __enter__(self) -> PgStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------------
+    # Queries
+
+    def rows(self, sql: LiteralString, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run one read query for this world (its first parameter is the world id)."""
+        with self._lock:
+            self._check_open()
+            self.round_trips += 1
+            with _mapped("read the store"):
+                return [tuple(row) for row in self._connection().execute(sql, params)]
+
+    def _connection(self) -> psycopg.Connection:
+        """The connection, replaced by a new one if the old one was lost (readers only: a
+        writer's lost connection is handled by `_commit`)."""
+        if self._conn.closed and not self._pinned and self.reconnect is not None:
+            self._conn = self.reconnect()
+        return self._conn
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the store of world {self._world!r} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._readonly:
+            raise StoreReadonlyError(f"the store of world {self._world!r} is open read-only")
+        if self._broken:
+            raise StoreUnavailableError(
+                f"a commit to world {self._world!r} was cut off with its outcome unknown; "
+                "reopen the store"
+            )
+
+    # ----------------------------------------------------------------------------------------
+    # Commit
+
+    def _commit(self, pending: PendingBatch) -> None:
+        if pending.is_empty():
+            return
+        if pending.last_seq > PG_SEQ_MAX:
+            raise StoreFullError("the journal has no sequence numbers left", head=self._head)
+        conn = self._connection()
+        try:
+            # Not pipelined: psycopg's pipeline mode stalled now and then in the bench (and
+            # on large parameters, psycopg/psycopg#685); a flush is BEGIN, the claim, one
+            # statement per kind of write, COMMIT.
+            with conn.transaction():
+                claim = conn.execute(
+                    _CLAIM_FLUSH,
+                    (pending.last_seq, self._world, self._epoch, pending.head_before),
+                )
+                if claim.rowcount != 1:
+                    raise _UnclaimedError
+                # BEGIN, the claim, the writes and COMMIT.
+                self.round_trips += 3 + _write(conn, self._world, pending)
+        except _UnclaimedError:
+            raise self._refusal(pending.head_before) from None
+        except psycopg.OperationalError as exc:
+            self._broken = True
+            raise StoreUnavailableError(
+                f"the commit to world {self._world!r} was cut off: {_first_line(exc)}"
+            ) from exc
+        except psycopg.Error as exc:
+            # Whatever failed, a changed epoch is the reason to report.
+            refusal = self._refusal(pending.head_before)
+            if isinstance(refusal, StoreFencedError):
+                raise refusal from exc
+            raise StoreIoError(
+                f"the commit to world {self._world!r} failed: {_first_line(exc)}",
+                sqlstate=exc.sqlstate,
+            ) from exc
+        self._head = pending.last_seq
+        if self.cache is not None:
+            self.cache.committed(pending)
+
+    def _refusal(self, head_before: int) -> StoreError:
+        """Why a commit was refused: another writer's epoch, or a head that moved."""
+        rows = self.rows(_WORLD_ROW, (self._world,))
+        epoch = int(rows[0][0]) if rows else None
+        if epoch != self._epoch:
+            return StoreFencedError(
+                f"world {self._world!r} was taken by another writer (epoch {epoch}; this "
+                f"writer has {self._epoch}): nothing of the batch was written",
+                world=self._world,
+                epoch=self._epoch,
+                current_epoch=epoch,
+            )
+        head = int(rows[0][1]) if rows else None
+        return StoreJournalGapError(
+            f"world {self._world!r} has head {head}; the batch was built on {head_before}",
+            world=self._world,
+            head=head,
+        )
+
+
+def _write(conn: psycopg.Connection, world: str, pending: PendingBatch) -> int:
+    """Send a batch's writes (inside the commit's transaction, after the claim); how many
+    statements that took."""
+    sent = 0
+    if pending.clear_marks:
+        conn.execute("DELETE FROM aos_marks WHERE world = %s", (world,))
+        sent += 1
+    sent += _put_and_delete(conn, world, "marks", pending.marks)
+    sent += _doomed(conn, world, pending.doomed)
+    sent += _put_and_delete(conn, world, "cas", pending.cas)
+    sent += _put_and_delete(conn, world, "meta", pending.meta)
+    if pending.journal:
+        seqs = list(range(pending.first_seq, pending.last_seq + 1))
+        conn.execute(
+            "INSERT INTO aos_journal (world, seq, record) "
+            "SELECT %s, s, r FROM unnest(%s::bigint[], %s::bytea[]) AS t(s, r)",
+            (world, seqs, pending.journal),
+        )
+        sent += 1
+    return sent
+
+
+_UPSERTS: Final[dict[str, tuple[LiteralString, LiteralString]]] = {
+    "marks": (
+        "INSERT INTO aos_marks (world, digest, mark) "
+        "SELECT %s, k, v FROM unnest(%s::bytea[], %s::bytea[]) AS t(k, v) "
+        "ON CONFLICT (world, digest) DO UPDATE SET mark = EXCLUDED.mark",
+        "DELETE FROM aos_marks WHERE world = %s AND digest = ANY(%s::bytea[])",
+    ),
+    # Equal digests mean equal bytes, unless the stored copy rotted: then the put repairs it.
+    "cas": (
+        "INSERT INTO aos_cas (world, digest, data) "
+        "SELECT %s, k, v FROM unnest(%s::bytea[], %s::bytea[]) AS t(k, v) "
+        "ON CONFLICT (world, digest) DO UPDATE SET data = EXCLUDED.data "
+        "WHERE aos_cas.data IS DISTINCT FROM EXCLUDED.data",
+        # A deleted blob loses its mark with it.
+        "WITH gone AS (DELETE FROM aos_cas WHERE world = %s AND digest = ANY(%s::bytea[]) "
+        "RETURNING world, digest) DELETE FROM aos_marks m USING gone "
+        "WHERE m.world = gone.world AND m.digest = gone.digest",
+    ),
+    "meta": (
+        "INSERT INTO aos_meta (world, key, value) "
+        "SELECT %s, k, v FROM unnest(%s::bytea[], %s::bytea[]) AS t(k, v) "
+        "ON CONFLICT (world, key) DO UPDATE SET value = EXCLUDED.value",
+        "DELETE FROM aos_meta WHERE world = %s AND key = ANY(%s::bytea[])",
+    ),
+}
+
+
+def _put_and_delete(
+    conn: psycopg.Connection, world: str, table: str, writes: dict[bytes, bytes | None]
+) -> int:
+    upsert, delete = _UPSERTS[table]
+    puts = [(key, value) for key, value in writes.items() if value is not None]
+    gone = [key for key, value in writes.items() if value is None]
+    if gone:
+        conn.execute(delete, (world, gone))
+    if puts:
+        conn.execute(upsert, (world, [k for k, _ in puts], [v for _, v in puts]))
+    return bool(gone) + bool(puts)
+
+
+def _doomed(conn: psycopg.Connection, world: str, rows: dict[bytes, bool]) -> int:
+    split = codec.SEQ_KEY_BYTES
+    sent = 0
+    for write in (True, False):
+        chosen = [row for row, kept in rows.items() if kept is write]
+        if not chosen:
+            continue
+        seqs = [codec.seq_from_key(row[:split]) for row in chosen]
+        digests = [row[split:] for row in chosen]
+        sql: LiteralString = (
+            "INSERT INTO aos_doomed (world, seq, digest) "
+            "SELECT %s, s, d FROM unnest(%s::bigint[], %s::bytea[]) AS t(s, d) "
+            "ON CONFLICT DO NOTHING"
+            if write
+            else "DELETE FROM aos_doomed WHERE world = %s AND (seq, digest) IN "
+            "(SELECT s, d FROM unnest(%s::bigint[], %s::bytea[]) AS t(s, d))"
+        )
+        conn.execute(sql, (world, seqs, digests))
+        sent += 1
+    return sent
+
+
+# --------------------------------------------------------------------------------------------
+# Views
+
+
+class PgJournal(JournalWrites):
+    """The world's rows of `aos_journal`. Sequence numbers start at 1; `head()` is 0 when
+    empty."""
+
+    _store: PgStore
+
+    def __init__(self, store: PgStore) -> None:
+        self._store = store
+
+    def head(self) -> int:
+        """The last sequence number, or 0 for an empty journal."""
+        rows = self._store.rows(_WORLD_ROW, (self._store.world,))
+        return int(rows[0][1]) if rows else 0
+
+    def read(
+        self, from_seq: int = codec.SEQ_FIRST, to_seq: int | None = None, limit: int | None = None
+    ) -> Iterator[tuple[int, cbor.Value]]:
+        """Yield `(seq, record)` from `from_seq` to `to_seq` (inclusive; the head when None),
+        at most `limit` records, checking contiguity and canonical form of every record."""
+        return read_journal(
+            self._chunk, from_seq, to_seq, limit, seq_max=PG_SEQ_MAX, chunk_records=_READ_CHUNK
+        )
+
+    def _chunk(self, start: int, last: int, count: int) -> list[tuple[int, bytes]]:
+        rows = self._store.rows(
+            "SELECT seq, record FROM aos_journal WHERE world = %s AND seq >= %s "
+            "AND seq <= %s ORDER BY seq LIMIT %s",
+            (self._store.world, start, last, count),
+        )
+        return [(int(seq), bytes(raw)) for seq, raw in rows]
+
+
+class PgCas(CasWrites):
+    """The world's rows of `aos_cas`: BLAKE3 digest -> raw bytes, verified on every read."""
+
+    _store: PgStore
+
+    def __init__(self, store: PgStore) -> None:
+        self._store = store
+
+    def get(self, content_hash: Hash | str) -> bytes:
+        """The blob, checked against its hash (the writer's cache holds checked bytes)."""
+        checked = hashing.parse(content_hash)
+        cache = self._store.cache
+        if cache is not None and checked.digest in cache.blobs:
+            return cache.blobs[checked.digest]
+        rows = self._store.rows(
+            "SELECT data FROM aos_cas WHERE world = %s AND digest = %s",
+            (self._store.world, checked.digest),
+        )
+        if not rows:
+            if cache is not None:
+                cache.saw(checked.digest, None)
+            raise StoreNotFoundError(f"no blob {checked}", hash=str(checked))
+        data = codec.verify_blob(checked, bytes(rows[0][0]))
+        if cache is not None:
+            cache.saw(checked.digest, data)
+        return data
+
+    def has(self, content_hash: Hash | str) -> bool:
+        """Whether a blob is stored under this hash (its bytes are not read)."""
+        checked = hashing.parse(content_hash)
+        cache = self._store.cache
+        known = None if cache is None else cache.has(checked.digest)
+        if known is not None:
+            return known
+        found = bool(
+            self._store.rows(
+                "SELECT 1 FROM aos_cas WHERE world = %s AND digest = %s",
+                (self._store.world, checked.digest),
+            )
+        )
+        if cache is not None:
+            cache.present[checked.digest] = found
+        return found
+
+    def hashes(self) -> Iterator[Hash]:
+        """Every stored hash in digest order, read in chunks."""
+        start = b""
+        while True:
+            chunk = self._store.rows(
+                "SELECT digest FROM aos_cas WHERE world = %s AND digest > %s "
+                "ORDER BY digest LIMIT %s",
+                (self._store.world, start, _READ_CHUNK),
+            )
+            yield from (Hash.from_digest(bytes(row[0])) for row in chunk)
+            if len(chunk) < _READ_CHUNK:
+                return
+            start = bytes(chunk[-1][0])
+
+    def mark(self, content_hash: Hash | str) -> Mark | None:
+        """The blob's reclaim mark, if any."""
+        checked = hashing.parse(content_hash)
+        cache = self._store.cache
+        if cache is not None:
+            known = cache.mark(checked.digest)
+            if not isinstance(known, _Absent):
+                return known
+        rows = self._store.rows(
+            "SELECT mark FROM aos_marks WHERE world = %s AND digest = %s",
+            (self._store.world, checked.digest),
+        )
+        found = codec.decode_mark(bytes(rows[0][0])) if rows else None
+        if cache is not None:
+            cache.marks[checked.digest] = found
+        return found
+
+    def marks_count(self) -> int:
+        """How many blobs carry a mark."""
+        rows = self._store.rows(
+            "SELECT count(*) FROM aos_marks WHERE world = %s", (self._store.world,)
+        )
+        return int(rows[0][0])
+
+    def doomed(self, before_seq: int, limit: int | None = None) -> list[tuple[int, Hash]]:
+        """The first `limit` doomed rows with a sequence below `before_seq`, in (sequence,
+        digest) order."""
+        rows = self._store.rows(
+            "SELECT seq, digest FROM aos_doomed WHERE world = %s AND seq < %s "
+            "ORDER BY seq, digest LIMIT %s",
+            (self._store.world, min(before_seq, PG_SEQ_MAX), limit),
+        )
+        return [(int(seq), Hash.from_digest(bytes(digest))) for seq, digest in rows]
+
+
+class PgMeta(MetaWrites):
+    """The world's rows of `aos_meta`: UTF-8 text key -> canonical value."""
+
+    _store: PgStore
+
+    def __init__(self, store: PgStore) -> None:
+        self._store = store
+
+    def get(self, key: str, default: cbor.Value | _Absent = _ABSENT) -> cbor.Value:
+        """The value of `key`; `default` if absent and given, else `store.not_found`."""
+        raw_key = codec.meta_key(key, self._store.limits)
+        rows = self._store.rows(
+            "SELECT value FROM aos_meta WHERE world = %s AND key = %s",
+            (self._store.world, raw_key),
+        )
+        if rows:
+            return codec.decode_meta_value(key, bytes(rows[0][0]))
+        if isinstance(default, _Absent):
+            raise StoreNotFoundError(f"no meta key {key!r}", key=key)
+        return default
+
+    def has(self, key: str) -> bool:
+        """Whether `key` is set."""
+        raw_key = codec.meta_key(key, self._store.limits)
+        return bool(
+            self._store.rows(
+                "SELECT 1 FROM aos_meta WHERE world = %s AND key = %s",
+                (self._store.world, raw_key),
+            )
+        )
+
+    def keys(self) -> list[str]:
+        """Every key in UTF-8 byte order (bytea compares bytewise)."""
+        rows = self._store.rows(
+            "SELECT key FROM aos_meta WHERE world = %s ORDER BY key", (self._store.world,)
+        )
+        return [bytes(row[0]).decode("utf-8") for row in rows]
