@@ -60,9 +60,9 @@ def shadow(
         if entry is None:
             raise GovUnknownProposalError(f"no proposal {proposal}")
         replayer = _Replay(source, engine, progress, spill_dir=Path(scratch))
-        old = replayer._loaded(str(head["manifest"]))
-        new = replayer._loaded(str(entry["manifest"]))
-        live = replayer._from_genesis()
+        old = replayer.loaded(str(head["manifest"]))
+        new = replayer.loaded(str(entry["manifest"]))
+        live = replayer.from_genesis()
         beside = World.scratch(
             MemoryStore(fallback_cas=source.cas), new, engine=engine, clock=live.clock
         )
@@ -70,7 +70,7 @@ def shadow(
         runner = _Beside(beside, report)
         live.on_step = runner.on_step
         try:
-            replayer._replay(
+            replayer.replay(
                 live, ReplayReport(ok=True, start_seq=2, end_seq=replayer.end), compare_head=False
             )
         except _DivergedError as diverged:
@@ -140,7 +140,7 @@ class _Beside:
             result = runner.step(
                 cbor.encode(envelope), seq=message.seq, read_blob=self.beside.read_blob
             )
-            return self.beside._check_output(message, result, runner.module_hash)
+            return self.beside.check_output(message, result, runner.module_hash)
         except StepFault as fault:
             return fault
 
