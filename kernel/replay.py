@@ -40,7 +40,7 @@ from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import stored_definitions
 from aos.kernel.world.stamps import Stamp
-from aos.kernel.world.world import World
+from aos.kernel.world.world import World, head_at_end
 
 SCRATCH_FLUSH_RECORDS_DEFAULT = 2_000
 
@@ -457,9 +457,9 @@ class _Replay:
         )
 
     def _compare_head(self, world: World) -> None:
-        world.flush()
+        world.checkpoint()
         found: Any = world.store.cas.get_value(Hash(str(world.store.meta.get("world.head"))))
-        recorded: Any = self.source.cas.get_value(Hash(str(self.source.meta.get("world.head"))))
+        recorded: Any = head_at_end(self.source, self.engine)
         if hash_value(found) != hash_value(recorded):
             fields = sorted(
                 str(k)
@@ -570,7 +570,7 @@ def recover(world_dir: str | Path, *, engine: WasmEngine | None = None) -> Recov
                     f"the journal does not replay: {diverged.divergence.message}",
                     seq=diverged.divergence.seq,
                 ) from None
-            world.flush()
+            world.checkpoint()
             scratch = world.store
             assert isinstance(scratch, MemoryStore)
             blobs = dict(scratch.cas.blobs)

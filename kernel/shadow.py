@@ -28,14 +28,13 @@ from aos.kernel.governance import (
     GovUnknownProposalError,
     ShadowReport,
 )
-from aos.kernel.hashing import Hash
 from aos.kernel.replay import ReplayReport, _DivergedError, _Replay
 from aos.kernel.store import open_store
 from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.wasm import StepFault, WasmEngine
 from aos.kernel.world.errors import WorldMissingError
 from aos.kernel.world.scheduler import Message
-from aos.kernel.world.world import StepOutcome, World
+from aos.kernel.world.world import StepOutcome, World, head_at_end
 
 
 def shadow(
@@ -55,7 +54,7 @@ def shadow(
         source.consistent(),
         tempfile.TemporaryDirectory() as scratch,
     ):
-        head: Any = source.cas.get_value(Hash(str(source.meta.get("world.head"))))
+        head: Any = head_at_end(source, engine)
         entry = head.get("proposals", {}).get(proposal)
         if entry is None:
             raise GovUnknownProposalError(f"no proposal {proposal}")

@@ -50,6 +50,9 @@ class Cell:
     # The state's length, carried so the index entry is the same whether the bytes are in
     # memory, spilled, or read back from the index (roots depend on it).
     size_bytes: int = 0
+    # The state bytes are in the CAS already (written young by a flush between checkpoints):
+    # materializing must not write them again, which would count as a second name.
+    stored: bool = False
 
 
 # The cell of an unkeyed workflow has this key in the index, so keyed and unkeyed workflows
@@ -68,6 +71,7 @@ class CellTable:
         *,
         cache_cells_max: int = CACHE_CELLS_MAX_DEFAULT,
         resident_state_bytes_max: int = RESIDENT_STATE_BYTES_MAX_DEFAULT,
+        superseded: set[Hash] | None = None,
     ) -> None:
         self._blobs = blobs
         self._index = index
@@ -77,6 +81,9 @@ class CellTable:
         self._dirty: dict[bytes, Cell | None] = {}
         self._resident_bytes = 0
         self._resident_max = resident_state_bytes_max
+        # States a flush between checkpoints wrote that a later step replaced before the
+        # index named them (the world reclaims them at its next flush; None: not reclaiming).
+        self._superseded = superseded
 
     # -- reads --------------------------------------------------------------------------
 
@@ -130,7 +137,10 @@ class CellTable:
         """Stage the state a step produced (None deletes the cell)."""
         digest = key_hash(key if key is not None else UNKEYED)
         self._cache.pop(digest, None)
-        self._forget_resident(self._dirty.get(digest))
+        previous = self._dirty.get(digest)
+        self._forget_resident(previous)
+        if previous is not None and previous.stored and self._superseded is not None:
+            self._superseded.add(previous.state_hash)
         if state is None and not failed:
             self._dirty[digest] = None
             return
@@ -164,7 +174,7 @@ class CellTable:
             if cell is None:
                 changes[digest] = None
                 continue
-            if cell.state is not None:
+            if cell.state is not None and not cell.stored:
                 self._blobs.put(cell.state)
             changes[digest] = _entry_from_cell(cell)
         self.root = self._index.update(self.root, changes, superseded)
@@ -175,11 +185,28 @@ class CellTable:
         self._resident_bytes = 0
         return self.root
 
+    def store_states(self) -> None:
+        """Write the dirty states to the CAS without folding them into the index (a flush
+        between checkpoints: the journal names them, the index does not yet). The cells stay
+        dirty; a state replaced before the next checkpoint is reported as superseded."""
+        for digest, cell in self._dirty.items():
+            if cell is not None and cell.state is not None and not cell.stored:
+                self._blobs.put(cell.state)
+                self._dirty[digest] = replace(cell, stored=True)
+
+    def put_stored(self, key: bytes | None, state_hash: Hash, size_bytes: int, seq: int) -> None:
+        """Stage a state that is in the CAS already (rebuilding the head from the journal)."""
+        digest = key_hash(key if key is not None else UNKEYED)
+        self._cache.pop(digest, None)
+        self._forget_resident(self._dirty.get(digest))
+        self._dirty[digest] = Cell(key, None, state_hash, seq, False, size_bytes, True)
+
     def _spill(self) -> None:
         for digest, cell in list(self._dirty.items()):
             if cell is not None and cell.state is not None:
-                self._blobs.put(cell.state)
-                self._dirty[digest] = replace(cell, state=None)
+                if not cell.stored:
+                    self._blobs.put(cell.state)
+                self._dirty[digest] = replace(cell, state=None, stored=True)
         self._resident_bytes = 0
 
     def _forget_resident(self, cell: Cell | None) -> None:

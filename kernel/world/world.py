@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +109,7 @@ from aos.kernel.world.router import (
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource, derive_entropy
+from aos.kernel.world.tail import FOLDABLE_KINDS, fold
 
 WORLD_FORMAT = 1
 EVENT_BYTES_MAX_DEFAULT = 256 * 1024
@@ -118,6 +119,7 @@ SNAPSHOT_EVERY_RECORDS_DEFAULT = 50_000
 SNAPSHOTS_KEPT_MAX_DEFAULT = 3
 RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT = 4096
 FLUSH_RECORDS_MAX_DEFAULT = 4_096
+CHECKPOINT_EVERY_RECORDS_DEFAULT = 2_000
 
 _META_FORMAT = "world.format"
 _META_CONFIG = "world.config"
@@ -162,8 +164,15 @@ class WorldLimits:
     # What only dropped snapshots named is deleted at most this many objects per flush (the
     # rest in the next ones), so that one LMDB transaction stays small.
     release_objects_per_flush_max: int = RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT
+    # The CellIndex and the head checkpoint are materialized once this many records were
+    # journaled since the last checkpoint (and at snapshots, on close, and whenever a flush
+    # writes something the journal tail cannot carry: spec/05 §1.1); the flushes between
+    # write only records and new states. 1 checkpoints at every flush; None only when forced.
+    checkpoint_every_records: int | None = CHECKPOINT_EVERY_RECORDS_DEFAULT
 
     def __post_init__(self) -> None:
+        if self.checkpoint_every_records is not None and self.checkpoint_every_records < 1:
+            raise ValueError("checkpoint_every_records must be at least 1 (or None)")
         if self.snapshots_kept_max is not None and self.snapshots_kept_max < 1:
             raise ValueError("snapshots_kept_max must be at least 1 (or None)")
         if self.release_objects_per_flush_max < 1:
@@ -252,6 +261,12 @@ class World:
         self._stored_roots: dict[str, str] = {}
         self._head_blob: Hash | None = None  # the stored head checkpoint this world wrote or read
         self._head = store.journal.head()
+        # The height of the head checkpoint in the store; the records after it are the tail.
+        self._checkpoint_height = self._head
+        # Set when a record the tail cannot carry is appended: the next flush checkpoints.
+        self._checkpoint_due = False
+        # Tail states replaced before a checkpoint named them: reclaimed at the next flush.
+        self._tail_superseded: set[Hash] = set()
         self.logical_ns = 0
         self.world_id = ""
         # Set by a replay so the next input gets its recorded stamp instead of a fresh one.
@@ -431,6 +446,7 @@ class World:
                 "snapshot_every_records": None,
                 "snapshot_every_s": None,
                 "snapshots_kept_max": None,
+                "checkpoint_every_records": None,
             }
         )
         return cls(
@@ -532,9 +548,18 @@ class World:
         self._forced_stamp = stamp
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        """Close the store; a writer first checkpoints the journal tail, if it has one and
+        nothing is left unflushed (records not flushed are discarded, never half-written)."""
+        if self._store is None:
+            return
+        try:
+            tail = self._head > self._checkpoint_height
+            if tail and not self._store.readonly and not self._pending.records:
+                self.checkpoint()
+        finally:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
 
     def __enter__(self) -> World:
         return self
@@ -786,6 +811,7 @@ class World:
             # The seed's rule: a workflow that cannot take a rejected receipt fails, and its
             # later receipts are dropped when they reach the failed cell.
             self._table(open_intent.workflow).mark_failed(open_intent.key, seq)
+            self._checkpoint_due = True  # the tail's fold does not fail cells
             return Settlement(intent, seq, delivered=False)
         self._scheduler.enqueue(
             Message(
@@ -1199,6 +1225,8 @@ class World:
     def append(self, record: dict[str, Any]) -> int:
         self._pending.records.append(record)
         self._head += 1
+        if record["kind"] not in FOLDABLE_KINDS:
+            self._checkpoint_due = True
         # Governance actions and snapshots change no state: a shadow stays current across them.
         if record["kind"] not in (records.GOVERNANCE, records.SNAPSHOT):
             self.state_height = self._head
@@ -1212,8 +1240,20 @@ class World:
             self.flush()
 
     def flush(self) -> None:
-        """Materialize cells, write the head checkpoint, and commit everything at once."""
-        store = self.store
+        """Make everything appended durable: journal records and new states, and, when a
+        checkpoint is due (`checkpoint_every_records`, or something the tail cannot carry),
+        the materialized cells and the head checkpoint too. One transaction either way."""
+        if self._checkpoint_wanted():
+            self.checkpoint()
+            return
+        with self._reclaiming():
+            for _, table in sorted(self._cells.items()):
+                table.store_states()
+        self._commit()
+
+    def checkpoint(self) -> None:
+        """Flush with the cells materialized into the index and a new head checkpoint."""
+        self.require_open()  # a closed world raises before anything is materialized
         roots = self._materialize()
         head = self._checkpoint(roots)
         with self._reclaiming():
@@ -1221,6 +1261,23 @@ class World:
         if self.limits.reclaim_superseded and self._head_blob not in (None, head_blob):
             self._pending.superseded([self._head_blob])
         self._pending.meta[_META_HEAD] = str(head_blob)
+        self._commit()
+        self._head_blob = head_blob
+        self._checkpoint_height = self._head
+        self._checkpoint_due = False
+        self._sync_retention()
+
+    def _checkpoint_wanted(self) -> bool:
+        # A tail ends quiescent: the fold rebuilds no queue.
+        if self._checkpoint_due or self._head_blob is None or len(self._scheduler):
+            return True
+        every = self.limits.checkpoint_every_records
+        return every is not None and self._head - self._checkpoint_height >= every
+
+    def _commit(self) -> None:
+        store = self.store
+        self._pending.superseded(self._tail_superseded)
+        self._tail_superseded.clear()
         expected_first = self._head - len(self._pending.records) + 1
         wrote_records = bool(self._pending.records)
         try:
@@ -1230,8 +1287,6 @@ class World:
             store.close()
             self._store = None
             raise
-        self._head_blob = head_blob
-        self._sync_retention()
         if wrote_records and (first, last) != (expected_first, self._head):
             raise KernelInvariantError("journal sequence numbers drifted from the world's count")
 
@@ -1318,9 +1373,9 @@ class World:
         self._sync_retention()
 
     def _restore(self, head: dict[str, Any]) -> None:
-        if head["height"] != self.store.journal.head():
+        if head["height"] > self.store.journal.head():
             raise WorldCorruptError(
-                f"the head checkpoint is at {head['height']}, the journal at "
+                f"the head checkpoint is at {head['height']}, past the journal at "
                 f"{self.store.journal.head()}"
             )
         self._head = head["height"]
@@ -1333,6 +1388,34 @@ class World:
         for value in head.get("faulted", []):
             message = Message.from_value(value)
             self._faulted[(message.workflow, message.key)] = message
+        self._checkpoint_height = self._head
+        end = self.store.journal.head()
+        if end > self._head:
+            self._apply_tail(self.store.journal.read(self._head + 1, end))
+
+    def _apply_tail(self, tail: Iterable[tuple[int, Any]]) -> None:
+        """Fold the records after the head checkpoint into the head (tail.py): no step runs
+        and nothing is appended."""
+        folded = fold(self._head, self.logical_ns, self.state_height, tail)
+        for (workflow, key), (state_hash, seq) in folded.cells.items():
+            table = self._table(workflow)
+            if state_hash is None:
+                table.put(key, None, seq)
+            else:
+                table.put_stored(key, state_hash, len(self._pending.get(state_hash)), seq)
+        for intent in folded.closed:
+            self.intents.close(intent)
+        for intent, open_intent in folded.opened.items():
+            self.intents.open(intent, open_intent)
+        self._scheduler.restore([])  # a tail ends quiescent
+        self._head = folded.height
+        self.logical_ns = folded.logical_ns
+        self.state_height = folded.state_height
+
+    def current_head(self) -> dict[str, Any]:
+        """The head checkpoint as it would be written now (materializes the cells; nothing
+        is committed): what a replay compares."""
+        return self._checkpoint(self._materialize())
 
     def _table(self, workflow: str) -> CellTable:
         table = self._cells.get(workflow)
@@ -1345,6 +1428,7 @@ class World:
                 Hash(root) if root else self._index.empty_root,
                 cache_cells_max=self.limits.cache_cells_max,
                 resident_state_bytes_max=self.limits.resident_state_bytes_max,
+                superseded=self._tail_superseded if self.limits.reclaim_superseded else None,
             )
             self._cells[workflow] = table
         return table
@@ -1445,11 +1529,20 @@ def _head_usable(store: Store) -> bool:
     every index root it names is present."""
     try:
         head: Any = store.cas.get_value(Hash(str(store.meta.get(_META_HEAD))))
-        if head["height"] != store.journal.head():
+        if head["height"] > store.journal.head():
             return False
         return all(store.cas.has(Hash(str(root))) for root in head["roots"].values())
     except (AosError, KeyError, TypeError):
         return False
+
+
+def head_at_end(store: Store, engine: WasmEngine) -> dict[str, Any]:
+    """The head of the world in `store` at its journal's end: the stored head checkpoint,
+    with the journal tail after it folded in (read-only: nothing is written)."""
+    head = _as_map(store.cas.get_value(Hash(str(store.meta.get(_META_HEAD)))), "head checkpoint")
+    if head["height"] == store.journal.head():
+        return head
+    return World._from_store(store, engine, None, None).current_head()
 
 
 def _time_in_range(logical_ns: int) -> int:
