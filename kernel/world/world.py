@@ -126,6 +126,21 @@ _META_CONFIG = "world.config"
 _META_HEAD = "world.head"
 _META_SNAPSHOTS = "world.snapshots"
 
+# Records whose every value the kernel built or already checked (a normalized event, a guest
+# output decoded strictly and normalized, hashes, sequence numbers, stamps): encoded without a
+# validation walk. Records carrying what came from outside unnormalized (receipts, refused
+# input, operator and governance actions, fault messages) are encoded with the walk.
+_BUILT_KINDS = frozenset(
+    {
+        records.DOMAIN_EVENT,
+        records.STEP,
+        records.EFFECT_INTENT,
+        records.DELIVERY_DROPPED,
+        records.TIME,
+        records.SNAPSHOT,
+    }
+)
+
 CLOCK_WALL = "wall"
 CLOCK_MANUAL = "manual"
 
@@ -600,9 +615,10 @@ class World:
         self.logical_ns = stamp.logical_ns
         record = records.ingress_event(schema, normalized, stamp.to_value())
         seq = self.append(record)
+        event_hash = hash_bytes(self._pending.record_bytes[-1])
         self._enqueue(seq, deliveries, stamp)
         self._flush_if_full()
-        return Admitted(seq, hash_value(record), len(deliveries))
+        return Admitted(seq, event_hash, len(deliveries))
 
     def send(self, schema: str, value: Any) -> tuple[Admitted, RunReport]:
         """Ingress one event and run to idle: when this returns, the event and everything it
@@ -1034,7 +1050,7 @@ class World:
         step_input = encode_input(
             state=state,
             event_schema=message.schema,
-            event_value=cbor.encode(message.value),
+            event_value=cbor.encode_built(message.value),  # normalized when it was admitted
             key=message.key,
             ctx=self._context(message) if workflow.context is not None else None,
         )
@@ -1071,7 +1087,7 @@ class World:
             "key": message.key,
             "cell_mode": workflow.keyed,
         }
-        return cbor.encode(normalize(value, WORKFLOW_CONTEXT, BUILTIN_SCHEMAS))
+        return cbor.encode_built(normalize(value, WORKFLOW_CONTEXT, BUILTIN_SCHEMAS))
 
     def check_output(self, message: Message, result: StepResult, module: str) -> StepOutcome:
         """Everything the kernel checks about a step's output beyond the envelope: the state
@@ -1223,12 +1239,16 @@ class World:
     # Journal, flush, head checkpoint
 
     def append(self, record: dict[str, Any]) -> int:
-        self._pending.records.append(record)
+        """Journal a record (durable at the next flush); its sequence number. It is encoded
+        here, once: records the kernel built from checked parts without a validation walk."""
+        kind = record["kind"]
+        raw = cbor.encode_built(record) if kind in _BUILT_KINDS else cbor.encode(record)
+        self._pending.append_record(record, raw)
         self._head += 1
-        if record["kind"] not in FOLDABLE_KINDS:
+        if kind not in FOLDABLE_KINDS:
             self._checkpoint_due = True
         # Governance actions and snapshots change no state: a shadow stays current across them.
-        if record["kind"] not in (records.GOVERNANCE, records.SNAPSHOT):
+        if kind not in (records.GOVERNANCE, records.SNAPSHOT):
             self.state_height = self._head
         if self.on_append is not None:
             self.on_append(self._head, record)
