@@ -172,6 +172,7 @@ class _Replay:
         self.progress = progress
         self.blobs = PendingWrites(source)
         self.produced: dict[int, dict[str, Any]] = {}
+        self.produced_bytes: dict[int, bytes] = {}
         self.end = source.journal.head()
         config: Any = source.meta.get("world.config")
         self.config: dict[str, Any] = config
@@ -286,8 +287,9 @@ class _Replay:
 
     # -- the replay loop -----------------------------------------------------------------
 
-    def _capture(self, seq: int, record: dict[str, Any]) -> None:
+    def _capture(self, seq: int, record: dict[str, Any], raw: bytes) -> None:
         self.produced[seq] = record
+        self.produced_bytes[seq] = raw
 
     def replay(
         self,
@@ -408,10 +410,12 @@ class _Replay:
 
     def _compare(self, seq: int, recorded: dict[str, Any], world: World | None = None) -> None:
         produced = self.produced.pop(seq, None)
-        if produced is None:
+        raw = self.produced_bytes.pop(seq, None)
+        if produced is None or raw is None:
             raise _DivergedError(self._divergence(world, seq, recorded, None, "record_missing"))
-        # Both sides are checked values (a strict decode, a record the world appended).
-        if cbor.encode_built(produced) != cbor.encode_built(recorded):
+        # The produced record's bytes are the ones the world encoded when it appended it; the
+        # recorded one was decoded strictly, so encoding it gives its stored bytes.
+        if raw != cbor.encode_built(recorded):
             raise _DivergedError(self._divergence(world, seq, recorded, produced, "record_differs"))
 
     def _divergence(
@@ -556,6 +560,7 @@ def recover(world_dir: str | Path, *, engine: WasmEngine | None = None) -> Recov
         for candidate in candidates:
             report = ReplayReport(ok=True, start_seq=2, end_seq=replayer.end)
             replayer.produced.clear()
+            replayer.produced_bytes.clear()
             try:
                 if candidate is None:
                     world = replayer.from_genesis()

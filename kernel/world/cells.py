@@ -79,6 +79,9 @@ class CellTable:
         self._cache: OrderedDict[bytes, Cell] = OrderedDict()
         self._cache_max = cache_cells_max
         self._dirty: dict[bytes, Cell | None] = {}
+        # Dirty cells whose state bytes may not be in the CAS yet (what `store_states` writes),
+        # so a flush between checkpoints costs what it changed, not every dirty cell.
+        self._unstored: set[bytes] = set()
         self._resident_bytes = 0
         self._resident_max = resident_state_bytes_max
         # States a flush between checkpoints wrote that a later step replaced before the
@@ -147,6 +150,7 @@ class CellTable:
         data = state if state is not None else b""
         cell = Cell(key, data, hash_bytes(data), seq, failed, len(data))
         self._dirty[digest] = cell
+        self._unstored.add(digest)
         self._resident_bytes += len(data)
         if self._resident_bytes > self._resident_max:
             self._spill()
@@ -157,6 +161,7 @@ class CellTable:
         if current is None:
             empty = b""
             self._dirty[digest] = Cell(key, empty, hash_bytes(empty), seq, True, 0)
+            self._unstored.add(digest)
             return
         self._forget_resident(self._dirty.get(digest))
         self._cache.pop(digest, None)
@@ -180,8 +185,10 @@ class CellTable:
         self.root = self._index.update(self.root, changes, superseded)
         for digest, cell in self._dirty.items():
             if cell is not None:
-                self._remember(digest, cell)
+                # In the CAS now: writing it again (a failure mark) would be a second name.
+                self._remember(digest, cell if cell.stored else replace(cell, stored=True))
         self._dirty.clear()
+        self._unstored.clear()
         self._resident_bytes = 0
         return self.root
 
@@ -189,10 +196,12 @@ class CellTable:
         """Write the dirty states to the CAS without folding them into the index (a flush
         between checkpoints: the journal names them, the index does not yet). The cells stay
         dirty; a state replaced before the next checkpoint is reported as superseded."""
-        for digest, cell in self._dirty.items():
+        for digest in sorted(self._unstored):
+            cell = self._dirty.get(digest)
             if cell is not None and cell.state is not None and not cell.stored:
                 self._blobs.put(cell.state)
                 self._dirty[digest] = replace(cell, stored=True)
+        self._unstored.clear()
 
     def put_stored(self, key: bytes | None, state_hash: Hash, size_bytes: int, seq: int) -> None:
         """Stage a state that is in the CAS already (rebuilding the head from the journal)."""

@@ -294,8 +294,9 @@ class World:
         # Called after every step with the message, the exact input envelope, and the checked
         # outcome or the fault (a governance shadow runs the proposed module beside it).
         self.on_step: Callable[[Message, bytes, Any], None] | None = None
-        # Called with every record as it is appended (a replay compares them as they come).
-        self.on_append: Callable[[int, dict[str, Any]], None] | None = None
+        # Called with every record as it is appended, with its canonical bytes (a replay
+        # compares them as they come).
+        self.on_append: Callable[[int, dict[str, Any], bytes], None] | None = None
         # Where a step's reads look after this world's own CAS: a replay's or a shadow's
         # scratch world reads the audited world's blobs (deployed definitions, say) here.
         self.blob_source: Callable[[Hash], bytes | None] | None = None
@@ -1251,7 +1252,7 @@ class World:
         if kind not in (records.GOVERNANCE, records.SNAPSHOT):
             self.state_height = self._head
         if self.on_append is not None:
-            self.on_append(self._head, record)
+            self.on_append(self._head, record, raw)
         return self._head
 
     def _flush_if_full(self) -> None:

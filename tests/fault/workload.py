@@ -163,7 +163,7 @@ def install_hooks(world: World, killer: Killer, context: KillContext) -> None:
     world.flush = hooked_flush  # type: ignore[method-assign]
     world.snapshot = hooked_snapshot  # type: ignore[method-assign]
     world.step_next = hooked_step_next  # type: ignore[method-assign]
-    world.on_append = lambda seq, record: context.appended.append((seq, record))
+    world.on_append = lambda seq, record, _: context.appended.append((seq, record))
 
 
 class Workload:
