@@ -18,6 +18,7 @@ import pstats
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.bench_world import (
     COUNTER_C,
@@ -57,6 +58,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1, help="events per run_to_idle")
     parser.add_argument("--events", type=int, default=EVENTS_DEFAULT)
     parser.add_argument("--top", type=int, default=TOP_DEFAULT)
+    parser.add_argument("--callers", action="store_true", help="who calls encode/decode")
     args = parser.parse_args()
     if args.events % args.batch:
         parser.error("--events must be a multiple of --batch")
@@ -64,7 +66,28 @@ def main() -> int:
     stats = pstats.Stats(profiler, stream=sys.stdout)
     stats.sort_stats("cumulative").print_stats(args.top)
     stats.sort_stats("tottime").print_stats(args.top)
+    print_cbor_counts(stats, args.events)
+    if args.callers:
+        stats.print_callers(r"cbor.py.*\((encode|encode_built|decode)\)")
     return 0
+
+
+CBOR_COUNTED = ("encode", "encode_built", "decode")
+
+
+def print_cbor_counts(stats: pstats.Stats, events: int) -> None:
+    """Canonical CBOR work per event: validated encodes, kernel-built encodes (no validation
+    walk), strict decodes, and cbor2's own dumps/loads calls under all of them."""
+    counts = dict.fromkeys(CBOR_COUNTED, 0)
+    raw = {"dumps": 0, "loads": 0}
+    table: Any = stats.stats  # type: ignore[attr-defined]
+    for (filename, _, name), (_, calls, *_) in table.items():
+        if filename.endswith("kernel/cbor.py") and name in counts:
+            counts[name] += calls
+        elif "cbor2" in name and name.split(".")[-1].rstrip(">") in raw:
+            raw[name.split(".")[-1].rstrip(">")] += calls
+    shown = ", ".join(f"{name} {count / events:.1f}" for name, count in counts.items())
+    print(f"CBOR per event: {shown}; cbor2 dumps {raw['dumps'] / events:.1f}")
 
 
 if __name__ == "__main__":

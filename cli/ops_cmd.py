@@ -37,7 +37,7 @@ from aos.kernel.cbor import from_json, to_json
 from aos.kernel.world import records
 from aos.kernel.world.errors import IntentNotOpenError
 from aos.kernel.world.explain import EXPLAIN_RECORDS_MAX, Explanation, explain
-from aos.kernel.world.intents import intent_view
+from aos.kernel.world.intent_view import intent_view
 from aos.kernel.world.operations import (
     CELL_RESET,
     CELL_RETRY,

@@ -129,6 +129,14 @@ def encode(
     return SELF_DESCRIBE_PREFIX + body if self_describe else body
 
 
+def encode_built(value: Any) -> bytes:
+    """The canonical stored form of a value the kernel built from parts already checked (a
+    journal record around a normalized event, a step's context): no validation walk. Values
+    from outside go through `encode` (or `decode`) once, at the boundary; using this for
+    anything else could store bytes a strict reader refuses."""
+    return SELF_DESCRIBE_PREFIX + cbor2.dumps(value, canonical=True)
+
+
 # Types that need no check beyond their type (ints are range checked).
 _LEAVES = frozenset({type(None), bool, str, bytes, float})
 _DECODED_LEAVES = frozenset({type(None), bool, str, bytes, float, int})

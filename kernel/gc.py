@@ -1,6 +1,7 @@
 """Garbage collection of a world's CAS.
 
-Roots are the head checkpoint, the retained snapshots, and every manifest the journal names.
+Roots are the head checkpoint, the states the journal tail after it names, the retained
+snapshots, and every manifest the journal names.
 From a checkpoint or snapshot the walk reaches its manifest, each CellIndex root, every index
 node and every cell state; from a manifest, its definitions and module binaries. Everything
 else (superseded checkpoints, index nodes and states of older heads) is garbage. A dry run is
@@ -88,10 +89,17 @@ def _reachable(store: Store, snapshots: list[Hash]) -> set[Hash]:
     heads = [Hash(str(store.meta.get("world.head"))), *snapshots]
     for head in heads:
         _mark_head(store, head, live)
-    for _, record in store.journal.read(1):
+    head_height = int(_get(store, heads[0])["height"])
+    for seq, record in store.journal.read(1):
         if not isinstance(record, dict):
             continue
-        if record.get("kind") == records.MANIFEST:
+        if seq > head_height and record.get("kind") == records.STEP and record.get("state"):
+            # The journal tail after the head checkpoint names states no index holds yet
+            # (spec/05 §1.1): they are roots until the next checkpoint.
+            state = Hash(str(record["state"]))
+            if store.cas.has(state):
+                live.add(state)
+        elif record.get("kind") == records.MANIFEST:
             _mark_manifest(store, Hash(str(record["manifest"])), live)
         elif record.get("kind") == records.GOVERNANCE:
             # Governance history must stay replayable: proposals keep their patch and their

@@ -250,7 +250,7 @@ def propose(
 ) -> str:
     """Journal a proposal; returns its id (the hash of the patch). `blobs` carries the WASM
     bytes of modules the patch adds, stored with the proposal."""
-    world._require_open()
+    world.require_open()
     proposal = str(hash_value(patch_value))
     if expected_hash is not None and proposal != expected_hash:
         raise GovPatchTamperedError(f"the patch hashes to {proposal}, not {expected_hash}")
@@ -271,7 +271,7 @@ def propose(
     ):
         raise GovTooManyProposalsError(f"{proposals_open_max} proposals are open")
     for data in (blobs or {}).values():
-        world._pending.put(data)
+        world.blobs.put(data)
     loaded = apply_patch(
         world.runtime.loaded.manifest,
         world.runtime.loaded.definitions,
@@ -280,16 +280,16 @@ def propose(
     )
     for module in (d for d in loaded.definitions.values() if isinstance(d, DefModule)):
         assert module.artifact.hash_ is not None
-        if not world._pending.has(Hash(module.artifact.hash_)):
+        if not world.blobs.has(Hash(module.artifact.hash_)):
             raise GovPatchInvalidError(
                 f"module {module.name}'s binary {module.artifact.hash_} is not stored"
             )
     for definition in loaded.definitions.values():
-        world._pending.put_value(canonical_form(definition))
-    world._pending.put_value(canonical_form(loaded.manifest))
-    world._pending.put_value(patch_value)
-    stamp = world._stamp()
-    world._append(
+        world.blobs.put_value(canonical_form(definition))
+    world.blobs.put_value(canonical_form(loaded.manifest))
+    world.blobs.put_value(patch_value)
+    stamp = world.next_stamp()
+    world.append(
         records.governance(
             "proposed",
             proposal,
@@ -307,7 +307,7 @@ def propose(
         "shadow": None,
         "decision": None,
     }
-    world._flush()
+    world.flush()
     return proposal
 
 
@@ -316,7 +316,7 @@ def record_shadow(world: World, proposal: str, report: ShadowReport) -> None:
     entry = _proposal(world, proposal)
     if entry["status"] in ("applied", "rejected"):
         raise GovAlreadyDecidedError(f"{proposal} is {entry['status']}")
-    report_hash = str(world._pending.put_value(report.to_value()))
+    report_hash = str(world.blobs.put_value(report.to_value()))
     record_shadow_raw(world, proposal, report.state_height, report_hash, report.summary())
 
 
@@ -327,8 +327,8 @@ def record_shadow_raw(
     entry = _proposal(world, proposal)
     if entry["status"] in ("applied", "rejected"):
         raise GovAlreadyDecidedError(f"{proposal} is {entry['status']}")
-    stamp = world._stamp()
-    world._append(
+    stamp = world.next_stamp()
+    world.append(
         records.governance(
             "shadowed",
             proposal,
@@ -341,7 +341,7 @@ def record_shadow_raw(
     entry["shadow"] = {"state_height": state_height, "report": report_hash}
     if entry["status"] == "proposed":
         entry["status"] = "shadowed"
-    world._flush()
+    world.flush()
 
 
 def decide(world: World, proposal: str, *, approve: bool, approver: str, reason: str) -> None:
@@ -351,13 +351,13 @@ def decide(world: World, proposal: str, *, approve: bool, approver: str, reason:
     if not approver.strip():
         raise GovApproverRequiredError("an approver name is required")
     action = "approved" if approve else "rejected"
-    stamp = world._stamp()
-    world._append(
+    stamp = world.next_stamp()
+    world.append(
         records.governance(action, proposal, stamp.to_value(), approver=approver, reason=reason)
     )
     entry["decision"] = {"action": action, "approver": approver, "reason": reason}
     entry["status"] = action
-    world._flush()
+    world.flush()
 
 
 def blockers(world: World) -> list[str]:
@@ -391,18 +391,18 @@ def apply(world: World, proposal: str) -> str:
     blocking = blockers(world)
     if blocking:
         raise GovNotQuiescentError(f"{len(blocking)} things block apply", blockers=blocking)
-    stamp = world._stamp()
-    world._append(
+    stamp = world.next_stamp()
+    world.append(
         records.governance("applied", proposal, stamp.to_value(), manifest=entry["manifest"])
     )
     entry["status"] = "applied"
-    world._switch_manifest(Hash(entry["manifest"]))
-    world._flush()
+    world.switch_manifest(Hash(entry["manifest"]))
+    world.flush()
     return str(entry["manifest"])
 
 
 def _proposal(world: World, proposal: str) -> dict[str, Any]:
-    world._require_open()
+    world.require_open()
     entry = world.proposals.get(proposal)
     if entry is None:
         raise GovUnknownProposalError(f"no proposal {proposal}")
@@ -412,7 +412,7 @@ def _proposal(world: World, proposal: str) -> dict[str, Any]:
 def _stored_definition(world: World, name: str, hash_: Hash) -> AnyDefinition:
     from aos.kernel.air.model import DEF_MODELS
 
-    value: Any = world._pending.get_value(hash_)
+    value: Any = world.blobs.get_value(hash_)
     definition: Any = DEF_MODELS[value["$kind"]].model_validate(value)
     if definition.name != name:
         raise GovPatchInvalidError(f"{hash_} is {definition.name}, not {name}")

@@ -33,13 +33,14 @@ from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import records
 from aos.kernel.world.errors import WorldCorruptError, WorldMissingError
+from aos.kernel.world.intents import cancelled_key
 from aos.kernel.world.operations import Operation
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import stored_definitions
 from aos.kernel.world.stamps import Stamp
-from aos.kernel.world.world import World, cancelled_key
+from aos.kernel.world.world import World, head_at_end
 
 SCRATCH_FLUSH_RECORDS_DEFAULT = 2_000
 
@@ -171,6 +172,7 @@ class _Replay:
         self.progress = progress
         self.blobs = PendingWrites(source)
         self.produced: dict[int, dict[str, Any]] = {}
+        self.produced_bytes: dict[int, bytes] = {}
         self.end = source.journal.head()
         config: Any = source.meta.get("world.config")
         self.config: dict[str, Any] = config
@@ -178,16 +180,16 @@ class _Replay:
     # -- setting up the scratch world ----------------------------------------------------
 
     def run(self, from_seq: int | None, from_snapshot: str | None) -> ReplayReport:
-        snapshot = self._choose_snapshot(from_seq, from_snapshot)
+        snapshot = self.choose_snapshot(from_seq, from_snapshot)
         report = ReplayReport(ok=True, start_seq=2, end_seq=self.end)
         try:
             if snapshot is None:
-                world = self._from_genesis()
+                world = self.from_genesis()
             else:
-                world = self._from_snapshot(*snapshot)
+                world = self.from_snapshot(*snapshot)
                 report.start_seq = snapshot[0] + 1
                 report.snapshot = str(snapshot[1])
-            self._replay(world, report)
+            self.replay(world, report)
         except _DivergedError as diverged:
             report.ok = False
             report.divergence = diverged.divergence
@@ -201,7 +203,7 @@ class _Replay:
             )
         return report
 
-    def _choose_snapshot(
+    def choose_snapshot(
         self, from_seq: int | None, from_snapshot: str | None
     ) -> tuple[int, Hash] | None:
         known = _snapshot_records(self.source)
@@ -215,7 +217,7 @@ class _Replay:
             return before[-1] if before else None
         return None
 
-    def _loaded(self, manifest_hash: str) -> LoadedManifest:
+    def loaded(self, manifest_hash: str) -> LoadedManifest:
         try:
             manifest = Manifest.model_validate(self.blobs.get_value(Hash(manifest_hash)))
             return assemble_manifest(manifest, stored_definitions(manifest, self.blobs))
@@ -232,10 +234,10 @@ class _Replay:
         """A blob the replayed steps read (spec/08 §4.1) comes from the audited store."""
         return self.source.cas.get(hash_) if self.source.cas.has(hash_) else None
 
-    def _from_genesis(self) -> World:
+    def from_genesis(self) -> World:
         genesis: Any = next(iter(self.source.journal.read(1, 1)))[1]
         store = self._store(0)
-        world = self._scratch(store, self._loaded(str(genesis["manifest"])))
+        world = self._scratch(store, self.loaded(str(genesis["manifest"])))
         world.replay_genesis(Stamp.from_value(genesis["stamp"]), self.source.cas.get)
         self._compare(1, genesis)
         if world.world_id != self.config["id"]:
@@ -244,7 +246,7 @@ class _Replay:
             )
         return world
 
-    def _from_snapshot(self, seq: int, snapshot_hash: Hash) -> World:
+    def from_snapshot(self, seq: int, snapshot_hash: Hash) -> World:
         content: Any = self.source.cas.get_value(snapshot_hash)
         for root in content["roots"].values():
             if not self.source.cas.has(Hash(root)):
@@ -252,11 +254,11 @@ class _Replay:
                     f"snapshot {snapshot_hash} (seq {seq}) names a missing index root {root}"
                 )
         store = self._store(seq)
-        world = self._scratch(store, self._loaded(str(content["manifest"])))
+        world = self._scratch(store, self.loaded(str(content["manifest"])))
         # The snapshot describes the world at `height`; its own record follows it.
         world.replay_restore({**content, "height": seq}, str(self.config["id"]))
         world.snapshots = [(s, h) for s, h in _snapshot_records(self.source) if s <= seq]
-        world.cancelled_source = lambda intent: self._cancelled_before(intent, seq)
+        world.intents.cancelled_source = lambda intent: self._cancelled_before(intent, seq)
         return world
 
     def _cancelled_before(self, intent: str, seq: int) -> int | None:
@@ -285,10 +287,11 @@ class _Replay:
 
     # -- the replay loop -----------------------------------------------------------------
 
-    def _capture(self, seq: int, record: dict[str, Any]) -> None:
+    def _capture(self, seq: int, record: dict[str, Any], raw: bytes) -> None:
         self.produced[seq] = record
+        self.produced_bytes[seq] = raw
 
-    def _replay(
+    def replay(
         self,
         world: World,
         report: ReplayReport,
@@ -316,7 +319,7 @@ class _Replay:
             self._compare(seq, recorded, world)
             since_flush += 1
             if since_flush >= SCRATCH_FLUSH_RECORDS_DEFAULT:
-                world._flush()  # bound the scratch world's pending (unmaterialized) memory
+                world.flush()  # bound the scratch world's pending (unmaterialized) memory
                 since_flush = 0
             if self.progress is not None:
                 self.progress(seq, self.end)
@@ -343,7 +346,7 @@ class _Replay:
         """Give the scratch world the recorded input with its recorded stamp."""
         kind = recorded["kind"]
         stamp = Stamp.from_value(recorded["stamp"])
-        world._forced_stamp = stamp
+        world.force_stamp(stamp)
         try:
             if kind in (records.DOMAIN_EVENT, records.INGRESS_REJECTED):
                 world.ingress(recorded["schema"], recorded["value"])
@@ -352,16 +355,16 @@ class _Replay:
             elif kind == records.RECEIPT_REJECTED:
                 # Kept as a digest (or, in older journals, whole or not at all): a refusal
                 # changed nothing but this record, which stands.
-                world._forced_stamp = None
-                world._append(recorded)
+                world.force_stamp(None)
+                world.append(recorded)
             elif kind == records.TIME:
-                world._time_input(stamp)
+                world.time_input(stamp)
             elif kind == records.GOVERNANCE:
                 self._feed_governance(world, recorded)
             elif kind == records.OPERATION:
                 world.operate(Operation.parse(recorded))
             else:
-                world._forced_stamp = None
+                world.force_stamp(None)
                 raise _DivergedError(
                     Divergence(seq, "input_refused", kind, message=f"cannot replay a {kind} input")
                 )
@@ -380,7 +383,7 @@ class _Replay:
                 )
             ) from None
         finally:
-            world._forced_stamp = None
+            world.force_stamp(None)
 
     def _feed_governance(self, world: World, recorded: dict[str, Any]) -> None:
         from aos.kernel import governance  # governance builds on the world, like replay
@@ -405,9 +408,12 @@ class _Replay:
 
     def _compare(self, seq: int, recorded: dict[str, Any], world: World | None = None) -> None:
         produced = self.produced.pop(seq, None)
-        if produced is None:
+        raw = self.produced_bytes.pop(seq, None)
+        if produced is None or raw is None:
             raise _DivergedError(self._divergence(world, seq, recorded, None, "record_missing"))
-        if cbor.encode(produced) != cbor.encode(recorded):
+        # The produced record's bytes are the ones the world encoded when it appended it; the
+        # recorded one was decoded strictly, so encoding it gives its stored bytes.
+        if raw != cbor.encode_built(recorded):
             raise _DivergedError(self._divergence(world, seq, recorded, produced, "record_differs"))
 
     def _divergence(
@@ -454,9 +460,9 @@ class _Replay:
         )
 
     def _compare_head(self, world: World) -> None:
-        world._flush()
+        world.checkpoint()
         found: Any = world.store.cas.get_value(Hash(str(world.store.meta.get("world.head"))))
-        recorded: Any = self.source.cas.get_value(Hash(str(self.source.meta.get("world.head"))))
+        recorded: Any = head_at_end(self.source, self.engine)
         if hash_value(found) != hash_value(recorded):
             fields = sorted(
                 str(k)
@@ -498,7 +504,7 @@ def state_after(source: Store, seq: int, *, engine: WasmEngine, records_max: int
     with tempfile.TemporaryDirectory() as scratch:
         replayer = _Replay(source, engine, None, spill_dir=Path(scratch))
         try:
-            snapshot = replayer._choose_snapshot(seq, None)
+            snapshot = replayer.choose_snapshot(seq, None)
             start = snapshot[0] + 1 if snapshot is not None else 2
             if seq - start + 1 > records_max:
                 raise ReplayTooLongError(
@@ -509,10 +515,10 @@ def state_after(source: Store, seq: int, *, engine: WasmEngine, records_max: int
                 )
             replayer.end = seq
             world = (
-                replayer._from_genesis() if snapshot is None else replayer._from_snapshot(*snapshot)
+                replayer.from_genesis() if snapshot is None else replayer.from_snapshot(*snapshot)
             )
             report = ReplayReport(ok=True, start_seq=start, end_seq=seq)
-            replayer._replay(world, report, compare_head=False, partial=True)
+            replayer.replay(world, report, compare_head=False, partial=True)
             workflow, key_bytes = str(found["workflow"]), found["key"]
             info = world.cell_info(workflow, key_bytes)
             key = cbor.decode(key_bytes) if key_bytes else None
@@ -552,13 +558,14 @@ def recover(world_dir: str | Path, *, engine: WasmEngine | None = None) -> Recov
         for candidate in candidates:
             report = ReplayReport(ok=True, start_seq=2, end_seq=replayer.end)
             replayer.produced.clear()
+            replayer.produced_bytes.clear()
             try:
                 if candidate is None:
-                    world = replayer._from_genesis()
+                    world = replayer.from_genesis()
                 else:
-                    world = replayer._from_snapshot(*candidate)
+                    world = replayer.from_snapshot(*candidate)
                     report.start_seq = candidate[0] + 1
-                replayer._replay(world, report, compare_head=False)
+                replayer.replay(world, report, compare_head=False)
             except (WorldCorruptError, StoreError) as error:
                 skipped.append(f"{'genesis' if candidate is None else candidate[1]}: {error}")
                 continue
@@ -567,7 +574,7 @@ def recover(world_dir: str | Path, *, engine: WasmEngine | None = None) -> Recov
                     f"the journal does not replay: {diverged.divergence.message}",
                     seq=diverged.divergence.seq,
                 ) from None
-            world._flush()
+            world.checkpoint()
             scratch = world.store
             assert isinstance(scratch, MemoryStore)
             blobs = dict(scratch.cas.blobs)

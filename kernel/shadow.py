@@ -28,14 +28,13 @@ from aos.kernel.governance import (
     GovUnknownProposalError,
     ShadowReport,
 )
-from aos.kernel.hashing import Hash
 from aos.kernel.replay import ReplayReport, _DivergedError, _Replay
 from aos.kernel.store import open_store
 from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.wasm import StepFault, WasmEngine
 from aos.kernel.world.errors import WorldMissingError
 from aos.kernel.world.scheduler import Message
-from aos.kernel.world.world import StepOutcome, World
+from aos.kernel.world.world import StepOutcome, World, head_at_end
 
 
 def shadow(
@@ -55,14 +54,14 @@ def shadow(
         source.consistent(),
         tempfile.TemporaryDirectory() as scratch,
     ):
-        head: Any = source.cas.get_value(Hash(str(source.meta.get("world.head"))))
+        head: Any = head_at_end(source, engine)
         entry = head.get("proposals", {}).get(proposal)
         if entry is None:
             raise GovUnknownProposalError(f"no proposal {proposal}")
         replayer = _Replay(source, engine, progress, spill_dir=Path(scratch))
-        old = replayer._loaded(str(head["manifest"]))
-        new = replayer._loaded(str(entry["manifest"]))
-        live = replayer._from_genesis()
+        old = replayer.loaded(str(head["manifest"]))
+        new = replayer.loaded(str(entry["manifest"]))
+        live = replayer.from_genesis()
         beside = World.scratch(
             MemoryStore(fallback_cas=source.cas), new, engine=engine, clock=live.clock
         )
@@ -70,7 +69,7 @@ def shadow(
         runner = _Beside(beside, report)
         live.on_step = runner.on_step
         try:
-            replayer._replay(
+            replayer.replay(
                 live, ReplayReport(ok=True, start_seq=2, end_seq=replayer.end), compare_head=False
             )
         except _DivergedError as diverged:
@@ -140,7 +139,7 @@ class _Beside:
             result = runner.step(
                 cbor.encode(envelope), seq=message.seq, read_blob=self.beside.read_blob
             )
-            return self.beside._check_output(message, result, runner.module_hash)
+            return self.beside.check_output(message, result, runner.module_hash)
         except StepFault as fault:
             return fault
 

@@ -25,6 +25,9 @@ from tests.test_world import COUNTER, EVENT, create, inc, reopen
 from tests.test_world import reset as reset_event
 
 NO_SNAPSHOTS = WorldLimits(snapshot_every_records=None)
+# Reclaiming superseded index nodes and heads needs heads to supersede: these tests checkpoint
+# at every flush (tests/test_world_tail.py covers the flushes between checkpoints).
+EVERY_FLUSH = WorldLimits(snapshot_every_records=None, checkpoint_every_records=1)
 
 
 def _grow(world: Any, rounds: int, *, keys: int = 60, per_round: int = 40) -> None:
@@ -283,11 +286,13 @@ def test_a_node_written_and_superseded_within_one_flush_never_reaches_the_store(
 
 def test_flushes_leave_almost_no_garbage_and_replay_still_verifies(tmp_path: Path) -> None:
     kept = tmp_path / "kept"
-    off = WorldLimits(snapshot_every_records=None, reclaim_superseded=False)
+    off = WorldLimits(
+        snapshot_every_records=None, reclaim_superseded=False, checkpoint_every_records=1
+    )
     with create(kept, limits=off) as world:
         _grow(world, 25)
     reclaimed = tmp_path / "reclaimed"
-    with create(reclaimed, limits=NO_SNAPSHOTS) as world:
+    with create(reclaimed, limits=EVERY_FLUSH) as world:
         _grow(world, 25)
         assert world.reclaimed_objects > 0
     without, with_ = gc.collect(kept), gc.collect(reclaimed)
@@ -298,11 +303,11 @@ def test_flushes_leave_almost_no_garbage_and_replay_still_verifies(tmp_path: Pat
 
 def test_marks_survive_a_reopen_and_reclaiming_goes_on(tmp_path: Path) -> None:
     path = tmp_path / "w"
-    with create(path, limits=NO_SNAPSHOTS) as world:
+    with create(path, limits=EVERY_FLUSH) as world:
         _grow(world, 5)
         marked = world.store.cas.marks_count()
     assert marked > 0
-    with reopen(path, limits=NO_SNAPSHOTS) as world:
+    with reopen(path, limits=EVERY_FLUSH) as world:
         assert world.store.cas.marks_count() == marked
         _grow(world, 10)
         assert world.reclaimed_objects > 0
@@ -313,7 +318,7 @@ def test_marks_survive_a_reopen_and_reclaiming_goes_on(tmp_path: Path) -> None:
 
 def test_a_snapshot_keeps_what_it_names_and_replays_from_it(tmp_path: Path) -> None:
     path = tmp_path / "w"
-    with create(path, limits=NO_SNAPSHOTS) as world:
+    with create(path, limits=EVERY_FLUSH) as world:
         _grow(world, 5)
         seq, snapshot = world.snapshot()
         content = world.store.cas.get_value(snapshot)

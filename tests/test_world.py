@@ -491,6 +491,7 @@ def test_unknown_workflows_are_refused_and_never_checkpointed(world: World) -> N
         with pytest.raises(WorkflowUnknownError):
             query()
     world.send(EVENT, inc("a"))
+    world.checkpoint()
     head = world.store.cas.get_value(world.store.meta.get("world.head"))  # type: ignore[arg-type]
     assert list(head["roots"]) == [COUNTER]  # type: ignore[index,call-overload]
 

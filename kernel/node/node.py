@@ -46,7 +46,7 @@ from aos.kernel.node.progress import (
 from aos.kernel.node.shadow_worker import ShadowUnavailableError, run_shadow
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
-from aos.kernel.world.intents import intent_view
+from aos.kernel.world.intent_view import intent_view
 from aos.kernel.world.operations import Operation
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError

@@ -57,9 +57,19 @@ class PendingBatch:
         """Add records; return the first and last sequence numbers they will have."""
         if isinstance(records, (str, bytes, dict)) or not isinstance(records, Sequence):
             raise StoreUsageError("journal_append takes a list of records")
-        if not records:
+        self._check_room(len(records))
+        return self._extend([codec.encode_record(record, self._limits) for record in records])
+
+    def journal_append_encoded(self, records: Sequence[tuple[object, bytes]]) -> tuple[int, int]:
+        """Add records the caller encoded already, as (value, canonical bytes) pairs: the
+        bytes are stored as they are (sizes are checked, the encoding is not)."""
+        self._check_room(len(records))
+        return self._extend([codec.check_record_size(raw, self._limits) for _, raw in records])
+
+    def _check_room(self, added: int) -> None:
+        if not added:
             raise StoreUsageError("journal_append needs at least one record")
-        count = len(self.journal) + len(records)
+        count = len(self.journal) + added
         if count > self._limits.batch_records_max:
             raise StoreBatchTooLargeError(
                 f"a batch of {count} journal records; the limit is "
@@ -69,7 +79,8 @@ class PendingBatch:
                 size_records=count,
             )
         codec.check_seq_room(self.head_before, count)
-        encoded = [codec.encode_record(record, self._limits) for record in records]
+
+    def _extend(self, encoded: list[bytes]) -> tuple[int, int]:
         self._count_bytes(sum(len(raw) for raw in encoded))
         first = self.last_seq + 1
         self.journal.extend(encoded)

@@ -51,7 +51,11 @@ def check_seq_room(head: int, count: int) -> None:
 
 def encode_record(record: object, limits: StoreLimits) -> bytes:
     """Canonical bytes of a journal record, within `record_bytes_max`."""
-    raw = cbor.encode(record)
+    return check_record_size(cbor.encode(record), limits)
+
+
+def check_record_size(raw: bytes, limits: StoreLimits) -> bytes:
+    """An encoded journal record, refused above `record_bytes_max`."""
     if len(raw) > limits.record_bytes_max:
         raise StoreRecordTooLargeError(
             f"journal record is {len(raw)} bytes; the limit is {limits.record_bytes_max}",

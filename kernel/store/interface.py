@@ -129,6 +129,13 @@ class Batch(Protocol):
         """Add records; return the sequence numbers they will have once committed."""
         ...
 
+    def journal_append_encoded(self, records: Sequence[tuple[object, bytes]]) -> tuple[int, int]:
+        """Add records the kernel encoded already, as (value, canonical bytes) pairs, so that a
+        backend storing bytes stores these instead of encoding again. The caller vouches that
+        the bytes are `cbor.encode(value)`; the record size limit still applies. A backend
+        without its own way does what `journal_append` of the values does."""
+        return self.journal_append([value for value, _ in records])
+
     def cas_put(self, data: bytes) -> Hash:
         """Add a blob; return its hash."""
         ...

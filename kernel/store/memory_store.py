@@ -30,8 +30,11 @@ class _Journal:
         self.records: list[bytes] = []
 
     def append(self, records: Sequence[object]) -> tuple[int, int]:
+        return self.append_encoded([cbor.encode(r) for r in records])
+
+    def append_encoded(self, encoded: Sequence[bytes]) -> tuple[int, int]:
         first = self.head() + 1
-        self.records.extend(cbor.encode(r) for r in records)
+        self.records.extend(encoded)
         return first, self.head()
 
     def read(
@@ -183,7 +186,7 @@ class _Meta:
 class _Batch:
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
-        self.records: list[object] = []
+        self.records: list[bytes] = []  # encoded: what the journal keeps
         self.blobs: list[bytes] = []
         self.deletes: list[Hash | str] = []
         self.meta: dict[str, object] = {}
@@ -193,11 +196,17 @@ class _Batch:
         self.clear_marks = False
 
     def journal_append(self, records: Sequence[object]) -> tuple[int, int]:
-        for record in records:
-            cbor.encode(record)  # refuse what the durable store would refuse, before commit
+        # Encoded now: what the durable store would refuse is refused before commit.
+        return self._extend([cbor.encode(record) for record in records])
+
+    def journal_append_encoded(self, records: Sequence[tuple[object, bytes]]) -> tuple[int, int]:
+        """The caller's bytes are kept as they are (the kernel encoded each record once)."""
+        return self._extend([raw for _, raw in records])
+
+    def _extend(self, encoded: list[bytes]) -> tuple[int, int]:
         first = self._store.journal.head() + len(self.records) + 1
-        self.records.extend(records)
-        return first, first + len(records) - 1
+        self.records.extend(encoded)
+        return first, first + len(encoded) - 1
 
     def cas_put(self, data: bytes) -> Hash:
         self.blobs.append(bytes(data))
@@ -277,7 +286,7 @@ class MemoryStore:
     def batch(self) -> Iterator[_Batch]:
         batch = _Batch(self)
         yield batch
-        self._journal.append(batch.records)
+        self._journal.append_encoded(batch.records)
         for data in batch.blobs:
             self._cas.put(data)
         if batch.clear_marks:

@@ -50,6 +50,9 @@ class Cell:
     # The state's length, carried so the index entry is the same whether the bytes are in
     # memory, spilled, or read back from the index (roots depend on it).
     size_bytes: int = 0
+    # The state bytes are in the CAS already (written young by a flush between checkpoints):
+    # materializing must not write them again, which would count as a second name.
+    stored: bool = False
 
 
 # The cell of an unkeyed workflow has this key in the index, so keyed and unkeyed workflows
@@ -68,6 +71,7 @@ class CellTable:
         *,
         cache_cells_max: int = CACHE_CELLS_MAX_DEFAULT,
         resident_state_bytes_max: int = RESIDENT_STATE_BYTES_MAX_DEFAULT,
+        superseded: set[Hash] | None = None,
     ) -> None:
         self._blobs = blobs
         self._index = index
@@ -75,8 +79,14 @@ class CellTable:
         self._cache: OrderedDict[bytes, Cell] = OrderedDict()
         self._cache_max = cache_cells_max
         self._dirty: dict[bytes, Cell | None] = {}
+        # Dirty cells whose state bytes may not be in the CAS yet (what `store_states` writes),
+        # so a flush between checkpoints costs what it changed, not every dirty cell.
+        self._unstored: set[bytes] = set()
         self._resident_bytes = 0
         self._resident_max = resident_state_bytes_max
+        # States a flush between checkpoints wrote that a later step replaced before the
+        # index named them (the world reclaims them at its next flush; None: not reclaiming).
+        self._superseded = superseded
 
     # -- reads --------------------------------------------------------------------------
 
@@ -130,13 +140,17 @@ class CellTable:
         """Stage the state a step produced (None deletes the cell)."""
         digest = key_hash(key if key is not None else UNKEYED)
         self._cache.pop(digest, None)
-        self._forget_resident(self._dirty.get(digest))
+        previous = self._dirty.get(digest)
+        self._forget_resident(previous)
+        if previous is not None and previous.stored and self._superseded is not None:
+            self._superseded.add(previous.state_hash)
         if state is None and not failed:
             self._dirty[digest] = None
             return
         data = state if state is not None else b""
         cell = Cell(key, data, hash_bytes(data), seq, failed, len(data))
         self._dirty[digest] = cell
+        self._unstored.add(digest)
         self._resident_bytes += len(data)
         if self._resident_bytes > self._resident_max:
             self._spill()
@@ -147,6 +161,7 @@ class CellTable:
         if current is None:
             empty = b""
             self._dirty[digest] = Cell(key, empty, hash_bytes(empty), seq, True, 0)
+            self._unstored.add(digest)
             return
         self._forget_resident(self._dirty.get(digest))
         self._cache.pop(digest, None)
@@ -164,22 +179,43 @@ class CellTable:
             if cell is None:
                 changes[digest] = None
                 continue
-            if cell.state is not None:
+            if cell.state is not None and not cell.stored:
                 self._blobs.put(cell.state)
             changes[digest] = _entry_from_cell(cell)
         self.root = self._index.update(self.root, changes, superseded)
         for digest, cell in self._dirty.items():
             if cell is not None:
-                self._remember(digest, cell)
+                # In the CAS now: writing it again (a failure mark) would be a second name.
+                self._remember(digest, cell if cell.stored else replace(cell, stored=True))
         self._dirty.clear()
+        self._unstored.clear()
         self._resident_bytes = 0
         return self.root
+
+    def store_states(self) -> None:
+        """Write the dirty states to the CAS without folding them into the index (a flush
+        between checkpoints: the journal names them, the index does not yet). The cells stay
+        dirty; a state replaced before the next checkpoint is reported as superseded."""
+        for digest in sorted(self._unstored):
+            cell = self._dirty.get(digest)
+            if cell is not None and cell.state is not None and not cell.stored:
+                self._blobs.put(cell.state)
+                self._dirty[digest] = replace(cell, stored=True)
+        self._unstored.clear()
+
+    def put_stored(self, key: bytes | None, state_hash: Hash, size_bytes: int, seq: int) -> None:
+        """Stage a state that is in the CAS already (rebuilding the head from the journal)."""
+        digest = key_hash(key if key is not None else UNKEYED)
+        self._cache.pop(digest, None)
+        self._forget_resident(self._dirty.get(digest))
+        self._dirty[digest] = Cell(key, None, state_hash, seq, False, size_bytes, True)
 
     def _spill(self) -> None:
         for digest, cell in list(self._dirty.items()):
             if cell is not None and cell.state is not None:
-                self._blobs.put(cell.state)
-                self._dirty[digest] = replace(cell, state=None)
+                if not cell.stored:
+                    self._blobs.put(cell.state)
+                self._dirty[digest] = replace(cell, state=None, stored=True)
         self._resident_bytes = 0
 
     def _forget_resident(self, cell: Cell | None) -> None:

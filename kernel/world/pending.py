@@ -44,6 +44,8 @@ class PendingWrites:
         self._store = store
         self.blobs: dict[Hash, bytes] = {}
         self.records: list[dict[str, Any]] = []
+        # Each record's canonical bytes, encoded once when it was appended (`append_record`).
+        self.record_bytes: list[bytes] = []
         self.meta: dict[str, Any] = {}
         self.reclaim = ReclaimStats()
         self._young = False
@@ -87,6 +89,11 @@ class PendingWrites:
     def get(self, hash_: Hash) -> bytes:
         data = self.blobs.get(hash_)
         return data if data is not None else self._store.cas.get(hash_)
+
+    def append_record(self, record: dict[str, Any], raw: bytes) -> None:
+        """Queue a journal record with its canonical bytes (the store writes those bytes)."""
+        self.records.append(record)
+        self.record_bytes.append(raw)
 
     def put_value(self, value: Any) -> Hash:
         return self.put(cbor.encode(value))
@@ -145,7 +152,8 @@ class PendingWrites:
             for hash_ in self._young_new - dropped:
                 batch.cas_mark(hash_, Mark("young", self.epoch))
             if self.records:
-                first, last = batch.journal_append(self.records)
+                pairs = list(zip(self.records, self.record_bytes, strict=True))
+                first, last = batch.journal_append_encoded(pairs)
             for key, value in self.meta.items():
                 batch.meta_put(key, value)
         self.reclaim.dropped_objects += len(dropped)
@@ -154,6 +162,7 @@ class PendingWrites:
         self.reclaim.released_objects += len(released)
         self.blobs.clear()
         self.records.clear()
+        self.record_bytes.clear()
         self.meta.clear()
         self._young_new.clear()
         self._unmark.clear()

@@ -118,7 +118,7 @@ class Router:
             key_value = normalize(raw, key_type, self._schemas, path=f"$.{subscription.key_field}")
         except AirError as error:
             raise RouteKeyInvalidError(str(error), path=path) from None
-        key = cbor.encode(key_value)
+        key = cbor.encode_built(key_value)  # normalized just above
         if len(key) > self._key_bytes_max:
             raise RouteKeyTooLargeError(
                 f"the key is {len(key)} bytes; the limit is {self._key_bytes_max}", path=path

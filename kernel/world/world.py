@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +89,7 @@ from aos.kernel.world.errors import (
     WorldMissingError,
     WorldNotQuiescentError,
 )
+from aos.kernel.world.intents import IntentTracker, OpenIntent
 from aos.kernel.world.modules import building_resolver
 from aos.kernel.world.operations import (
     CELL_RESET,
@@ -108,6 +109,7 @@ from aos.kernel.world.router import (
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource, derive_entropy
+from aos.kernel.world.tail import FOLDABLE_KINDS, fold
 
 WORLD_FORMAT = 1
 EVENT_BYTES_MAX_DEFAULT = 256 * 1024
@@ -117,11 +119,27 @@ SNAPSHOT_EVERY_RECORDS_DEFAULT = 50_000
 SNAPSHOTS_KEPT_MAX_DEFAULT = 3
 RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT = 4096
 FLUSH_RECORDS_MAX_DEFAULT = 4_096
+CHECKPOINT_EVERY_RECORDS_DEFAULT = 2_000
 
 _META_FORMAT = "world.format"
 _META_CONFIG = "world.config"
 _META_HEAD = "world.head"
 _META_SNAPSHOTS = "world.snapshots"
+
+# Records whose every value the kernel built or already checked (a normalized event, a guest
+# output decoded strictly and normalized, hashes, sequence numbers, stamps): encoded without a
+# validation walk. Records carrying what came from outside unnormalized (receipts, refused
+# input, operator and governance actions, fault messages) are encoded with the walk.
+_BUILT_KINDS = frozenset(
+    {
+        records.DOMAIN_EVENT,
+        records.STEP,
+        records.EFFECT_INTENT,
+        records.DELIVERY_DROPPED,
+        records.TIME,
+        records.SNAPSHOT,
+    }
+)
 
 CLOCK_WALL = "wall"
 CLOCK_MANUAL = "manual"
@@ -161,8 +179,15 @@ class WorldLimits:
     # What only dropped snapshots named is deleted at most this many objects per flush (the
     # rest in the next ones), so that one LMDB transaction stays small.
     release_objects_per_flush_max: int = RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT
+    # The CellIndex and the head checkpoint are materialized once this many records were
+    # journaled since the last checkpoint (and at snapshots, on close, and whenever a flush
+    # writes something the journal tail cannot carry: spec/05 §1.1); the flushes between
+    # write only records and new states. 1 checkpoints at every flush; None only when forced.
+    checkpoint_every_records: int | None = CHECKPOINT_EVERY_RECORDS_DEFAULT
 
     def __post_init__(self) -> None:
+        if self.checkpoint_every_records is not None and self.checkpoint_every_records < 1:
+            raise ValueError("checkpoint_every_records must be at least 1 (or None)")
         if self.snapshots_kept_max is not None and self.snapshots_kept_max < 1:
             raise ValueError("snapshots_kept_max must be at least 1 (or None)")
         if self.release_objects_per_flush_max < 1:
@@ -201,50 +226,6 @@ class CellInfo:
     state_hash: Hash
     status: str
     last_active_seq: int
-
-
-@dataclass
-class _OpenIntent:
-    workflow: str
-    key: bytes | None
-    effect: str
-    seq: int
-    issuer_ref: str | None = None
-    due_ns: int | None = None  # a kernel timer's logical deadline
-
-    def to_value(self, intent: str) -> dict[str, Any]:
-        return {
-            "intent": intent,
-            "workflow": self.workflow,
-            "key": self.key,
-            "effect": self.effect,
-            "seq": self.seq,
-            "issuer_ref": self.issuer_ref,
-            "due_ns": self.due_ns,
-        }
-
-    def origin(self, intent: str, adapter: str) -> dict[str, Any]:
-        """The identity fields of a receipt envelope for this intent."""
-        return {
-            "origin_workflow": self.workflow,
-            "origin_key": self.key,
-            "intent_hash": intent,
-            "effect": self.effect,
-            "adapter": adapter,
-            "issuer_ref": self.issuer_ref,
-            "emitted_seq": self.seq,
-        }
-
-    @staticmethod
-    def from_value(value: Any) -> _OpenIntent:
-        return _OpenIntent(
-            value["workflow"],
-            value["key"],
-            value["effect"],
-            value["seq"],
-            value["issuer_ref"],
-            value["due_ns"],
-        )
 
 
 @dataclass(frozen=True)
@@ -289,13 +270,18 @@ class World:
         self._index = CellIndex(self._pending)
         self._cells: dict[str, CellTable] = {}
         self._scheduler = Scheduler()
-        self._open_intents: dict[str, _OpenIntent] = {}
-        self._waiting: dict[CellId, int] = {}
+        self.intents = IntentTracker(self._pending, lambda: self.store)
         # The delivery that failed each failed cell: a retry steps it again.
         self._faulted: dict[CellId, Message] = {}
         self._stored_roots: dict[str, str] = {}
         self._head_blob: Hash | None = None  # the stored head checkpoint this world wrote or read
         self._head = store.journal.head()
+        # The height of the head checkpoint in the store; the records after it are the tail.
+        self._checkpoint_height = self._head
+        # Set when a record the tail cannot carry is appended: the next flush checkpoints.
+        self._checkpoint_due = False
+        # Tail states replaced before a checkpoint named them: reclaimed at the next flush.
+        self._tail_superseded: set[Hash] = set()
         self.logical_ns = 0
         self.world_id = ""
         # Set by a replay so the next input gets its recorded stamp instead of a fresh one.
@@ -308,15 +294,12 @@ class World:
         # Called after every step with the message, the exact input envelope, and the checked
         # outcome or the fault (a governance shadow runs the proposed module beside it).
         self.on_step: Callable[[Message, bytes, Any], None] | None = None
-        # Called with every record as it is appended (a replay compares them as they come).
-        self.on_append: Callable[[int, dict[str, Any]], None] | None = None
+        # Called with every record as it is appended, with its canonical bytes (a replay
+        # compares them as they come).
+        self.on_append: Callable[[int, dict[str, Any], bytes], None] | None = None
         # Where a step's reads look after this world's own CAS: a replay's or a shadow's
         # scratch world reads the audited world's blobs (deployed definitions, say) here.
         self.blob_source: Callable[[Hash], bytes | None] | None = None
-        # Where `cancelled_seq` looks after this world's own store: a replay that starts from
-        # a snapshot does not have the markers of intents cancelled before it (the audited
-        # store does, and those are history by then).
-        self.cancelled_source: Callable[[str], int | None] | None = None
         self._last_snapshot_wall_s = _monotonic_s()
 
     # ----------------------------------------------------------------------------------------
@@ -363,7 +346,7 @@ class World:
                     limits=limits or WorldLimits(),
                     clock=clock,
                 )
-                genesis._genesis(lambda wasm_hash: built[wasm_hash].read_bytes())
+                genesis.genesis(lambda wasm_hash: built[wasm_hash].read_bytes())
             finally:
                 store.close()
             (building / "store" / "writer.lock").unlink(missing_ok=True)
@@ -457,9 +440,7 @@ class World:
         )
         world.world_id = str(config["id"])
         world.snapshots = _snapshot_list(store.meta.get(_META_SNAPSHOTS, []))
-        world._restore(head)
-        world._head_blob = head_hash
-        world._sync_retention()
+        world.restore_head(head, head_hash)
         return world
 
     @classmethod
@@ -481,6 +462,7 @@ class World:
                 "snapshot_every_records": None,
                 "snapshot_every_s": None,
                 "snapshots_kept_max": None,
+                "checkpoint_every_records": None,
             }
         )
         return cls(
@@ -496,14 +478,16 @@ class World:
     def replay_genesis(self, stamp: Stamp, module_bytes: Callable[[Hash], bytes]) -> None:
         """Genesis with a recorded stamp (the scratch world of a replay)."""
         self._forced_stamp = stamp
-        self._genesis(module_bytes)
+        self.genesis(module_bytes)
 
     def replay_restore(self, content: dict[str, Any], world_id: str) -> None:
         """Start from a snapshot's content (the scratch store's journal starts at its height)."""
         self.world_id = world_id
         self._restore(content)
 
-    def _genesis(self, module_bytes: Callable[[Hash], bytes]) -> None:
+    def genesis(self, module_bytes: Callable[[Hash], bytes]) -> None:
+        """Write genesis into an empty store: every definition and module, the manifest
+        record (its hash names the world), and the first head."""
         loaded = self._runtime.loaded
         for definition in loaded.definitions.values():
             self._pending.put_value(canonical_form(definition))
@@ -515,16 +499,16 @@ class World:
             wasm_hash = Hash(module.artifact.hash_)
             if self._pending.put(module_bytes(wasm_hash)) != wasm_hash:
                 raise KernelInvariantError(f"module {module.name} changed while being stored")
-        stamp = self._stamp()
+        stamp = self.next_stamp()
         self.logical_ns = stamp.logical_ns
         genesis = records.manifest(str(loaded.manifest_hash), stamp.to_value())
-        self._append(genesis)
+        self.append(genesis)
         # The genesis record carries fresh entropy, so its hash names this world and no other:
         # receipts are signed for it.
         self.world_id = str(hash_value(genesis))
         self._pending.meta[_META_FORMAT] = WORLD_FORMAT
         self._pending.meta[_META_CONFIG] = {"clock": self.clock, "id": self.world_id}
-        self._flush()
+        self.flush()
 
     # ----------------------------------------------------------------------------------------
     # Properties
@@ -568,10 +552,30 @@ class World:
     def runtime(self) -> Runtime:
         return self._runtime
 
+    @property
+    def blobs(self) -> PendingWrites:
+        """The world's CAS view: what the next flush writes, over the store (governance stores
+        patches, definitions and reports through it)."""
+        return self._pending
+
+    def force_stamp(self, stamp: Stamp | None) -> None:
+        """Give the next input this recorded stamp instead of a fresh one (a replay feeding
+        the journal's inputs back); None drops one that was not used."""
+        self._forced_stamp = stamp
+
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        """Close the store; a writer first checkpoints the journal tail, if it has one and
+        nothing is left unflushed (records not flushed are discarded, never half-written)."""
+        if self._store is None:
+            return
+        try:
+            tail = self._head > self._checkpoint_height
+            if tail and not self._store.readonly and not self._pending.records:
+                self.checkpoint()
+        finally:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
 
     def __enter__(self) -> World:
         return self
@@ -586,7 +590,7 @@ class World:
         """Admit one event from outside: validate and normalize it against its schema, stamp
         it, journal it and queue its deliveries. An event that cannot be routed is journaled
         as `ingress_rejected` (and flushed) and the routing error is raised."""
-        self._require_open()
+        self.require_open()
         if is_sys_name(schema):
             raise SchemaReservedError(f"{schema} is a kernel schema; it cannot be sent")
         if schema not in self._runtime.schemas:
@@ -597,7 +601,7 @@ class World:
             raise EventTooLargeError(
                 f"the event is {size} bytes; the limit is {self.limits.event_bytes_max}"
             )
-        stamp = self._stamp()
+        stamp = self.next_stamp()
         try:
             if not self._runtime.router.subscribed(schema):
                 raise RouteNoSubscriberError(f"no subscription routes {schema}")
@@ -606,15 +610,16 @@ class World:
             record = records.ingress_rejected(
                 schema, normalized, stamp.to_value(), error.code, str(error)
             )
-            self._append(record)
-            self._flush()
+            self.append(record)
+            self.flush()
             raise
         self.logical_ns = stamp.logical_ns
         record = records.ingress_event(schema, normalized, stamp.to_value())
-        seq = self._append(record)
+        seq = self.append(record)
+        event_hash = hash_bytes(self._pending.record_bytes[-1])
         self._enqueue(seq, deliveries, stamp)
         self._flush_if_full()
-        return Admitted(seq, hash_value(record), len(deliveries))
+        return Admitted(seq, event_hash, len(deliveries))
 
     def send(self, schema: str, value: Any) -> tuple[Admitted, RunReport]:
         """Ingress one event and run to idle: when this returns, the event and everything it
@@ -631,18 +636,18 @@ class World:
         """Store a blob (a large receipt payload an adapter uploads) and make it durable at
         once. A blob is a GC root only while a receipt payload names its hash; one no receipt
         ever names is garbage at the next collection."""
-        self._require_open()
+        self.require_open()
         if len(data) > self.store.limits.blob_bytes_max:
             raise BlobTooLargeError(
                 f"the blob is {len(data)} bytes; the limit is {self.store.limits.blob_bytes_max}"
             )
         hash_ = self._pending.put(bytes(data))
-        self._flush()
+        self.flush()
         return hash_
 
     def open_intent(self, intent: str) -> dict[str, Any] | None:
         """The journaled `effect_intent` record of an open intent (params included)."""
-        found = self._open_intents.get(intent)
+        found = self.intents.get(intent)
         if found is None:
             return None
         if found.seq > self._head - len(self._pending.records):
@@ -661,12 +666,12 @@ class World:
         journaled as `receipt_rejected` (flushed at once) and its error raised; a duplicate of
         a settled intent changes nothing. An accepted one is journaled and its envelope queued
         for the origin cell only; `run_to_idle` steps it."""
-        self._require_open()
-        stamp = self._stamp()
+        self.require_open()
+        stamp = self.next_stamp()
         try:
             receipt = receipts.parse(receipt_value, receipt_bytes_max=self.limits.receipt_bytes_max)
             receipts.authenticate(receipt, world_id=self.world_id, adapters=self._runtime.adapters)
-            open_intent = self._open_intents.get(receipt.intent)
+            open_intent = self.intents.get(receipt.intent)
             if open_intent is None:
                 if self.settled_seq(receipt.intent) is not None:
                     return Settlement(receipt.intent, None, duplicate=True, delivered=False)
@@ -685,8 +690,8 @@ class World:
                 )
         except receipts.ReceiptError as error:
             kept, message = receipts.rejection(receipt_value, error)
-            self._append(records.receipt_rejected(kept, stamp.to_value(), error.code, message))
-            self._flush()
+            self.append(records.receipt_rejected(kept, stamp.to_value(), error.code, message))
+            self.flush()
             raise
         self.logical_ns = stamp.logical_ns
         settlement = self._accept(receipt.body, receipt.signature, open_intent, stamp, None)
@@ -707,46 +712,41 @@ class World:
         pending), settle what is due, and run to idle."""
         if self.clock != CLOCK_MANUAL:
             raise ClockManualOnlyError("this world's logical time follows the wall clock")
-        deadlines = [i.due_ns for i in self._open_intents.values() if i.due_ns is not None]
-        if not deadlines:
+        deadline = self.intents.next_deadline()
+        if deadline is None:
             return None
-        return self._tick(_time_in_range(max(self.logical_ns, min(deadlines))))
+        return self._tick(_time_in_range(max(self.logical_ns, deadline)))
 
     def tick(self) -> RunReport | None:
         """For a `wall` clock world: if a kernel timer is due at the current wall time, journal
         a `time` input, settle the due timers and run to idle. None when nothing was due."""
-        self._require_open()
+        self.require_open()
         if self.clock != CLOCK_WALL:
             raise ClockManualOnlyError("tick is for wall-clock worlds; use advance_time")
         now = max(self.logical_ns, self._stamps.wall_ns())
-        if not any(i.due_ns is not None and i.due_ns <= now for i in self._open_intents.values()):
+        if not self.intents.any_due(now):
             return None
         return self._tick(None)
 
     def next_timer_ns(self) -> int | None:
         """The earliest pending kernel timer deadline (timers are few: open timer intents)."""
-        deadlines = [i.due_ns for i in self._open_intents.values() if i.due_ns is not None]
-        return min(deadlines) if deadlines else None
+        return self.intents.next_deadline()
 
     def _tick(self, logical_ns: int | None) -> RunReport:
-        self._require_open()
-        stamp = self._stamp()
+        self.require_open()
+        stamp = self.next_stamp()
         if logical_ns is not None:
             stamp = Stamp(stamp.wall_ns, logical_ns, stamp.entropy, stamp.height, stamp.manifest)
-        self._time_input(stamp)
+        self.time_input(stamp)
         return self.run_to_idle()
 
-    def _time_input(self, stamp: Stamp) -> None:
+    def time_input(self, stamp: Stamp) -> None:
         """Journal a `time` input and settle the kernel timers it makes due."""
         self.logical_ns = stamp.logical_ns
-        seq = self._append(records.time(stamp.to_value()))
-        due = sorted(
-            (intent.due_ns, key)
-            for key, intent in self._open_intents.items()
-            if intent.due_ns is not None and intent.due_ns <= self.logical_ns
-        )
-        for index, (_, key) in enumerate(due):
-            open_intent = self._open_intents[key]
+        seq = self.append(records.time(stamp.to_value()))
+        for index, key in enumerate(self.intents.due(self.logical_ns)):
+            open_intent = self.intents.get(key)
+            assert open_intent is not None
             body = {
                 "world": self.world_id,
                 "intent": key,
@@ -762,7 +762,7 @@ class World:
         self,
         body: dict[str, Any],
         signature: bytes | None,
-        open_intent: _OpenIntent,
+        open_intent: OpenIntent,
         stamp: Stamp,
         cause: int | None,
     ) -> Settlement:
@@ -777,7 +777,7 @@ class World:
                 payload = normalize(payload, effect.receipt, self._runtime.schemas)
             except AirError as error:
                 payload_error = (error.code, str(error))
-        seq = self._append(
+        seq = self.append(
             records.effect_receipt(
                 body=body,
                 signature=signature,
@@ -786,8 +786,8 @@ class World:
                 payload_error=payload_error,
             )
         )
-        self._close_intent(intent, (open_intent.workflow, open_intent.key))
-        self._pending.meta[_settled_key(intent)] = seq
+        self.intents.close(intent)
+        self.intents.mark_settled(intent, seq)
         origin = open_intent.origin(intent, str(body["adapter"]))
         if payload_error is None:
             schema = RECEIPT_ENVELOPE
@@ -803,7 +803,7 @@ class World:
         return self._deliver_receipt(open_intent, seq, stamp, schema, value)
 
     def _deliver_receipt(
-        self, open_intent: _OpenIntent, seq: int, stamp: Stamp, schema: str, value: Any
+        self, open_intent: OpenIntent, seq: int, stamp: Stamp, schema: str, value: Any
     ) -> Settlement:
         """Queue a receipt envelope for the cell that opened the intent, unless that cell is
         gone (deleted or reset: nothing may start a new cell from a receipt) or its workflow
@@ -811,7 +811,7 @@ class World:
         intent = str(value["intent_hash"])
         workflow = self._runtime.workflows[open_intent.workflow]
         if self._table(open_intent.workflow).get(open_intent.key) is None:
-            self._append(
+            self.append(
                 records.delivery_dropped(
                     input_seq=seq,
                     delivery=0,
@@ -826,6 +826,7 @@ class World:
             # The seed's rule: a workflow that cannot take a rejected receipt fails, and its
             # later receipts are dropped when they reach the failed cell.
             self._table(open_intent.workflow).mark_failed(open_intent.key, seq)
+            self._checkpoint_due = True  # the tail's fold does not fail cells
             return Settlement(intent, seq, delivered=False)
         self._scheduler.enqueue(
             Message(
@@ -842,13 +843,13 @@ class World:
 
     def settled_seq(self, intent: str) -> int | None:
         """The `effect_receipt` that settled `intent`, or None if none did."""
-        key = _settled_key(intent)
-        if key in self._pending.meta:
-            return int(self._pending.meta[key])
-        found = self.store.meta.get(key, None)
-        return None if found is None else int(found)  # type: ignore[arg-type]
+        return self.intents.settled_seq(intent)
 
-    def _stamp(self) -> Stamp:
+    def cancelled_seq(self, intent: str) -> int | None:
+        """The record that cancelled `intent`, or None if none did."""
+        return self.intents.cancelled_seq(intent)
+
+    def next_stamp(self) -> Stamp:
         if self._forced_stamp is not None:
             stamp, self._forced_stamp = self._forced_stamp, None
             return stamp
@@ -882,12 +883,12 @@ class World:
     def operate(self, operation: Operation) -> int:
         """Journal an operator's action and queue what it causes (`run_to_idle` steps it).
         A refused action raises and journals nothing."""
-        self._require_open()
+        self.require_open()
         self._check_operation(operation)
-        stamp = self._stamp()
+        stamp = self.next_stamp()
         self.logical_ns = stamp.logical_ns
         record = records.operation(operation.action, stamp.to_value(), **operation.target())
-        seq = self._append(record)
+        seq = self.append(record)
         if operation.action == INTENT_CANCEL:
             assert operation.intent is not None
             self._cancel_intent(operation.intent, seq, stamp)
@@ -900,7 +901,7 @@ class World:
     def _check_operation(self, operation: Operation) -> None:
         if operation.action == INTENT_CANCEL:
             intent = str(operation.intent)
-            if intent not in self._open_intents:
+            if intent not in self.intents:
                 settled, cancelled = self.settled_seq(intent), self.cancelled_seq(intent)
                 closed = f"settled at seq {settled}" if settled is not None else "not open"
                 closed = f"cancelled at seq {cancelled}" if cancelled is not None else closed
@@ -914,7 +915,7 @@ class World:
         if operation.action == CELL_RETRY and not cell.failed:
             raise CellNotFailedError(f"the cell of {workflow} has not failed")
         if operation.action == CELL_RESET and (
-            cell_id in self._waiting or self._scheduler.is_queued(cell_id)
+            self.intents.is_waiting(cell_id) or self._scheduler.is_queued(cell_id)
         ):
             raise CellBusyError(f"the cell of {workflow} has open intents or queued deliveries")
 
@@ -936,9 +937,8 @@ class World:
     def _cancel_intent(self, intent: str, seq: int, stamp: Stamp) -> None:
         """Close the intent (a later receipt is `receipt.intent_cancelled`) and tell its cell
         with a receipt envelope of status `cancelled` and a null payload."""
-        open_intent = self._open_intents[intent]
-        self._close_intent(intent, (open_intent.workflow, open_intent.key))
-        self._pending.meta[_cancelled_key(intent)] = seq
+        open_intent = self.intents.close(intent)
+        self.intents.mark_cancelled(intent, seq)
         value = {
             **open_intent.origin(intent, OPERATOR_ADAPTER),
             "status": {"$tag": STATUS_CANCELLED},
@@ -953,13 +953,13 @@ class World:
         """Step ready cells round-robin until none is ready, then flush once. More than
         `steps_max` steps (default `limits.steps_per_run_max`) flushes what was done, leaves
         the rest queued, and raises `world.step_budget_exceeded`."""
-        self._require_open()
+        self.require_open()
         budget = self.limits.steps_per_run_max if steps_max is None else steps_max
         report = RunReport(first_seq=self._head + 1)
         while True:
             if report.steps >= budget and len(self._scheduler):
                 report.last_seq = self._head
-                self._flush()
+                self.flush()
                 raise StepBudgetExceededError(
                     f"{report.steps} steps and {len(self._scheduler)} deliveries still queued",
                     steps=report.steps,
@@ -970,7 +970,7 @@ class World:
             self._flush_if_full()
         report.last_seq = self._head
         if self._pending.records:
-            self._flush()
+            self.flush()
         if self._snapshot_due():
             self.snapshot()
         return report
@@ -982,7 +982,7 @@ class World:
         """Take a snapshot (the world must be quiescent: nothing queued): materialize every
         cell, store the snapshot blob in the CAS, journal a `snapshot` record. Returns the
         record's sequence and the snapshot hash."""
-        self._require_open()
+        self.require_open()
         if len(self._scheduler):
             raise WorldNotQuiescentError(
                 f"{len(self._scheduler)} deliveries are queued; run to idle first"
@@ -990,7 +990,7 @@ class World:
         roots = self._materialize()
         content = self._checkpoint(roots)
         snapshot_hash = self._pending.put_value(content)
-        seq = self._append(records.snapshot(str(snapshot_hash), content["height"]))
+        seq = self.append(records.snapshot(str(snapshot_hash), content["height"]))
         self.snapshots.append((seq, snapshot_hash))
         kept = self.limits.snapshots_kept_max
         dropped = self.snapshots[:-kept] if kept is not None else []
@@ -999,7 +999,7 @@ class World:
             self._pending.forget([h for _, h in dropped])
             self._pending.release_before = self.snapshots[0][0]
         self._pending.meta[_META_SNAPSHOTS] = [[n, str(h)] for n, h in self.snapshots]
-        self._flush()
+        self.flush()
         self._last_snapshot_wall_s = _monotonic_s()
         return seq, snapshot_hash
 
@@ -1030,7 +1030,7 @@ class World:
         cell = table.get(message.key)
         if cell is not None and cell.failed:
             report.dropped += 1
-            self._append(
+            self.append(
                 records.delivery_dropped(
                     input_seq=message.seq,
                     delivery=message.delivery,
@@ -1049,13 +1049,13 @@ class World:
         step_input = encode_input(
             state=state,
             event_schema=message.schema,
-            event_value=cbor.encode(message.value),
+            event_value=cbor.encode_built(message.value),  # normalized when it was admitted
             key=message.key,
             ctx=self._context(message) if workflow.context is not None else None,
         )
         try:
             result = runner.step(step_input, seq=message.seq, read_blob=self.read_blob)
-            outcome = self._check_output(message, result, module)
+            outcome = self.check_output(message, result, module)
         except StepFault as fault:
             if self.on_step is not None:
                 self.on_step(message, step_input, fault)
@@ -1086,9 +1086,9 @@ class World:
             "key": message.key,
             "cell_mode": workflow.keyed,
         }
-        return cbor.encode(normalize(value, WORKFLOW_CONTEXT, BUILTIN_SCHEMAS))
+        return cbor.encode_built(normalize(value, WORKFLOW_CONTEXT, BUILTIN_SCHEMAS))
 
-    def _check_output(self, message: Message, result: StepResult, module: str) -> StepOutcome:
+    def check_output(self, message: Message, result: StepResult, module: str) -> StepOutcome:
         """Everything the kernel checks about a step's output beyond the envelope: the state
         fits its schema, events fit theirs and can be routed, effects are admitted. Pure: it
         changes nothing, so a fault here leaves nothing applied."""
@@ -1153,8 +1153,8 @@ class World:
     def _apply(self, message: Message, outcome: StepOutcome, report: RunReport) -> None:
         table = self._table(message.workflow)
         cell: CellId = (message.workflow, message.key)
-        cancelled = self._cancellable(cell, outcome.cancel)
-        step_seq = self._append(
+        cancelled = self.intents.cancellable(cell, outcome.cancel)
+        step_seq = self.append(
             records.step(
                 input_seq=message.seq,
                 delivery=message.delivery,
@@ -1168,8 +1168,8 @@ class World:
             )
         )
         for intent in cancelled:
-            self._close_intent(intent, cell)
-            self._pending.meta[_cancelled_key(intent)] = step_seq
+            self.intents.close(intent)
+            self.intents.mark_cancelled(intent, step_seq)
         table.put(message.key, outcome.state, step_seq)
         report.steps += 1
         # Fuel is reported, never journaled: a warm instance may spend less than a fresh one
@@ -1177,40 +1177,11 @@ class World:
         report.fuel += outcome.fuel
         step_stamp = message.stamp.derive(message.delivery)
         for index, (schema, value, deliveries) in enumerate(outcome.events):
-            seq = self._append(records.derived_event(schema, value, step_seq, index))
+            seq = self.append(records.derived_event(schema, value, step_seq, index))
             self._enqueue(seq, deliveries, step_stamp.derive(index))
             report.events += 1
         for effect in outcome.effects:
             self._open_intent(effect, message, cell, step_seq, report)
-
-    def _cancellable(self, cell: CellId, issuer_refs: tuple[str, ...]) -> list[str]:
-        """The open intents of `cell` a step's `cancel` names, in the order they were opened
-        (so the step record lists them deterministically)."""
-        if not issuer_refs or cell not in self._waiting:
-            return []
-        wanted = set(issuer_refs)
-        found = [
-            (open_.seq, intent)
-            for intent, open_ in self._open_intents.items()
-            if (open_.workflow, open_.key) == cell and open_.issuer_ref in wanted
-        ]
-        return [intent for _, intent in sorted(found)]
-
-    def _close_intent(self, intent: str, cell: CellId) -> None:
-        del self._open_intents[intent]
-        self._waiting[cell] -= 1
-        if not self._waiting[cell]:
-            del self._waiting[cell]
-
-    def cancelled_seq(self, intent: str) -> int | None:
-        """The step that cancelled `intent`, or None if no step did."""
-        key = _cancelled_key(intent)
-        if key in self._pending.meta:
-            return int(self._pending.meta[key])
-        found = self.store.meta.get(key, None)
-        if found is None and self.cancelled_source is not None:
-            return self.cancelled_source(intent)
-        return None if found is None else int(found)  # type: ignore[arg-type]
 
     def _open_intent(
         self,
@@ -1221,9 +1192,9 @@ class World:
         report: RunReport,
     ) -> None:
         intent = str(effect.intent)
-        if intent in self._open_intents:
+        if intent in self.intents:
             return  # the same identity is already open: an intent is opened once
-        seq = self._append(
+        seq = self.append(
             records.effect_intent(
                 intent=intent,
                 effect=effect.effect,
@@ -1237,16 +1208,16 @@ class World:
             )
         )
         due = effect.params["deliver_at_ns"] if effect.effect == TIMER_SET_EFFECT else None
-        self._open_intents[intent] = _OpenIntent(
-            message.workflow, message.key, effect.effect, seq, effect.issuer_ref, due
+        self.intents.open(
+            intent,
+            OpenIntent(message.workflow, message.key, effect.effect, seq, effect.issuer_ref, due),
         )
-        self._waiting[cell] = self._waiting.get(cell, 0) + 1
         report.intents += 1
 
     def _record_fault(
         self, message: Message, fault: StepFault, module: str, report: RunReport
     ) -> None:
-        seq = self._append(
+        seq = self.append(
             records.step_fault(
                 input_seq=message.seq,
                 delivery=message.delivery,
@@ -1266,24 +1237,42 @@ class World:
     # ----------------------------------------------------------------------------------------
     # Journal, flush, head checkpoint
 
-    def _append(self, record: dict[str, Any]) -> int:
-        self._pending.records.append(record)
+    def append(self, record: dict[str, Any]) -> int:
+        """Journal a record (durable at the next flush); its sequence number. It is encoded
+        here, once: records the kernel built from checked parts without a validation walk."""
+        kind = record["kind"]
+        raw = cbor.encode_built(record) if kind in _BUILT_KINDS else cbor.encode(record)
+        self._pending.append_record(record, raw)
         self._head += 1
+        if kind not in FOLDABLE_KINDS:
+            self._checkpoint_due = True
         # Governance actions and snapshots change no state: a shadow stays current across them.
-        if record["kind"] not in (records.GOVERNANCE, records.SNAPSHOT):
+        if kind not in (records.GOVERNANCE, records.SNAPSHOT):
             self.state_height = self._head
         if self.on_append is not None:
-            self.on_append(self._head, record)
+            self.on_append(self._head, record, raw)
         return self._head
 
     def _flush_if_full(self) -> None:
         """Flush at a safe point (never inside a step) once enough records are pending."""
         if len(self._pending.records) >= self.limits.flush_records_max:
-            self._flush()
+            self.flush()
 
-    def _flush(self) -> None:
-        """Materialize cells, write the head checkpoint, and commit everything at once."""
-        store = self.store
+    def flush(self) -> None:
+        """Make everything appended durable: journal records and new states, and, when a
+        checkpoint is due (`checkpoint_every_records`, or something the tail cannot carry),
+        the materialized cells and the head checkpoint too. One transaction either way."""
+        if self._checkpoint_wanted():
+            self.checkpoint()
+            return
+        with self._reclaiming():
+            for _, table in sorted(self._cells.items()):
+                table.store_states()
+        self._commit()
+
+    def checkpoint(self) -> None:
+        """Flush with the cells materialized into the index and a new head checkpoint."""
+        self.require_open()  # a closed world raises before anything is materialized
         roots = self._materialize()
         head = self._checkpoint(roots)
         with self._reclaiming():
@@ -1291,6 +1280,23 @@ class World:
         if self.limits.reclaim_superseded and self._head_blob not in (None, head_blob):
             self._pending.superseded([self._head_blob])
         self._pending.meta[_META_HEAD] = str(head_blob)
+        self._commit()
+        self._head_blob = head_blob
+        self._checkpoint_height = self._head
+        self._checkpoint_due = False
+        self._sync_retention()
+
+    def _checkpoint_wanted(self) -> bool:
+        # A tail ends quiescent: the fold rebuilds no queue.
+        if self._checkpoint_due or self._head_blob is None or len(self._scheduler):
+            return True
+        every = self.limits.checkpoint_every_records
+        return every is not None and self._head - self._checkpoint_height >= every
+
+    def _commit(self) -> None:
+        store = self.store
+        self._pending.superseded(self._tail_superseded)
+        self._tail_superseded.clear()
         expected_first = self._head - len(self._pending.records) + 1
         wrote_records = bool(self._pending.records)
         try:
@@ -1300,8 +1306,6 @@ class World:
             store.close()
             self._store = None
             raise
-        self._head_blob = head_blob
-        self._sync_retention()
         if wrote_records and (first, last) != (expected_first, self._head):
             raise KernelInvariantError("journal sequence numbers drifted from the world's count")
 
@@ -1350,9 +1354,7 @@ class World:
             "logical_ns": self.logical_ns,
             "manifest": str(self._runtime.manifest_hash),
             "roots": all_roots,
-            "open_intents": [
-                intent.to_value(key) for key, intent in sorted(self._open_intents.items())
-            ],
+            "open_intents": self.intents.values(),
             "queued": [message.to_value() for message in self._scheduler.snapshot()],
             "proposals": {key: dict(value) for key, value in sorted(self.proposals.items())},
             "state_height": self.state_height,
@@ -1364,7 +1366,7 @@ class World:
         ordered = sorted(self._faulted.items(), key=lambda item: (item[0][0], item[0][1] or b""))
         return [message.to_value() for _, message in ordered]
 
-    def _switch_manifest(self, manifest_hash: Hash) -> None:
+    def switch_manifest(self, manifest_hash: Hash) -> None:
         """Make a stored manifest the world's (governance apply). Cells of workflows the new
         manifest no longer has leave the head; the others keep their index roots."""
         manifest = Manifest.model_validate(self._pending.get_value(manifest_hash))
@@ -1383,26 +1385,56 @@ class World:
         self._stored_roots = {k: v for k, v in self._stored_roots.items() if k in loaded.workflows}
         self._faulted = {c: m for c, m in self._faulted.items() if c[0] in loaded.workflows}
 
+    def restore_head(self, head: dict[str, Any], head_hash: Hash) -> None:
+        """Take the stored head checkpoint `head_hash` as this world's (opening)."""
+        self._restore(head)
+        self._head_blob = head_hash
+        self._sync_retention()
+
     def _restore(self, head: dict[str, Any]) -> None:
-        if head["height"] != self.store.journal.head():
+        if head["height"] > self.store.journal.head():
             raise WorldCorruptError(
-                f"the head checkpoint is at {head['height']}, the journal at "
+                f"the head checkpoint is at {head['height']}, past the journal at "
                 f"{self.store.journal.head()}"
             )
         self._head = head["height"]
         self.logical_ns = head["logical_ns"]
         self._stored_roots = dict(head["roots"])
-        for value in head["open_intents"]:
-            intent = _OpenIntent.from_value(value)
-            self._open_intents[value["intent"]] = intent
-            cell = (intent.workflow, intent.key)
-            self._waiting[cell] = self._waiting.get(cell, 0) + 1
+        self.intents.restore(head["open_intents"])
         self._scheduler.restore([Message.from_value(v) for v in head["queued"]])
         self.proposals = {key: dict(value) for key, value in head.get("proposals", {}).items()}
         self.state_height = int(head.get("state_height", self._head))
         for value in head.get("faulted", []):
             message = Message.from_value(value)
             self._faulted[(message.workflow, message.key)] = message
+        self._checkpoint_height = self._head
+        end = self.store.journal.head()
+        if end > self._head:
+            self._apply_tail(self.store.journal.read(self._head + 1, end))
+
+    def _apply_tail(self, tail: Iterable[tuple[int, Any]]) -> None:
+        """Fold the records after the head checkpoint into the head (tail.py): no step runs
+        and nothing is appended."""
+        folded = fold(self._head, self.logical_ns, self.state_height, tail)
+        for (workflow, key), (state_hash, seq) in folded.cells.items():
+            table = self._table(workflow)
+            if state_hash is None:
+                table.put(key, None, seq)
+            else:
+                table.put_stored(key, state_hash, len(self._pending.get(state_hash)), seq)
+        for intent in folded.closed:
+            self.intents.close(intent)
+        for intent, open_intent in folded.opened.items():
+            self.intents.open(intent, open_intent)
+        self._scheduler.restore([])  # a tail ends quiescent
+        self._head = folded.height
+        self.logical_ns = folded.logical_ns
+        self.state_height = folded.state_height
+
+    def current_head(self) -> dict[str, Any]:
+        """The head checkpoint as it would be written now (materializes the cells; nothing
+        is committed): what a replay compares."""
+        return self._checkpoint(self._materialize())
 
     def _table(self, workflow: str) -> CellTable:
         table = self._cells.get(workflow)
@@ -1415,11 +1447,12 @@ class World:
                 Hash(root) if root else self._index.empty_root,
                 cache_cells_max=self.limits.cache_cells_max,
                 resident_state_bytes_max=self.limits.resident_state_bytes_max,
+                superseded=self._tail_superseded if self.limits.reclaim_superseded else None,
             )
             self._cells[workflow] = table
         return table
 
-    def _require_open(self) -> None:
+    def require_open(self) -> None:
         if self._store is None:
             raise WorldClosedError("the world is closed")
 
@@ -1454,7 +1487,7 @@ class World:
             return STATUS_FAILED
         if self._scheduler.is_queued((workflow, key_bytes)):
             return STATUS_RUNNING
-        if self._waiting.get((workflow, key_bytes)):
+        if self.intents.is_waiting((workflow, key_bytes)):
             return STATUS_WAITING
         return STATUS_COMPLETED
 
@@ -1479,7 +1512,7 @@ class World:
         )
 
     def open_intents(self) -> list[dict[str, Any]]:
-        return [intent.to_value(key) for key, intent in sorted(self._open_intents.items())]
+        return self.intents.values()
 
     def status(self) -> dict[str, Any]:
         workflows = {}
@@ -1493,7 +1526,7 @@ class World:
             "logical_ns": self.logical_ns,
             "clock": self.clock,
             "workflows": workflows,
-            "open_intents": len(self._open_intents),
+            "open_intents": len(self.intents),
             "queued": len(self._scheduler),
         }
 
@@ -1515,11 +1548,20 @@ def _head_usable(store: Store) -> bool:
     every index root it names is present."""
     try:
         head: Any = store.cas.get_value(Hash(str(store.meta.get(_META_HEAD))))
-        if head["height"] != store.journal.head():
+        if head["height"] > store.journal.head():
             return False
         return all(store.cas.has(Hash(str(root))) for root in head["roots"].values())
     except (AosError, KeyError, TypeError):
         return False
+
+
+def head_at_end(store: Store, engine: WasmEngine) -> dict[str, Any]:
+    """The head of the world in `store` at its journal's end: the stored head checkpoint,
+    with the journal tail after it folded in (read-only: nothing is written)."""
+    head = _as_map(store.cas.get_value(Hash(str(store.meta.get(_META_HEAD)))), "head checkpoint")
+    if head["height"] == store.journal.head():
+        return head
+    return World._from_store(store, engine, None, None).current_head()
 
 
 def _time_in_range(logical_ns: int) -> int:
@@ -1541,19 +1583,6 @@ def _monotonic_s() -> float:
     import time
 
     return time.monotonic()
-
-
-def cancelled_key(intent: str) -> str:
-    """The meta key that records which step cancelled `intent` (spec/08 §4.2)."""
-    return _cancelled_key(intent)
-
-
-def _cancelled_key(intent: str) -> str:
-    return f"cancelled/{intent}"
-
-
-def _settled_key(intent: str) -> str:
-    return f"settled/{intent}"
 
 
 def _storable(value: Any, bytes_max: int | None) -> bool:

@@ -15,7 +15,7 @@ of every record the operation appended (seen through `World.on_append`). The har
 that each of them is in the journal after the kill, with that hash.
 
 `AOS_FAULT_POINT` names a kill point (see `POINTS`); the child sends itself SIGKILL the
-`AOS_FAULT_AT`-th time it reaches it. The hooks live only here: the world's `_flush`,
+`AOS_FAULT_AT`-th time it reaches it. The hooks live only here: the world's `flush`,
 `snapshot` and `step_next` are wrapped on the instance (internal calls go through the instance
 attribute too, so an automatic snapshot inside `run_to_idle` is hooked as well).
 """
@@ -59,6 +59,9 @@ EFFECTS_PER_PING_MAX = 3
 TIMER_NS_MAX = 20_000_000  # kernel timers fall due within 20 ms of wall time
 RACE_S_MAX = 0.004  # `flush.race` fires within this long after a flush starts
 SNAPSHOT_EVERY_RECORDS = 300  # automatic snapshots too, inside run_to_idle
+# Head checkpoints on a short cadence, so kills land in flushes of both kinds: checkpoints,
+# and flushes between them whose records the reopened world folds (spec/05 §1.1).
+CHECKPOINT_EVERY_RECORDS = 40
 
 # Kill points and what they hit. `delay` is the harness's own: a SIGKILL after a random delay.
 POINTS: dict[str, str] = {
@@ -131,7 +134,7 @@ class KillContext:
 
 def install_hooks(world: World, killer: Killer, context: KillContext) -> None:
     """Wrap the world's flush, snapshot and step on the instance so kill points fire there."""
-    flush: Callable[[], None] = world._flush
+    flush: Callable[[], None] = world.flush
     snapshot = world.snapshot
     step_next = world.step_next
 
@@ -157,10 +160,10 @@ def install_hooks(world: World, killer: Killer, context: KillContext) -> None:
         killer.hit("step.mid")
         return step_next(report)
 
-    world._flush = hooked_flush  # type: ignore[method-assign]
+    world.flush = hooked_flush  # type: ignore[method-assign]
     world.snapshot = hooked_snapshot  # type: ignore[method-assign]
     world.step_next = hooked_step_next  # type: ignore[method-assign]
-    world.on_append = lambda seq, record: context.appended.append((seq, record))
+    world.on_append = lambda seq, record, _: context.appended.append((seq, record))
 
 
 class Workload:
@@ -333,7 +336,10 @@ class Workload:
 
 
 def open_world(world_dir: Path, engine: WasmEngine, ack_fd: int) -> World:
-    limits = WorldLimits(snapshot_every_records=SNAPSHOT_EVERY_RECORDS)
+    limits = WorldLimits(
+        snapshot_every_records=SNAPSHOT_EVERY_RECORDS,
+        checkpoint_every_records=CHECKPOINT_EVERY_RECORDS,
+    )
     return open_or_create(
         world_dir,
         engine,

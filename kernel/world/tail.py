@@ -1,0 +1,98 @@
+"""The journal tail after the head checkpoint, folded into what the head would say
+(spec/05 §1.1): the journal is the durable truth between checkpoints.
+
+A flush between checkpoints writes only journal records and new state blobs. Opening the
+world reads the last head checkpoint and folds the records after it: every value it needs is
+in the records (state hashes, intent identities, stamps), so no step runs again. The fold is
+pure reconstruction: it appends nothing and calls nothing that would.
+
+Only records of the kinds below can be in a tail. Every record whose effect the fold could not
+rebuild from the record alone (a step fault parks a delivery, an operation, a governance
+action, a snapshot, genesis, a receipt that fails its cell) forces a checkpoint in the flush
+that writes it, and so does a flush that leaves deliveries queued: a tail ends quiescent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aos.kernel.air import TIMER_SET_EFFECT
+from aos.kernel.hashing import Hash
+from aos.kernel.world import records
+from aos.kernel.world.errors import WorldCorruptError
+from aos.kernel.world.intents import OpenIntent
+from aos.kernel.world.scheduler import CellId
+
+# What a tail may hold; anything else forces a checkpoint when it is written.
+FOLDABLE_KINDS = frozenset(
+    {
+        records.DOMAIN_EVENT,
+        records.INGRESS_REJECTED,
+        records.STEP,
+        records.DELIVERY_DROPPED,
+        records.EFFECT_INTENT,
+        records.EFFECT_RECEIPT,
+        records.RECEIPT_REJECTED,
+        records.TIME,
+    }
+)
+
+
+@dataclass
+class TailFold:
+    """What the records after a head checkpoint change, in journal order."""
+
+    height: int
+    logical_ns: int
+    state_height: int
+    # The last state each touched cell has (None: deleted) and the step that wrote it.
+    cells: dict[CellId, tuple[Hash | None, int]] = field(default_factory=dict)
+    opened: dict[str, OpenIntent] = field(default_factory=dict)
+    # Intents the head had open that the tail closed (settled, timer fired, cancelled).
+    closed: list[str] = field(default_factory=list)
+
+
+def fold(
+    head_height: int, logical_ns: int, state_height: int, tail: Iterable[tuple[int, Any]]
+) -> TailFold:
+    """Fold the records after the head checkpoint; a record no tail may hold is corrupt."""
+    folded = TailFold(head_height, logical_ns, state_height)
+    for seq, record in tail:
+        kind = record.get("kind") if isinstance(record, dict) else None
+        if kind not in FOLDABLE_KINDS:
+            raise WorldCorruptError(f"a {kind} record at seq {seq} follows the head checkpoint")
+        _fold_one(folded, seq, record)
+        folded.height = seq
+        folded.state_height = seq  # governance and snapshot records never reach a tail
+    return folded
+
+
+def _fold_one(folded: TailFold, seq: int, record: dict[str, Any]) -> None:
+    kind = record["kind"]
+    if "stamp" in record and kind in (records.DOMAIN_EVENT, records.EFFECT_RECEIPT):
+        folded.logical_ns = int(record["stamp"]["logical_ns"])
+    if kind == records.TIME:
+        folded.logical_ns = int(record["stamp"]["logical_ns"])
+    elif kind == records.STEP:
+        state = record["state"]
+        cell = (str(record["workflow"]), record["key"])
+        folded.cells[cell] = (Hash(state) if state is not None else None, seq)
+        for intent in record.get("cancelled", []):
+            _close(folded, str(intent))
+    elif kind == records.EFFECT_INTENT:
+        effect = str(record["effect"])
+        params = record["params"]
+        due = params["deliver_at_ns"] if effect == TIMER_SET_EFFECT else None
+        origin = record["origin"]
+        folded.opened[str(record["intent"])] = OpenIntent(
+            str(origin["workflow"]), origin["key"], effect, seq, record["issuer_ref"], due
+        )
+    elif kind == records.EFFECT_RECEIPT:
+        _close(folded, str(record["intent"]))
+
+
+def _close(folded: TailFold, intent: str) -> None:
+    if folded.opened.pop(intent, None) is None:
+        folded.closed.append(intent)
