@@ -207,6 +207,12 @@ def _intent_row(intent: dict[str, Any]) -> list[Any]:
     type=click.File("r", encoding="utf-8"),
     help="A file with the event value as JSON ('-': stdin).",
 )
+@click.option(
+    "--idempotency-key",
+    "idempotency_key",
+    metavar="KEY",
+    help="Admit the event once: sent again with the same KEY, the first admission is answered.",
+)
 @node_option
 @world_option
 @json_option
@@ -215,6 +221,7 @@ def send_command(
     schema: str,
     value_json: str | None,
     value_file: IO[str] | None,
+    idempotency_key: str | None,
     node_url: str | None,
     world_path: str,
     as_json: bool,
@@ -225,14 +232,17 @@ def send_command(
     A value that does not fit SCHEMA is refused before anything is journaled; an event that
     cannot be routed is journaled as `ingress_rejected` and reported (exit 1). Faults and
     dropped deliveries are listed by cell; exit 1 when one was a delivery of this event.
-    While a node serves the world, the event goes through it.
+    While a node serves the world, the event goes through it. With --idempotency-key, a
+    repeat (a retry after a failed request, say) journals nothing and answers the first
+    admission, marked `duplicate`.
     """
     value = _event_value(value_json, value_file)
     url = serving_node(world_path, node_url)
     if url is None:
-        sent = _send_here(world_path, schema, value, as_json=as_json)
+        sent = _send_here(world_path, schema, value, idempotency_key, as_json=as_json)
     else:
-        sent = node_call(url, "/v1/events", {"schema": schema, "value": value})
+        request = {"schema": schema, "value": value, "idempotency_key": idempotency_key}
+        sent = node_call(url, "/v1/events", request)
         report = sent.pop("report")
         sent["run"] = {name: report[name] for name in RUN_FIELDS}
         sent["journal"] = {"first": sent["seq"], "last": max(sent["seq"], report["last_seq"])}
@@ -246,6 +256,7 @@ def send_command(
         "seq": seq,
         "event_hash": sent["event_hash"],
         "deliveries": sent["deliveries"],
+        "duplicate": bool(sent.get("duplicate", False)),
         "run": sent["run"],
         "problems": [_problem_json(at, record) for at, record in problems],
         "journal": sent["journal"],
@@ -253,7 +264,8 @@ def send_command(
     if as_json:
         emit_json(body)
     else:
-        click.echo(f"admitted  seq {seq}  {body['event_hash']}")
+        word = "duplicate" if body["duplicate"] else "admitted "
+        click.echo(f"{word} seq {seq}  {body['event_hash']}")
         click.echo(f"delivered {body['deliveries']}")
         for line in run_lines(body["run"]):
             click.echo(line)
@@ -276,11 +288,13 @@ def send_command(
 RUN_FIELDS = ("steps", "faults", "fault_codes", "dropped", "events", "intents")
 
 
-def _send_here(world_path: str, schema: str, value: Any, *, as_json: bool) -> dict[str, Any]:
+def _send_here(
+    world_path: str, schema: str, value: Any, idempotency_key: str | None, *, as_json: bool
+) -> dict[str, Any]:
     """Send in this process (no node serves the world)."""
     with opened_world(world_path) as world:
         try:
-            admitted, report = world.send(schema, value)
+            admitted, report = world.send(schema, value, idempotency_key=idempotency_key)
         except RouteError as error:
             _fail_rejected(error, world.height, as_json=as_json)
             raise
@@ -288,6 +302,7 @@ def _send_here(world_path: str, schema: str, value: Any, *, as_json: bool) -> di
         "seq": admitted.seq,
         "event_hash": str(admitted.event_hash),
         "deliveries": admitted.deliveries,
+        "duplicate": admitted.duplicate,
         "run": run_json(report),
         "journal": {"first": admitted.seq, "last": max(admitted.seq, report.last_seq)},
     }

@@ -349,7 +349,12 @@ class _Replay:
         world.force_stamp(stamp)
         try:
             if kind in (records.DOMAIN_EVENT, records.INGRESS_REJECTED):
-                world.ingress(recorded["schema"], recorded["value"])
+                world.ingress(
+                    recorded["schema"],
+                    recorded["value"],
+                    idempotency_key=recorded.get("idempotency_key"),
+                    readmit=True,
+                )
             elif kind == records.EFFECT_RECEIPT:
                 world.settle({"body": recorded["body"], "signature": recorded["signature"]})
             elif kind == records.RECEIPT_REJECTED:

@@ -286,6 +286,7 @@ def test_send_json(counter: Path) -> None:
         "seq": 9,
         "event_hash": body["event_hash"],
         "deliveries": 1,
+        "duplicate": False,
         "run": {
             "steps": 1,
             "faults": 0,

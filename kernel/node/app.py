@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Literal
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -106,9 +106,20 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         return await node.info()
 
     @app.post("/v1/events", response_model=models.EventResponse, tags=["world"])
-    async def post_event(request: models.EventRequest) -> dict[str, Any]:
-        """Ingress one event and run the world to idle; durable when this returns."""
-        return await node.send(request.schema_, request.value)
+    async def post_event(
+        request: models.EventRequest,
+        idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+    ) -> dict[str, Any]:
+        """Ingress one event and run the world to idle; durable when this returns. With an
+        idempotency key (the body's `idempotency_key` or the `Idempotency-Key` header), a
+        repeat answers the first admission, marked `duplicate`, and journals nothing."""
+        key = request.idempotency_key
+        if key is not None and idempotency_key is not None and key != idempotency_key:
+            raise RequestInvalidError(
+                "the Idempotency-Key header and the body's idempotency_key differ",
+                path="$.idempotency_key",
+            )
+        return await node.send(request.schema_, request.value, key or idempotency_key)
 
     @app.get("/v1/state/{workflow:path}", response_model=models.StateResponse, tags=["world"])
     async def get_state(

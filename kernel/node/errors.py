@@ -175,6 +175,7 @@ _STATUS_BY_CODE = {
     "gov.shadow_stale": 409,
     "gov.not_quiescent": 409,
     "world.cell_busy": 409,
+    "world.idempotency_key_reused": 409,
     "world.intent_not_open": 409,
     "world.not_found": 404,
     "world.clock_manual_only": 409,

@@ -64,12 +64,18 @@ class WorldResponse(_Model):
 class EventRequest(_Model):
     schema_: str = Field(alias="schema", description="The event schema, e.g. demo/Ping@1.")
     value: Value
+    idempotency_key: str | None = Field(
+        None,
+        description="Admit the event once: a repeat with this key answers the first admission "
+        "(`duplicate`) and journals nothing. Also the `Idempotency-Key` header.",
+    )
 
 
 class EventResponse(_Model):
     seq: int
     event_hash: str
     deliveries: int
+    duplicate: bool = False
     report: RunReportBody
 
 

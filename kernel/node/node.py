@@ -174,14 +174,18 @@ class Node:
         info["leases"] = self.leases.counts()
         return info
 
-    async def send(self, schema: str, value_json: Any) -> dict[str, Any]:
+    async def send(
+        self, schema: str, value_json: Any, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
         """Ingress an event; it runs to idle (and is flushed) together with the other events
-        and receipts queued with it (group commit, host.py)."""
+        and receipts queued with it (group commit, host.py). A repeat under an idempotency
+        key answers the first admission; it still waits for the batch's flush, so the first
+        admission it names is durable when the answer goes out."""
         value = cbor.from_json(value_json, "$.value")
 
         def admit(world: World) -> Admission[dict[str, Any]]:
             try:
-                admitted = world.ingress(schema, value)
+                admitted = world.ingress(schema, value, idempotency_key=idempotency_key)
             except RouteError as error:
                 error.detail["rejected_seq"] = world.height  # journaled as ingress_rejected
                 raise
@@ -192,7 +196,8 @@ class Node:
                     "seq": admitted.seq,
                     "event_hash": str(admitted.event_hash),
                     "deliveries": admitted.deliveries,
-                    "report": _report(report),
+                    "duplicate": admitted.duplicate,
+                    "report": _report(RunReport() if admitted.duplicate else report),
                 }
 
             # A run that stops at the step budget: this event itself is durable (the run

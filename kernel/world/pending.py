@@ -47,6 +47,7 @@ class PendingWrites:
         # Each record's canonical bytes, encoded once when it was appended (`append_record`).
         self.record_bytes: list[bytes] = []
         self.meta: dict[str, Any] = {}
+        self.meta_deletes: set[str] = set()
         self.reclaim = ReclaimStats()
         self._young = False
         # Young blobs of this flush named once so far (they get the mark when written).
@@ -119,6 +120,23 @@ class PendingWrites:
         """The head no longer names these through the reference it just replaced."""
         self._superseded.update(hashes)
 
+    # -- meta view: the store's meta as this flush will leave it ------------------------------
+
+    def meta_get(self, key: str, default: Any = None) -> Any:
+        if key in self.meta_deletes:
+            return default
+        if key in self.meta:
+            return self.meta[key]
+        return self._store.meta.get(key, default)
+
+    def meta_put(self, key: str, value: Any) -> None:
+        self.meta_deletes.discard(key)
+        self.meta[key] = value
+
+    def meta_delete(self, key: str) -> None:
+        self.meta.pop(key, None)
+        self.meta_deletes.add(key)
+
     def forget(self, dropped_snapshots: list[Hash]) -> None:
         """Retention dropped these snapshots: this flush deletes their blobs."""
         self._forgotten.extend(dropped_snapshots)
@@ -126,7 +144,7 @@ class PendingWrites:
     # -- flushing ----------------------------------------------------------------------------
 
     def __bool__(self) -> bool:
-        return bool(self.blobs or self.records or self.meta)
+        return bool(self.blobs or self.records or self.meta or self.meta_deletes)
 
     def flush(self, expected_first_seq: int) -> tuple[int, int]:
         """Write everything in one batch; return the journal range written."""
@@ -156,6 +174,8 @@ class PendingWrites:
                 first, last = batch.journal_append_encoded(pairs)
             for key, value in self.meta.items():
                 batch.meta_put(key, value)
+            for key in sorted(self.meta_deletes):
+                batch.meta_delete(key)
         self.reclaim.dropped_objects += len(dropped)
         self.reclaim.deleted_objects += len(deletes)
         self.reclaim.doomed_objects += len(doomed)
@@ -164,6 +184,7 @@ class PendingWrites:
         self.records.clear()
         self.record_bytes.clear()
         self.meta.clear()
+        self.meta_deletes.clear()
         self._young_new.clear()
         self._unmark.clear()
         self._superseded.clear()

@@ -47,8 +47,15 @@ def manifest(manifest_hash: str, stamp: dict[str, Any]) -> dict[str, Any]:
     return {"kind": MANIFEST, "manifest": manifest_hash, "stamp": stamp}
 
 
-def ingress_event(schema: str, value: Any, stamp: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": DOMAIN_EVENT, "schema": schema, "value": value, "stamp": stamp}
+def ingress_event(
+    schema: str, value: Any, stamp: dict[str, Any], idempotency_key: str | None = None
+) -> dict[str, Any]:
+    """An event from outside; `idempotency_key` only when its sender gave one (so records
+    of events sent without one are as they always were)."""
+    record = {"kind": DOMAIN_EVENT, "schema": schema, "value": value, "stamp": stamp}
+    if idempotency_key is not None:
+        record["idempotency_key"] = idempotency_key
+    return record
 
 
 def derived_event(schema: str, value: Any, cause: int, index: int) -> dict[str, Any]:

@@ -89,6 +89,13 @@ from aos.kernel.world.errors import (
     WorldMissingError,
     WorldNotQuiescentError,
 )
+from aos.kernel.world.idempotency import (
+    IDEMPOTENCY_KEYS_MAX_DEFAULT,
+    FirstAdmission,
+    IdempotencyIndex,
+    check_key,
+    event_content,
+)
 from aos.kernel.world.intents import IntentTracker, OpenIntent
 from aos.kernel.world.modules import building_resolver
 from aos.kernel.world.operations import (
@@ -156,6 +163,8 @@ class WorldLimits:
     """Bounds of one world; every one has a default and may be overridden at open."""
 
     event_bytes_max: int = EVENT_BYTES_MAX_DEFAULT
+    # Idempotency keys of admitted events remembered (the newest; idempotency.py).
+    idempotency_keys_max: int = IDEMPOTENCY_KEYS_MAX_DEFAULT
     steps_per_run_max: int = STEPS_PER_RUN_MAX_DEFAULT
     key_bytes_max: int = KEY_BYTES_MAX_DEFAULT
     cache_cells_max: int = CACHE_CELLS_MAX_DEFAULT
@@ -196,11 +205,14 @@ class WorldLimits:
 
 @dataclass(frozen=True)
 class Admitted:
-    """An input the world accepted: its journal sequence, record hash and deliveries."""
+    """An input the world accepted: its journal sequence, record hash and deliveries;
+    `duplicate` when an idempotency key named an event admitted before (this is that one's
+    admission, and nothing was journaled)."""
 
     seq: int
     event_hash: Hash
     deliveries: int
+    duplicate: bool = False
 
 
 @dataclass
@@ -255,6 +267,7 @@ class World:
     ) -> None:
         self._store: Store | None = store
         self._pending = PendingWrites(store)
+        self._idempotency = IdempotencyIndex(self._pending, limits.idempotency_keys_max)
         self._engine = engine
         self._stamps = stamps
         self.limits = limits
@@ -586,11 +599,21 @@ class World:
     # ----------------------------------------------------------------------------------------
     # Ingress
 
-    def ingress(self, schema: str, value: Any) -> Admitted:
+    def ingress(
+        self,
+        schema: str,
+        value: Any,
+        *,
+        idempotency_key: str | None = None,
+        readmit: bool = False,
+    ) -> Admitted:
         """Admit one event from outside: validate and normalize it against its schema, stamp
         it, journal it and queue its deliveries. An event that cannot be routed is journaled
-        as `ingress_rejected` (and flushed) and the routing error is raised."""
+        as `ingress_rejected` (and flushed) and the routing error is raised. With an
+        `idempotency_key` the world remembers had, it answers that first admission and
+        journals nothing (`readmit`: a replay re-admits a recorded event regardless)."""
         self.require_open()
+        key = check_key(idempotency_key) if idempotency_key is not None else None
         if is_sys_name(schema):
             raise SchemaReservedError(f"{schema} is a kernel schema; it cannot be sent")
         if schema not in self._runtime.schemas:
@@ -601,6 +624,10 @@ class World:
             raise EventTooLargeError(
                 f"the event is {size} bytes; the limit is {self.limits.event_bytes_max}"
             )
+        content = event_content(schema, normalized) if key is not None else ""
+        first = None if key is None or readmit else self._idempotency.find(key, content)
+        if first is not None:
+            return Admitted(first.seq, first.event_hash, first.deliveries, duplicate=True)
         stamp = self.next_stamp()
         try:
             if not self._runtime.router.subscribed(schema):
@@ -614,17 +641,22 @@ class World:
             self.flush()
             raise
         self.logical_ns = stamp.logical_ns
-        record = records.ingress_event(schema, normalized, stamp.to_value())
+        record = records.ingress_event(schema, normalized, stamp.to_value(), key)
         seq = self.append(record)
         event_hash = hash_bytes(self._pending.record_bytes[-1])
+        if key is not None:
+            admission = FirstAdmission(seq, event_hash, len(deliveries), content)
+            self._idempotency.remember(key, admission)
         self._enqueue(seq, deliveries, stamp)
         self._flush_if_full()
         return Admitted(seq, event_hash, len(deliveries))
 
-    def send(self, schema: str, value: Any) -> tuple[Admitted, RunReport]:
+    def send(
+        self, schema: str, value: Any, *, idempotency_key: str | None = None
+    ) -> tuple[Admitted, RunReport]:
         """Ingress one event and run to idle: when this returns, the event and everything it
-        caused are durable."""
-        admitted = self.ingress(schema, value)
+        caused are durable (a repeat under an idempotency key runs nothing new)."""
+        admitted = self.ingress(schema, value, idempotency_key=idempotency_key)
         try:
             return admitted, self.run_to_idle()
         except StepBudgetExceededError as error:
