@@ -115,3 +115,34 @@ def test_root_depends_only_on_contents(
     assert dict(index.items(root)) == model
     for n in range(61):
         assert index.get(root, digest(n)) == model.get(digest(n))
+
+
+@given(
+    st.sets(st.integers(0, 200), max_size=80),
+    st.one_of(st.none(), st.integers(0, 200)),
+    st.integers(min_value=1, max_value=4),
+)
+@settings(max_examples=150, deadline=None)
+def test_items_after_is_the_tail_of_items(keys: set[int], after: int | None, bucket: int) -> None:
+    index = CellIndex(MemoryCas(), bucket_entries_max=bucket)
+    root = index.update(index.empty_root, {digest(n): entry(n) for n in keys})
+    cut = None if after is None else digest(after)
+    expected = [(d, e) for d, e in index.items(root) if cut is None or d > cut]
+    assert list(index.items_after(root, cut)) == expected
+
+
+def test_items_after_reads_only_the_path_it_needs() -> None:
+    cas = MemoryCas()
+    index = CellIndex(cas, bucket_entries_max=2)
+    root = index.update(index.empty_root, {digest(n): entry(n) for n in range(2000)})
+    reads = 0
+    plain_get = cas.get_value
+
+    def counting_get(hash_: Hash) -> Any:
+        nonlocal reads
+        reads += 1
+        return plain_get(hash_)
+
+    cas.get_value = counting_get  # type: ignore[method-assign]
+    first = next(index.items_after(root, None))
+    assert first == next(index.items(root)) and reads < 20  # one path down, not 2,000 cells

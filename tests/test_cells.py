@@ -133,3 +133,19 @@ def test_root_is_independent_of_materialization_points() -> None:
         if n % 4 == 0:
             a.materialize()
     assert a.materialize() == b.materialize()
+
+
+def test_items_after_merges_staged_cells_over_the_index() -> None:
+    cells, _ = table()
+    for n in range(40):
+        cells.put(key(n), state(n), n)
+    cells.materialize()
+    for n in range(0, 40, 3):
+        cells.put(key(n), None, 100)  # staged deletes
+    for n in range(40, 50):
+        cells.put(key(n), state(n), 101)  # staged inserts
+    cells.put(key(1), state(999), 102)  # a staged update of an indexed cell
+    everything = cells.items()
+    for cut in [None, *(d for d, _ in everything[::7])]:
+        tail = [(d, c.state_hash) for d, c in everything if cut is None or d > cut]
+        assert [(d, c.state_hash) for d, c in cells.items_after(cut)] == tail

@@ -364,3 +364,26 @@ def test_a_scan_in_turns_gives_the_page_one_scan_gives(world_path: Path, per_tur
     with open_node(world_path, limits=bounded) as node:
         page = get(TestClient(create_app(node)), "/v1/journal", failed="true", **{"from": 1})
         assert page["scanned"] == 4 and page["next_seq"] == 5 and page["records"] == []
+
+
+def test_a_filtered_cell_page_looks_at_most_at_its_scan_bound(world_path: Path) -> None:
+    """A status filter that matches few cells stops after `journal_scan_records_max` cells
+    looked at, says so, and goes on from the last one looked at: every cell is found once."""
+    with open_node(world_path, limits=NodeLimits(journal_scan_records_max=3)) as node:
+        client = TestClient(create_app(node))
+        for n in range(7):
+            send(client, f"k{n}", "none")
+        send(client, "bad", "trap")
+        found: list[str] = []
+        after: str | None = None
+        pages = 0
+        while True:
+            params = {"status": "failed"} | ({"after": after} if after else {})
+            page = get(client, f"/v1/cells/{KEYED}", **params)
+            pages += 1
+            found += [c["key"] for c in page["cells"]]
+            assert page["truncated"] == (page["next_after"] is not None)
+            after = page["next_after"]
+            if after is None:
+                break
+        assert found == ["bad"] and pages == 3  # 8 cells, 3 looked at per page

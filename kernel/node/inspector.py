@@ -190,7 +190,9 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
         def read(world: World) -> dict[str, Any]:
             wanted = views.cell_status(status or None)
             rows = views.rows(limit, bounds, CELL_ROWS)
-            found = views.cells(world, workflow, status=wanted, after=after, limit=rows)
+            found = views.cells(
+                world, workflow, status=wanted, after=after, limit=rows, scan_max=bounds.scan_max
+            )
             return {
                 "found": found,
                 "status": wanted,

@@ -129,7 +129,14 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
         wanted = views.cell_status(status)
         rows = views.rows(limit, cell_bounds, views.CELLS_ROWS_DEFAULT)
         return await node.host.run(
-            lambda world: views.cells(world, workflow, status=wanted, after=after, limit=rows)
+            lambda world: views.cells(
+                world,
+                workflow,
+                status=wanted,
+                after=after,
+                limit=rows,
+                scan_max=cell_bounds.scan_max,
+            )
         )
 
     @app.get("/v1/cell", tags=["read"])

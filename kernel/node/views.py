@@ -176,28 +176,34 @@ def cells(
     status: str | None,
     after: str | None,
     limit: int,
+    scan_max: int,
 ) -> dict[str, Any]:
     """A workflow's cells in key-hash order, only those with `status` when given, from the one
-    after the key hash `after`. `next_after` continues (null: this is the last page)."""
+    after the key hash `after`. `next_after` continues (null: this is the last page). Reads
+    only the cells it looks at: at most `limit` shown and `scan_max` looked at (a status
+    filter that matches few cells stops there, `truncated`, with `next_after` the last cell
+    looked at)."""
     if after is not None and not _KEY_HASH.fullmatch(after):
         raise QueryInvalidError("after is a cell's key hash (64 hex digits)", path="$.after")
-    found = world.cells(workflow)  # raises world.workflow_unknown
+    count = world.cell_count(workflow)  # raises world.workflow_unknown
     page: list[dict[str, Any]] = []
-    more = False
-    for cell in found:
-        digest = _key_digest(cell)
-        if (after is not None and digest <= after) or (status and cell.status != status):
-            continue
-        if len(page) == limit:
-            more = True
+    next_after: str | None = None
+    looked_at = after
+    found = world.cells_after(workflow, bytes.fromhex(after) if after else None)
+    for scanned, cell in enumerate(found):
+        if len(page) == limit or scanned == scan_max:
+            # There is more: go on after the last cell shown, or the last one looked at.
+            next_after = page[-1]["key_hash"] if len(page) == limit else looked_at
             break
-        page.append({**cell_json(cell), "key_hash": digest})
+        looked_at = _key_digest(cell)
+        if not status or cell.status == status:
+            page.append({**cell_json(cell), "key_hash": looked_at})
     return {
         "workflow": workflow,
-        "count": len(found),
-        "truncated": more,
+        "count": count,
+        "truncated": next_after is not None,
         "cells": page,
-        "next_after": page[-1]["key_hash"] if more else None,
+        "next_after": next_after,
     }
 
 

@@ -122,6 +122,27 @@ class CellIndex:
         for nibble in sorted(node["branch"]):
             yield from self.items(Hash(node["branch"][nibble][0]))
 
+    def items_after(self, root: Hash, after: bytes | None) -> Iterator[tuple[bytes, CellEntry]]:
+        """The entries whose key hash is greater than `after` (every one when None), in
+        key-hash order, lazily: only the nodes on `after`'s path and right of it are read,
+        and only as far as the caller goes (a page of a million cells reads a few nodes)."""
+        yield from self._items_after(self._load(root), after, 0)
+
+    def _items_after(
+        self, node: dict[str, Any], after: bytes | None, depth: int
+    ) -> Iterator[tuple[bytes, CellEntry]]:
+        if "leaf" in node:
+            for entry_digest, entry in node["leaf"]:
+                if after is None or bytes(entry_digest) > after:
+                    yield bytes(entry_digest), CellEntry.from_value(entry)
+            return
+        start = -1 if after is None else _nibble(after, depth)
+        for nibble in sorted(node["branch"]):
+            if nibble < start:
+                continue
+            child = self._load(Hash(node["branch"][nibble][0]))
+            yield from self._items_after(child, after if nibble == start else None, depth + 1)
+
     # -- updates ------------------------------------------------------------------------
 
     def update(

@@ -10,7 +10,9 @@ clean cells, and dirty states above `resident_state_bytes_max` in total are spil
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -131,6 +133,24 @@ class CellTable:
             else:
                 merged[digest] = cell
         return sorted(merged.items())
+
+    def items_after(self, after: bytes | None) -> Iterator[tuple[bytes, Cell]]:
+        """The cells at the head whose key hash is greater than `after`, in key-hash order,
+        lazily (the index is read only as far as the caller goes; staged cells win)."""
+        staged = sorted(
+            ((d, 0, c) for d, c in self._dirty.items() if after is None or d > after),
+            key=lambda item: item[0],
+        )
+        indexed = (
+            (d, 1, _cell_from_entry(e)) for d, e in self._index.items_after(self.root, after)
+        )
+        last: bytes | None = None
+        for digest, _, cell in heapq.merge(staged, indexed, key=lambda item: item[:2]):
+            if digest == last:
+                continue  # the index's entry under a staged change
+            last = digest
+            if cell is not None:
+                yield digest, cell
 
     # -- writes -------------------------------------------------------------------------
 

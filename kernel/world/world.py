@@ -1528,6 +1528,18 @@ class World:
         self._runtime.workflow(workflow)
         return [self._cell_info(workflow, cell) for _, cell in self._table(workflow).items()]
 
+    def cells_after(self, workflow: str, after: bytes | None) -> Iterator[CellInfo]:
+        """A workflow's cells whose key hash is greater than `after` (all when None), in
+        key-hash order, lazily: a page of cells reads what it shows, not the whole index."""
+        self._runtime.workflow(workflow)
+        for _, cell in self._table(workflow).items_after(after):
+            yield self._cell_info(workflow, cell)
+
+    def cell_count(self, workflow: str) -> int:
+        """How many cells a workflow has (index counts, no walk)."""
+        self._runtime.workflow(workflow)
+        return self._table(workflow).count()
+
     def cell_info(self, workflow: str, key_bytes: bytes | None) -> CellInfo | None:
         """One cell by its canonical key bytes (None if it does not exist)."""
         cell = self._table(workflow).get(key_bytes)
