@@ -41,6 +41,10 @@ from aos.kernel.world import records
 from aos.kernel.world.world import World
 
 PROPOSALS_OPEN_MAX_DEFAULT = 64
+PROPOSALS_CLOSED_KEPT = 100
+"""Closed (applied or rejected) proposals the head keeps, the newest by sequence; an older one
+leaves the head (and `aos gov ls`) but stays in the journal. A constant, not a per-open limit:
+the head checkpoint's contents depend on it, and a replay must rebuild the same head."""
 SHADOW_STATE_BYTES_MAX_DEFAULT = 16 * 1024
 """Largest state (encoded) a shadow report keeps, live and proposed, where a cell first
 diverges; a larger one is kept by its size and hash."""
@@ -357,6 +361,7 @@ def decide(world: World, proposal: str, *, approve: bool, approver: str, reason:
     )
     entry["decision"] = {"action": action, "approver": approver, "reason": reason}
     entry["status"] = action
+    _forget_oldest_closed(world)
     world.flush()
 
 
@@ -396,9 +401,21 @@ def apply(world: World, proposal: str) -> str:
         records.governance("applied", proposal, stamp.to_value(), manifest=entry["manifest"])
     )
     entry["status"] = "applied"
+    _forget_oldest_closed(world)
     world.switch_manifest(Hash(entry["manifest"]))
     world.flush()
     return str(entry["manifest"])
+
+
+def _forget_oldest_closed(world: World) -> None:
+    """Keep the head's proposals bounded: only the newest PROPOSALS_CLOSED_KEPT closed ones."""
+    closed = sorted(
+        (entry["seq"], proposal)
+        for proposal, entry in world.proposals.items()
+        if entry["status"] in ("applied", "rejected")
+    )
+    for _, proposal in closed[: max(0, len(closed) - PROPOSALS_CLOSED_KEPT)]:
+        del world.proposals[proposal]
 
 
 def _proposal(world: World, proposal: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from aos.kernel.errors import KernelInvariantError
 from aos.kernel.store.interface import Store
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.scheduler import CellId
@@ -124,12 +125,28 @@ class IntentTracker:
         return [intent for _, intent in sorted(found)]
 
     def values(self) -> list[dict[str, Any]]:
-        """The open intents as the head checkpoint carries them, in intent order."""
+        """The open intents as the head checkpoint carries them, in intent order (checked
+        first: a head never carries counts that disagree with its intents)."""
+        self.check()
         return [intent.to_value(key) for key, intent in sorted(self._open.items())]
 
     def restore(self, values: Iterable[Any]) -> None:
         for value in values:
-            self.open(str(value["intent"]), OpenIntent.from_value(value))
+            intent = str(value["intent"])
+            if intent in self._open:
+                raise KernelInvariantError(f"the head names open intent {intent} twice")
+            self.open(intent, OpenIntent.from_value(value))
+        self.check()
+
+    def check(self) -> None:
+        """The waiting count of each cell is exactly how many open intents it has; a broken
+        count would leave a cell waiting forever or let it finish early, so it stops the
+        world (KernelInvariantError) instead."""
+        counted: dict[CellId, int] = {}
+        for open_intent in self._open.values():
+            counted[open_intent.cell] = counted.get(open_intent.cell, 0) + 1
+        if counted != self._waiting:
+            raise KernelInvariantError("the waiting counts disagree with the open intents")
 
     # -- kernel timers -----------------------------------------------------------------------
 

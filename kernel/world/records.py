@@ -64,6 +64,20 @@ def derived_event(schema: str, value: Any, cause: int, index: int) -> dict[str, 
     return {"kind": DOMAIN_EVENT, "schema": schema, "value": value, "cause": cause, "index": index}
 
 
+JOURNALED_MESSAGE_CHARS_MAX = 1000
+"""Longest error message a record keeps (`step_fault`, `ingress_rejected`); a longer one is
+cut and says how much was cut, so a record's size never depends on a guest's or a sender's
+text."""
+
+
+def clip_message(text: str) -> str:
+    """The message as a record keeps it (at most JOURNALED_MESSAGE_CHARS_MAX characters)."""
+    if len(text) <= JOURNALED_MESSAGE_CHARS_MAX:
+        return text
+    marker = f" ... [{len(text) - JOURNALED_MESSAGE_CHARS_MAX + 40} characters cut]"
+    return text[: JOURNALED_MESSAGE_CHARS_MAX - 40] + marker
+
+
 def ingress_rejected(
     schema: str, value: Any, stamp: dict[str, Any], code: str, message: str
 ) -> dict[str, Any]:
@@ -73,7 +87,7 @@ def ingress_rejected(
         "value": value,
         "stamp": stamp,
         "code": code,
-        "message": message,
+        "message": clip_message(message),
     }
 
 
@@ -129,7 +143,7 @@ def step_fault(
         "key": key,
         "module": module,
         "code": code,
-        "message": message,
+        "message": clip_message(message),
     }
     if guest is not None:
         record["guest"] = guest
@@ -195,7 +209,10 @@ def effect_receipt(
     if cause is not None:
         record["cause"] = cause
     if payload_error is not None:
-        record["payload_error"] = {"code": payload_error[0], "message": payload_error[1]}
+        record["payload_error"] = {
+            "code": payload_error[0],
+            "message": clip_message(payload_error[1]),
+        }
     return record
 
 

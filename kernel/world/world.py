@@ -215,6 +215,11 @@ class Admitted:
     duplicate: bool = False
 
 
+FAULT_CODES_KEPT_MAX = 100
+"""Fault codes a run report lists (in order; `faults` counts them all), so a run that faults
+a million cells does not carry a million strings."""
+
+
 @dataclass
 class RunReport:
     """What one `run_to_idle` did."""
@@ -1257,14 +1262,15 @@ class World:
                 key=message.key,
                 module=module,
                 code=fault.code,
-                message=str(fault)[:1000],
+                message=str(fault),  # clipped by the record (records.clip_message)
                 guest=fault.guest if isinstance(fault, StepGuestExceptionError) else None,
             )
         )
         self._table(message.workflow).mark_failed(message.key, seq)
         self._faulted[(message.workflow, message.key)] = message
         report.faults += 1
-        report.fault_codes.append(fault.code)
+        if len(report.fault_codes) < FAULT_CODES_KEPT_MAX:
+            report.fault_codes.append(fault.code)
 
     # ----------------------------------------------------------------------------------------
     # Journal, flush, head checkpoint
