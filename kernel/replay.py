@@ -30,8 +30,11 @@ from aos.kernel.hashing import Hash, hash_value
 from aos.kernel.store import StoreError, open_store
 from aos.kernel.store.interface import Store
 from aos.kernel.store.memory_store import MemoryStore
+from aos.kernel.verify import verify_chain
 from aos.kernel.wasm import WasmEngine
+from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import records
+from aos.kernel.world.chain import ChainBrokenError, JournalChain
 from aos.kernel.world.errors import WorldCorruptError, WorldMissingError
 from aos.kernel.world.intents import cancelled_key
 from aos.kernel.world.operations import Operation
@@ -69,7 +72,9 @@ class Divergence:
     """The first place where the replay and the record disagree."""
 
     seq: int
-    what: str  # record_differs | record_missing | record_extra | input_refused | head_differs | integrity
+    # record_differs | record_missing | record_extra | input_refused | head_differs | integrity
+    # | chain_broken
+    what: str
     kind: str | None = None
     workflow: str | None = None
     key: Any = None
@@ -147,9 +152,28 @@ def verify(
     ):
         replayer = _Replay(source, engine or WasmEngine(), progress, spill_dir=Path(scratch))
         try:
-            return replayer.run(from_seq, from_snapshot)
+            report = replayer.run(from_seq, from_snapshot)
         finally:
             replayer.close()
+        # A re-execution names a changed derived record precisely; a changed input replays
+        # consistently, and only the chain shows it.
+        return (_chain_check(source) or report) if report.ok else report
+
+
+def _chain_check(source: Store) -> ReplayReport | None:
+    """The journal chain from genesis against every stored chain head (verify.py): a replay
+    feeds recorded inputs back, so a changed input would replay consistently; only the chain
+    shows it. A report of the break, or None when the chain holds."""
+    try:
+        verify_chain(source)
+    except ChainBrokenError as error:
+        end = source.journal.head()
+        return ReplayReport(ok=False, start_seq=2, end_seq=end, divergence=_chain_broken(error))
+    return None
+
+
+def _chain_broken(error: ChainBrokenError) -> Divergence:
+    return Divergence(int(error.detail["seq"]), "chain_broken", message=str(error))
 
 
 class _Replay:
@@ -193,6 +217,9 @@ class _Replay:
         except _DivergedError as diverged:
             report.ok = False
             report.divergence = diverged.divergence
+        except ChainBrokenError as error:  # folding the recorded tail checks the chain
+            report.ok = False
+            report.divergence = _chain_broken(error)
         except StoreError as error:
             report.ok = False
             report.divergence = Divergence(
@@ -257,9 +284,20 @@ class _Replay:
         world = self._scratch(store, self.loaded(str(content["manifest"])))
         # The snapshot describes the world at `height`; its own record follows it.
         world.replay_restore({**content, "height": seq}, str(self.config["id"]))
+        world.chain = self._chain_through(content, seq)
         world.snapshots = [(s, h) for s, h in _snapshot_records(self.source) if s <= seq]
         world.intents.cancelled_source = lambda intent: self._cancelled_before(intent, seq)
         return world
+
+    def _chain_through(self, content: dict[str, Any], seq: int) -> JournalChain:
+        """The chain after the snapshot record at `seq`: the snapshot carries it at the
+        record before (spec/05 §1.2); one from before chains is computed from genesis."""
+        if "chain" not in content:
+            return journal_chain.from_genesis(self.source, str(self.config["id"]), seq)
+        chain = JournalChain.from_value(content["chain"])
+        return journal_chain.follow(
+            chain, journal_chain.record_bytes(self.source.journal.read(chain.seq + 1, seq)), {}
+        )
 
     def _cancelled_before(self, intent: str, seq: int) -> int | None:
         """The step that cancelled `intent`, if it was before the snapshot at `seq` (later
@@ -465,6 +503,8 @@ class _Replay:
         world.checkpoint()
         found: Any = world.store.cas.get_value(Hash(str(world.store.meta.get("world.head"))))
         recorded: Any = head_at_end(self.source, self.engine)
+        if "chain" not in recorded:
+            found.pop("chain", None)  # a head from before chains (spec/05 §1.2)
         if hash_value(found) != hash_value(recorded):
             fields = sorted(
                 str(k)
