@@ -5,11 +5,12 @@ An export is one canonical CBOR map:
 
     {"format": "aos.world.export/1", "world": <world id>, "public_key": <32 bytes>,
      "records": [<record bytes>, ...], "signed": [[seq, chain hash, signature], ...],
-     "chain": [seq, chain hash]}
+     "marks": [[seq, chain hash], ...], "chain": [seq, chain hash]}
 
 `records` are the journal's records 1..N as their stored canonical bytes; `signed` are the
 world's signed chain heads (one per snapshot, and one the export makes over its last record
-when the world's key file is at hand); `chain` is the chain head at N. Exporting checks the
+when the world's key file is at hand); `marks` the world's flush marks (unsigned: they only
+narrow down where a changed record is); `chain` is the chain head at N. Exporting checks the
 world's chain first (verify.py), so an export never signs a journal that was changed. A
 verifier recomputes the chain from the world id (the hash of record 1), checks every
 signature with the public key it was given and the chain at every signed head, and says how
@@ -27,6 +28,7 @@ from typing import Any
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_value
 from aos.kernel.store import open_store
+from aos.kernel.store.interface import Store
 from aos.kernel.verify import verify_chain, world_id
 from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import worldkey
@@ -81,6 +83,7 @@ def export_world(
             raise WorldKeyMissingError(f"the world at {root} has no key: it cannot be exported")
         raws = _bounded_records(store.journal.read(1, checked.end_seq), bytes_max)
         signed = worldkey.signed_heads(store)
+        marks = _marks(store, checked.end_seq)
     seed = worldkey.load_seed(root)
     if seed is not None and checked.end_seq:
         signed.append(worldkey.sign(seed, ident, checked.chain))
@@ -90,6 +93,7 @@ def export_world(
         "public_key": public_key,
         "records": raws,
         "signed": signed,
+        "marks": marks,
         "chain": checked.chain.to_value(),
     }
     data = cbor.encode(value)
@@ -119,7 +123,11 @@ def verify_export(
             raise ExportInvalidError(f"a signed chain head at seq {seq} does not fit the export")
     if not witnesses:
         raise ExportInvalidError("the export carries no signed chain head")
-    chain = journal_chain.follow(JournalChain.genesis(ident), enumerate(raws, start=1), witnesses)
+    for seq, chain_hash in value["marks"]:
+        if witnesses.setdefault(seq, chain_hash) != chain_hash:
+            raise journal_chain.broken(seq, seq)
+    raws_by_seq = enumerate(raws, start=1)
+    chain = journal_chain.follow(JournalChain.genesis(ident), raws_by_seq, witnesses.get)
     return _authenticated(value["signed"], chain, len(raws))
 
 
@@ -128,6 +136,12 @@ def _first_record_id(raw: bytes) -> str | None:
         return str(hash_value(cbor.decode(raw, bytes_max=len(raw))))
     except cbor.CborError:
         return None
+
+
+def _marks(store: Store, end: int) -> list[list[Any]]:
+    witness = journal_chain.marks(store)
+    found = ((seq, witness(seq)) for seq in range(1, end + 1))
+    return [[seq, mark] for seq, mark in found if mark is not None]
 
 
 def _bounded_records(records: Any, bytes_max: int) -> list[bytes]:
@@ -177,9 +191,20 @@ def _read(path: Path, bytes_max: int) -> dict[str, Any]:
         or not isinstance(value.get("records"), list)
         or not all(isinstance(raw, bytes) for raw in value["records"])
         or not isinstance(value.get("signed"), list)
+        or not isinstance(value.get("marks"), list)
+        or not all(_is_mark(mark) for mark in value["marks"])
     ):
         raise ExportInvalidError(f"{path} is not an {EXPORT_FORMAT} file")
     return value
+
+
+def _is_mark(mark: Any) -> bool:
+    return (
+        isinstance(mark, list)
+        and len(mark) == 2
+        and isinstance(mark[0], int)
+        and isinstance(mark[1], bytes)
+    )
 
 
 def _write_whole(out: Path, data: bytes) -> None:

@@ -156,8 +156,10 @@ def verify(
         finally:
             replayer.close()
         # A re-execution names a changed derived record precisely; a changed input replays
-        # consistently, and only the chain shows it.
-        return (_chain_check(source) or report) if report.ok else report
+        # consistently, and only the chain shows it (at the latest in the head's chain).
+        if report.divergence is not None and report.divergence.what != "head_differs":
+            return report
+        return _chain_check(source) or report
 
 
 def _chain_check(source: Store) -> ReplayReport | None:
@@ -295,9 +297,8 @@ class _Replay:
         if "chain" not in content:
             return journal_chain.from_genesis(self.source, str(self.config["id"]), seq)
         chain = JournalChain.from_value(content["chain"])
-        return journal_chain.follow(
-            chain, journal_chain.record_bytes(self.source.journal.read(chain.seq + 1, seq)), {}
-        )
+        raws = journal_chain.record_bytes(self.source.journal.read(chain.seq + 1, seq))
+        return journal_chain.follow(chain, raws, journal_chain.no_witness)
 
     def _cancelled_before(self, intent: str, seq: int) -> int | None:
         """The step that cancelled `intent`, if it was before the snapshot at `seq` (later

@@ -2,8 +2,8 @@
 running a step (spec/05 §1.2, §7).
 
 The chain is recomputed over every journal record and compared with every chain head the
-store keeps: the head checkpoint's, each retained snapshot's, the chain head in meta, and the
-signed heads (whose signatures are checked with the world's public key). Then every blob the
+store keeps: the flush marks, the head checkpoint's, each retained snapshot's, the chain head
+in meta, and the signed heads (whose signatures are checked with the world's public key). Then every blob the
 head, the retained snapshots and the journal name must be present and hash to its name. The
 first problem is a typed error: `world.chain_broken` (naming the first bad sequence),
 `world.chain_signature_invalid`, or `world.cas_broken` (naming the blob).
@@ -36,7 +36,7 @@ class ChainReport:
 
     end_seq: int
     chain: JournalChain
-    witnesses: int  # stored chain heads compared (checkpoint, snapshots, meta, signed)
+    witnesses: int  # stored chain heads besides flush marks (checkpoint, snapshots, signed)
     signed: int  # signed heads whose signature checked
 
 
@@ -79,7 +79,8 @@ def verify_chain(store: Store) -> ChainReport:
     witnesses, signed = stored_heads(store, ident)
     end = store.journal.head()
     records_ = journal_chain.record_bytes(store.journal.read(1, end)) if end else iter(())
-    chain = journal_chain.follow(JournalChain.genesis(ident), records_, witnesses)
+    witness = journal_chain.marks(store, witnesses)
+    chain = journal_chain.follow(JournalChain.genesis(ident), records_, witness)
     return ChainReport(end_seq=end, chain=chain, witnesses=len(witnesses), signed=signed)
 
 

@@ -3,12 +3,14 @@
     c_0 = BLAKE3(CHAIN_TAG || world id)        c_n = BLAKE3(c_{n-1} || canonical bytes of n)
 
 The world advances its chain as it appends each record (over the bytes it encoded once) and
-every flush writes the chain head `(seq, hash)` to store meta in the same batch; the head
-checkpoint and every snapshot carry the chain head at their height, and a world with a key
-signs its chain head at each snapshot (worldkey.py). Those stored heads are the witnesses a
-check compares the recomputed chain against: a record changed on disk makes the chain
-disagree at the first witness after it, and the check names the first record after the last
-witness that still agreed (with one flush between witnesses, the records of one flush).
+every flush writes, in the same batch, the chain head `(seq, hash)` to store meta and a mark
+of it under its sequence (`world.chain@<seq>`); the head checkpoint and every snapshot carry
+the chain head at their height, and a world with a key signs its chain head at each snapshot
+(worldkey.py). Those stored heads are the witnesses a check compares the recomputed chain
+against: a record changed on disk makes the chain disagree at the first witness after it,
+and the check names the first record after the last witness that still agreed, which is the
+first record of the flush that wrote the changed one (a record an input and its steps wrote
+in one flush: the input).
 
 A world created before chains has a head checkpoint without one: the first time this
 version opens it for writing, the chain is computed over its whole journal from genesis and
@@ -17,7 +19,7 @@ carried from then on. Tampering done before that is not detectable by the chain.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,13 @@ from aos.kernel.world.errors import WorldCorruptError, WorldError
 CHAIN_TAG = b"aos.journal.chain/1\x00"
 META_CHAIN = "world.chain"
 CHAIN_BYTES = 32
+_MARK_PREFIX = "world.chain@"
+
+
+def mark_key(seq: int) -> str:
+    """The meta key of the chain mark a flush ending at `seq` wrote (fixed width, so keys
+    sort by sequence)."""
+    return f"{_MARK_PREFIX}{seq:020d}"
 
 
 class ChainBrokenError(WorldError):
@@ -85,24 +94,48 @@ def record_bytes(records: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, byte
         yield seq, cbor.encode_built(record)
 
 
+Witness = Callable[[int], bytes | None]
+
+
 def follow(
-    chain: JournalChain, raws: Iterable[tuple[int, bytes]], witnesses: dict[int, bytes]
+    chain: JournalChain, raws: Iterable[tuple[int, bytes]], witness: Witness
 ) -> JournalChain:
     """Advance `chain` over `raws` (consecutive, starting at `chain.seq + 1`), comparing it
-    with each witness `seq -> hash` it passes. The first disagreement is `world.chain_broken`
-    naming the first record after the last witness that agreed. Returns the chain."""
+    with the stored chain head `witness(seq)` wherever there is one. The first disagreement
+    is `world.chain_broken` naming the first record after the last witness that agreed."""
     agreed = chain.seq
     for seq, raw in raws:
         if seq != chain.seq + 1:
             raise WorldCorruptError(f"the journal skips from seq {chain.seq} to {seq}")
         chain.advance(raw)
-        expected = witnesses.get(seq)
+        expected = witness(seq)
         if expected is None:
             continue
         if expected != chain.head:
             raise broken(agreed + 1, seq)
         agreed = seq
     return chain
+
+
+def no_witness(_seq: int) -> bytes | None:
+    return None
+
+
+def marks(store: Store, extra: dict[int, bytes] | None = None) -> Witness:
+    """The witness of the flush marks in `store` (and of `extra` heads by sequence); a mark
+    and another stored head that disagree at one sequence are a break there."""
+    others = extra or {}
+
+    def witness(seq: int) -> bytes | None:
+        mark = store.meta.get(mark_key(seq), None)
+        other = others.get(seq)
+        if mark is not None and not isinstance(mark, bytes):
+            raise WorldCorruptError(f"the chain mark at seq {seq} is not bytes")
+        if mark is not None and other is not None and mark != other:
+            raise broken(seq, seq)
+        return mark if mark is not None else other
+
+    return witness
 
 
 def broken(first_bad: int, witness_seq: int) -> ChainBrokenError:
@@ -119,7 +152,7 @@ def from_genesis(store: Store, world_id: str, to_seq: int) -> JournalChain:
     chains, or a replay starting from a snapshot that carries none)."""
     chain = JournalChain.genesis(world_id)
     if to_seq > 0:
-        follow(chain, record_bytes(store.journal.read(1, to_seq)), {})
+        follow(chain, record_bytes(store.journal.read(1, to_seq)), no_witness)
     return chain
 
 
@@ -142,7 +175,8 @@ def on_open(store: Store, world_id: str, head: dict[str, Any]) -> JournalChain |
     if meta.seq != end:
         raise broken(min(meta.seq, end), max(meta.seq, end))
     if end > chain.seq:
-        follow(chain, record_bytes(store.journal.read(chain.seq + 1, end)), {end: meta.head})
+        tail = record_bytes(store.journal.read(chain.seq + 1, end))
+        follow(chain, tail, marks(store, {end: meta.head}))
     elif chain.head != meta.head:
         raise broken(end, end)
     return chain

@@ -1326,6 +1326,7 @@ class World:
         wrote_records = bool(self._pending.records)
         if wrote_records and self.chain is not None:
             self._pending.meta[journal_chain.META_CHAIN] = self.chain.to_value()
+            self._pending.meta[journal_chain.mark_key(self.chain.seq)] = self.chain.head
         try:
             first, last = self._pending.flush(expected_first)
         except BaseException:
