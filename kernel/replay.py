@@ -157,25 +157,27 @@ def verify(
             replayer.close()
         # A re-execution names a changed derived record precisely; a changed input replays
         # consistently, and only the chain shows it (at the latest in the head's chain).
-        if report.divergence is not None and report.divergence.what != "head_differs":
-            return report
-        return _chain_check(source) or report
+        if report.divergence is None or report.divergence.what == "head_differs":
+            _chain_check(source, report)
+        return report
 
 
-def _chain_check(source: Store) -> ReplayReport | None:
+def _chain_check(source: Store, report: ReplayReport) -> None:
     """The journal chain from genesis against every stored chain head (verify.py): a replay
     feeds recorded inputs back, so a changed input would replay consistently; only the chain
-    shows it. A report of the break, or None when the chain holds."""
+    shows it. A break becomes the report's divergence."""
     try:
         verify_chain(source)
     except ChainBrokenError as error:
-        end = source.journal.head()
-        return ReplayReport(ok=False, start_seq=2, end_seq=end, divergence=_chain_broken(error))
-    return None
+        report.ok = False
+        report.divergence = _chain_broken(error, source)
 
 
-def _chain_broken(error: ChainBrokenError) -> Divergence:
-    return Divergence(int(error.detail["seq"]), "chain_broken", message=str(error))
+def _chain_broken(error: ChainBrokenError, source: Store) -> Divergence:
+    seq = int(error.detail["seq"])
+    record: Any = next(iter(source.journal.read(seq, seq)), (seq, None))[1]
+    kind = str(record.get("kind")) if isinstance(record, dict) else None
+    return Divergence(seq, "chain_broken", kind=kind, expected=record, message=str(error))
 
 
 class _Replay:
@@ -221,7 +223,7 @@ class _Replay:
             report.divergence = diverged.divergence
         except ChainBrokenError as error:  # folding the recorded tail checks the chain
             report.ok = False
-            report.divergence = _chain_broken(error)
+            report.divergence = _chain_broken(error, self.source)
         except StoreError as error:
             report.ok = False
             report.divergence = Divergence(
