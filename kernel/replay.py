@@ -165,9 +165,14 @@ def verify(
 def _chain_check(source: Store, report: ReplayReport) -> None:
     """The journal chain from genesis against every stored chain head (verify.py): a replay
     feeds recorded inputs back, so a changed input would replay consistently; only the chain
-    shows it. A break becomes the report's divergence."""
+    shows it. A break becomes the report's divergence. A replay from a snapshot trusts the
+    snapshot, so the chain is checked from the one it carries."""
+    start = None
+    if report.snapshot is not None:
+        content: Any = source.cas.get_value(Hash(report.snapshot))
+        start = JournalChain.from_value(content["chain"]) if "chain" in content else None
     try:
-        verify_chain(source)
+        verify_chain(source, start)
     except ChainBrokenError as error:
         report.ok = False
         report.divergence = _chain_broken(error, source)

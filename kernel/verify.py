@@ -73,14 +73,16 @@ def world_id(store: Store) -> str:
     return str(config["id"])
 
 
-def verify_chain(store: Store) -> ChainReport:
-    """Recompute the chain from genesis and compare it with every stored chain head."""
+def verify_chain(store: Store, start: JournalChain | None = None) -> ChainReport:
+    """Recompute the chain from genesis (or from `start`, a stored head trusted as given)
+    and compare it with every stored chain head after it."""
     ident = world_id(store)
     witnesses, signed = stored_heads(store, ident)
     end = store.journal.head()
-    records_ = journal_chain.record_bytes(store.journal.read(1, end)) if end else iter(())
+    chain = start.copy() if start is not None else JournalChain.genesis(ident)
+    records_ = store.journal.read(chain.seq + 1, end) if end > chain.seq else iter(())
     witness = journal_chain.marks(store, witnesses)
-    chain = journal_chain.follow(JournalChain.genesis(ident), records_, witness)
+    chain = journal_chain.follow(chain, journal_chain.record_bytes(records_), witness)
     return ChainReport(end_seq=end, chain=chain, witnesses=len(witnesses), signed=signed)
 
 

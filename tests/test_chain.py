@@ -363,3 +363,25 @@ def test_verify_cli_usage_errors(tmp_path: Path) -> None:
         ["world", "verify", "--export", str(tmp_path / "x"), "--public-key", "zz"],
     )
     assert result.exit_code == 2
+
+
+def test_a_replay_from_a_snapshot_checks_the_chain_from_the_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "w"
+    seq = counter_world(path)
+    rewrite_record(path, seq, flip_entropy)
+    report = replay.verify(path, from_snapshot=str(seq - 1))
+    assert report.start_seq == seq and report.divergence is not None
+    assert (report.divergence.what, report.divergence.seq) == ("chain_broken", seq)
+    assert report.divergence.kind == records.DOMAIN_EVENT
+
+
+def test_a_changed_chain_mark_is_a_break_at_its_seq(tmp_path: Path) -> None:
+    path = tmp_path / "w"
+    seq = counter_world(path)
+    with open_store(path) as store:
+        mark = journal_chain.mark_key(seq + 1)  # the flush of that send ends at its step
+        assert isinstance(store.meta.get(mark), bytes)
+        store.meta.put(mark, bytes(32))
+    with pytest.raises(ChainBrokenError) as raised:
+        verify.verify_world(path)
+    assert raised.value.detail["seq"] == seq
