@@ -385,3 +385,17 @@ def test_a_changed_chain_mark_is_a_break_at_its_seq(tmp_path: Path) -> None:
     with pytest.raises(ChainBrokenError) as raised:
         verify.verify_world(path)
     assert raised.value.detail["seq"] == seq
+
+
+def test_a_world_from_before_chains_killed_after_its_first_flush_reopens(tmp_path: Path) -> None:
+    path = tmp_path / "w"
+    counter_world(path)
+    _strip_chain(path)
+    world = reopen(path, limits=TAIL_ONLY)
+    world.send(EVENT, inc("z", 1))
+    world.store.close()  # as a kill would
+    with reopen(path, limits=TAIL_ONLY) as world:
+        world.send(EVENT, inc("z", 2))
+        assert world.state("demo/counter@1", "z")["count"] == 3
+    verify.verify_world(path)
+    assert replay.verify(path).ok

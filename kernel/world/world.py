@@ -451,6 +451,9 @@ class World:
         world.restore_head(head, head_hash)
         if not store.readonly:
             world._key_seed = worldkey.load_seed(store.world_dir)
+            # A head from before chains: the first flush checkpoints, so that the head carries
+            # the chain the flush stores (spec/05 §1.2).
+            world._checkpoint_due = "chain" not in head
         return world
 
     @classmethod
