@@ -100,6 +100,15 @@ def _field(record: Any, name: str) -> str:
     return text if len(text) < 100 else text[:97] + "..."
 
 
+_export_bytes_max = click.option(
+    "--bytes-max",
+    type=click.IntRange(min=1),
+    default=export.EXPORT_BYTES_MAX_DEFAULT,
+    show_default=True,
+    help="The largest export file written or read (export_bytes_max).",
+)
+
+
 @world_group.command("verify")
 @click.option(
     "--export",
@@ -108,13 +117,7 @@ def _field(record: Any, name: str) -> str:
     help="Verify this export file instead of the world (needs --public-key).",
 )
 @click.option("--public-key", metavar="HEX", help="The world's Ed25519 public key (64 hex).")
-@click.option(
-    "--bytes-max",
-    type=click.IntRange(min=1),
-    default=export.EXPORT_BYTES_MAX_DEFAULT,
-    show_default=True,
-    help="The largest export file read (export_bytes_max).",
-)
+@_export_bytes_max
 @world_option
 @json_option
 @handles_errors
@@ -162,13 +165,7 @@ def _verify_export(path: Path, public_key: str | None, bytes_max: int, *, as_jso
 
 @world_group.command("export")
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--bytes-max",
-    type=click.IntRange(min=1),
-    default=export.EXPORT_BYTES_MAX_DEFAULT,
-    show_default=True,
-    help="The largest export written (export_bytes_max).",
-)
+@_export_bytes_max
 @world_option
 @json_option
 @handles_errors
