@@ -1,16 +1,20 @@
-"""`aos world snapshot | replay | gc`: snapshots, replay audits and garbage collection."""
+"""`aos world snapshot | replay | verify | export | gc`: snapshots, replay audits, chain and
+CAS verification, signed exports, and garbage collection."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, world_option
 from aos.cli.remote import node_call, node_option, serving_node
-from aos.cli.world_cmd import opened_world, world_group
-from aos.kernel import cbor, gc, replay
+from aos.cli.world_cmd import opened_world, read_world, world_group
+from aos.kernel import cbor, export, gc, replay, verify
+from aos.kernel.world import worldkey
+from aos.kernel.world.worldkey import WorldKeyMissingError
 
 
 @world_group.command("snapshot")
@@ -94,6 +98,105 @@ def _field(record: Any, name: str) -> str:
         return "-"
     text = str(cbor.to_json(record.get(name)))
     return text if len(text) < 100 else text[:97] + "..."
+
+
+_export_bytes_max = click.option(
+    "--bytes-max",
+    type=click.IntRange(min=1),
+    default=export.EXPORT_BYTES_MAX_DEFAULT,
+    show_default=True,
+    help="The largest export file written or read (export_bytes_max).",
+)
+
+
+@world_group.command("verify")
+@click.option(
+    "--export",
+    "export_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Verify this export file instead of the world (needs --public-key).",
+)
+@click.option("--public-key", metavar="HEX", help="The world's Ed25519 public key (64 hex).")
+@_export_bytes_max
+@world_option
+@json_option
+@handles_errors
+def verify_command(
+    export_file: Path | None,
+    public_key: str | None,
+    bytes_max: int,
+    world_path: str,
+    as_json: bool,
+) -> None:
+    """Check the journal chain from genesis and every blob the world names, without running
+    a step; or, with --export, an export with only the public key. Exits 1 naming the first
+    bad sequence (world.chain_broken) or blob (world.cas_broken)."""
+    if export_file is not None:
+        _verify_export(export_file, public_key, bytes_max, as_json=as_json)
+        return
+    if public_key is not None:
+        raise click.UsageError("--public-key goes with --export")
+    report = verify.verify_world(world_path)
+    if as_json:
+        emit_json(report.to_value())
+        return
+    click.echo(
+        f"ok: chain over {report.chain.end_seq} records matches {report.chain.witnesses} stored "
+        f"heads ({report.chain.signed} signed); {report.blobs} blobs read back"
+    )
+
+
+def _verify_export(path: Path, public_key: str | None, bytes_max: int, *, as_json: bool) -> None:
+    if public_key is None:
+        raise click.UsageError("--export needs --public-key HEX")
+    try:
+        key = bytes.fromhex(public_key)
+    except ValueError:
+        raise click.BadParameter("not hex", param_hint="--public-key") from None
+    report = export.verify_export(path, key, bytes_max=bytes_max)
+    if as_json:
+        emit_json({"ok": True, **report.to_value()})
+        return
+    click.echo(
+        f"ok: {report.records} records chained; signatures check through seq "
+        f"{report.authenticated_seq} ({report.signed} signed heads)"
+    )
+
+
+@world_group.command("export")
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@_export_bytes_max
+@world_option
+@json_option
+@handles_errors
+def export_command(out: Path, bytes_max: int, world_path: str, as_json: bool) -> None:
+    """Write the journal, the signed chain heads and the public key to OUT as one canonical
+    CBOR file, after checking the chain; `aos world verify --export OUT --public-key HEX`
+    checks it anywhere."""
+    report = export.export_world(world_path, out, bytes_max=bytes_max)
+    if as_json:
+        emit_json({"out": str(out), **report.to_value()})
+        return
+    click.echo(
+        f"exported {report.records} records to {out} ({report.bytes} bytes); signed through "
+        f"seq {report.authenticated_seq}"
+    )
+
+
+@world_group.command("key")
+@world_option
+@json_option
+@handles_errors
+def key_command(world_path: str, as_json: bool) -> None:
+    """Print the world's Ed25519 public key (hex): what `verify --export` checks with."""
+    with read_world(world_path) as world:
+        public_key = world.store.meta.get(worldkey.META_PUBLIC_KEY, None)
+    if not isinstance(public_key, bytes):
+        raise WorldKeyMissingError(f"the world at {world_path} has no key")
+    if as_json:
+        emit_json({"public_key": public_key.hex()})
+    else:
+        click.echo(public_key.hex())
 
 
 @world_group.command("gc")

@@ -50,7 +50,7 @@ def collect(
     with open_store(root) as store:
         snapshots = _snapshots(store)
         kept = snapshots if keep_snapshots is None else snapshots[len(snapshots) - keep_snapshots :]
-        live = _reachable(store, [hash_ for _, hash_ in kept])
+        live = reachable(store, [hash_ for _, hash_ in kept])
         sizes = {hash_: len(store.cas.get(hash_)) for hash_ in store.cas.hashes()}
         garbage = sorted(h for h in sizes if h not in live)
         report = GcReport(
@@ -84,7 +84,8 @@ def _snapshots(store: Store) -> list[tuple[int, Hash]]:
     return [(int(seq), Hash(str(hash_))) for seq, hash_ in value]
 
 
-def _reachable(store: Store, snapshots: list[Hash]) -> set[Hash]:
+def reachable(store: Store, snapshots: list[Hash]) -> set[Hash]:
+    """Every blob the head, the given snapshots and the journal name (what gc keeps)."""
     live: set[Hash] = set()
     heads = [Hash(str(store.meta.get("world.head"))), *snapshots]
     for head in heads:

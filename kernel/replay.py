@@ -30,8 +30,11 @@ from aos.kernel.hashing import Hash, hash_value
 from aos.kernel.store import StoreError, open_store
 from aos.kernel.store.interface import Store
 from aos.kernel.store.memory_store import MemoryStore
+from aos.kernel.verify import verify_chain
 from aos.kernel.wasm import WasmEngine
+from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import records
+from aos.kernel.world.chain import ChainBrokenError, JournalChain
 from aos.kernel.world.errors import WorldCorruptError, WorldMissingError
 from aos.kernel.world.intents import cancelled_key
 from aos.kernel.world.operations import Operation
@@ -69,7 +72,9 @@ class Divergence:
     """The first place where the replay and the record disagree."""
 
     seq: int
-    what: str  # record_differs | record_missing | record_extra | input_refused | head_differs | integrity
+    # record_differs | record_missing | record_extra | input_refused | head_differs | integrity
+    # | chain_broken
+    what: str
     kind: str | None = None
     workflow: str | None = None
     key: Any = None
@@ -147,9 +152,37 @@ def verify(
     ):
         replayer = _Replay(source, engine or WasmEngine(), progress, spill_dir=Path(scratch))
         try:
-            return replayer.run(from_seq, from_snapshot)
+            report = replayer.run(from_seq, from_snapshot)
         finally:
             replayer.close()
+        # A re-execution names a changed derived record precisely; a changed input replays
+        # consistently, and only the chain shows it (at the latest in the head's chain).
+        if report.divergence is None or report.divergence.what == "head_differs":
+            _chain_check(source, report)
+        return report
+
+
+def _chain_check(source: Store, report: ReplayReport) -> None:
+    """The journal chain from genesis against every stored chain head (verify.py): a replay
+    feeds recorded inputs back, so a changed input would replay consistently; only the chain
+    shows it. A break becomes the report's divergence. A replay from a snapshot trusts the
+    snapshot, so the chain is checked from the one it carries."""
+    start = None
+    if report.snapshot is not None:
+        content: Any = source.cas.get_value(Hash(report.snapshot))
+        start = JournalChain.from_value(content["chain"]) if "chain" in content else None
+    try:
+        verify_chain(source, start)
+    except ChainBrokenError as error:
+        report.ok = False
+        report.divergence = _chain_broken(error, source)
+
+
+def _chain_broken(error: ChainBrokenError, source: Store) -> Divergence:
+    seq = int(error.detail["seq"])
+    record: Any = next(iter(source.journal.read(seq, seq)), (seq, None))[1]
+    kind = str(record.get("kind")) if isinstance(record, dict) else None
+    return Divergence(seq, "chain_broken", kind=kind, expected=record, message=str(error))
 
 
 class _Replay:
@@ -193,6 +226,9 @@ class _Replay:
         except _DivergedError as diverged:
             report.ok = False
             report.divergence = diverged.divergence
+        except ChainBrokenError as error:  # folding the recorded tail checks the chain
+            report.ok = False
+            report.divergence = _chain_broken(error, self.source)
         except StoreError as error:
             report.ok = False
             report.divergence = Divergence(
@@ -257,9 +293,19 @@ class _Replay:
         world = self._scratch(store, self.loaded(str(content["manifest"])))
         # The snapshot describes the world at `height`; its own record follows it.
         world.replay_restore({**content, "height": seq}, str(self.config["id"]))
+        world.chain = self._chain_through(content, seq)
         world.snapshots = [(s, h) for s, h in _snapshot_records(self.source) if s <= seq]
         world.intents.cancelled_source = lambda intent: self._cancelled_before(intent, seq)
         return world
+
+    def _chain_through(self, content: dict[str, Any], seq: int) -> JournalChain:
+        """The chain after the snapshot record at `seq`: the snapshot carries it at the
+        record before (spec/05 §1.2); one from before chains is computed from genesis."""
+        if "chain" not in content:
+            return journal_chain.from_genesis(self.source, str(self.config["id"]), seq)
+        chain = JournalChain.from_value(content["chain"])
+        raws = journal_chain.record_bytes(self.source.journal.read(chain.seq + 1, seq))
+        return journal_chain.follow(chain, raws, journal_chain.no_witness)
 
     def _cancelled_before(self, intent: str, seq: int) -> int | None:
         """The step that cancelled `intent`, if it was before the snapshot at `seq` (later
@@ -468,6 +514,8 @@ class _Replay:
         world.checkpoint()
         found: Any = world.store.cas.get_value(Hash(str(world.store.meta.get("world.head"))))
         recorded: Any = head_at_end(self.source, self.engine)
+        if "chain" not in recorded:
+            found.pop("chain", None)  # a head from before chains (spec/05 §1.2)
         if hash_value(found) != hash_value(recorded):
             fields = sorted(
                 str(k)

@@ -52,7 +52,8 @@ from aos.kernel.wasm import (
     WasmEngine,
     encode_input,
 )
-from aos.kernel.world import receipts, records
+from aos.kernel.world import chain as journal_chain
+from aos.kernel.world import receipts, records, worldkey
 from aos.kernel.world.cellindex import CellIndex
 from aos.kernel.world.cells import (
     CACHE_CELLS_MAX_DEFAULT,
@@ -193,6 +194,8 @@ class WorldLimits:
     # writes something the journal tail cannot carry: spec/05 §1.1); the flushes between
     # write only records and new states. 1 checkpoints at every flush; None only when forced.
     checkpoint_every_records: int | None = CHECKPOINT_EVERY_RECORDS_DEFAULT
+    # Signed chain heads kept in meta (one per snapshot, newest kept): what an export carries.
+    signed_heads_kept_max: int = worldkey.SIGNED_HEADS_KEPT_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         if self.checkpoint_every_records is not None and self.checkpoint_every_records < 1:
@@ -319,6 +322,9 @@ class World:
         # scratch world reads the audited world's blobs (deployed definitions, say) here.
         self.blob_source: Callable[[Hash], bytes | None] | None = None
         self._last_snapshot_wall_s = _monotonic_s()
+        # The journal hash chain at the head (chain.py); None only reading a pre-chain world.
+        self.chain: journal_chain.JournalChain | None = None
+        self._key_seed: bytes | None = None  # signs the chain head at snapshots (worldkey.py)
 
     # ----------------------------------------------------------------------------------------
     # Creating and opening
@@ -365,6 +371,7 @@ class World:
                     clock=clock,
                 )
                 genesis.genesis(lambda wasm_hash: built[wasm_hash].read_bytes())
+                store.meta.put(worldkey.META_PUBLIC_KEY, worldkey.create(building))
             finally:
                 store.close()
             (building / "store" / "writer.lock").unlink(missing_ok=True)
@@ -458,7 +465,13 @@ class World:
         )
         world.world_id = str(config["id"])
         world.snapshots = _snapshot_list(store.meta.get(_META_SNAPSHOTS, []))
+        world.chain = journal_chain.on_open(store, world.world_id, head)  # before the fold
         world.restore_head(head, head_hash)
+        if not store.readonly:
+            world._key_seed = worldkey.load_seed(store.world_dir)
+            # A head from before chains: the first flush checkpoints, so that the head carries
+            # the chain the flush stores (spec/05 §1.2).
+            world._checkpoint_due = "chain" not in head
         return world
 
     @classmethod
@@ -520,10 +533,11 @@ class World:
         stamp = self.next_stamp()
         self.logical_ns = stamp.logical_ns
         genesis = records.manifest(str(loaded.manifest_hash), stamp.to_value())
-        self.append(genesis)
         # The genesis record carries fresh entropy, so its hash names this world and no other:
-        # receipts are signed for it.
+        # receipts are signed for it, and the journal chain starts from it.
         self.world_id = str(hash_value(genesis))
+        self.chain = journal_chain.JournalChain.genesis(self.world_id)
+        self.append(genesis)
         self._pending.meta[_META_FORMAT] = WORLD_FORMAT
         self._pending.meta[_META_CONFIG] = {"clock": self.clock, "id": self.world_id}
         self.flush()
@@ -1028,6 +1042,7 @@ class World:
         content = self._checkpoint(roots)
         snapshot_hash = self._pending.put_value(content)
         seq = self.append(records.snapshot(str(snapshot_hash), content["height"]))
+        self._sign_chain_head()
         self.snapshots.append((seq, snapshot_hash))
         kept = self.limits.snapshots_kept_max
         dropped = self.snapshots[:-kept] if kept is not None else []
@@ -1039,6 +1054,15 @@ class World:
         self.flush()
         self._last_snapshot_wall_s = _monotonic_s()
         return seq, snapshot_hash
+
+    def _sign_chain_head(self) -> None:
+        """Sign the chain through the snapshot record (the snapshot itself carries the chain
+        before it), if the world has a key (worldkey.py)."""
+        if self.chain is None or self._key_seed is None:
+            return
+        signed = worldkey.sign(self._key_seed, self.world_id, self.chain)
+        kept = worldkey.with_signed(self.store, signed, self.limits.signed_heads_kept_max)
+        self._pending.meta[worldkey.META_SIGNED] = kept
 
     def _snapshot_due(self) -> bool:
         if len(self._scheduler):
@@ -1282,6 +1306,8 @@ class World:
         raw = cbor.encode_built(record) if kind in _BUILT_KINDS else cbor.encode(record)
         self._pending.append_record(record, raw)
         self._head += 1
+        if self.chain is not None:
+            self.chain.advance(raw)
         if kind not in FOLDABLE_KINDS:
             self._checkpoint_due = True
         # Governance actions and snapshots change no state: a shadow stays current across them.
@@ -1337,6 +1363,9 @@ class World:
         self._tail_superseded.clear()
         expected_first = self._head - len(self._pending.records) + 1
         wrote_records = bool(self._pending.records)
+        if wrote_records and self.chain is not None:
+            self._pending.meta[journal_chain.META_CHAIN] = self.chain.to_value()
+            self._pending.meta[journal_chain.mark_key(self.chain.seq)] = self.chain.head
         try:
             first, last = self._pending.flush(expected_first)
         except BaseException:
@@ -1396,6 +1425,7 @@ class World:
             "queued": [message.to_value() for message in self._scheduler.snapshot()],
             "proposals": {key: dict(value) for key, value in sorted(self.proposals.items())},
             "state_height": self.state_height,
+            **({"chain": self.chain.to_value()} if self.chain is not None else {}),
             # Written only when a cell has failed, so older heads keep their form.
             **({"faulted": self._faulted_values()} if self._faulted else {}),
         }
