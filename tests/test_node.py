@@ -288,6 +288,103 @@ def test_a_receipt_may_be_sent_as_cbor(client: TestClient, node: Node) -> None:
     assert response.json()["delivered"] is True
 
 
+def post_receipt_leasing(client: TestClient, value: Any, ask: Any) -> Any:
+    return client.post("/v1/receipts", json={"receipt": cbor.to_json(value), "lease": ask})
+
+
+def test_a_receipt_may_ask_for_its_adapters_next_lease(client: TestClient, node: Node) -> None:
+    send(client, "x", "effect", 3)
+    [first] = lease(client, max=1)
+    answer = post_receipt_leasing(client, receipt(node.world_id, first["intent"]), {"max": 1})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["delivered"] is True and body["seq"] is not None
+    [second] = body["leases"]
+    assert second["params"] == {"n": 1} and second["origin"] == {"workflow": KEYED, "key": "x"}
+    assert second["idempotency_key"] == second["intent"] != first["intent"]
+    # Held like any lease: a long-poll gets the third, and the second can be settled.
+    assert [le["params"] for le in lease(client)] == [{"n": 2}]
+    ask = {"effects": ["demo/noop@1"], "max": 5}
+    settled = post_receipt_leasing(client, receipt(node.world_id, second["intent"]), ask)
+    assert settled.json()["delivered"] is True and settled.json()["leases"] == []
+    # Without `lease` the answer leases nothing; a duplicate may still lease.
+    assert post_receipt(client, receipt(node.world_id, first["intent"])).json()["leases"] == []
+
+
+def test_a_receipt_sent_as_cbor_may_ask_for_leases(client: TestClient, node: Node) -> None:
+    send(client, "x", "effect", 2)
+    [first] = lease(client, max=1)
+    data = cbor.encode({"receipt": receipt(node.world_id, first["intent"]), "lease": {"max": 2}})
+    response = client.post(
+        "/v1/receipts", content=data, headers={"content-type": "application/cbor"}
+    )
+    assert response.status_code == 200, response.text
+    assert [le["params"] for le in response.json()["leases"]] == [{"n": 1}]
+
+
+BAD_LEASE_ASKS = [
+    ("not a map", [1], 422, "request.invalid", "$.lease"),
+    ("no max", {"effects": []}, 422, "request.invalid", "$.lease"),
+    ("unknown member", {"max": 1, "wait_ms": 10}, 422, "request.invalid", "$.lease"),
+    ("max not an integer", {"max": "1"}, 422, "request.invalid", "$.lease.max"),
+    ("max a boolean", {"max": True}, 422, "request.invalid", "$.lease.max"),
+    ("max zero", {"max": 0}, 422, "request.invalid", "$.lease.max"),
+    ("max over the limit", {"max": 101}, 400, "node.limit_exceeded", "$.lease.max"),
+    ("effects not a list", {"max": 1, "effects": "x"}, 422, "request.invalid", "$.lease.effects"),
+    ("effect not text", {"max": 1, "effects": [1]}, 422, "request.invalid", "$.lease.effects"),
+    (
+        "unknown effect",
+        {"max": 1, "effects": ["demo/nope@1"]},
+        422,
+        "lease.effect_unknown",
+        "$.lease.effects[0]",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("ask", "status", "code", "path"),
+    [b[1:] for b in BAD_LEASE_ASKS],
+    ids=[b[0] for b in BAD_LEASE_ASKS],
+)
+def test_a_bad_lease_ask_refuses_the_receipt_and_changes_nothing(
+    client: TestClient, node: Node, ask: Any, status: int, code: str, path: str
+) -> None:
+    send(client, "x", "effect", 2)
+    [leased] = lease(client, max=1)
+    before = (journal(client), cells(client), client.get("/v1/world").json())
+    response = post_receipt_leasing(client, receipt(node.world_id, leased["intent"]), ask)
+    error = error_of(response, status)
+    assert (error["code"], error["path"]) == (code, path)
+    assert (journal(client), cells(client), client.get("/v1/world").json()) == before
+    # The receipt was not settled, and the other intent is still free.
+    assert [le["params"] for le in lease(client)] == [{"n": 1}]
+    assert post_receipt(client, receipt(node.world_id, leased["intent"])).json()["delivered"]
+
+
+def test_an_adapter_may_not_ask_for_effects_it_cannot_settle(
+    client: TestClient, node: Node
+) -> None:
+    stranger = signed_client(node, "demo/stranger@1", STRANGER_SEED)
+    send(client, "x")
+    before = journal(client)
+    value = receipt(
+        node.world_id, "blake3:" + "0" * 64, seed=STRANGER_SEED, adapter="demo/stranger@1"
+    )
+    ask = {"effects": ["demo/noop@1"], "max": 1}
+    response = post_receipt_leasing(stranger, value, ask)
+    assert error_of(response, 403)["code"] == "lease.adapter_not_allowed"
+    assert journal(client) == before  # refused before the world saw the receipt
+
+
+def test_a_refused_receipt_leases_nothing(client: TestClient, node: Node) -> None:
+    send(client, "x", "effect", 2)
+    [leased] = lease(client, max=1)
+    response = post_receipt_leasing(client, _forged(node.world_id, leased["intent"]), {"max": 1})
+    assert error_of(response, 403)["code"] == "receipt.signature_invalid"
+    assert [le["params"] for le in lease(client)] == [{"n": 1}]  # still free
+
+
 def _forged(world_id: str, intent: str) -> Any:
     forged = receipt(world_id, intent)
     forged["body"]["payload"] = {"ok": False}  # altered after signing

@@ -34,7 +34,7 @@ from aos.kernel.node.errors import (
     http_status,
 )
 from aos.kernel.node.human import InboxError
-from aos.kernel.node.node import Node
+from aos.kernel.node.node import LeaseAsk, Node
 from aos.kernel.node.read_api import add_read_routes
 
 API_VERSION = "1"
@@ -161,8 +161,10 @@ def _add_routes(app: FastAPI, node: Node) -> None:
     async def post_receipt(request: Request, identity: str = signed) -> dict[str, Any]:
         """Settle an intent with a signed receipt (JSON or application/cbor), then run the
         world to idle so the origin cell steps. Posted by the receipt's own adapter."""
-        value = _receipt_request(await request.body(), request.headers.get("content-type"))
-        return await node.settle(value, identity)
+        value, then_lease = _receipt_request(
+            await request.body(), request.headers.get("content-type")
+        )
+        return await node.settle(value, identity, then_lease)
 
     @app.post(
         BLOBS_PATH,
@@ -279,7 +281,8 @@ def _add_routes(app: FastAPI, node: Node) -> None:
 # Bodies
 
 
-def _receipt_request(body: bytes, content_type: str | None) -> Any:
+def _receipt_request(body: bytes, content_type: str | None) -> tuple[Any, LeaseAsk | None]:
+    """The receipt, and what the adapter asks to lease once it is settled (if it asks)."""
     media_type = (content_type or "").split(";")[0].strip().lower()
     if media_type == CBOR_MEDIA_TYPE:
         # Not necessarily canonical: an adapter in another language need not sort keys. The
@@ -287,9 +290,28 @@ def _receipt_request(body: bytes, content_type: str | None) -> Any:
         parsed = cbor.decode(body, canonical=False)
     else:
         parsed = cbor.from_json(_json_bytes(body, "$"))
-    if not isinstance(parsed, dict) or set(parsed) != {"receipt"}:
-        raise RequestInvalidError('the body is {"receipt": {"body": ..., "signature": ...}}')
-    return parsed["receipt"]
+    if not isinstance(parsed, dict) or "receipt" not in parsed or set(parsed) - _RECEIPT_KEYS:
+        raise RequestInvalidError(
+            'the body is {"receipt": {"body": ..., "signature": ...}, "lease"?: {...}}'
+        )
+    ask = parsed.get("lease")
+    return parsed["receipt"], None if ask is None else _lease_ask(ask)
+
+
+_RECEIPT_KEYS = frozenset({"receipt", "lease"})
+
+
+def _lease_ask(ask: Any) -> LeaseAsk:
+    """A receipt request's `lease`: `{"effects": [names]?, "max": n}`, strictly typed."""
+    if not isinstance(ask, dict) or set(ask) - {"effects", "max"} or "max" not in ask:
+        raise RequestInvalidError('lease is {"effects": [names], "max": n}', path="$.lease")
+    effects = ask.get("effects", [])
+    if not isinstance(effects, list) or not all(isinstance(e, str) for e in effects):
+        raise RequestInvalidError("lease.effects is a list of names", path="$.lease.effects")
+    count = ask["max"]
+    if type(count) is not int:
+        raise RequestInvalidError("lease.max is an integer", path="$.lease.max")
+    return LeaseAsk(effects, count)
 
 
 def _proposal_request(body: bytes, content_type: str | None) -> tuple[Any, list[bytes], str | None]:
