@@ -27,6 +27,7 @@ from aos.kernel.node.app import create_app
 from aos.kernel.node.errors import HumanAdapterError, NodeConfigError
 from aos.kernel.node.human import HumanAdapter
 from aos.kernel.node.leases import LeaseManager, PublishedIntent
+from aos.kernel.node.node import LeaseAsk
 from aos.kernel.world.errors import TimeBackwardsError
 from aos.kernel.world.world import World
 from tests.test_receipts import ADAPTER_SEED, STRANGER_SEED
@@ -606,6 +607,32 @@ def test_queued_receipts_share_one_run_and_each_gets_its_own_answer(world_path: 
         assert envelope["$value"]["intent_hash"] in {le["intent"] for le in leases[4:5]}
 
 
+def test_a_receipts_lease_is_taken_before_a_waiting_long_poll_wakes(world_path: Path) -> None:
+    with open_node(world_path) as node:
+        client = signed_client(node)
+        send(client, "a")
+        [first] = lease(client)
+        polled: list[Any] = []
+        poller = threading.Thread(target=lambda: polled.append(lease(client, wait_ms=1000)))
+        poller.start()
+        time.sleep(0.2)  # the long-poll is waiting
+        # One batch: an event that opens an intent, and a receipt that asks for a lease.
+        opened, settled = _queued_behind_a_held_host(
+            node,
+            [
+                lambda: node.send("demo/Ping@1", ping("b", "effect", 1)),
+                lambda: node.settle(
+                    receipt(node.world_id, first["intent"]), ADAPTER, LeaseAsk([], 1)
+                ),
+            ],
+        )
+        poller.join(10)
+        assert opened["report"]["intents"] == 1 and settled["delivered"] is True
+        [chained] = settled["leases"]
+        assert chained["origin"] == {"workflow": KEYED, "key": "b"}
+        assert polled == [[]]  # woken after the answers were made: nothing left for it
+
+
 def test_queued_events_share_one_run_and_a_batch_is_bounded(world_path: Path) -> None:
     with open_node(world_path, limits=NodeLimits(host_batch_max=3)) as node:
         client = signed_client(node)
@@ -881,6 +908,24 @@ def test_lease_manager_hands_out_expired_work_first() -> None:
     now[0] = 1000.0
     assert [le.intent.intent for le in manager.lease("a", ["e"], 5)] == ["i2"]
     assert manager.counts() == {"published": 1, "leased": 1}
+
+
+def test_publishing_with_wakes_held_wakes_long_polls_once_at_the_end() -> None:
+    manager = LeaseManager(lease_ms=100)
+    woken: list[int] = []
+    manager.add_waiter(lambda: woken.append(1))
+    published = PublishedIntent("i1", "e", frozenset({"a"}), {}, None, "w", None, 1, 0)
+    with manager.wakes_held():
+        manager.publish([published])
+        manager.publish([published])  # already open: no wake due for it
+        assert woken == []
+        [held] = manager.lease("a", ["e"], 1)
+    assert held.intent.intent == "i1" and woken == [1]
+    with manager.wakes_held():
+        manager.withdraw(["i1"])  # nothing published: nobody is woken
+    assert woken == [1]
+    manager.publish([PublishedIntent("i2", "e", frozenset({"a"}), {}, None, "w", None, 2, 0)])
+    assert woken == [1, 1]
 
 
 def test_key_files(tmp_path: Path) -> None:
