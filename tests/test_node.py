@@ -685,6 +685,74 @@ def test_lease_requests_are_checked(world_path: Path) -> None:
         assert len(lease(client, effects=["demo/noop@1"], max=3)) == 2
 
 
+BAD_LEASE_BODIES = [
+    ("not a map", [ADAPTER], "$"),
+    ("no adapter", {"max": 1}, "$"),
+    ("adapter not text", {"adapter": 1}, "$.adapter"),
+    ("max as text", {"adapter": ADAPTER, "max": "2"}, "$.max"),
+    ("max a float", {"adapter": ADAPTER, "max": 2.0}, "$.max"),
+    ("wait_ms a boolean", {"adapter": ADAPTER, "wait_ms": True}, "$.wait_ms"),
+    ("effects not a list", {"adapter": ADAPTER, "effects": "demo/noop@1"}, "$.effects"),
+    ("effect not text", {"adapter": ADAPTER, "effects": [None]}, "$.effects"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "path"), [b[1:] for b in BAD_LEASE_BODIES], ids=[b[0] for b in BAD_LEASE_BODIES]
+)
+def test_lease_bodies_are_strictly_typed(
+    client: TestClient, node: Node, body: Any, path: str
+) -> None:
+    send(client, "x")
+    before = client.get("/v1/world").json()
+    error = error_of(client.post("/v1/leases", json=body), 422)
+    assert (error["code"], error["path"]) == ("request.invalid", path)
+    assert client.get("/v1/world").json() == before  # nothing leased
+    assert len(lease(client)) == 1
+
+
+def test_the_adapter_fast_path_keeps_the_request_guard(world_path: Path) -> None:
+    limits = NodeLimits(request_bytes_max=2000, json_depth_max=8)
+    with open_node(world_path, limits=limits) as node:
+        client = signed_client(node)
+        send(client, "x")
+        before = client.get("/v1/world").json()
+        deep = {"adapter": ADAPTER, "effects": [[[[[[[["x"]]]]]]]]}
+        assert error_of(client.post("/v1/leases", json=deep), 400)["code"] == "input.json_too_deep"
+        padded = {"adapter": ADAPTER, "effects": ["x" * 2000]}
+        for path in ("/v1/leases", "/v1/receipts"):
+            refused = error_of(client.post(path, json=padded), 413)
+            assert refused["detail"]["limit_name"] == "request_bytes_max"
+        broken = client.post(
+            "/v1/leases", content=b'{"adapter": ', headers={"content-type": "application/json"}
+        )
+        assert error_of(broken, 400)["code"] == "input.invalid_json"
+        assert client.get("/v1/world").json() == before
+        # Other methods on these paths are still the framework's.
+        assert error_of(client.get("/v1/leases"), 405)["code"] == "http.method_not_allowed"
+
+
+class _BuggyNode(Node):
+    """A node whose receipt handling has a bug (not a refusal)."""
+
+    async def settle(self, receipt_value: Any, identity: str, then_lease: Any = None) -> Any:
+        raise RuntimeError("a bug in the route")
+
+
+def test_a_bug_behind_the_adapter_fast_path_is_a_500_and_the_node_serves_on(
+    world_path: Path,
+) -> None:
+    node = _BuggyNode(lambda: World.open(world_path, sync=False, engine=engine()))
+    with node:
+        client = signed_client(node)
+        send(client, "x")
+        [leased] = lease(client)
+        answer = post_receipt(client, receipt(node.world_id, leased["intent"]))
+        error = error_of(answer, 500)
+        assert error["code"] == "node.internal" and "a bug in the route" in error["message"]
+        assert client.get("/v1/world").json()["open_intents"] == 1
+
+
 def test_read_limits_at_the_edge(world_path: Path) -> None:
     limits = NodeLimits(journal_records_per_request_max=2, cells_per_request_max=1)
     with open_node(world_path, limits=limits) as node:

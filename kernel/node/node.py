@@ -567,6 +567,7 @@ def _settled(settlement: Settlement) -> Admission[dict[str, Any]]:
             "duplicate": settlement.duplicate,
             "delivered": settlement.delivered,
             "report": _report(report) if report is not None else None,
+            "leases": [],  # what a receipt request's `lease` asked for (Node.settle)
         }
 
     detail = {"intent": settlement.intent, "receipt_seq": settlement.seq}
