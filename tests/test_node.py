@@ -983,16 +983,21 @@ def test_publishing_with_wakes_held_wakes_long_polls_once_at_the_end() -> None:
     woken: list[int] = []
     manager.add_waiter(lambda: woken.append(1))
     published = PublishedIntent("i1", "e", frozenset({"a"}), {}, None, "w", None, 1, 0)
+    second = PublishedIntent("i2", "e", frozenset({"a"}), {}, None, "w", None, 2, 0)
     with manager.wakes_held():
-        manager.publish([published])
+        manager.publish([published, second])
         manager.publish([published])  # already open: no wake due for it
         assert woken == []
         [held] = manager.lease("a", ["e"], 1)
-    assert held.intent.intent == "i1" and woken == [1]
+    assert held.intent.intent == "i1" and woken == [1]  # i2 is left for the long-poll
     with manager.wakes_held():
         manager.withdraw(["i1"])  # nothing published: nobody is woken
     assert woken == [1]
-    manager.publish([PublishedIntent("i2", "e", frozenset({"a"}), {}, None, "w", None, 2, 0)])
+    with manager.wakes_held():
+        manager.publish([PublishedIntent("i3", "e", frozenset({"a"}), {}, None, "w", None, 3, 0)])
+        manager.lease("a", ["e"], 2)
+    assert woken == [1]  # the leases took everything: waking a long-poll is pointless
+    manager.publish([PublishedIntent("i4", "e", frozenset({"a"}), {}, None, "w", None, 4, 0)])
     assert woken == [1, 1]
 
 

@@ -128,7 +128,12 @@ class LeaseManager:
             self._holding_wakes = False
             if self._wake_due:
                 self._wake_due = False
-                self._wake()
+                with self._lock:
+                    # Chained leases may have taken all of it: a woken long-poll would find
+                    # nothing, and the wake-up costs both threads a GIL hand-off.
+                    left = any(self._available.values())
+                if left:
+                    self._wake()
 
     def withdraw(self, intents: Iterable[str]) -> None:
         """Forget settled intents (their leases die with them)."""
