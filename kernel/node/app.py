@@ -1,6 +1,7 @@
 """The HTTP API of a node (spec/04-effects.md §9): a FastAPI app over a `Node`.
 
-Handlers are thin: they check the request's shape (pydantic), call the node, and turn any
+Handlers are thin: they check the request's shape (pydantic; the adapters' two hot endpoints
+are served ahead of FastAPI by kernel/node/adapter_api.py), call the node, and turn any
 `AosError` into `{"error": {...}}` with the status `errors.http_status` gives. The HTTP layer
 never dies of a request: an unexpected exception here is a 500 `node.internal`, and the next
 request is served as usual (one inside a world operation closes the world: kernel/node/host.py).
