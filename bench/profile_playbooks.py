@@ -8,9 +8,11 @@ with each phase of the adapter's loop timed:
 * sign: the receipt's Ed25519 signature and its checks;
 * receipt round trip: POST /v1/receipts until the node answers (the node verifies, journals,
   steps the interpreter, commits with fsync, publishes the next intent, answers);
-* next lease: the receipt's answer -> the long-poll's answer with the next intent.
+* next lease: the receipt's answer -> the next intent's lease: none when the receipt's answer
+  carried it (the SDK's chained leases, spec/10 §2), else the long-poll's answer.
 
     .venv/bin/python -m bench.profile_playbooks [--case loop20] [--executions 5] [--poll-s 0.01]
+        [--no-chain]   # receipts ask for no lease: every next intent comes by long-poll
 """
 
 from __future__ import annotations
@@ -69,12 +71,15 @@ class TimedAdapter(Adapter):
         finally:
             self.note("signed")
 
-    def _post(self, lease: Lease, result: Result, wire: Any, signature: bytes) -> Outcome:
+    def _post(
+        self, lease: Lease, result: Result, wire: Any, signature: bytes, *, then_lease: bool = False
+    ) -> Outcome:
         self.note("post")
-        try:
-            return super()._post(lease, result, wire, signature)
-        finally:
-            self.note("posted")
+        outcome = super()._post(lease, result, wire, signature, then_lease=then_lease)
+        self.note("posted")
+        if outcome.next_leases:
+            self.note("leased")  # the next lease came with the receipt's answer
+        return outcome
 
 
 PHASES = {
@@ -116,9 +121,12 @@ def node_up(folder: Path) -> Iterator[tuple[str, Path]]:
         node.wait()
 
 
-def python_adapter(url: str, keys: Path) -> TimedAdapter:
+def python_adapter(url: str, keys: Path, *, chain: bool = True) -> TimedAdapter:
     adapter = TimedAdapter(
-        name=TOOL_EFFECTS[PYTHON_EFFECT], seed=read_seed(keys / "python.key"), node=url
+        name=TOOL_EFFECTS[PYTHON_EFFECT],
+        seed=read_seed(keys / "python.key"),
+        node=url,
+        chain_leases=chain,
     )
     adapter.marks = []
     context = ToolContext(
@@ -138,11 +146,11 @@ def execute(client: FlowNodeClient, name: str, poll_s: float) -> float:
 
 
 def profile(
-    folder: Path, case: str, executions: int, poll_s: float
+    folder: Path, case: str, executions: int, poll_s: float, *, chain: bool = True
 ) -> tuple[list[float], TimedAdapter]:
     """Run `executions` of `case` after the warm-up; their seconds, and the adapter's marks."""
     with node_up(folder) as (url, keys), FlowNodeClient(url) as client:
-        adapter = python_adapter(url, keys)
+        adapter = python_adapter(url, keys, chain=chain)
         serving = threading.Thread(target=lambda: adapter.run(install_signals=False))
         serving.start()
         try:
@@ -162,9 +170,16 @@ def main() -> None:
     parser.add_argument("--case", choices=sorted(AOS_FILES), default="loop20")
     parser.add_argument("--executions", type=int, default=5)
     parser.add_argument("--poll-s", type=float, default=0.01)
+    parser.add_argument("--no-chain", action="store_true", help="receipts ask for no lease")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="aos-profile-pb-") as folder:
-        seconds, adapter = profile(Path(folder), options.case, options.executions, options.poll_s)
+        seconds, adapter = profile(
+            Path(folder),
+            options.case,
+            options.executions,
+            options.poll_s,
+            chain=not options.no_chain,
+        )
     print(f"{options.case}: median {statistics.median(seconds) * 1000:.1f} ms per execution")
     for phase, values in phases(adapter.marks, gap_s_max=0.5).items():
         if values:

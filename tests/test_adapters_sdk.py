@@ -60,6 +60,10 @@ class FakeNode:
         self.settled: dict[str, dict[str, Any]] = {}
         self.receipts: list[Any] = []
         self.lease_requests: list[Any] = []
+        self.polled: list[str] = []  # intents handed out by POST /v1/leases
+        self.receipt_lease_asks: list[Any] = []  # each receipt request's `lease`, or None
+        self.on_settle: Any = None  # called with the settled intent before the answer
+        self.receipt_leases: Any = None  # answer receipts' `leases` with this instead
         self.failures = 0  # answer this many next requests with 503
         self.refuse_receipts: str | None = None  # answer receipts with this error code
         self.answer_duplicate = False
@@ -97,7 +101,8 @@ class FakeNode:
         if method == "POST" and path == "/v1/leases":
             return 200, self._lease(body)
         if method == "POST" and path == "/v1/receipts":
-            return self._receipt(body["receipt"])
+            status, answer = self._receipt(body["receipt"])
+            return status, self._then_lease(status, answer, body)
         if method == "POST" and path == "/v1/blobs":
             hash_ = str(hash_bytes(body))
             with self._lock:
@@ -120,7 +125,25 @@ class FakeNode:
                     break
                 self._changed.wait(left)
             self.leased.update(v["intent"] for v in free)
+            self.polled.extend(v["intent"] for v in free)
         return {"world_id": self.world_id, "leases": free}
+
+    def _then_lease(self, status: int, answer: Any, body: Any) -> Any:
+        """A settled receipt's answer carries what its `lease` asks for, as the node's does."""
+        ask = body.get("lease")
+        self.receipt_lease_asks.append(ask)
+        if status != 200 or ask is None:
+            return answer
+        if self.receipt_leases is not None:
+            return {**answer, "leases": self.receipt_leases}
+        with self._lock:
+            free = [
+                v
+                for k, v in self.open.items()
+                if k not in self.leased and v["effect"] in ask["effects"]
+            ][: ask["max"]]
+            self.leased.update(v["intent"] for v in free)
+        return {**answer, "leases": free}
 
     def _receipt(self, value: Any) -> tuple[int, Any]:
         receipt = cbor.from_json(value)
@@ -141,7 +164,10 @@ class FakeNode:
             del self.open[intent]
             self.settled[intent] = body
             self.seq += 1
-            return 200, {"intent": intent, "seq": self.seq, "duplicate": False, "delivered": True}
+            seq = self.seq
+        if self.on_settle is not None:
+            self.on_settle(intent)
+        return 200, {"intent": intent, "seq": seq, "duplicate": False, "delivered": True}
 
     def transport(self) -> httpx.MockTransport:
         def handle(request: httpx.Request) -> httpx.Response:
@@ -523,3 +549,95 @@ def test_configuration_is_checked(node: FakeNode) -> None:
         adapter.effect(EFFECT)(noop)
         with pytest.raises(AdapterEffectDuplicateError):
             adapter.effect(EFFECT)(noop)
+
+
+# --------------------------------------------------------------------------------------------
+# Chained leases: a receipt's answer carries the handler's next lease
+
+
+def _chain(node: FakeNode, length: int) -> list[str]:
+    """Intents 0..length-1, each opened when the previous one is settled (a sequential flow)."""
+    intents = [intent_hash(n) for n in range(length)]
+
+    def open_next(intent: str) -> None:
+        n = intents.index(intent)
+        if n + 1 < length:
+            node.add(n + 1)
+
+    node.on_settle = open_next
+    node.add(0)
+    return intents
+
+
+def _run_until_settled(adapter: Adapter, node: FakeNode, count: int) -> None:
+    thread = threading.Thread(target=adapter.run, kwargs={"install_signals": False})
+    thread.start()
+    deadline = time.monotonic() + 10
+    while len(node.settled) < count and time.monotonic() < deadline:
+        time.sleep(0.005)
+    adapter.stop()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_a_chain_goes_on_through_the_receipts_answers(node: FakeNode) -> None:
+    intents = _chain(node, 12)
+    # One slot: while the chain runs in it, the adapter does not long-poll, so every next
+    # intent can only have come with a receipt's answer.
+    with make_adapter(node, concurrency=1) as adapter:
+        adapter.effect(EFFECT)(noop)
+        _run_until_settled(adapter, node, len(intents))
+    assert set(node.settled) == set(intents)
+    assert node.polled == intents[:1]
+    assert node.receipt_lease_asks[: len(intents)] == [{"effects": [EFFECT], "max": 1}] * 12
+    assert adapter.summary.settled == 12 and adapter.summary.leases == 12
+
+
+def test_without_chaining_receipts_ask_for_nothing(node: FakeNode) -> None:
+    intents = _chain(node, 4)
+    with make_adapter(node, concurrency=1, chain_leases=False) as adapter:
+        adapter.effect(EFFECT)(noop)
+        _run_until_settled(adapter, node, len(intents))
+    assert set(node.settled) == set(intents)
+    assert node.receipt_lease_asks == [None] * 4
+
+
+def test_a_stopping_adapter_asks_its_receipts_for_no_more_work(node: FakeNode) -> None:
+    intents = _chain(node, 3)
+    adapter = make_adapter(node, concurrency=1)
+
+    def last_one(params: Any, lease: Lease) -> Result:
+        adapter.stop()
+        return noop(params, lease)
+
+    with adapter:
+        adapter.effect(EFFECT)(last_one)
+        _run_until_settled(adapter, node, 1)
+    assert list(node.settled) == intents[:1] and node.receipt_lease_asks == [None]
+    assert intents[1] in node.open and intents[1] not in node.leased  # left for the next run
+
+
+def test_malformed_leases_in_a_receipts_answer_are_ignored(node: FakeNode) -> None:
+    intent = node.add(1)
+    node.receipt_leases = [{"lease_id": "x"}]  # no intent, effect, params...
+    with make_adapter(node) as adapter:
+        adapter.effect(EFFECT)(noop)
+        outcome = adapter.handle(Lease.from_json(node.open[intent]), then_lease=True)
+    assert outcome.settled and outcome.seq is not None and outcome.next_leases == ()
+    assert intent in node.settled
+
+
+def test_handler_threads_are_reused(node: FakeNode) -> None:
+    for n in range(30):
+        node.add(n)
+    threads: set[int] = set()
+
+    def noted(params: Any, lease: Lease) -> Result:
+        threads.add(threading.get_ident())
+        time.sleep(0.002)
+        return noop(params, lease)
+
+    with make_adapter(node, concurrency=3) as adapter:
+        adapter.effect(EFFECT)(noted)
+        _run_until_settled(adapter, node, 30)
+    assert len(node.settled) == 30 and 1 <= len(threads) <= 3

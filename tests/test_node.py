@@ -27,6 +27,7 @@ from aos.kernel.node.app import create_app
 from aos.kernel.node.errors import HumanAdapterError, NodeConfigError
 from aos.kernel.node.human import HumanAdapter
 from aos.kernel.node.leases import LeaseManager, PublishedIntent
+from aos.kernel.node.node import LeaseAsk
 from aos.kernel.world.errors import TimeBackwardsError
 from aos.kernel.world.world import World
 from tests.test_receipts import ADAPTER_SEED, STRANGER_SEED
@@ -288,6 +289,103 @@ def test_a_receipt_may_be_sent_as_cbor(client: TestClient, node: Node) -> None:
     assert response.json()["delivered"] is True
 
 
+def post_receipt_leasing(client: TestClient, value: Any, ask: Any) -> Any:
+    return client.post("/v1/receipts", json={"receipt": cbor.to_json(value), "lease": ask})
+
+
+def test_a_receipt_may_ask_for_its_adapters_next_lease(client: TestClient, node: Node) -> None:
+    send(client, "x", "effect", 3)
+    [first] = lease(client, max=1)
+    answer = post_receipt_leasing(client, receipt(node.world_id, first["intent"]), {"max": 1})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["delivered"] is True and body["seq"] is not None
+    [second] = body["leases"]
+    assert second["params"] == {"n": 1} and second["origin"] == {"workflow": KEYED, "key": "x"}
+    assert second["idempotency_key"] == second["intent"] != first["intent"]
+    # Held like any lease: a long-poll gets the third, and the second can be settled.
+    assert [le["params"] for le in lease(client)] == [{"n": 2}]
+    ask = {"effects": ["demo/noop@1"], "max": 5}
+    settled = post_receipt_leasing(client, receipt(node.world_id, second["intent"]), ask)
+    assert settled.json()["delivered"] is True and settled.json()["leases"] == []
+    # Without `lease` the answer leases nothing; a duplicate may still lease.
+    assert post_receipt(client, receipt(node.world_id, first["intent"])).json()["leases"] == []
+
+
+def test_a_receipt_sent_as_cbor_may_ask_for_leases(client: TestClient, node: Node) -> None:
+    send(client, "x", "effect", 2)
+    [first] = lease(client, max=1)
+    data = cbor.encode({"receipt": receipt(node.world_id, first["intent"]), "lease": {"max": 2}})
+    response = client.post(
+        "/v1/receipts", content=data, headers={"content-type": "application/cbor"}
+    )
+    assert response.status_code == 200, response.text
+    assert [le["params"] for le in response.json()["leases"]] == [{"n": 1}]
+
+
+BAD_LEASE_ASKS = [
+    ("not a map", [1], 422, "request.invalid", "$.lease"),
+    ("no max", {"effects": []}, 422, "request.invalid", "$.lease"),
+    ("unknown member", {"max": 1, "wait_ms": 10}, 422, "request.invalid", "$.lease"),
+    ("max not an integer", {"max": "1"}, 422, "request.invalid", "$.lease.max"),
+    ("max a boolean", {"max": True}, 422, "request.invalid", "$.lease.max"),
+    ("max zero", {"max": 0}, 422, "request.invalid", "$.lease.max"),
+    ("max over the limit", {"max": 101}, 400, "node.limit_exceeded", "$.lease.max"),
+    ("effects not a list", {"max": 1, "effects": "x"}, 422, "request.invalid", "$.lease.effects"),
+    ("effect not text", {"max": 1, "effects": [1]}, 422, "request.invalid", "$.lease.effects"),
+    (
+        "unknown effect",
+        {"max": 1, "effects": ["demo/nope@1"]},
+        422,
+        "lease.effect_unknown",
+        "$.lease.effects[0]",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("ask", "status", "code", "path"),
+    [b[1:] for b in BAD_LEASE_ASKS],
+    ids=[b[0] for b in BAD_LEASE_ASKS],
+)
+def test_a_bad_lease_ask_refuses_the_receipt_and_changes_nothing(
+    client: TestClient, node: Node, ask: Any, status: int, code: str, path: str
+) -> None:
+    send(client, "x", "effect", 2)
+    [leased] = lease(client, max=1)
+    before = (journal(client), cells(client), client.get("/v1/world").json())
+    response = post_receipt_leasing(client, receipt(node.world_id, leased["intent"]), ask)
+    error = error_of(response, status)
+    assert (error["code"], error["path"]) == (code, path)
+    assert (journal(client), cells(client), client.get("/v1/world").json()) == before
+    # The receipt was not settled, and the other intent is still free.
+    assert [le["params"] for le in lease(client)] == [{"n": 1}]
+    assert post_receipt(client, receipt(node.world_id, leased["intent"])).json()["delivered"]
+
+
+def test_an_adapter_may_not_ask_for_effects_it_cannot_settle(
+    client: TestClient, node: Node
+) -> None:
+    stranger = signed_client(node, "demo/stranger@1", STRANGER_SEED)
+    send(client, "x")
+    before = journal(client)
+    value = receipt(
+        node.world_id, "blake3:" + "0" * 64, seed=STRANGER_SEED, adapter="demo/stranger@1"
+    )
+    ask = {"effects": ["demo/noop@1"], "max": 1}
+    response = post_receipt_leasing(stranger, value, ask)
+    assert error_of(response, 403)["code"] == "lease.adapter_not_allowed"
+    assert journal(client) == before  # refused before the world saw the receipt
+
+
+def test_a_refused_receipt_leases_nothing(client: TestClient, node: Node) -> None:
+    send(client, "x", "effect", 2)
+    [leased] = lease(client, max=1)
+    response = post_receipt_leasing(client, _forged(node.world_id, leased["intent"]), {"max": 1})
+    assert error_of(response, 403)["code"] == "receipt.signature_invalid"
+    assert [le["params"] for le in lease(client)] == [{"n": 1}]  # still free
+
+
 def _forged(world_id: str, intent: str) -> Any:
     forged = receipt(world_id, intent)
     forged["body"]["payload"] = {"ok": False}  # altered after signing
@@ -509,6 +607,32 @@ def test_queued_receipts_share_one_run_and_each_gets_its_own_answer(world_path: 
         assert envelope["$value"]["intent_hash"] in {le["intent"] for le in leases[4:5]}
 
 
+def test_a_receipts_lease_is_taken_before_a_waiting_long_poll_wakes(world_path: Path) -> None:
+    with open_node(world_path) as node:
+        client = signed_client(node)
+        send(client, "a")
+        [first] = lease(client)
+        polled: list[Any] = []
+        poller = threading.Thread(target=lambda: polled.append(lease(client, wait_ms=1000)))
+        poller.start()
+        time.sleep(0.2)  # the long-poll is waiting
+        # One batch: an event that opens an intent, and a receipt that asks for a lease.
+        opened, settled = _queued_behind_a_held_host(
+            node,
+            [
+                lambda: node.send("demo/Ping@1", ping("b", "effect", 1)),
+                lambda: node.settle(
+                    receipt(node.world_id, first["intent"]), ADAPTER, LeaseAsk([], 1)
+                ),
+            ],
+        )
+        poller.join(10)
+        assert opened["report"]["intents"] == 1 and settled["delivered"] is True
+        [chained] = settled["leases"]
+        assert chained["origin"] == {"workflow": KEYED, "key": "b"}
+        assert polled == [[]]  # woken after the answers were made: nothing left for it
+
+
 def test_queued_events_share_one_run_and_a_batch_is_bounded(world_path: Path) -> None:
     with open_node(world_path, limits=NodeLimits(host_batch_max=3)) as node:
         client = signed_client(node)
@@ -559,6 +683,74 @@ def test_lease_requests_are_checked(world_path: Path) -> None:
         assert error["detail"] == {"limit": 3, "value": 4}
         assert lease(stranger, adapter="demo/stranger@1", max=3) == []  # it may settle nothing
         assert len(lease(client, effects=["demo/noop@1"], max=3)) == 2
+
+
+BAD_LEASE_BODIES = [
+    ("not a map", [ADAPTER], "$"),
+    ("no adapter", {"max": 1}, "$"),
+    ("adapter not text", {"adapter": 1}, "$.adapter"),
+    ("max as text", {"adapter": ADAPTER, "max": "2"}, "$.max"),
+    ("max a float", {"adapter": ADAPTER, "max": 2.0}, "$.max"),
+    ("wait_ms a boolean", {"adapter": ADAPTER, "wait_ms": True}, "$.wait_ms"),
+    ("effects not a list", {"adapter": ADAPTER, "effects": "demo/noop@1"}, "$.effects"),
+    ("effect not text", {"adapter": ADAPTER, "effects": [None]}, "$.effects"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "path"), [b[1:] for b in BAD_LEASE_BODIES], ids=[b[0] for b in BAD_LEASE_BODIES]
+)
+def test_lease_bodies_are_strictly_typed(
+    client: TestClient, node: Node, body: Any, path: str
+) -> None:
+    send(client, "x")
+    before = client.get("/v1/world").json()
+    error = error_of(client.post("/v1/leases", json=body), 422)
+    assert (error["code"], error["path"]) == ("request.invalid", path)
+    assert client.get("/v1/world").json() == before  # nothing leased
+    assert len(lease(client)) == 1
+
+
+def test_the_adapter_fast_path_keeps_the_request_guard(world_path: Path) -> None:
+    limits = NodeLimits(request_bytes_max=2000, json_depth_max=8)
+    with open_node(world_path, limits=limits) as node:
+        client = signed_client(node)
+        send(client, "x")
+        before = client.get("/v1/world").json()
+        deep = {"adapter": ADAPTER, "effects": [[[[[[[["x"]]]]]]]]}
+        assert error_of(client.post("/v1/leases", json=deep), 400)["code"] == "input.json_too_deep"
+        padded = {"adapter": ADAPTER, "effects": ["x" * 2000]}
+        for path in ("/v1/leases", "/v1/receipts"):
+            refused = error_of(client.post(path, json=padded), 413)
+            assert refused["detail"]["limit_name"] == "request_bytes_max"
+        broken = client.post(
+            "/v1/leases", content=b'{"adapter": ', headers={"content-type": "application/json"}
+        )
+        assert error_of(broken, 400)["code"] == "input.invalid_json"
+        assert client.get("/v1/world").json() == before
+        # Other methods on these paths are still the framework's.
+        assert error_of(client.get("/v1/leases"), 405)["code"] == "http.method_not_allowed"
+
+
+class _BuggyNode(Node):
+    """A node whose receipt handling has a bug (not a refusal)."""
+
+    async def settle(self, receipt_value: Any, identity: str, then_lease: Any = None) -> Any:
+        raise RuntimeError("a bug in the route")
+
+
+def test_a_bug_behind_the_adapter_fast_path_is_a_500_and_the_node_serves_on(
+    world_path: Path,
+) -> None:
+    node = _BuggyNode(lambda: World.open(world_path, sync=False, engine=engine()))
+    with node:
+        client = signed_client(node)
+        send(client, "x")
+        [leased] = lease(client)
+        answer = post_receipt(client, receipt(node.world_id, leased["intent"]))
+        error = error_of(answer, 500)
+        assert error["code"] == "node.internal" and "a bug in the route" in error["message"]
+        assert client.get("/v1/world").json()["open_intents"] == 1
 
 
 def test_read_limits_at_the_edge(world_path: Path) -> None:
@@ -784,6 +976,29 @@ def test_lease_manager_hands_out_expired_work_first() -> None:
     now[0] = 1000.0
     assert [le.intent.intent for le in manager.lease("a", ["e"], 5)] == ["i2"]
     assert manager.counts() == {"published": 1, "leased": 1}
+
+
+def test_publishing_with_wakes_held_wakes_long_polls_once_at_the_end() -> None:
+    manager = LeaseManager(lease_ms=100)
+    woken: list[int] = []
+    manager.add_waiter(lambda: woken.append(1))
+    published = PublishedIntent("i1", "e", frozenset({"a"}), {}, None, "w", None, 1, 0)
+    second = PublishedIntent("i2", "e", frozenset({"a"}), {}, None, "w", None, 2, 0)
+    with manager.wakes_held():
+        manager.publish([published, second])
+        manager.publish([published])  # already open: no wake due for it
+        assert woken == []
+        [held] = manager.lease("a", ["e"], 1)
+    assert held.intent.intent == "i1" and woken == [1]  # i2 is left for the long-poll
+    with manager.wakes_held():
+        manager.withdraw(["i1"])  # nothing published: nobody is woken
+    assert woken == [1]
+    with manager.wakes_held():
+        manager.publish([PublishedIntent("i3", "e", frozenset({"a"}), {}, None, "w", None, 3, 0)])
+        manager.lease("a", ["e"], 2)
+    assert woken == [1]  # the leases took everything: waking a long-poll is pointless
+    manager.publish([PublishedIntent("i4", "e", frozenset({"a"}), {}, None, "w", None, 4, 0)])
+    assert woken == [1, 1]
 
 
 def test_key_files(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@
     adapter.run()  # until SIGINT/SIGTERM or `adapter.stop()`
 
 `run` long-polls the node for leases of the effects it has handlers for, runs each handler
-on its own thread (at most `concurrency` at once), signs a receipt body with the adapter's
-Ed25519 seed and posts it. Every request to the node is retried with bounded exponential
+on a pooled thread (at most `concurrency` at once), signs a receipt body with the adapter's
+Ed25519 seed and posts it; the receipt asks for the next lease, so a chain of intents goes
+on in its slot without another long-poll. Every request to the node is retried with bounded exponential
 backoff; a receipt the node already has (`duplicate`) counts as delivered. A handler that
 raises settles its intent with an `error` receipt, so no intent is left waiting on a bug.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import signal
 import threading
 import time
@@ -235,6 +237,8 @@ class Outcome:
     refused: str | None = None
     unposted: str | None = None
     signature: bytes = b""
+    # Leases the node handed out with the receipt's answer (`handle(..., then_lease=True)`).
+    next_leases: tuple[Lease, ...] = ()
 
     @property
     def settled(self) -> bool:
@@ -416,6 +420,7 @@ class Adapter:
         node: str,
         concurrency: int = CONCURRENCY_DEFAULT,
         lease_wait_ms: int = LEASE_WAIT_MS_DEFAULT,
+        chain_leases: bool = True,
         retry: RetryPolicy | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
         receipt_bytes_max: int = RECEIPT_BYTES_MAX_DEFAULT,
@@ -429,6 +434,8 @@ class Adapter:
         self.node = node
         self.concurrency = concurrency
         self.lease_wait_ms = lease_wait_ms
+        # Each receipt asks for the handler's next lease in its answer (spec/10 §2, step 4).
+        self.chain_leases = chain_leases
         self.receipt_bytes_max = receipt_bytes_max
         self.stop_drain_s = stop_drain_s
         self.on_outcome = on_outcome
@@ -443,6 +450,7 @@ class Adapter:
         self._slots = threading.Condition()
         self._running = 0
         self._polling = False
+        self._pool = _HandlerPool(concurrency)
         # Two clients: a long-poll cut short by a signal may leave its connection broken,
         # and that must not touch the one that posts receipts while the adapter drains.
         retry = retry or RetryPolicy()
@@ -607,6 +615,7 @@ class Adapter:
             self._slots.notify_all()
 
     def close(self) -> None:
+        self._pool.close()
         self._lease_client.close()
         self._receipt_client.close()
 
@@ -616,9 +625,11 @@ class Adapter:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def handle(self, lease: Lease) -> Outcome:
+    def handle(self, lease: Lease, *, then_lease: bool = False) -> Outcome:
         """Run the lease's handler, sign its receipt and post it; never raises for a handler
-        or node failure (the outcome says what happened)."""
+        or node failure (the outcome says what happened). With `then_lease`, the receipt asks
+        the node for one more lease of this adapter's effects, in `Outcome.next_leases`: the
+        caller must run it (it is leased, and expires unsettled otherwise)."""
         started_ns = self._clock_ns()
         result = self._call(lease)
         # The host clock may step back; a receipt must not finish before it started.
@@ -631,7 +642,9 @@ class Adapter:
             log.warning("no valid receipt can be made for %s: %s", lease.intent, error)
             outcome = Outcome(lease, result, unposted=error.code)
         else:
-            outcome = self._post(lease, result, wire, signature)
+            # A stopping adapter takes no more work, even from a receipt's answer.
+            ask = then_lease and not self._stop.is_set()
+            outcome = self._post(lease, result, wire, signature, then_lease=ask)
         with self._slots:
             self.summary.add(outcome)
         if self.on_outcome is not None:
@@ -713,13 +726,16 @@ class Adapter:
     def _start(self, lease: Lease) -> None:
         with self._slots:
             self._running += 1
-        # Daemon threads, so that a handler that never returns cannot keep a stopped
-        # adapter's process alive past the drain limit.
-        threading.Thread(target=self._run_one, args=(lease,), daemon=True).start()
+        self._pool.submit(self._run_one, lease)
 
     def _run_one(self, lease: Lease) -> None:
+        """Settle `lease`, then each lease its receipt's answer brings, in this slot: a chain
+        of intents (each opened by the previous receipt) goes on without a long-poll."""
+        current: Lease | None = lease
         try:
-            self.handle(lease)
+            while current is not None:
+                outcome = self.handle(current, then_lease=self.chain_leases)
+                current = outcome.next_leases[0] if outcome.next_leases else None
         except Exception:  # a bug here must not leak the slot
             log.exception("settling %s failed", lease.intent)
         finally:
@@ -787,8 +803,14 @@ class Adapter:
         parse({"body": canonical, "signature": signature}, receipt_bytes_max=self.receipt_bytes_max)
         return wire, signature
 
-    def _post(self, lease: Lease, result: Result, wire: Any, signature: bytes) -> Outcome:
-        receipt = {"receipt": {"body": wire, "signature": {"$bytes": signature.hex()}}}
+    def _post(
+        self, lease: Lease, result: Result, wire: Any, signature: bytes, *, then_lease: bool = False
+    ) -> Outcome:
+        receipt: dict[str, Any] = {
+            "receipt": {"body": wire, "signature": {"$bytes": signature.hex()}}
+        }
+        if then_lease:
+            receipt["lease"] = {"effects": self.effects, "max": 1}
         try:
             answer = self._receipt_client.request("POST", "/v1/receipts", receipt)
         except AdapterNodeRefusedError as error:
@@ -808,6 +830,7 @@ class Adapter:
             duplicate=bool(answer.get("duplicate")),
             delivered=bool(answer.get("delivered")),
             signature=signature,
+            next_leases=_next_leases(answer) if then_lease else (),
         )
 
     @contextmanager
@@ -832,6 +855,55 @@ class Adapter:
         self._stop.set()
         if self._polling:
             raise _PollInterrupted
+
+
+def _next_leases(answer: dict[str, Any]) -> tuple[Lease, ...]:
+    """The leases a receipt's answer carries. A malformed one is left to expire (the node
+    hands its intent out again): the receipt itself was settled."""
+    listed = answer.get("leases")
+    try:
+        if not isinstance(listed, list):
+            raise AdapterNodeProtocolError("the receipt's answer has no leases list")
+        return tuple(Lease.from_json(value) for value in listed)
+    except AdapterNodeProtocolError as error:
+        log.warning("ignoring the leases of a receipt's answer: %s", error)
+        return ()
+
+
+class _HandlerPool:
+    """Up to `size` handler threads, kept once started, so a lease costs a queue hand-off
+    rather than a thread start. The adapter's slots keep at most `size` jobs running or
+    queued, so once `size` threads exist every job has one. Daemon threads, so that a handler
+    that never returns cannot keep a stopped adapter's process alive past the drain limit."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._jobs: queue.SimpleQueue[tuple[Callable[[Lease], None], Lease] | None] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._threads = 0
+
+    def submit(self, run: Callable[[Lease], None], lease: Lease) -> None:
+        """Run `run(lease)` on a pool thread."""
+        with self._lock:
+            start = self._threads < self._size
+            self._threads += start
+        self._jobs.put((run, lease))
+        if start:
+            threading.Thread(target=self._work, name="aos-adapter-handler", daemon=True).start()
+
+    def close(self) -> None:
+        """Let the threads end once the queued jobs are done."""
+        with self._lock:
+            threads, self._threads = self._threads, 0
+        for _ in range(threads):
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            run, lease = job
+            run(lease)
 
 
 def _check_config(name: str, seed: bytes, node: str, concurrency: int, wait_ms: int) -> None:

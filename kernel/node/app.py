@@ -1,6 +1,7 @@
 """The HTTP API of a node (spec/04-effects.md §9): a FastAPI app over a `Node`.
 
-Handlers are thin: they check the request's shape (pydantic), call the node, and turn any
+Handlers are thin: they check the request's shape (pydantic; the adapters' two hot endpoints
+are served ahead of FastAPI by kernel/node/adapter_api.py), call the node, and turn any
 `AosError` into `{"error": {...}}` with the status `errors.http_status` gives. The HTTP layer
 never dies of a request: an unexpected exception here is a 500 `node.internal`, and the next
 request is served as usual (one inside a world operation closes the world: kernel/node/host.py).
@@ -24,6 +25,14 @@ from aos.kernel import cbor, jsontext
 from aos.kernel.errors import AosError
 from aos.kernel.jsontext import JsonInvalidError
 from aos.kernel.node import models
+from aos.kernel.node.adapter_api import (
+    CBOR_MEDIA_TYPE,
+    LEASES_PATH,
+    RECEIPTS_PATH,
+    AdapterFastPath,
+    serve_lease,
+    serve_receipt,
+)
 from aos.kernel.node.errors import (
     MediaTypeUnsupportedError,
     NodeInternalError,
@@ -38,7 +47,6 @@ from aos.kernel.node.node import Node
 from aos.kernel.node.read_api import add_read_routes
 
 API_VERSION = "1"
-CBOR_MEDIA_TYPE = "application/cbor"
 BLOB_MEDIA_TYPE = "application/octet-stream"
 BLOBS_PATH = "/v1/blobs"
 PROPOSALS_PATH = "/v1/gov/proposals"
@@ -68,7 +76,9 @@ def create_app(node: Node) -> FastAPI:
     _add_error_handlers(app)
     _add_routes(app, node)
     add_read_routes(app, node)
-    _add_receipt_schema(app)
+    _add_body_schemas(app)
+    # Added first, so it runs inside the guard: the guard's limits hold for the fast path.
+    app.add_middleware(AdapterFastPath, node=node)
     app.add_middleware(
         RequestGuard,
         bytes_max=node.limits.request_bytes_max,
@@ -133,13 +143,17 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         """The manifest's adapter identities: name, public key, the effects each may settle."""
         return node.adapters()
 
-    @app.post("/v1/leases", response_model=models.LeaseResponse, tags=["adapters"])
-    async def post_leases(request: models.LeaseRequest, identity: str = signed) -> dict[str, Any]:
+    @app.post(
+        LEASES_PATH,
+        response_model=models.LeaseResponse,
+        tags=["adapters"],
+        openapi_extra={"requestBody": _body_schema("LeaseRequest", "application/json")},
+    )
+    async def post_leases(request: Request, identity: str = signed) -> dict[str, Any]:
         """Lease open intents the adapter may settle; long-poll up to `wait_ms` for work.
-        Signed by the adapter named in the body."""
-        return await node.lease(
-            identity, request.adapter, request.effects, request.max, request.wait_ms
-        )
+        Signed by the adapter named in the body. (Served by kernel/node/adapter_api.py ahead
+        of this route, with the same function.)"""
+        return await serve_lease(node, identity, await request.body())
 
     @app.post("/v1/leases/{lease_id}/renew", response_model=models.RenewResponse, tags=["adapters"])
     async def post_lease_renew(lease_id: str, identity: str = signed) -> dict[str, Any]:
@@ -164,16 +178,20 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         return await node.intent(intent)
 
     @app.post(
-        "/v1/receipts",
+        RECEIPTS_PATH,
         response_model=models.SettleResponse,
         tags=["adapters"],
-        openapi_extra={"requestBody": _RECEIPT_BODY},
+        openapi_extra={
+            "requestBody": _body_schema("ReceiptRequest", "application/json", CBOR_MEDIA_TYPE)
+        },
     )
     async def post_receipt(request: Request, identity: str = signed) -> dict[str, Any]:
         """Settle an intent with a signed receipt (JSON or application/cbor), then run the
-        world to idle so the origin cell steps. Posted by the receipt's own adapter."""
-        value = _receipt_request(await request.body(), request.headers.get("content-type"))
-        return await node.settle(value, identity)
+        world to idle so the origin cell steps; with `lease`, lease for the same adapter
+        once it is durable. Posted by the receipt's own adapter. (Served by
+        kernel/node/adapter_api.py ahead of this route, with the same function.)"""
+        body, content_type = await request.body(), request.headers.get("content-type")
+        return await serve_receipt(node, identity, body, content_type)
 
     @app.post(
         BLOBS_PATH,
@@ -290,19 +308,6 @@ def _add_routes(app: FastAPI, node: Node) -> None:
 # Bodies
 
 
-def _receipt_request(body: bytes, content_type: str | None) -> Any:
-    media_type = (content_type or "").split(";")[0].strip().lower()
-    if media_type == CBOR_MEDIA_TYPE:
-        # Not necessarily canonical: an adapter in another language need not sort keys. The
-        # signature is checked over the canonical form of what was decoded.
-        parsed = cbor.decode(body, canonical=False)
-    else:
-        parsed = cbor.from_json(_json_bytes(body, "$"))
-    if not isinstance(parsed, dict) or set(parsed) != {"receipt"}:
-        raise RequestInvalidError('the body is {"receipt": {"body": ..., "signature": ...}}')
-    return parsed["receipt"]
-
-
 def _proposal_request(body: bytes, content_type: str | None) -> tuple[Any, list[bytes], str | None]:
     media_type = (content_type or "").split(";")[0].strip().lower()
     if media_type == CBOR_MEDIA_TYPE:
@@ -335,14 +340,9 @@ def _json_text(text: str | None, path: str) -> Any:
     return jsontext.parse(text, path=path)
 
 
-_RECEIPT_SCHEMA = {"$ref": "#/components/schemas/ReceiptRequest"}
-_RECEIPT_BODY = {
-    "required": True,
-    "content": {
-        "application/json": {"schema": _RECEIPT_SCHEMA},
-        CBOR_MEDIA_TYPE: {"schema": _RECEIPT_SCHEMA},
-    },
-}
+def _body_schema(model: str, *media_types: str) -> dict[str, Any]:
+    schema = {"$ref": f"#/components/schemas/{model}"}
+    return {"required": True, "content": {media: {"schema": schema} for media in media_types}}
 
 
 _BLOB_BODY = {
@@ -351,9 +351,10 @@ _BLOB_BODY = {
 }
 
 
-def _add_receipt_schema(app: FastAPI) -> None:
-    """The receipt route reads its body itself (JSON or CBOR, and a malformed receipt must
-    still reach the kernel to be journaled), so its schema is added to the document here."""
+def _add_body_schemas(app: FastAPI) -> None:
+    """The lease and receipt routes read their bodies themselves (a receipt may be CBOR, and
+    a malformed one must still reach the kernel to be journaled), so their schemas are added
+    to the document here."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -363,12 +364,11 @@ def _add_receipt_schema(app: FastAPI) -> None:
                 description=app.description,
                 routes=app.routes,
             )
-            schema = models.ReceiptRequest.model_json_schema(
-                ref_template="#/components/schemas/{model}"
-            )
             components = document.setdefault("components", {}).setdefault("schemas", {})
-            components.update(schema.pop("$defs", {}))
-            components["ReceiptRequest"] = schema
+            for model in (models.ReceiptRequest, models.LeaseRequest):
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(schema.pop("$defs", {}))
+                components[model.__name__] = schema
             app.openapi_schema = document
         return app.openapi_schema
 

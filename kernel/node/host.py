@@ -334,14 +334,16 @@ class WorldHost:
             if isinstance(error, KernelInvariantError):
                 raise
             raise _UnexpectedFailureError from error
-        # Publish before answering, as for any operation.
-        try:
-            self._after(world)
-        finally:
-            self.batches += 1
-            self.batched += len(admitted)
-            for job, admission in admitted:
-                _answer(job.future, admission, report, run_error)
+        # Publish before answering, as for any operation; long-polls wake once the answers
+        # (which may lease what was published: chained leases) are made.
+        with self._leases.wakes_held():
+            try:
+                self._after(world)
+            finally:
+                self.batches += 1
+                self.batched += len(admitted)
+                for job, admission in admitted:
+                    _answer(job.future, admission, report, run_error)
         return run_error is not None or any(isinstance(a, BaseException) for _, a in admitted)
 
     @staticmethod

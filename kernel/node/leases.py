@@ -21,7 +21,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +96,9 @@ class LeaseManager:
         self._renewed_until: dict[str, float] = {}  # lease id -> its latest deadline (ms)
         self._waiter_ids = itertools.count()
         self.closed = False
+        # Set by the host thread while it answers a batch (`wakes_held`).
+        self._holding_wakes = False
+        self._wake_due = False
 
     # -- the host thread ---------------------------------------------------------------------
 
@@ -108,8 +111,29 @@ class LeaseManager:
                 self._open[published.intent] = _Slot(published)
                 self._available.setdefault(published.effect, OrderedDict())[published.intent] = None
                 added = True
-        if added:
+        if added and self._holding_wakes:
+            self._wake_due = True
+        elif added:
             self._wake()
+
+    @contextlib.contextmanager
+    def wakes_held(self) -> Iterator[None]:
+        """Publish without waking long-polls until the block ends (host thread only): a batch's
+        receipts that ask for leases (chained leases) get the intents their steps opened first,
+        instead of racing a long-poll of the same adapter that the publish woke."""
+        self._holding_wakes = True
+        try:
+            yield
+        finally:
+            self._holding_wakes = False
+            if self._wake_due:
+                self._wake_due = False
+                with self._lock:
+                    # Chained leases may have taken all of it: a woken long-poll would find
+                    # nothing, and the wake-up costs both threads a GIL hand-off.
+                    left = any(self._available.values())
+                if left:
+                    self._wake()
 
     def withdraw(self, intents: Iterable[str]) -> None:
         """Forget settled intents (their leases die with them)."""

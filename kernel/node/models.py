@@ -184,10 +184,22 @@ class SignedReceipt(_Model):
     signature: BytesValue = Field(description="Ed25519 over the canonical CBOR of body.")
 
 
+class LeaseAsk(_Model):
+    effects: list[str] = Field(
+        default_factory=list, description="Effects to lease; empty: every effect it may settle."
+    )
+    max: int = Field(description="Most leases to return (<= leases_per_request_max).")
+
+
 class ReceiptRequest(_Model):
     """Also accepted as application/cbor: the same map, in CBOR, signature as a byte string."""
 
     receipt: SignedReceipt
+    lease: LeaseAsk | None = Field(
+        None,
+        description="Lease for the same adapter once the receipt is settled (no long-poll): "
+        "the answer's `leases`.",
+    )
 
 
 class SettleResponse(_Model):
@@ -196,6 +208,9 @@ class SettleResponse(_Model):
     duplicate: bool
     delivered: bool
     report: RunReportBody | None
+    leases: list[LeaseBody] = Field(
+        default_factory=list, description="What the request's `lease` asked for (receipts only)."
+    )
 
 
 class BlobResponse(_Model):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,15 @@ from aos.kernel.world.operations import Operation
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import RunReport, Settlement, World
+
+
+@dataclass(frozen=True)
+class LeaseAsk:
+    """A receipt request's `lease` member: lease up to `count` intents of `effects` (every
+    effect the adapter may settle when empty) once the receipt is settled."""
+
+    effects: list[str]
+    count: int
 
 
 class Node:
@@ -246,23 +256,28 @@ class Node:
     ) -> dict[str, Any]:
         """Lease as `adapter`, which must be the `identity` that signed the request."""
         _acting_as(identity, adapter, "$.adapter")
-        _within("max", count, self.limits.leases_per_request_max)
         _within("wait_ms", wait_ms, self.limits.long_poll_ms_max, minimum=0)
+        wanted = self._leasable(adapter, effects, count, "$")
+        leases = await wait_for_leases(self.leases, adapter, wanted, count, wait_ms)
+        return {"world_id": self.world_id, "leases": [_lease(lease) for lease in leases]}
+
+    def _leasable(self, adapter: str, effects: list[str], count: int, at: str) -> list[str]:
+        """The effects a lease request of `adapter` names (all it may settle when it names
+        none), each checked against the manifest; `at` is where the request sits in the body."""
+        _within("max", count, self.limits.leases_per_request_max, at=at)
         allowed = self._effects_of.get(adapter)
         if allowed is None:
             raise LeaseAdapterUnknownError(f"no adapter {adapter} in the manifest")
         for index, effect in enumerate(effects):
             if effect not in self._effect_names:
                 raise LeaseEffectUnknownError(
-                    f"no effect {effect} in the manifest", path=f"$.effects[{index}]"
+                    f"no effect {effect} in the manifest", path=f"{at}.effects[{index}]"
                 )
             if effect not in allowed:
                 raise LeaseAdapterNotAllowedError(
-                    f"{adapter} may not settle {effect}", path=f"$.effects[{index}]"
+                    f"{adapter} may not settle {effect}", path=f"{at}.effects[{index}]"
                 )
-        wanted = list(dict.fromkeys(effects)) if effects else list(allowed)
-        leases = await wait_for_leases(self.leases, adapter, wanted, count, wait_ms)
-        return {"world_id": self.world_id, "leases": [_lease(lease) for lease in leases]}
+        return list(dict.fromkeys(effects)) if effects else list(allowed)
 
     def renew(self, lease_id: str, identity: str) -> dict[str, Any]:
         """Extend a lease `identity` holds; a lease whose intent the workflow cancelled is
@@ -304,25 +319,53 @@ class Node:
         found["progress"] = [frame.to_json() for frame in self.progress_log.frames(intent)]
         return found
 
-    async def settle(self, receipt_value: Any, identity: str) -> dict[str, Any]:
+    async def settle(
+        self, receipt_value: Any, identity: str, then_lease: LeaseAsk | None = None
+    ) -> dict[str, Any]:
         """Settle a signed receipt posted by `identity` (who must be the receipt's adapter,
         when it names one); the origin cell runs (and everything is flushed) together with the
         other receipts and events queued with it (group commit, host.py). Every refusal is
-        journaled, so an identity past its refusal budget is refused here first."""
+        journaled, so an identity past its refusal budget is refused here first.
+
+        With `then_lease`, the answer also carries up to `then_lease.count` leases for
+        `identity`, taken on the host thread once the run is durable and its intents are
+        published (an intent the receipt's step opened is among them): a sequential chain
+        needs no long-poll between a receipt and its successor. A refused receipt leases
+        nothing."""
         body = receipt_value.get("body") if isinstance(receipt_value, dict) else None
         named = body.get("adapter") if isinstance(body, dict) else None
         if isinstance(named, str):
             _acting_as(identity, named, "$.receipt.body.adapter")
+        wanted: list[str] = []
+        if then_lease is not None:
+            wanted = self._leasable(identity, then_lease.effects, then_lease.count, "$.lease")
         self.refusals.check(identity)
 
         def admit(world: World) -> Admission[dict[str, Any]]:
-            return _settled(world.settle(receipt_value))
+            admission = _settled(world.settle(receipt_value))
+            if then_lease is None:
+                return admission
+            return self._leasing_after(admission, identity, wanted, then_lease.count)
 
         try:
             return await self.host.run_batched(admit)
         except ReceiptError:
             self.refusals.refused(identity)
             raise
+
+    def _leasing_after(
+        self, admission: Admission[dict[str, Any]], adapter: str, effects: list[str], count: int
+    ) -> Admission[dict[str, Any]]:
+        """`admission`, whose answer (made on the host thread after the batch's flush and
+        publish) also leases for `adapter`."""
+
+        def answer(report: RunReport | None) -> dict[str, Any]:
+            settled = admission.answer(report)
+            leases = self.leases.lease(adapter, effects, count)
+            settled["leases"] = [_lease(lease) for lease in leases]
+            return settled
+
+        return Admission(admission.runs, answer, admission.error_detail)
 
     async def put_blob(self, data: bytes) -> dict[str, Any]:
         """Store a blob in the world's CAS (durable when this returns): a large receipt
@@ -529,6 +572,7 @@ def _settled(settlement: Settlement) -> Admission[dict[str, Any]]:
             "duplicate": settlement.duplicate,
             "delivered": settlement.delivered,
             "report": _report(report) if report is not None else None,
+            "leases": [],  # what a receipt request's `lease` asked for (Node.settle)
         }
 
     detail = {"intent": settlement.intent, "receipt_seq": settlement.seq}
@@ -543,13 +587,13 @@ def _acting_as(identity: str, named: str, path: str) -> None:
         )
 
 
-def _within(name: str, value: int, maximum: int, *, minimum: int = 1) -> None:
+def _within(name: str, value: int, maximum: int, *, minimum: int = 1, at: str = "$") -> None:
     if value < minimum:
-        raise RequestInvalidError(f"{name} must be at least {minimum}", path=f"$.{name}")
+        raise RequestInvalidError(f"{name} must be at least {minimum}", path=f"{at}.{name}")
     if value > maximum:
         raise NodeLimitExceededError(
             f"{name} is {value}; this node allows at most {maximum}",
-            path=f"$.{name}",
+            path=f"{at}.{name}",
             limit=maximum,
             value=value,
         )
