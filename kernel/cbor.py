@@ -281,6 +281,46 @@ def decode(
     raw = bytes(data)
     if len(raw) > bytes_max:
         raise CborTooLargeError(f"input is {len(raw)} bytes; the limit is {bytes_max}")
+    if canonical:
+        accepted = _decode_canonical_fast(raw, depth_max)
+        if accepted is not _REFUSED:
+            return accepted
+    return _decode_checked(raw, canonical, depth_max)
+
+
+_REFUSED: Any = object()
+
+
+def _decode_canonical_fast(raw: bytes, depth_max: int) -> Any:
+    """The value of `raw` when it is canonical, else `_REFUSED` (without saying why).
+
+    One C-level `cbor2.loads` with the strict decoder's options, then the same data-model and
+    canonical checks as `_decode_checked`. `loads` ignores trailing bytes, but a value whose
+    canonical encoding equals all of `raw` was decoded from all of it (a well-formed item
+    determines its own length), so this accepts exactly what `_decode_checked` accepts, and
+    the same value. Anything it refuses goes through `_decode_checked`, which names the fault.
+    """
+    if not raw.startswith(SELF_DESCRIBE_PREFIX):
+        return _REFUSED
+    try:
+        value = cbor2.loads(
+            raw[3:],
+            semantic_decoders=_REJECT_EVERY_TAG,
+            max_depth=depth_max,
+            allow_indefinite=False,
+            allow_duplicate_keys=False,
+        )
+    except Exception:  # bad input of any kind (RecursionError too): the checked path says why
+        return _REFUSED
+    if not _plain_decoded(value):
+        return _REFUSED
+    if SELF_DESCRIBE_PREFIX + cbor2.dumps(value, canonical=True) != raw:
+        return _REFUSED
+    return value
+
+
+def _decode_checked(raw: bytes, canonical: bool, depth_max: int) -> Value:
+    """`decode` one step at a time, raising the error that names the first fault."""
     if not raw:
         raise CborTruncatedError("no data item", offset=0)
     start = 3 if raw.startswith(SELF_DESCRIBE_PREFIX) else 0
