@@ -370,7 +370,7 @@ def decode(
     if len(raw) > bytes_max:
         raise CborTooLargeError(f"input is {len(raw)} bytes; the limit is {bytes_max}")
     if canonical:
-        accepted = _decode_canonical_fast(raw, depth_max)
+        accepted: Value = _decode_canonical_fast(raw, depth_max)
         if accepted is not _REFUSED:
             return accepted
     return _decode_checked(raw, canonical, depth_max)
