@@ -109,3 +109,24 @@ def _maps(value: Any) -> list[dict[Any, Any]]:
         for v in value:
             found.extend(_maps(v))
     return found
+
+
+@settings(max_examples=400)
+@given(values, st.randoms(use_true_random=False))
+def test_canonical_body_is_cbor2_canonical_mode_in_any_insertion_order(
+    value: Any, rng: random.Random
+) -> None:
+    # canonical_body writes maps in cbor2's default mode after ordering their keys; it must
+    # give exactly cbor2's canonical bytes, floats (written by the canonical mode) included.
+    shuffled = _shuffled(value, rng)
+    expected = cbor2.dumps(value, canonical=True)
+    assert cbor.canonical_body(shuffled) == expected
+    assert cbor.canonical_body(value) == expected
+    assert cbor.encode_built(shuffled) == cbor.SELF_DESCRIBE_PREFIX + expected
+
+
+def test_canonical_body_orders_mixed_keys_and_finds_nested_floats() -> None:
+    value = {"bb": [{"z": 1, 10: 2, "a": 3, -1: 4}], "a": {"c": [1, {"x": 1.5}]}, 300: None}
+    assert cbor.canonical_body(value) == cbor2.dumps(value, canonical=True)
+    assert cbor.canonical_body((1, [2.0], "x")) == cbor2.dumps((1, [2.0], "x"), canonical=True)
+    assert cbor.canonical_body(-0.0) == bytes.fromhex("f98000")

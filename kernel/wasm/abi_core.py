@@ -171,14 +171,10 @@ def _call_ints(context: Any, func: ffi.wasmtime_func_t, *args: int, i64: bool) -
 
 def _export(context: Any, instance: ffi.wasmtime_instance_t, name: str) -> Any:
     """An export's raw `wasmtime_extern_t` (the load checked that it exists)."""
-    raw = name.encode()
+    buffer, length = _name_buffer(name)
     item = ffi.wasmtime_extern_t()
     found = ffi.wasmtime_instance_export_get(
-        context,
-        ctypes.byref(instance),
-        ctypes.create_string_buffer(raw),
-        len(raw),
-        ctypes.byref(item),
+        context, ctypes.byref(instance), buffer, length, ctypes.byref(item)
     )
     if not found:
         raise KernelInvariantError(f"core module lost its {name} export")

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from aos.kernel import cbor
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, digest_bytes
 
@@ -27,9 +28,9 @@ DEPTH_MAX = 2 * KEY_HASH_BYTES  # one nibble per level
 
 
 class NodeStore(Protocol):
-    """What the index needs from a CAS: canonical values in, canonical values out."""
+    """What the index needs from a CAS: canonical bytes in, canonical values out."""
 
-    def put_value(self, value: Any) -> Hash: ...
+    def put(self, data: bytes) -> Hash: ...
 
     def get_value(self, hash_: Hash) -> Any: ...
 
@@ -240,7 +241,9 @@ class CellIndex:
         return node
 
     def _put(self, node: dict[str, Any]) -> Hash:
-        hash_ = self._store.put_value(node)
+        # Nodes are built here from entries the index made or strictly decoded from the CAS:
+        # no validation walk (a materialize writes hundreds of ~2 KB nodes).
+        hash_ = self._store.put(cbor.encode_built(node))
         if self._written is not None:
             self._written.add(hash_)
         return hash_
