@@ -160,7 +160,8 @@ def canonical_body(value: Any) -> bytes:
 
 
 class _FloatFoundError(Exception):
-    pass
+    """A float in the value: cbor2's canonical mode must encode it (the default mode writes
+    floats as 8-byte doubles, not in their shortest exact form)."""
 
 
 _CONTAINERS = (dict, list, tuple)

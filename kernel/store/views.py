@@ -37,12 +37,9 @@ class CasWrites:
     """`put`, `put_value` and `delete` as one-batch commits; `get_value` over `get`."""
 
     _store: _Batching
-
-    def get(self, content_hash: Hash | str) -> bytes:
-        raise NotImplementedError
-
-    def has(self, content_hash: Hash | str) -> bool:
-        raise NotImplementedError
+    # The backend's view reads: `get` checks the bytes against the hash, `has` does not read.
+    get: Callable[[Hash | str], bytes]
+    has: Callable[[Hash | str], bool]
 
     def put(self, data: bytes) -> Hash:
         """Store a blob (idempotent) in one durable commit; return its hash."""
@@ -71,9 +68,7 @@ class MetaWrites:
     """`put` and `delete` as one-batch commits."""
 
     _store: _Batching
-
-    def has(self, key: str) -> bool:
-        raise NotImplementedError
+    has: Callable[[str], bool]  # the backend's view reads
 
     def put(self, key: str, value: object) -> None:
         """Set `key` in one durable commit."""
