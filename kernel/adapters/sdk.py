@@ -542,7 +542,7 @@ class Adapter:
         retry = retry or RetryPolicy()
         # Requests are signed once the world id is known (it is part of what is signed).
         auth = AdapterAuth(name, seed, lambda: self._world_id)
-        # The world is followed to whichever node serves it (spec/10 §2.1): `nodes` are more
+        # The world is followed to whichever node serves it (spec/10 §2.2): `nodes` are more
         # nodes to ask where that is, when the one in use is gone.
         self.route = NodeRoute(node, nodes, world=lambda: self._world_id, transport=transport)
         self._lease_client = NodeClient(
