@@ -22,15 +22,19 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from click.testing import CliRunner
 
+from aos.cli.main import main
 from aos.kernel.adapters.keys import write_seed
+from aos.kernel.store import pg_owner
 from aos.kernel.store.errors import StoreOwnedError
+from aos.kernel.store.limits import OWNER_LEASE_MS_MIN
 from aos.kernel.store.pg_store import open_pg_store
 from aos.kernel.store.url import write_store_url
 from aos.kernel.world_store import create_world
 from tests.pg_cluster import free_port
 from tests.store_backends import world_id
-from tests.test_node_process import node_process
+from tests.test_node_process import make_world, node_process
 from tests.test_receipts import ADAPTER_SEED
 from tests.test_world import COUNTER_C, SCRIPTED, ping
 
@@ -277,3 +281,45 @@ def settled(url: str) -> list[dict[str, Any]]:
             if not records:
                 return found
             found += records
+
+
+def test_a_node_whose_world_was_taken_stops_serving_it(pg_store_dsn: str, tmp_path: Path) -> None:
+    world = pg_world(pg_store_dsn, tmp_path / "a")
+    with killable_node(tmp_path / "a") as (url, process):
+        before = where(url, world)
+        # Paused past its lease (a partition, a stalled VM), then taken over ...
+        process.send_signal(signal.SIGSTOP)
+        try:
+            claim = pg_owner.OwnerClaim("taker", lease_ms=int(LEASE_MS), takeover=True)
+            pg_owner.wait_for_lapse(pg_store_dsn, world, claim)
+            pg_owner.serve_as(world, claim)
+            taker = open_pg_store(pg_store_dsn, world, sync=False)
+        finally:
+            pg_owner.stop_serving(world)
+            process.send_signal(signal.SIGCONT)
+        try:
+            # ... it finds out at its next renewal and stops, saying why.
+            assert process.wait(timeout=START_TIMEOUT_S) == 1
+            error = json.loads(process.stdout.read())["error"]  # type: ignore[union-attr]
+            assert error["code"] == "store.lease_lost"
+            assert taker.epoch > before["epoch"]
+        finally:
+            taker.close()
+    owner = pg_owner.lookup(pg_store_dsn, world)
+    assert owner is not None and owner.node_id == "taker"  # the stopped node removed nothing
+
+
+def test_a_node_on_an_embedded_world_answers_for_its_own_world_only(tmp_path: Path) -> None:
+    with node_process(make_world(tmp_path / "w")) as (url, _):
+        kernel_id = httpx.get(f"{url}/v1/world").json()["world_id"]
+        own = where(url, kernel_id)
+        assert own["url"] == url and own["live"] is True
+        assert where(url, "another")["url"] is None
+
+
+def test_owner_lease_ms_below_its_minimum_is_bad_usage(tmp_path: Path) -> None:
+    low = str(OWNER_LEASE_MS_MIN - 1)
+    result = CliRunner().invoke(
+        main, ["node", "up", "--world", str(tmp_path), "--owner-lease-ms", low]
+    )
+    assert result.exit_code == 2 and "owner-lease-ms" in result.output
