@@ -1,6 +1,7 @@
 """`aos node up`: serve a world over HTTP; `aos task ...`: the human task inbox of a node.
 
     aos node up [--world PATH] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
+                [--takeover] [--owner-lease-ms MS] [--node-id ID]   (PostgreSQL worlds)
     aos task ls [--assignee U] [--role R] [--status open|claimed] | task show INTENT
     aos task claim INTENT --user U [--role R ...] | task release INTENT --user U
     aos task reassign INTENT --user U (--to V | --unassign) | task history INTENT

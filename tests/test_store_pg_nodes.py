@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
-import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,11 +33,11 @@ from aos.kernel.store.url import write_store_url
 from aos.kernel.world_store import create_world
 from tests.pg_cluster import free_port
 from tests.store_backends import world_id
-from tests.test_node_process import make_world, node_process
+from tests.test_node_process import _AOS, _readline, make_world, node_process
 from tests.test_receipts import ADAPTER_SEED
 from tests.test_world import COUNTER_C, SCRIPTED, ping
 
-AOS = [sys.executable, "-c", "from aos.cli.main import main; main()"]
+AOS = _AOS
 LEASE_MS = "1000"
 START_TIMEOUT_S = 60.0
 SETTLE_TIMEOUT_S = 120.0
@@ -91,7 +90,7 @@ def killable_node(directory: Path, *options: str) -> Iterator[tuple[str, subproc
         text=True,
     )
     try:
-        yield str(json.loads(first_line(process))["url"]), process
+        yield str(json.loads(_readline(process, START_TIMEOUT_S))["url"]), process
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -100,17 +99,6 @@ def killable_node(directory: Path, *options: str) -> Iterator[tuple[str, subproc
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-def first_line(process: subprocess.Popen[str]) -> str:
-    found: list[str] = []
-    reader = threading.Thread(target=lambda: found.append(process.stdout.readline()))  # type: ignore[union-attr]
-    reader.start()
-    reader.join(START_TIMEOUT_S)
-    if not found or not found[0]:
-        process.kill()
-        raise AssertionError(f"the node printed nothing: {process.stderr.read()}")  # type: ignore[union-attr]
-    return found[0]
 
 
 def refused_node(directory: Path, *options: str) -> dict[str, Any]:
@@ -272,7 +260,7 @@ def settled(url: str) -> list[dict[str, Any]]:
         for _ in range(int(deadline)):
             if http.get("/v1/world").json()["open_intents"] == 0:
                 break
-            threading.Event().wait(0.1)
+            time.sleep(0.1)
         assert http.get("/v1/world").json()["open_intents"] == 0
         found: list[dict[str, Any]] = []
         while True:
