@@ -256,17 +256,18 @@ def up_command(
     ownership = WorldOwnership.claim_world(
         world_path, node_id=node_id, lease_ms=owner_lease_ms, takeover=takeover
     )
+    servers: list[_NodeServer] = []
+    if ownership is not None:
+        # Renewed from the take on, so a slow open (a recovery) keeps the world; a lost lease
+        # stops the node as SIGTERM would (the fence guards its commits meanwhile).
+        ownership.keep(lambda _: [s.handle_exit(signal.SIGTERM, None) for s in servers])
     try:
         node = Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start()
     except BaseException:
         if ownership is not None:
             ownership.release()
         raise
-    server: _NodeServer | None = None
     try:
-        if ownership is not None:
-            # A lost lease stops the node, as SIGTERM would; the fence guards commits meanwhile.
-            ownership.keep(lambda _: server.handle_exit(signal.SIGTERM, None) if server else None)
         app = create_app(node)
         add_flow_routes(app, node)  # answers world.workflow_unknown on a world without flows
         add_flow_pages(app, add_inspector(app, node))  # the web inspector, at /ui
@@ -282,6 +283,7 @@ def up_command(
             timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
         )
         server = _NodeServer(config, node, lambda url: _announce(url, node, human, as_json))
+        servers.append(server)
         # Once it listens, the world's owner record tells the CLI to write through it.
         server.on_listening = lambda url: _listening(world_path, url, node, ownership, served)
         if ownership is None or ownership.lost is None:

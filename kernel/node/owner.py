@@ -104,7 +104,8 @@ class WorldOwnership:
         return cls(location, claim)
 
     def keep(self, on_lost: Callable[[StoreError], None]) -> None:
-        """Renew the lease from now on (the world has been opened: the claim has its epoch)."""
+        """Renew the lease from now on (from before the world is opened: renewals start once
+        the take gave the claim its epoch)."""
         from aos.kernel.store.pg_owner import OwnerLease
 
         self._lease = OwnerLease(self.location.conninfo, self.location.world, self.claim, on_lost)

@@ -339,6 +339,8 @@ class OwnerLease:
 
     def _renew(self) -> bool:
         claim = self._claim
+        if claim.epoch == 0:
+            return True  # the world is not taken yet (the node is opening it)
         params = (claim.lease_ms, claim.url, claim.world_id, self._world, claim.token, claim.epoch)
         return self._connection().execute(_RENEW, params).rowcount == 1
 
