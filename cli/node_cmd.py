@@ -260,7 +260,7 @@ def up_command(
     if ownership is not None:
         # Renewed from the take on, so a slow open (a recovery) keeps the world; a lost lease
         # stops the node as SIGTERM would (the fence guards its commits meanwhile).
-        ownership.keep(lambda _: [s.handle_exit(signal.SIGTERM, None) for s in servers])
+        ownership.keep(lambda _: _stop_all(servers))
     try:
         node = Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start()
     except BaseException:
@@ -297,6 +297,11 @@ def up_command(
         raise ownership.lost
     if not as_json:
         click.echo("aos node: stopped, world closed")
+
+
+def _stop_all(servers: list[_NodeServer]) -> None:
+    for server in servers:
+        server.handle_exit(signal.SIGTERM, None)
 
 
 def _listening(
