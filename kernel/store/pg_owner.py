@@ -355,6 +355,9 @@ class OwnerLease:
             self._conn = psycopg.connect(
                 self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
             )
+            # A renewal need not wait for the WAL flush: one lost in a server crash makes the
+            # lease look shorter (a takeover may come early; the fence keeps it safe).
+            self._conn.execute("SET synchronous_commit = off")
         return self._conn
 
     def _drop(self) -> None:
