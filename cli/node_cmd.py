@@ -257,16 +257,11 @@ def up_command(
         world_path, node_id=node_id, lease_ms=owner_lease_ms, takeover=takeover
     )
     servers: list[_NodeServer] = []
-    if ownership is not None:
-        # Renewed from the take on, so a slow open (a recovery) keeps the world; a lost lease
-        # stops the node as SIGTERM would (the fence guards its commits meanwhile).
-        ownership.keep(lambda _: _stop_all(servers))
-    try:
-        node = Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start()
-    except BaseException:
-        if ownership is not None:
-            ownership.release()
-        raise
+    node = _open_owned(
+        lambda: Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start(),
+        ownership,
+        servers,
+    )
     try:
         app = create_app(node)
         add_flow_routes(app, node)  # answers world.workflow_unknown on a world without flows
@@ -297,6 +292,22 @@ def up_command(
         raise ownership.lost
     if not as_json:
         click.echo("aos node: stopped, world closed")
+
+
+def _open_owned(
+    open_node: Callable[[], Node], ownership: WorldOwnership | None, servers: list[_NodeServer]
+) -> Node:
+    """Open the node; its lease (a PostgreSQL world) is renewed from the take on, so a slow
+    open (a recovery) keeps the world, and a lost lease stops `servers` as SIGTERM would (the
+    fence guards the commits meanwhile)."""
+    if ownership is not None:
+        ownership.keep(lambda _: _stop_all(servers))
+    try:
+        return open_node()
+    except BaseException:
+        if ownership is not None:
+            ownership.release()
+        raise
 
 
 def _stop_all(servers: list[_NodeServer]) -> None:
