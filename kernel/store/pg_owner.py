@@ -45,6 +45,9 @@ from aos.kernel.store.errors import (
 from aos.kernel.store.limits import OWNER_LEASE_MS_DEFAULT, OWNER_LEASE_MS_MIN
 
 CONNECT_TIMEOUT_S = 5
+LAPSE_MARGIN_MS = 250
+"""A takeover waits one lease and this much more: a lease renewed just before the owner died
+lapses a little after one lease from when the waiting began."""
 
 log = logging.getLogger("aos.node")
 
@@ -235,8 +238,9 @@ def _lookup(conn: psycopg.Connection, world: str) -> Owner | None:
 
 def wait_for_lapse(conninfo: str, world: str, claim: OwnerClaim) -> None:
     """For a takeover: wait while another process's lease of `world` is live, at most one
-    `claim.lease_ms`; the open after it refuses (`store.owned`) if the owner is still live."""
-    deadline = time.monotonic() + claim.lease_ms / 1000
+    `claim.lease_ms` (and `LAPSE_MARGIN_MS`); the open after it refuses (`store.owned`) if the
+    owner is still live."""
+    deadline = time.monotonic() + (claim.lease_ms + LAPSE_MARGIN_MS) / 1000
     while True:
         owner = lookup(conninfo, world)
         if owner is None or not owner.live:
