@@ -148,7 +148,15 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
 
 @adapter_group.command("run")
 @click.argument("kind", type=click.Choice(KINDS))
-@click.option("--node", "node", required=True, metavar="URL", help="The node, http://HOST:PORT.")
+@click.option(
+    "--node",
+    "nodes",
+    required=True,
+    multiple=True,
+    metavar="URL",
+    help="The node, http://HOST:PORT. Repeatable: when the node in use goes away, the adapter "
+    "asks these where its world is served now and follows it.",
+)
 @click.option(
     "--key",
     "key_file",
@@ -268,7 +276,7 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
 @handles_errors
 def run_command(
     kind: str,
-    node: str,
+    nodes: tuple[str, ...],
     key_file: Path,
     name: str | None,
     effects: tuple[str, ...],
@@ -305,8 +313,10 @@ def run_command(
     keychain     aos/keychain.resolve@1: keychain names -> references, never secrets
     tool-file    aos/tool.file@1: read or write a file inside --file-base (flow resources)
     """
-    if not node.startswith(("http://", "https://")):
-        raise click.BadParameter(f"{node!r} is not http(s)://HOST:PORT", param_hint="--node")
+    node = nodes[0]
+    for url in nodes:
+        if not url.startswith(("http://", "https://")):
+            raise click.BadParameter(f"{url!r} is not http(s)://HOST:PORT", param_hint="--node")
     given = {
         "--effect": bool(effects),
         "--timeout-s": timeout_s is not None,
@@ -330,6 +340,7 @@ def run_command(
         "concurrency": concurrency,
         "lease_wait_ms": lease_wait_ms,
         "retry": RetryPolicy(attempts_max=retries),
+        "nodes": nodes[1:],
         "on_outcome": printer.outcome,
     }
     if kind == KEYCHAIN_KIND:

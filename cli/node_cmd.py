@@ -1,6 +1,7 @@
 """`aos node up`: serve a world over HTTP; `aos task ...`: the human task inbox of a node.
 
     aos node up [--world PATH] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
+                [--takeover] [--owner-lease-ms MS] [--node-id ID]   (PostgreSQL worlds)
     aos task ls [--assignee U] [--role R] [--status open|claimed] | task show INTENT
     aos task claim INTENT --user U [--role R ...] | task release INTENT --user U
     aos task reassign INTENT --user U (--to V | --unassign) | task history INTENT
@@ -49,7 +50,9 @@ from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
 from aos.kernel.node.inspector import add_inspector
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
-from aos.kernel.node.owner import remove_owner, write_owner
+from aos.kernel.node.owner import WorldOwnership, remove_owner, unserved, write_owner
+from aos.kernel.node.registry_api import add_registry_route
+from aos.kernel.store.limits import OWNER_LEASE_MS_DEFAULT, OWNER_LEASE_MS_MIN
 
 BIND_DEFAULT = "127.0.0.1:9010"
 NODE_URL_DEFAULT = "http://127.0.0.1:9010"
@@ -173,6 +176,26 @@ def node_group() -> None:
     show_default=True,
     help="The window of --adapter-receipt-refusals-max.",
 )
+@click.option(
+    "--takeover",
+    is_flag=True,
+    help="(PostgreSQL worlds) Take the world from another node whose lease lapsed (a dead "
+    "node), waiting at most one --owner-lease-ms for it to lapse.",
+)
+@click.option(
+    "--owner-lease-ms",
+    type=click.IntRange(min=OWNER_LEASE_MS_MIN),
+    default=OWNER_LEASE_MS_DEFAULT,
+    show_default=True,
+    help="(PostgreSQL worlds) How long this node's ownership of the world lasts unrenewed "
+    "(renewed every third); a dead node's world can be taken over after it.",
+)
+@click.option(
+    "--node-id",
+    metavar="ID",
+    help="(PostgreSQL worlds) This node's name in the owner registry (default: host name and "
+    "world directory, so a restarted node takes back its own world).",
+)
 @click.option("--no-sync", is_flag=True, help="Skip fsync on commit (scratch worlds, tests).")
 @click.option("--access-log", is_flag=True, help="Log every request.")
 @world_option
@@ -195,6 +218,9 @@ def up_command(
     adapter_request_skew_ms_max: int,
     adapter_receipt_refusals_max: int,
     adapter_refusal_window_ms: int,
+    takeover: bool,
+    owner_lease_ms: int,
+    node_id: str | None,
     no_sync: bool,
     access_log: bool,
     world_path: str,
@@ -227,11 +253,21 @@ def up_command(
         adapter_receipt_refusals_max=adapter_receipt_refusals_max,
         adapter_refusal_window_ms=adapter_refusal_window_ms,
     )
-    node = Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start()
+    ownership = WorldOwnership.claim_world(
+        world_path, node_id=node_id, lease_ms=owner_lease_ms, takeover=takeover
+    )
+    servers: list[_NodeServer] = []
+    node = _open_owned(
+        lambda: Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start(),
+        ownership,
+        servers,
+    )
     try:
         app = create_app(node)
         add_flow_routes(app, node)  # answers world.workflow_unknown on a world without flows
         add_flow_pages(app, add_inspector(app, node))  # the web inspector, at /ui
+        served: dict[str, str] = {}  # the URL, once it listens
+        add_registry_route(app, _registry(node, ownership, served))
         config = uvicorn.Config(
             app,
             host=host,
@@ -242,14 +278,70 @@ def up_command(
             timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
         )
         server = _NodeServer(config, node, lambda url: _announce(url, node, human, as_json))
+        servers.append(server)
         # Once it listens, the world's owner record tells the CLI to write through it.
-        server.on_listening = lambda url: write_owner(world_path, url, node.world_id)
-        server.run()
+        server.on_listening = lambda url: _listening(world_path, url, node, ownership, served)
+        if ownership is None or ownership.lost is None:
+            server.run()
     finally:
         remove_owner(world_path)
         node.close()
+        if ownership is not None:
+            ownership.release()
+    if ownership is not None and ownership.lost is not None:
+        raise ownership.lost
     if not as_json:
         click.echo("aos node: stopped, world closed")
+
+
+def _open_owned(
+    open_node: Callable[[], Node], ownership: WorldOwnership | None, servers: list[_NodeServer]
+) -> Node:
+    """Open the node; its lease (a PostgreSQL world) is renewed from the take on, so a slow
+    open (a recovery) keeps the world, and a lost lease stops `servers` as SIGTERM would (the
+    fence guards the commits meanwhile)."""
+    if ownership is not None:
+        ownership.keep(lambda _: _stop_all(servers))
+    try:
+        return open_node()
+    except BaseException:
+        if ownership is not None:
+            ownership.release()
+        raise
+
+
+def _stop_all(servers: list[_NodeServer]) -> None:
+    for server in servers:
+        server.handle_exit(signal.SIGTERM, None)
+
+
+def _listening(
+    world_path: str,
+    url: str,
+    node: Node,
+    ownership: WorldOwnership | None,
+    served: dict[str, str],
+) -> None:
+    write_owner(world_path, url, node.world_id)
+    if ownership is not None:
+        ownership.announce(url, node.world_id)
+    served["url"] = url
+
+
+def _registry(
+    node: Node, ownership: WorldOwnership | None, served: dict[str, str]
+) -> Callable[[str], dict[str, Any]]:
+    """Where a world is served: the database's registry, or (embedded) this node alone."""
+    if ownership is not None:
+        return ownership.where
+
+    def own(world: str) -> dict[str, Any]:
+        if world != node.world_id or "url" not in served:
+            return unserved(world)
+        mine = {"world_id": world, "url": served["url"], "live": True}
+        return {**unserved(world), **mine}
+
+    return own
 
 
 def _bind(text: str) -> tuple[str, int]:

@@ -4,7 +4,8 @@ While `aos node up` serves a world it is the world's only writer, so a command t
 (`aos world send`, `cell retry|reset`, `intent cancel`, `time advance|jump-next`, every
 `aos gov` action) sends its
 request to that node: the one named by `--node`, else the one the world's owner record names
-(kernel/node/owner.py). Reads need no node: they open the world read-only.
+(kernel/node/owner.py: `node.json`, or for a PostgreSQL world the database's owner registry,
+which may name a node on another machine). Reads need no node: they open the world read-only.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import FrameType
@@ -305,8 +305,68 @@ class _PollInterrupted(BaseException):
 # The node client
 
 
+FOLLOW_TIMEOUT_S = 2.0
+"""Timeout of one `GET /v1/worlds/{world}/node` while following the world."""
+# The node's answers that mean "the world is not served here any more": ask where it is.
+MOVED_CODES = frozenset({"store.fenced", "store.lease_lost", "store.owned", "world.closed"})
+
+
+class NodeRoute:
+    """Which node the adapter talks to now, shared by its clients. `follow` asks the nodes it
+    knows (the current one and the others given) where the world is served now (`GET
+    /v1/worlds/{world}/node`, answered by any node from the database's owner registry) and
+    moves there. Safe to share between threads."""
+
+    def __init__(
+        self,
+        url: str,
+        others: Sequence[str] = (),
+        *,
+        world: Callable[[], str | None] = lambda: None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.others = [o.rstrip("/") for o in others]
+        self.moves = 0  # how often the world was followed elsewhere (tests read it)
+        self._world = world
+        self._transport = transport
+        self._lock = threading.Lock()
+
+    def follow(self, failed: str) -> str:
+        """After a request to `failed` could not be served there: the node to use now (the
+        same one when nobody knows better, or another thread already moved)."""
+        with self._lock:
+            if self.url != failed:
+                return self.url
+            world = self._world()
+            if world is None:
+                return self.url
+            for asked in dict.fromkeys([self.url, *self.others]):
+                found = self._where(asked, world)
+                if found is not None and found != self.url:
+                    log.warning("world %s is served at %s now; following it", world, found)
+                    self.url = found
+                    self.moves += 1
+                    break
+            return self.url
+
+    def _where(self, node: str, world: str) -> str | None:
+        try:
+            with httpx.Client(
+                transport=self._transport, timeout=FOLLOW_TIMEOUT_S, trust_env=False
+            ) as client:
+                answer = client.get(f"{node}/v1/worlds/{world}/node").json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        url = answer.get("url") if isinstance(answer, dict) else None
+        live = isinstance(answer, dict) and answer.get("live") is True
+        return url.rstrip("/") if isinstance(url, str) and live else None
+
+
 class NodeClient:
-    """JSON requests to a world host with bounded retries. Safe to share between threads."""
+    """JSON requests to a world host with bounded retries. Safe to share between threads.
+    With a `route`, a node that is gone or answers that the world moved is followed (each
+    attempt goes to the route's node of the moment)."""
 
     def __init__(
         self,
@@ -317,8 +377,10 @@ class NodeClient:
         transport: httpx.BaseTransport | None = None,
         connections_max: int = CONCURRENCY_DEFAULT,
         auth: httpx.Auth | None = None,
+        route: NodeRoute | None = None,
     ) -> None:
         self.retry = retry
+        self.route = route
         self.timeout_s = timeout_s
         self.attempts = 0  # requests sent, retries included (tests read it)
         self._client = httpx.Client(
@@ -357,6 +419,7 @@ class NodeClient:
         failure = ""
         for attempt in range(self.retry.attempts_max):
             self.attempts += 1
+            node = self._node()
             try:
                 response = self._client.request(
                     method,
@@ -369,9 +432,12 @@ class NodeClient:
             except httpx.TransportError as error:
                 failure = f"{type(error).__name__}: {error}"
             else:
-                if response.status_code not in _HTTP_RETRY_STATUSES:
+                moved = self._moved(response)
+                if response.status_code not in _HTTP_RETRY_STATUSES and not moved:
                     return _answer(response)
-                failure = f"HTTP {response.status_code}"
+                failure = moved or f"HTTP {response.status_code}"
+            if self.route is not None and self.route.follow(node) != node:
+                continue  # the world is served elsewhere: try there at once
             if attempt < len(delays):
                 log.debug("node request %s %s failed (%s); retrying", method, path, failure)
                 wait_s = delays[attempt] / 1000
@@ -383,6 +449,24 @@ class NodeClient:
         raise AdapterNodeUnreachableError(
             f"{method} {path}: {failure} (after {self.retry.attempts_max} attempts)"
         )
+
+    def _node(self) -> str:
+        """The node this attempt goes to (the route's, when following the world)."""
+        if self.route is not None and str(self._client.base_url).rstrip("/") != self.route.url:
+            self._client.base_url = httpx.URL(self.route.url)
+        return str(self._client.base_url).rstrip("/")
+
+    def _moved(self, response: httpx.Response) -> str:
+        """The node's error code when it says the world is not served there any more (only
+        asked when following: then the request is tried again where the world is)."""
+        if self.route is None or response.status_code not in (409, 503):
+            return ""
+        try:
+            error = response.json().get("error")
+        except (ValueError, AttributeError):
+            return ""
+        code = error.get("code") if isinstance(error, dict) else None
+        return code if code in MOVED_CODES else ""
 
 
 def _answer(response: httpx.Response) -> Any:
@@ -418,6 +502,7 @@ class Adapter:
         name: str,
         seed: bytes,
         node: str,
+        nodes: Sequence[str] = (),
         concurrency: int = CONCURRENCY_DEFAULT,
         lease_wait_ms: int = LEASE_WAIT_MS_DEFAULT,
         chain_leases: bool = True,
@@ -429,7 +514,8 @@ class Adapter:
         transport: httpx.BaseTransport | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
-        _check_config(name, seed, node, concurrency, lease_wait_ms)
+        for url in (node, *nodes):
+            _check_config(name, seed, url, concurrency, lease_wait_ms)
         self.name = name
         self.node = node
         self.concurrency = concurrency
@@ -456,6 +542,9 @@ class Adapter:
         retry = retry or RetryPolicy()
         # Requests are signed once the world id is known (it is part of what is signed).
         auth = AdapterAuth(name, seed, lambda: self._world_id)
+        # The world is followed to whichever node serves it (spec/10 §2.2): `nodes` are more
+        # nodes to ask where that is, when the one in use is gone.
+        self.route = NodeRoute(node, nodes, world=lambda: self._world_id, transport=transport)
         self._lease_client = NodeClient(
             node,
             retry=retry,
@@ -463,6 +552,7 @@ class Adapter:
             transport=transport,
             connections_max=2,
             auth=auth,
+            route=self.route,
         )
         self._receipt_client = NodeClient(
             node,
@@ -471,6 +561,7 @@ class Adapter:
             transport=transport,
             connections_max=concurrency + 1,
             auth=auth,
+            route=self.route,
         )
 
     # ---- registration

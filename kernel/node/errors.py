@@ -185,6 +185,8 @@ _STATUS_BY_CODE = {
     "node.human_disabled": 409,
     "node.busy": 503,
     "store.fenced": 409,
+    "store.owned": 409,
+    "store.lease_lost": 409,
     "store.unavailable": 503,
     "node.shadow_timeout": 504,
     "node.shadow_unavailable": 409,

@@ -3,6 +3,8 @@
 `aos node up` writes `<world>/node.json` (`{"pid", "url", "world_id"}`) once it listens and
 removes it when it stops. A record whose process is gone (a node killed with SIGKILL) is
 stale and ignored; so is one that does not parse or is larger than `OWNER_BYTES_MAX`.
+A world on PostgreSQL may be served by a node on another machine: then the database's owner
+registry (aos.kernel.store.pg_owner) names it, and `WorldOwnership` is the node's side of it.
 
     url = owner_url(world_dir)      # None: no live node owns the world
 """
@@ -11,7 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aos.kernel.store.errors import StoreError
+from aos.kernel.store.url import PgLocation, world_location
+
+if TYPE_CHECKING:
+    from aos.kernel.store.pg_owner import OwnerClaim, OwnerLease
 
 OWNER_FILE_NAME = "node.json"
 OWNER_BYTES_MAX = 4096
@@ -36,14 +46,106 @@ def remove_owner(world_dir: str | os.PathLike[str]) -> None:
 
 
 def owner_url(world_dir: str | os.PathLike[str]) -> str | None:
-    """The URL of the live node that serves the world, or None."""
+    """The URL of the live node that serves the world (on this machine, or for a PostgreSQL
+    world wherever the database's registry says), or None."""
     record = _read(Path(world_dir) / OWNER_FILE_NAME)
-    if record is None:
-        return None
-    pid, url = record.get("pid"), record.get("url")
-    if not isinstance(pid, int) or not isinstance(url, str) or not _alive(pid):
-        return None
-    return url
+    pid, url = (None, None) if record is None else (record.get("pid"), record.get("url"))
+    if isinstance(pid, int) and isinstance(url, str) and _alive(pid):
+        return url
+    return _registered_url(world_dir)
+
+
+def _registered_url(world_dir: str | os.PathLike[str]) -> str | None:
+    try:
+        location = world_location(world_dir)
+        if location is None:
+            return None
+        from aos.kernel.store import pg_owner  # psycopg: PostgreSQL worlds only
+
+        owner = pg_owner.lookup(location.conninfo, location.world)
+    except StoreError:
+        return None  # the open that follows says what is wrong
+    return owner.node_url if owner is not None and owner.live else None
+
+
+class WorldOwnership:
+    """A node's ownership of a PostgreSQL world (spec/07 §11.4): `claim` before opening the
+    world (waiting, for a takeover, for the old owner's lease to lapse), `keep` renewing it,
+    `announce` where it is served, `release` it when the node stops."""
+
+    def __init__(self, location: PgLocation, claim: OwnerClaim) -> None:
+        self.location = location
+        self.claim = claim
+        self._lease: OwnerLease | None = None
+
+    @classmethod
+    def claim_world(
+        cls,
+        world_dir: str | os.PathLike[str],
+        *,
+        node_id: str | None,
+        lease_ms: int,
+        takeover: bool,
+    ) -> WorldOwnership | None:
+        """None for an embedded (LMDB) world: its writer lock is its ownership."""
+        location = world_location(world_dir)
+        if location is None:
+            return None
+        from aos.kernel.store import pg_owner
+
+        claim = pg_owner.OwnerClaim(
+            node_id=node_id or pg_owner.default_node_id(world_dir),
+            lease_ms=lease_ms,
+            takeover=takeover,
+        )
+        if takeover:
+            pg_owner.wait_for_lapse(location.conninfo, location.world, claim)
+        pg_owner.serve_as(location.world, claim)
+        return cls(location, claim)
+
+    def keep(self, on_lost: Callable[[StoreError], None]) -> None:
+        """Renew the lease from now on (from before the world is opened: renewals start once
+        the take gave the claim its epoch)."""
+        from aos.kernel.store.pg_owner import OwnerLease
+
+        self._lease = OwnerLease(self.location.conninfo, self.location.world, self.claim, on_lost)
+        self._lease.start()
+
+    @property
+    def lost(self) -> StoreError | None:
+        return None if self._lease is None else self._lease.lost
+
+    def announce(self, url: str, world_id: str) -> None:
+        if self._lease is not None:
+            self._lease.announce(url, world_id)
+
+    def release(self) -> None:
+        """Stop renewing and give the world up (after the world is closed)."""
+        from aos.kernel.store import pg_owner
+
+        if self._lease is not None:
+            self._lease.stop(release=True)
+        pg_owner.stop_serving(self.location.world)
+
+    def where(self, world: str) -> dict[str, Any]:
+        """`GET /v1/worlds/{world}/node`: where the database says `world` is served now."""
+        from aos.kernel.store import pg_owner
+
+        owner = pg_owner.lookup(self.location.conninfo, world)
+        return unserved(world) if owner is None else owner.to_json()
+
+
+def unserved(world: str) -> dict[str, Any]:
+    """The registry's answer for a world no node serves (or this registry does not know)."""
+    return {
+        "world": None,
+        "world_id": world,
+        "url": None,
+        "node_id": None,
+        "epoch": None,
+        "live": False,
+        "lease_ms_left": 0,
+    }
 
 
 def _read(path: Path) -> dict[str, object] | None:

@@ -113,6 +113,26 @@ class StoreFencedError(StoreError):
     )
 
 
+class StoreOwnedError(StoreError):
+    """Opening a PostgreSQL world for writing was refused: a node owns it (detail
+    `node_url`, `node_id`, `live`, `lease_ms_left`). Nothing changed: no epoch was taken."""
+
+    code = "store.owned"
+    hint = (
+        "a node serves this world: write through it (its URL is in the message); a node that "
+        "died releases the world when its lease lapses, and `aos node up --takeover` takes it"
+    )
+
+
+class StoreLeaseLostError(StoreError):
+    code = "store.lease_lost"
+    hint = (
+        "this node's ownership lease of the world could not be renewed (another writer took "
+        "the world, or the database was unreachable for a whole lease): the node stopped "
+        "serving it; find where it is served now (GET /v1/worlds/{world_id}/node)"
+    )
+
+
 class StoreUnavailableError(StoreError):
     code = "store.unavailable"
     hint = (

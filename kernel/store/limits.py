@@ -30,6 +30,10 @@ BATCH_BYTES_MAX_DEFAULT = 256 * MIB
 META_KEY_BYTES_MAX_DEFAULT = 256
 # A meta value, canonical bytes.
 META_VALUE_BYTES_MAX_DEFAULT = 1 * MIB
+# PostgreSQL only: how long a node's ownership lease of a world lasts unrenewed (it renews it
+# every third), and the shortest one allowed (a renewal must fit in a third of it).
+OWNER_LEASE_MS_DEFAULT = 10_000
+OWNER_LEASE_MS_MIN = 300
 # LMDB only: the memory map a new environment starts with, and the size it may grow to.
 MAP_SIZE_BYTES_DEFAULT = 64 * MIB
 MAP_SIZE_BYTES_MAX_DEFAULT = 1024 * GIB

@@ -29,7 +29,7 @@ import psycopg
 
 from aos.kernel import cbor, hashing
 from aos.kernel.hashing import Hash
-from aos.kernel.store import codec
+from aos.kernel.store import codec, pg_owner
 from aos.kernel.store.batch import PendingBatch
 from aos.kernel.store.errors import (
     StoreClosedError,
@@ -76,6 +76,7 @@ SCHEMA: Final[tuple[LiteralString, ...]] = (
     """CREATE TABLE IF NOT EXISTS aos_doomed (
         world text NOT NULL, seq bigint NOT NULL, digest bytea NOT NULL,
         PRIMARY KEY (world, seq, digest))""",
+    pg_owner.SCHEMA,
 )
 
 _TAKE: Final = """INSERT INTO aos_worlds (world, epoch, head) VALUES (%s, 1, 0)
@@ -148,7 +149,8 @@ def _connect(conninfo: str, *, sync: bool, readonly: bool, timeout_s: int) -> ps
 
 
 def _take(conn: psycopg.Connection, world: str) -> tuple[int, int]:
-    """Create the schema and the world's row if missing, and take the world (epoch + 1)."""
+    """Create the schema and the world's row if missing, and take the world (epoch + 1)
+    unless its owner's lease forbids it (pg_owner.admit)."""
     with _mapped(f"take world {world!r}"):
         try:
             _create_schema(conn)
@@ -156,7 +158,11 @@ def _take(conn: psycopg.Connection, world: str) -> tuple[int, int]:
             # Two first openers raced creating the same table: the other one made it.
             _create_schema(conn)
         with conn.transaction():
+            # A live owner's world is refused before anything changes (`store.owned`).
+            pg_owner.admit(conn, world)
             row = conn.execute(_TAKE, (world,)).fetchone()
+            if row is not None:
+                pg_owner.register(conn, world, int(row[0]))
             count, last = _one(conn, _JOURNAL_EXTENT, (world,))
     if row is None:
         raise StoreIoError(f"taking world {world!r} returned no row")

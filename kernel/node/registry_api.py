@@ -1,0 +1,37 @@
+"""`GET /v1/worlds/{world}/node`: where a world is served now, answered by any node.
+
+A node on a PostgreSQL world answers from the database's owner registry (spec/07 §11.4), so
+it knows every world of that database, served by itself or by another node; `world` is the
+world's database key or its kernel world id. A node on an embedded world knows only its
+own. Adapters ask this when their node goes away (spec/10), to follow the world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+WORLD_NODE_PATH = "/v1/worlds/{world}/node"
+
+
+class WorldNodeResponse(BaseModel):
+    world: str | None
+    world_id: str | None
+    url: str | None
+    node_id: str | None
+    epoch: int | None
+    live: bool
+    lease_ms_left: int
+
+
+def add_registry_route(app: FastAPI, where: Callable[[str], dict[str, Any]]) -> None:
+    """Serve `where(world)` (blocking: it may ask the database, so it runs on a worker
+    thread)."""
+
+    @app.get(WORLD_NODE_PATH, response_model=WorldNodeResponse, tags=["world"])
+    def world_node(world: str) -> dict[str, Any]:
+        """Where `world` is served now: `url` is null while no node holds a live lease."""
+        return where(world)
