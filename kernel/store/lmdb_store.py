@@ -10,6 +10,12 @@ Concurrency: one writing process per world (an exclusive `flock` on `writer.lock
 of read-only processes beside it. Inside one process a store may be shared between threads:
 LMDB transactions are short and serialized by a lock, which is what makes it safe to grow the
 memory map (LMDB forbids resizing while this process has a transaction open).
+
+The writer opens LMDB with `MDB_WRITEMAP`: a transaction writes its pages into the shared map
+instead of malloc'd buffers that LMDB keeps and reuses (they were most of the writer's
+anonymous memory), and a commit syncs the map. Each write transaction first has the file's
+blocks it may touch allocated (`lmdb_reserve.py`), so that a full disk is `store.full`
+before anything is written instead of a SIGBUS in the middle of a transaction.
 """
 
 from __future__ import annotations
@@ -44,6 +50,12 @@ from aos.kernel.store.errors import (
 )
 from aos.kernel.store.interface import Mark
 from aos.kernel.store.limits import MIB, StoreLimits
+from aos.kernel.store.lmdb_reserve import (
+    Reservation,
+    TreeStat,
+    batch_writes,
+    txn_pages_bound,
+)
 from aos.kernel.store.views import CasWrites, JournalWrites, MetaWrites, read_journal
 
 STORE_DIR_NAME = "store"
@@ -189,6 +201,8 @@ def _open_env(
             sync=sync,
             metasync=sync,
             create=not readonly,
+            # Readers map read-only whatever this says (LMDB ignores it with MDB_RDONLY).
+            writemap=not readonly,
         )
     except lmdb.Error as exc:
         raise StoreIoError(
@@ -265,6 +279,14 @@ class LmdbStore:
         self._batch_lock = threading.Lock()
         self._batch_thread: int | None = None
         self.map_growths = 0
+        self._psize = int(env.stat()["psize"])
+        data_file = world_dir / STORE_DIR_NAME / DATA_FILE_NAME
+        self._reservation = (
+            None if readonly else Reservation(data_file, limits.fallocate_chunk_bytes)
+        )
+        # The reservation of the last commit against what it really took (tests, bench).
+        self.last_commit_pages_bound = 0
+        self.last_commit_pages_new = 0
         self._journal = LmdbJournal(self)
         self._cas = LmdbCas(self)
         self._meta = LmdbMeta(self)
@@ -301,6 +323,11 @@ class LmdbStore:
         """The current size of the memory map (it grows by doubling when a batch needs it)."""
         with self._reading():
             return self._env.info()["map_size"]
+
+    @property
+    def reserved_bytes(self) -> int:
+        """How much of the data file this writer has made sure is allocated (0 when read-only)."""
+        return 0 if self._reservation is None else self._reservation.reserved_bytes
 
     @contextmanager
     def batch(self) -> Iterator[PendingBatch]:
@@ -405,18 +432,23 @@ class LmdbStore:
             self._check_open()
             for _ in range(_GROWTH_STEPS_MAX):
                 try:
-                    self._apply(pending)
+                    used_pages = self._apply(pending)
                 except lmdb.MapFullError:
                     # The transaction was aborted: nothing of it is on disk. Grow and redo it.
                     self._grow()
                     continue
                 self._head = pending.last_seq
+                self.last_commit_pages_new = self._env.info()["last_pgno"] + 1 - used_pages
                 return
         raise KernelInvariantError("the map grew too many times for one batch")
 
-    def _apply(self, pending: PendingBatch) -> None:
+    def _apply(self, pending: PendingBatch) -> int:
+        """Write the batch in one transaction; the pages in use before it."""
         try:
             with self._env.begin(write=True) as txn:
+                # Before the first put: until then LMDB has written nothing into the map, so
+                # a refusal aborts a transaction that changed nothing.
+                used_pages = self._reserve(txn, pending)
                 self._put_pending(txn, pending)
         except lmdb.MapFullError:
             raise
@@ -436,6 +468,32 @@ class LmdbStore:
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
             kind = StoreFullError if full else StoreIoError
             raise kind(f"commit failed: {exc}", path=str(self._world_dir)) from exc
+        return used_pages
+
+    def _reserve(self, txn: _Txn, pending: PendingBatch) -> int:
+        """Allocate the blocks this transaction may write (`lmdb_reserve.py`); the pages in
+        use before it."""
+        info = self._env.info()
+        used_pages = int(info["last_pgno"]) + 1
+        if self._reservation is None:
+            return used_pages
+        dbs = {
+            "journal": self._journal_db,
+            "cas": self._cas_db,
+            "meta": self._meta_db,
+            "reclaim": self._reclaim_db,
+            "doomed": self._doomed_db,
+        }
+        trees = [
+            (writes, TreeStat.of(txn.stat(dbs[name])))
+            for name, writes in batch_writes(pending, self._psize).items()
+            if writes.puts or writes.deletes
+        ]
+        main = TreeStat.of(self._env.stat())
+        bound = txn_pages_bound(trees, main, used_pages, self._psize)
+        self.last_commit_pages_bound = bound
+        self._reservation.ensure((used_pages + bound) * self._psize, int(info["map_size"]))
+        return used_pages
 
     def _put_pending(self, txn: _Txn, pending: PendingBatch) -> None:
         self._check_tail(txn, pending.head_before)
@@ -516,7 +574,16 @@ class LmdbStore:
                 limit="map_size_bytes_max",
                 limit_value=limit,
             )
-        self._env.set_mapsize(min(current * 2, limit))
+        try:
+            self._env.set_mapsize(min(current * 2, limit))
+        except lmdb.Error as exc:
+            # The file could not be extended to the new map (with WRITEMAP LMDB ftruncates it
+            # to the map size); py-lmdb has invalidated the environment, so the store closes:
+            # nothing of the batch was written, and a reopen finds the last commit.
+            self._closed = True
+            self._release()
+            kind = StoreFullError if isinstance(exc, lmdb.DiskError) else StoreIoError
+            raise kind(f"cannot grow the map: {exc}", path=str(self._world_dir)) from exc
         self.map_growths += 1
 
 
