@@ -93,10 +93,6 @@ class TreeStat:
     branch_pages: int
     leaf_pages: int
 
-    @classmethod
-    def of(cls, stat: dict[str, int]) -> TreeStat:
-        return cls(stat["depth"], stat["branch_pages"], stat["leaf_pages"])
-
 
 @dataclass(slots=True)
 class TreeWrites:

@@ -237,6 +237,10 @@ def _open_dbs(env: lmdb.Environment, *, create: bool) -> tuple[lmdb._Database | 
         raise StoreMissingError(f"the store in {env.path()} lacks its databases") from None
 
 
+def _tree_stat(stat: lmdb._StatDict) -> TreeStat:
+    return TreeStat(stat["depth"], stat["branch_pages"], stat["leaf_pages"])
+
+
 def _begin_read(env: lmdb.Environment) -> _Txn:
     try:
         return env.begin()
@@ -485,11 +489,11 @@ class LmdbStore:
             "doomed": self._doomed_db,
         }
         trees = [
-            (writes, TreeStat.of(txn.stat(dbs[name])))
+            (writes, _tree_stat(txn.stat(dbs[name])))
             for name, writes in batch_writes(pending, self._psize).items()
             if writes.puts or writes.deletes
         ]
-        main = TreeStat.of(self._env.stat())
+        main = _tree_stat(self._env.stat())
         bound = txn_pages_bound(trees, main, used_pages, self._psize)
         self.last_commit_pages_bound = bound
         self._reservation.ensure((used_pages + bound) * self._psize, int(info["map_size"]))
