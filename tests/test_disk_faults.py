@@ -221,8 +221,9 @@ def test_no_free_block_for_the_writable_map_is_typed_and_the_world_reopens_and_v
         acknowledged = _journal(world)
     _as_written_without_writemap(path)
     blocks.full = refused
-    # Opening writes nothing; the first write needs blocks past the used pages, and its
-    # reservation is refused before LMDB wrote into the map (a SIGBUS would end the test).
+    # The reopened writer reserves blocks past the used pages before its first write
+    # transaction (at open, or the first flush), and is refused before LMDB wrote into the
+    # map (a SIGBUS would end the test run).
     with pytest.raises(AosError) as raised, reopen(path, sync=True) as world:
         world.send("demo/CounterEvent@1", inc("a", 100))
     assert raised.value.code == code

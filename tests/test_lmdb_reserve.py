@@ -160,10 +160,26 @@ def test_an_unrefusable_errno_is_not_store_full(
     def refuse(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.EBADF, os.strerror(errno.EBADF))
 
-    with open_lmdb_store(tmp_path, sync=False) as store:
+    # One-page steps: the append needs more than the open reserved.
+    limits = StoreLimits(fallocate_chunk_bytes=PSIZE)
+    with open_lmdb_store(tmp_path, sync=False, limits=limits) as store:
         monkeypatch.setattr(os, "posix_fallocate", refuse)
         with pytest.raises(errors.StoreIoError):
             store.journal.append([{"n": 1}])
         monkeypatch.undo()
         assert store.journal.head() == 0
+        assert store.journal.append([{"n": 1}]) == (1, 1)
+
+
+def test_a_writer_opened_on_a_full_disk_is_store_full_and_leaves_nothing_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(errors.StoreFullError):
+        open_lmdb_store(tmp_path, sync=False)  # creating the databases writes into the map
+    monkeypatch.undo()
+    with open_lmdb_store(tmp_path, sync=False) as store:  # not locked, not claimed
         assert store.journal.append([{"n": 1}]) == (1, 1)

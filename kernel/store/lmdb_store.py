@@ -128,8 +128,13 @@ def open_lmdb_store(
             undo.callback(_WriterLock(store_dir / WRITER_LOCK_NAME).release)
         env = _open_env(store_dir, limits, sync=sync, readonly=readonly)
         undo.callback(env.close)
+        reservation = None
+        if not readonly:
+            # Creating the databases is a write transaction too: reserve for it first.
+            reservation = Reservation(store_dir / DATA_FILE_NAME, limits.fallocate_chunk_bytes)
+            _reserve_for_open(env, reservation)
         dbs = _open_dbs(env, create=not readonly)
-        store = LmdbStore(env, dbs, world, limits, sync=sync, readonly=readonly)
+        store = LmdbStore(env, dbs, world, limits, reservation, sync=sync)
         # From here on the store owns the environment, the writer lock and the claim.
         store._release = undo.pop_all().close
     return store
@@ -237,6 +242,14 @@ def _open_dbs(env: lmdb.Environment, *, create: bool) -> tuple[lmdb._Database | 
         raise StoreMissingError(f"the store in {env.path()} lacks its databases") from None
 
 
+def _reserve_for_open(env: lmdb.Environment, reservation: Reservation) -> None:
+    info = env.info()
+    psize = int(env.stat()["psize"])
+    used_pages = int(info["last_pgno"]) + 1
+    bound = txn_pages_bound([], _tree_stat(env.stat()), used_pages, psize)
+    reservation.ensure((used_pages + bound) * psize, int(info["map_size"]))
+
+
 def _tree_stat(stat: lmdb._StatDict) -> TreeStat:
     return TreeStat(stat["depth"], stat["branch_pages"], stat["leaf_pages"])
 
@@ -263,10 +276,11 @@ class LmdbStore:
         dbs: tuple[lmdb._Database | None, ...],
         world_dir: Path,
         limits: StoreLimits,
+        reservation: Reservation | None,
         *,
         sync: bool,
-        readonly: bool,
     ) -> None:
+        """`reservation` is the writer's (None: a read-only store)."""
         self._env = env
         journal_db, cas_db, meta_db, self._reclaim_db, self._doomed_db = dbs
         if journal_db is None or cas_db is None or meta_db is None:
@@ -275,7 +289,7 @@ class LmdbStore:
         self._world_dir = world_dir
         self._limits = limits
         self._sync = sync
-        self._readonly = readonly
+        self._readonly = reservation is None
         self._release: Callable[[], None] = lambda: None
         self._closed = False
         self._pinned: _Txn | None = None
@@ -284,10 +298,7 @@ class LmdbStore:
         self._batch_thread: int | None = None
         self.map_growths = 0
         self._psize = int(env.stat()["psize"])
-        data_file = world_dir / STORE_DIR_NAME / DATA_FILE_NAME
-        self._reservation = (
-            None if readonly else Reservation(data_file, limits.fallocate_chunk_bytes)
-        )
+        self._reservation = reservation
         # The reservation of the last commit against what it really took (tests, bench).
         self.last_commit_pages_bound = 0
         self.last_commit_pages_new = 0
@@ -296,7 +307,7 @@ class LmdbStore:
         self._meta = LmdbMeta(self)
         # The writer is the only one appending, so it may keep the head in memory; the open
         # check refuses to append after a journal whose record count betrays a gap.
-        self._head = 0 if readonly else self._checked_head()
+        self._head = 0 if self._readonly else self._checked_head()
 
     @property
     def journal(self) -> LmdbJournal:
