@@ -53,6 +53,7 @@ from aos.kernel.store.limits import MIB, StoreLimits
 from aos.kernel.store.lmdb_reserve import (
     Reservation,
     TreeStat,
+    TreeWrites,
     batch_writes,
     txn_pages_bound,
 )
@@ -132,7 +133,7 @@ def open_lmdb_store(
         if not readonly:
             # Creating the databases is a write transaction too: reserve for it first.
             reservation = Reservation(store_dir / DATA_FILE_NAME, limits.fallocate_chunk_bytes)
-            _reserve_for_open(env, reservation)
+            _reserve(env, reservation, [])
         dbs = _open_dbs(env, create=not readonly)
         store = LmdbStore(env, dbs, world, limits, reservation, sync=sync)
         # From here on the store owns the environment, the writer lock and the claim.
@@ -242,12 +243,18 @@ def _open_dbs(env: lmdb.Environment, *, create: bool) -> tuple[lmdb._Database | 
         raise StoreMissingError(f"the store in {env.path()} lacks its databases") from None
 
 
-def _reserve_for_open(env: lmdb.Environment, reservation: Reservation) -> None:
+def _reserve(
+    env: lmdb.Environment, reservation: Reservation, trees: list[tuple[TreeWrites, TreeStat]]
+) -> tuple[int, int]:
+    """Allocate the blocks a write transaction with these tree writes may touch
+    (`lmdb_reserve.py`); the pages in use before it, and the bound on the new ones."""
     info = env.info()
-    psize = int(env.stat()["psize"])
+    main = env.stat()
+    psize = int(main["psize"])
     used_pages = int(info["last_pgno"]) + 1
-    bound = txn_pages_bound([], _tree_stat(env.stat()), used_pages, psize)
+    bound = txn_pages_bound(trees, _tree_stat(main), used_pages, psize)
     reservation.ensure((used_pages + bound) * psize, int(info["map_size"]))
+    return used_pages, bound
 
 
 def _tree_stat(stat: lmdb._StatDict) -> TreeStat:
@@ -486,12 +493,9 @@ class LmdbStore:
         return used_pages
 
     def _reserve(self, txn: _Txn, pending: PendingBatch) -> int:
-        """Allocate the blocks this transaction may write (`lmdb_reserve.py`); the pages in
-        use before it."""
-        info = self._env.info()
-        used_pages = int(info["last_pgno"]) + 1
+        """Allocate the blocks this transaction may write; the pages in use before it."""
         if self._reservation is None:
-            return used_pages
+            raise KernelInvariantError("a read-only store does not write")
         dbs = {
             "journal": self._journal_db,
             "cas": self._cas_db,
@@ -504,10 +508,7 @@ class LmdbStore:
             for name, writes in batch_writes(pending, self._psize).items()
             if writes.puts or writes.deletes
         ]
-        main = _tree_stat(self._env.stat())
-        bound = txn_pages_bound(trees, main, used_pages, self._psize)
-        self.last_commit_pages_bound = bound
-        self._reservation.ensure((used_pages + bound) * self._psize, int(info["map_size"]))
+        used_pages, self.last_commit_pages_bound = _reserve(self._env, self._reservation, trees)
         return used_pages
 
     def _put_pending(self, txn: _Txn, pending: PendingBatch) -> None:
