@@ -252,13 +252,10 @@ def _reserve(
     main = env.stat()
     psize = int(main["psize"])
     used_pages = int(info["last_pgno"]) + 1
-    bound = txn_pages_bound(trees, _tree_stat(main), used_pages, psize)
+    main_stat = TreeStat(main["depth"], main["branch_pages"], main["leaf_pages"])
+    bound = txn_pages_bound(trees, main_stat, used_pages, psize)
     reservation.ensure((used_pages + bound) * psize, int(info["map_size"]))
     return used_pages, bound
-
-
-def _tree_stat(stat: lmdb._StatDict) -> TreeStat:
-    return TreeStat(stat["depth"], stat["branch_pages"], stat["leaf_pages"])
 
 
 def _begin_read(env: lmdb.Environment) -> _Txn:
@@ -503,11 +500,12 @@ class LmdbStore:
             "reclaim": self._reclaim_db,
             "doomed": self._doomed_db,
         }
-        trees = [
-            (writes, _tree_stat(txn.stat(dbs[name])))
-            for name, writes in batch_writes(pending, self._psize).items()
-            if writes.puts or writes.deletes
-        ]
+        trees = []
+        for name, writes in batch_writes(pending, self._psize).items():
+            if writes.puts or writes.deletes:
+                stat = txn.stat(dbs[name])
+                shape = TreeStat(stat["depth"], stat["branch_pages"], stat["leaf_pages"])
+                trees.append((writes, shape))
         used_pages, self.last_commit_pages_bound = _reserve(self._env, self._reservation, trees)
         return used_pages
 
