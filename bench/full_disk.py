@@ -1,6 +1,6 @@
 """A real full file system under the LMDB writer's writable map (needs root: mounts tmpfs).
 
-    python -m bench.full_disk [--size-mib 24]
+    python -m bench.full_disk [--size-mib 48]
 
 The store maps `data.mdb` with MDB_WRITEMAP, so LMDB writes pages by storing into the map; on
 a full file system a store into a page without a block is a SIGBUS. The store allocates the
@@ -148,7 +148,7 @@ def reopen_and_verify(point: Path, acknowledged_cells: int, height: int) -> dict
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--size-mib", type=int, default=24, help="the small file system")
+    parser.add_argument("--size-mib", type=int, default=48, help="the small file system")
     parser.add_argument("--grown-mib", type=int, default=512, help="after it is grown")
     parser.add_argument("--batch", type=int, default=500, help="events per flush")
     parser.add_argument("--manifest", type=Path, default=REPO / "manifests" / "counter-c")

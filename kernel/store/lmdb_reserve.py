@@ -48,9 +48,14 @@ from LMDB 0.9's B-tree rules:
   `mt_next_pgno` and appears once, so their bytes are at most `16 * (used + new)` plus a
   header per record, and LMDB splits the reclaimed list into records of at most one page.
   Each record written copies and may split its path in the free tree (depth <= 1 + log2 of
-  its records: every branch page has two children or more). Saving the list can itself take
-  pages; the slope of this term in the page count is far below 1/2, so twice the term taken
-  at `used + new` covers it.
+  its records: every branch page has two children or more); the save loop may write them
+  again as the list changes under it, counted twice. The records the transaction consumed
+  (LMDB loads one whenever its reclaimed list runs dry, while committing too) are deleted
+  from the front of the free tree: at most two pages copied per record (a leaf holds two
+  records or more; its branch path and a rebalance neighbour), and there are at most as many
+  records as free page ids, `used + new`. This last term is what makes the bound grow with
+  the file: for a world past a few MiB the bound exceeds the map, and the whole map is
+  allocated.
 
 The bound is loose (it is several times what a transaction really takes; the store checks it
 after each commit in tests and the bench), which costs only allocated-but-unused blocks below
@@ -141,14 +146,16 @@ def _refill_separators(psize: int, key_bytes: int | None) -> int | None:
 
 
 def freelist_pages_bound(ids_max: int, psize: int) -> int:
-    """Pages the free list's records and tree can take at commit, with `ids_max` page
-    numbers in use; doubled for the pages saving the list takes itself."""
+    """Pages the free list can take in one transaction, with `ids_max` page numbers in use:
+    writing its records (doubled for the rewrites of the save loop) and deleting the records
+    the transaction consumed (module docstring)."""
     ids_per_page = (psize - _PAGE_HEADER_BYTES) // _PGNO_BYTES - 1
     records = 2 + math.ceil(2 * ids_max / ids_per_page)
     record_pages = math.ceil(2 * ids_max * _PGNO_BYTES / (psize - _PAGE_HEADER_BYTES)) + 2 * records
     depth = 2 + max(1, ids_max).bit_length()
     tree_pages = records * (2 * depth + 1)
-    return 2 * (record_pages + tree_pages)
+    consumed_pages = 2 * ids_max + 2 * depth + 4
+    return 2 * (record_pages + tree_pages) + consumed_pages
 
 
 def txn_pages_bound(
