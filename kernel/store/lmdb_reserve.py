@@ -36,9 +36,11 @@ from LMDB 0.9's B-tree rules:
   leaves halves of at least `r + 1` nodes of a page that holds `c >= 2r + 2`, so a half takes
   `r` more separators before it splits again: branch splits <= branch pages (first splits)
   + new roots + all splits / r, hence all splits <= (puts + branch pages + DEPTH_MAX)
-  * r / (r - 1). In a tree of keys of varying size (meta, main) the halves need not be even,
-  so every put is charged a split at every level: puts * (depth after + 1), with the depth
-  after at most the depth before + the puts.
+  * r / (r - 1) (a delete there moves or rewrites separators of the same size, which always
+  fit). In a tree of keys of varying size (meta, main) the halves need not be even, and a
+  delete may rewrite a separator with a longer key, so every put and delete is charged a
+  split at every level: (puts + deletes) * (depth after + 1), with the depth after at most
+  the depth before + the puts.
 * Overflow pages: a value whose node does not fit half a page goes to
   `OVPAGES = (16 - 1 + size) // psize + 1` pages of its own; counted for any node larger than
   a quarter page (over-counting is safe).
@@ -57,8 +59,8 @@ from LMDB 0.9's B-tree rules:
   the file: for a world past a few MiB the bound exceeds the map, and the whole map is
   allocated.
 
-The bound is loose (it is several times what a transaction really takes; the store checks it
-after each commit in tests and the bench), which costs only allocated-but-unused blocks below
+The bound is loose (many times what a transaction really takes; the store records both for
+each commit and the tests compare them), which costs only allocated-but-unused blocks below
 the map size, never memory: fallocated blocks are not resident.
 """
 
@@ -127,7 +129,7 @@ def tree_pages_bound(writes: TreeWrites, stat: TreeStat) -> int:
     refill = _refill_separators(writes.psize, writes.key_bytes)
     if refill is None:
         depth_after = min(DEPTH_MAX, stat.depth + writes.puts)
-        splits = writes.puts * (depth_after + 1)
+        splits = (writes.puts + writes.deletes) * (depth_after + 1)
     else:
         started = writes.puts + stat.branch_pages + DEPTH_MAX
         splits = -(-started * refill // (refill - 1))
