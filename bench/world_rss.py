@@ -6,7 +6,7 @@ Creates a counter world in a temporary directory and admits one Increment per ne
 batches of `--batch` events per `run_to_idle` (one flush each). At each checkpoint it prints
 one JSON line: cells, seconds since the first event, and the process's memory from
 /proc/self/status (VmRSS, split into RssAnon, the heap, and RssFile, which is mostly the LMDB
-memory map of the store) plus the size of the store on disk. It runs in its own process so
+memory map of the store) plus the size of the store on disk (allocated blocks). It runs in its own process so
 the benchmark runner's memory does not pollute the figures.
 """
 
@@ -134,7 +134,9 @@ def _own_memory_cgroup() -> str:
 
 
 def _store_bytes(root: Path) -> int:
-    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
+    """Bytes on disk (allocated blocks): the writer's data file is as large as its map, sparse
+    past the blocks it allocated, so file sizes would show the map."""
+    return sum(path.stat().st_blocks * 512 for path in root.rglob("*") if path.is_file())
 
 
 def _increment(number: int) -> dict[str, Any]:

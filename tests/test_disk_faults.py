@@ -6,11 +6,18 @@ error (`store.io`, `store.full`), no acknowledged input is lost, the world reope
 The faults are injected where LMDB reports them: `lmdb.open` is wrapped for the test so that
 write transactions of the environments it opens fail at commit as the planned fault says
 (with the exception py-lmdb raises for that errno, or a bare `OSError`). Nothing else of the
-store, the world or the node is replaced."""
+store, the world or the node is replaced.
+
+The writer maps the store with `MDB_WRITEMAP` and allocates the file's blocks ahead of each
+transaction (`lmdb_reserve.py`); there a full disk is modelled at the file system call itself:
+`os.posix_fallocate` refuses any range that still has a hole, as a disk without free blocks
+does (blocks already allocated stay usable). A real full file system (tmpfs with `size=`)
+is `bench/full_disk.py`, which needs root."""
 
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +28,9 @@ import pytest
 
 from aos.kernel import replay
 from aos.kernel.errors import AosError
+from aos.kernel.store.lmdb_store import DATA_FILE_NAME, STORE_DIR_NAME
 from aos.kernel.world.world import World
+from tests.fs_extents import has_hole
 from tests.test_node import make_world, open_node, send, signed_client
 from tests.test_world import create, inc, ping, reopen
 
@@ -123,6 +132,39 @@ def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
     return planned
 
 
+@dataclass
+class Blocks:
+    """The file system's free blocks: none once `full` names the errno to refuse with."""
+
+    full: int | None = None
+    refused: int = 0
+
+
+@pytest.fixture
+def blocks(monkeypatch: pytest.MonkeyPatch) -> Blocks:
+    state = Blocks()
+    real_fallocate = os.posix_fallocate
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        if state.full is not None and has_hole(fd, offset, length):
+            state.refused += 1
+            raise OSError(state.full, os.strerror(state.full))
+        real_fallocate(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
+    return state
+
+
+def _as_written_without_writemap(path: Path) -> None:
+    """Cut the data file to its used pages, as a writer without MDB_WRITEMAP leaves it: the
+    reopened writer's map is then a hole past them, with no block for the next transaction."""
+    store_dir = path / STORE_DIR_NAME
+    env = lmdb.open(str(store_dir), readonly=True, max_dbs=8)
+    used_bytes = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    env.close()
+    os.truncate(store_dir / DATA_FILE_NAME, used_bytes)
+
+
 def _journal(world: World) -> list[Any]:
     return [record for _, record in world.store.journal.read(1, world.height)]
 
@@ -161,6 +203,37 @@ def test_a_failed_commit_is_typed_loses_nothing_acknowledged_and_reopens(
         assert _count(world, "a") == expected
         world.send("demo/CounterEvent@1", inc("a", 7))  # and the world goes on
         assert _count(world, "a") == expected + 7
+    report = replay.verify(path)
+    assert report.ok, report.divergence
+
+
+@pytest.mark.parametrize(
+    ("refused", "code"),
+    [(errno.ENOSPC, "store.full"), (errno.EDQUOT, "store.full"), (errno.EIO, "store.io")],
+)
+def test_no_free_block_for_the_writable_map_is_typed_and_the_world_reopens_and_verifies(
+    tmp_path: Path, blocks: Blocks, refused: int, code: str
+) -> None:
+    path = tmp_path / "w"
+    with create(path, sync=True) as world:
+        for by in (1, 2, 3):
+            world.send("demo/CounterEvent@1", inc("a", by))
+        acknowledged = _journal(world)
+    _as_written_without_writemap(path)
+    blocks.full = refused
+    # The reopened writer reserves blocks past the used pages before its first write
+    # transaction (at open, or the first flush), and is refused before LMDB wrote into the
+    # map (a SIGBUS would end the test run).
+    with pytest.raises(AosError) as raised, reopen(path, sync=True) as world:
+        world.send("demo/CounterEvent@1", inc("a", 100))
+    assert raised.value.code == code
+    assert blocks.refused >= 1
+    blocks.full = None  # space was freed
+    with reopen(path, sync=True) as world:
+        assert _journal(world) == acknowledged
+        assert _count(world, "a") == 6
+        world.send("demo/CounterEvent@1", inc("a", 7))
+        assert _count(world, "a") == 13
     report = replay.verify(path)
     assert report.ok, report.divergence
 

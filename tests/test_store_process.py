@@ -158,12 +158,14 @@ def test_killed_writer_loses_nothing_acknowledged_and_frees_the_world(tmp_path: 
 
 
 def test_io_failure_during_commit_writes_nothing(tmp_path: Path) -> None:
-    # RLIMIT_FSIZE makes the kernel refuse to grow data.mdb, as a failing disk would.
+    # RLIMIT_FSIZE makes the kernel refuse to grow data.mdb, as a failing disk would. With
+    # MDB_WRITEMAP the file is as large as the map, so the batch is made to need a larger map.
     child = spawn(
         """
         import os, resource, signal
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        with open_lmdb_store(world, sync=True) as store:
+        limits = StoreLimits(map_size_bytes_initial=1024 * 1024)
+        with open_lmdb_store(world, sync=True, limits=limits) as store:
             store.journal.append([{"n": 1}])
             size = os.path.getsize(os.path.join(world, "store", "data.mdb"))
             resource.setrlimit(resource.RLIMIT_FSIZE, (size + 64 * 1024, resource.RLIM_INFINITY))
@@ -174,12 +176,19 @@ def test_io_failure_during_commit_writes_nothing(tmp_path: Path) -> None:
                     batch.meta_put("k", "never")
             except AosError as exc:
                 say({"code": exc.code})
+            try:
+                store.journal.head()
+            except AosError as exc:
+                say({"then": exc.code})
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        with open_lmdb_store(world, sync=True) as store:
             say({"head": store.journal.head(), "meta": store.meta.has("k")})
             say({"appended": store.journal.append([{"n": 2}])})
         """,
         tmp_path,
     )
     assert hear(child)["code"] in {"store.io", "store.full"}
+    assert hear(child) == {"then": "store.closed"}  # the failed growth closed the store
     assert hear(child) == {"head": 1, "meta": False}
     assert hear(child) == {"appended": [2, 2]}
     finish(child)

@@ -1,8 +1,9 @@
 """The bounds of a store. Every one is a named constant (unit last), a default, and a field of
 `StoreLimits` so that a world can override it; crossing one is a typed `store.*` error.
 
-The first six bind every backend. The two map sizes only mean something to the LMDB backend
-(its memory map has a fixed size that we grow by doubling) and are ignored by others.
+The first six bind every backend. The two map sizes and the fallocate step only mean something to the LMDB backend
+(its memory map has a fixed size that we grow by doubling, and its file's blocks are
+allocated ahead of the writes) and are ignored by others.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ OWNER_LEASE_MS_MIN = 300
 # LMDB only: the memory map a new environment starts with, and the size it may grow to.
 MAP_SIZE_BYTES_DEFAULT = 64 * MIB
 MAP_SIZE_BYTES_MAX_DEFAULT = 1024 * GIB
+# LMDB only: the store allocates its data file's blocks ahead of the writes in steps of this
+# size (`lmdb_reserve.py`), so that a full disk is `store.full` and not a SIGBUS. Larger steps
+# mean fewer fallocate calls and more allocated-but-unused disk (never more memory).
+FALLOCATE_CHUNK_BYTES_DEFAULT = 16 * MIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,7 @@ class StoreLimits:
     meta_value_bytes_max: int = META_VALUE_BYTES_MAX_DEFAULT
     map_size_bytes_initial: int = MAP_SIZE_BYTES_DEFAULT
     map_size_bytes_max: int = MAP_SIZE_BYTES_MAX_DEFAULT
+    fallocate_chunk_bytes: int = FALLOCATE_CHUNK_BYTES_DEFAULT
 
     def __post_init__(self) -> None:
         for field in fields(self):

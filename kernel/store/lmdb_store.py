@@ -10,6 +10,12 @@ Concurrency: one writing process per world (an exclusive `flock` on `writer.lock
 of read-only processes beside it. Inside one process a store may be shared between threads:
 LMDB transactions are short and serialized by a lock, which is what makes it safe to grow the
 memory map (LMDB forbids resizing while this process has a transaction open).
+
+The writer opens LMDB with `MDB_WRITEMAP`: a transaction writes its pages into the shared map
+instead of malloc'd buffers that LMDB keeps and reuses (they were most of the writer's
+anonymous memory), and a commit syncs the map. Each write transaction first has the file's
+blocks it may touch allocated (`lmdb_reserve.py`), so that a full disk is `store.full`
+before anything is written instead of a SIGBUS in the middle of a transaction.
 """
 
 from __future__ import annotations
@@ -44,6 +50,13 @@ from aos.kernel.store.errors import (
 )
 from aos.kernel.store.interface import Mark
 from aos.kernel.store.limits import MIB, StoreLimits
+from aos.kernel.store.lmdb_reserve import (
+    Reservation,
+    TreeStat,
+    TreeWrites,
+    batch_writes,
+    txn_pages_bound,
+)
 from aos.kernel.store.views import CasWrites, JournalWrites, MetaWrites, read_journal
 
 STORE_DIR_NAME = "store"
@@ -116,8 +129,13 @@ def open_lmdb_store(
             undo.callback(_WriterLock(store_dir / WRITER_LOCK_NAME).release)
         env = _open_env(store_dir, limits, sync=sync, readonly=readonly)
         undo.callback(env.close)
+        reservation = None
+        if not readonly:
+            # Creating the databases is a write transaction too: reserve for it first.
+            reservation = Reservation(store_dir / DATA_FILE_NAME, limits.fallocate_chunk_bytes)
+            _reserve(env, reservation, [])
         dbs = _open_dbs(env, create=not readonly)
-        store = LmdbStore(env, dbs, world, limits, sync=sync, readonly=readonly)
+        store = LmdbStore(env, dbs, world, limits, reservation, sync=sync)
         # From here on the store owns the environment, the writer lock and the claim.
         store._release = undo.pop_all().close
     return store
@@ -189,6 +207,8 @@ def _open_env(
             sync=sync,
             metasync=sync,
             create=not readonly,
+            # Readers map read-only whatever this says (LMDB ignores it with MDB_RDONLY).
+            writemap=not readonly,
         )
     except lmdb.Error as exc:
         raise StoreIoError(
@@ -223,6 +243,21 @@ def _open_dbs(env: lmdb.Environment, *, create: bool) -> tuple[lmdb._Database | 
         raise StoreMissingError(f"the store in {env.path()} lacks its databases") from None
 
 
+def _reserve(
+    env: lmdb.Environment, reservation: Reservation, trees: list[tuple[TreeWrites, TreeStat]]
+) -> tuple[int, int]:
+    """Allocate the blocks a write transaction with these tree writes may touch
+    (`lmdb_reserve.py`); the pages in use before it, and the bound on the new ones."""
+    info = env.info()
+    main = env.stat()
+    psize = int(main["psize"])
+    used_pages = int(info["last_pgno"]) + 1
+    main_stat = TreeStat(main["depth"], main["branch_pages"], main["leaf_pages"])
+    bound = txn_pages_bound(trees, main_stat, used_pages, psize)
+    reservation.ensure((used_pages + bound) * psize, int(info["map_size"]))
+    return used_pages, bound
+
+
 def _begin_read(env: lmdb.Environment) -> _Txn:
     try:
         return env.begin()
@@ -245,10 +280,11 @@ class LmdbStore:
         dbs: tuple[lmdb._Database | None, ...],
         world_dir: Path,
         limits: StoreLimits,
+        reservation: Reservation | None,
         *,
         sync: bool,
-        readonly: bool,
     ) -> None:
+        """`reservation` is the writer's (None: a read-only store)."""
         self._env = env
         journal_db, cas_db, meta_db, self._reclaim_db, self._doomed_db = dbs
         if journal_db is None or cas_db is None or meta_db is None:
@@ -257,7 +293,7 @@ class LmdbStore:
         self._world_dir = world_dir
         self._limits = limits
         self._sync = sync
-        self._readonly = readonly
+        self._readonly = reservation is None
         self._release: Callable[[], None] = lambda: None
         self._closed = False
         self._pinned: _Txn | None = None
@@ -265,12 +301,17 @@ class LmdbStore:
         self._batch_lock = threading.Lock()
         self._batch_thread: int | None = None
         self.map_growths = 0
+        self._psize = int(env.stat()["psize"])
+        self._reservation = reservation
+        # The reservation of the last commit against what it really took (tests, bench).
+        self.last_commit_pages_bound = 0
+        self.last_commit_pages_new = 0
         self._journal = LmdbJournal(self)
         self._cas = LmdbCas(self)
         self._meta = LmdbMeta(self)
         # The writer is the only one appending, so it may keep the head in memory; the open
         # check refuses to append after a journal whose record count betrays a gap.
-        self._head = 0 if readonly else self._checked_head()
+        self._head = 0 if self._readonly else self._checked_head()
 
     @property
     def journal(self) -> LmdbJournal:
@@ -301,6 +342,11 @@ class LmdbStore:
         """The current size of the memory map (it grows by doubling when a batch needs it)."""
         with self._reading():
             return self._env.info()["map_size"]
+
+    @property
+    def reserved_bytes(self) -> int:
+        """How much of the data file this writer has made sure is allocated (0 when read-only)."""
+        return 0 if self._reservation is None else self._reservation.reserved_bytes
 
     @contextmanager
     def batch(self) -> Iterator[PendingBatch]:
@@ -405,18 +451,23 @@ class LmdbStore:
             self._check_open()
             for _ in range(_GROWTH_STEPS_MAX):
                 try:
-                    self._apply(pending)
+                    used_pages = self._apply(pending)
                 except lmdb.MapFullError:
                     # The transaction was aborted: nothing of it is on disk. Grow and redo it.
                     self._grow()
                     continue
                 self._head = pending.last_seq
+                self.last_commit_pages_new = self._env.info()["last_pgno"] + 1 - used_pages
                 return
         raise KernelInvariantError("the map grew too many times for one batch")
 
-    def _apply(self, pending: PendingBatch) -> None:
+    def _apply(self, pending: PendingBatch) -> int:
+        """Write the batch in one transaction; the pages in use before it."""
         try:
             with self._env.begin(write=True) as txn:
+                # Before the first put: until then LMDB has written nothing into the map, so
+                # a refusal aborts a transaction that changed nothing.
+                used_pages = self._reserve(txn, pending)
                 self._put_pending(txn, pending)
         except lmdb.MapFullError:
             raise
@@ -436,6 +487,27 @@ class LmdbStore:
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
             kind = StoreFullError if full else StoreIoError
             raise kind(f"commit failed: {exc}", path=str(self._world_dir)) from exc
+        return used_pages
+
+    def _reserve(self, txn: _Txn, pending: PendingBatch) -> int:
+        """Allocate the blocks this transaction may write; the pages in use before it."""
+        if self._reservation is None:
+            raise KernelInvariantError("a read-only store does not write")
+        dbs = {
+            "journal": self._journal_db,
+            "cas": self._cas_db,
+            "meta": self._meta_db,
+            "reclaim": self._reclaim_db,
+            "doomed": self._doomed_db,
+        }
+        trees = []
+        for name, writes in batch_writes(pending, self._psize).items():
+            if writes.puts or writes.deletes:
+                stat = txn.stat(dbs[name])
+                shape = TreeStat(stat["depth"], stat["branch_pages"], stat["leaf_pages"])
+                trees.append((writes, shape))
+        used_pages, self.last_commit_pages_bound = _reserve(self._env, self._reservation, trees)
+        return used_pages
 
     def _put_pending(self, txn: _Txn, pending: PendingBatch) -> None:
         self._check_tail(txn, pending.head_before)
@@ -516,7 +588,16 @@ class LmdbStore:
                 limit="map_size_bytes_max",
                 limit_value=limit,
             )
-        self._env.set_mapsize(min(current * 2, limit))
+        try:
+            self._env.set_mapsize(min(current * 2, limit))
+        except lmdb.Error as exc:
+            # The file could not be extended to the new map (with WRITEMAP LMDB ftruncates it
+            # to the map size); py-lmdb has invalidated the environment, so the store closes:
+            # nothing of the batch was written, and a reopen finds the last commit.
+            self._closed = True
+            self._release()
+            kind = StoreFullError if isinstance(exc, lmdb.DiskError) else StoreIoError
+            raise kind(f"cannot grow the map: {exc}", path=str(self._world_dir)) from exc
         self.map_growths += 1
 
 
