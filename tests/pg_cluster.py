@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 PG_ROOT = Path("/usr/lib/postgresql")
@@ -43,6 +43,8 @@ PG_USER_DEFAULT = "postgres"
 PG_SUPERUSER = "postgres"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+# `pg_ctl restart -m`: a clean restart, and one like a crash (recovery from the WAL).
+RESTART_MODES = ("fast", "immediate")
 INSTALL_HINT = "apt-get install postgresql-15"
 WATCHDOG_INTERVAL_S = 0.5
 
@@ -229,6 +231,31 @@ class PgCluster:
                 self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def restart(self, mode: str = "fast") -> None:
+        """`pg_ctl restart -m MODE` with the options it started with: `fast` ends every
+        session and checkpoints; `immediate` kills the server, which recovers from its WAL
+        as after a crash. Every client connection is cut either way."""
+        if mode not in RESTART_MODES:
+            raise PgClusterError(f"restart mode {mode!r} is not one of {RESTART_MODES}")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-m",
+            mode,
+            "-w",
+            "-t",
+            str(int(START_TIMEOUT_S)),
+            "restart",
+        )
+
+    def detached(self) -> PgCluster:
+        """A copy without the watchdog, to hand to another process (it can `restart` and
+        connect; stopping stays with the original)."""
+        return replace(self, watchdog=None, stopped=True)
 
     def log(self) -> str:
         path = self.root / "server.log"

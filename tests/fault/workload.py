@@ -14,6 +14,14 @@ one JSON line to the ack file and fsyncs it: the operation, and the sequence and
 of every record the operation appended (seen through `World.on_append`). The harness checks
 that each of them is in the journal after the kill, with that hash.
 
+With `--store URL` (a `postgresql://...?world=ID` store URL) the world is created on that
+PostgreSQL server instead of LMDB (`create_world`), and opened through its `store/url`
+afterwards. The server may be restarted under the child (the harness's `restart` rounds): an
+operation cut off by it fails with `store.unavailable` and is not acknowledged (its commit may
+or may not have landed); the child then drops the world (memory may be ahead of the store),
+reopens it (the store's connect retries wait for the server, up to `REOPEN_ATTEMPTS_MAX`
+opens), acknowledges a `recover` and goes on.
+
 `AOS_FAULT_POINT` names a kill point (see `POINTS`); the child sends itself SIGKILL the
 `AOS_FAULT_AT`-th time it reaches it. The hooks live only here: the world's `flush`,
 `snapshot` and `step_next` are wrapped on the instance (internal calls go through the instance
@@ -23,6 +31,7 @@ attribute too, so an automatic snapshot inside `run_to_idle` is hooked as well).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -37,10 +46,12 @@ from typing import Any
 
 from aos.kernel.adapters.signing import signed_receipt
 from aos.kernel.hashing import hash_value
+from aos.kernel.store.errors import StoreError, StoreUnavailableError
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import World, WorldLimits
+from aos.kernel.world_store import create_world
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTED = REPO / "tests" / "fixtures" / "worlds" / "scripted"
@@ -62,6 +73,9 @@ SNAPSHOT_EVERY_RECORDS = 300  # automatic snapshots too, inside run_to_idle
 # Head checkpoints on a short cadence, so kills land in flushes of both kinds: checkpoints,
 # and flushes between them whose records the reopened world folds (spec/05 §1.1).
 CHECKPOINT_EVERY_RECORDS = 40
+# Opens tried after a server restart cut an operation off, each waiting out the store's own
+# connect retries (`pg_store.CONNECT_WAIT_MS_MAX_DEFAULT`): a server still gone is a failure.
+REOPEN_ATTEMPTS_MAX = 3
 
 # Kill points and what they hit. `delay` is the harness's own: a SIGKILL after a random delay.
 POINTS: dict[str, str] = {
@@ -176,6 +190,9 @@ class Workload:
         self.context = context
         self.ack_fd = ack_fd
         self.settled: list[str] = []  # intents this child settled (for duplicate receipts)
+        # How to open the world again after the store's server went away (None: never).
+        self.reopen: Callable[[], World] | None = None
+        self.reopened = 0
 
     # -- acknowledgements -----------------------------------------------------------------
 
@@ -221,7 +238,35 @@ class Workload:
         operations = [operation for operation, _ in choices]
         weights = [weight for _, weight in choices]
         for _ in range(ops_max):
-            self.rng.choices(operations, weights)[0]()
+            operation = self.rng.choices(operations, weights)[0]
+            try:
+                operation()
+            except StoreUnavailableError as error:
+                if self.reopen is None:
+                    raise
+                print(f"{error.code} during {self.context.op}: {error}", file=sys.stderr)
+                self.recover()
+
+    def recover(self) -> None:
+        """The server went away during an operation: nothing of it is acknowledged. Drop the
+        world without flushing what memory holds beyond the store, open it again (waiting for
+        the server) and run what its last checkpoint left queued."""
+        assert self.reopen is not None
+        # Closing checkpoints a clean world; the server may still be away.
+        with contextlib.suppress(StoreError):
+            self.world.close()
+        for attempt in range(1, REOPEN_ATTEMPTS_MAX + 1):
+            try:
+                self.world = self.reopen()
+                break
+            except StoreUnavailableError:
+                if attempt == REOPEN_ATTEMPTS_MAX:
+                    raise
+        self.reopened += 1
+        install_hooks(self.world, self.killer, self.context)
+        self.begin("recover")
+        self.world.run_to_idle()
+        self.ack("recover")
 
     def ping(self) -> dict[str, Any]:
         rng = self.rng
@@ -335,7 +380,10 @@ class Workload:
         self.ack("tick")
 
 
-def open_world(world_dir: Path, engine: WasmEngine, ack_fd: int) -> World:
+def open_world(
+    world_dir: Path, engine: WasmEngine, ack_fd: int, store_url: str | None = None
+) -> World:
+    """Open the world, or create it (on the server `store_url` names, if given)."""
     limits = WorldLimits(
         snapshot_every_records=SNAPSHOT_EVERY_RECORDS,
         checkpoint_every_records=CHECKPOINT_EVERY_RECORDS,
@@ -345,7 +393,9 @@ def open_world(world_dir: Path, engine: WasmEngine, ack_fd: int) -> World:
         engine,
         ack_fd,
         limits,
-        lambda: World.create(world_dir, SCRIPTED, sync=True, engine=engine, limits=limits),
+        lambda: create_world(
+            world_dir, SCRIPTED, store_url=store_url, sync=True, engine=engine, limits=limits
+        ),
     )
 
 
@@ -372,16 +422,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ack", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--ops-max", type=int, default=OPS_MAX_DEFAULT)
+    parser.add_argument("--store", default=None, help="create the world on this server store")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     killer = Killer.from_env(random.Random(args.seed ^ 0x5EED))
     ack_fd = os.open(args.ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    world = open_world(args.world, WasmEngine(), ack_fd)
+    engine = WasmEngine()
+    world = open_world(args.world, engine, ack_fd, args.store)
     context = KillContext()
     install_hooks(world, killer, context)
     print("ready", flush=True)
-    with world:
-        Workload(world, rng, killer, context, ack_fd).run(args.ops_max)
+    workload = Workload(world, rng, killer, context, ack_fd)
+    workload.reopen = lambda: open_world(args.world, engine, ack_fd)
+    try:
+        workload.run(args.ops_max)
+    finally:
+        workload.world.close()
     os.close(ack_fd)
     return 0
 
