@@ -199,19 +199,7 @@ class PgCluster:
                 "--locale=C",
                 "--no-sync",
             )
-            cluster._run(
-                "pg_ctl",
-                "-D",
-                str(cluster.data),
-                "-l",
-                str(root / "server.log"),
-                "-w",
-                "-t",
-                str(int(START_TIMEOUT_S)),
-                "-o",
-                _server_options(cluster.port, root, durable=durable),
-                "start",
-            )
+            cluster.start_server()
             cluster.watchdog = cluster._watch()
         except BaseException:
             cluster.stop()
@@ -231,6 +219,28 @@ class PgCluster:
                 self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def start_server(self) -> None:
+        """Start the server on the cluster's folder and port (`pg_ctl start -w`)."""
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-w",
+            "-t",
+            str(int(START_TIMEOUT_S)),
+            "-o",
+            _server_options(self.port, self.root, durable=self.durable),
+            "start",
+        )
+
+    def stop_server(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its folder (`start_server` brings it back)."""
+        if mode not in RESTART_MODES:
+            raise PgClusterError(f"stop mode {mode!r} is not one of {RESTART_MODES}")
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
     def restart(self, mode: str = "fast") -> None:
         """`pg_ctl restart -m MODE` with the options it started with: `fast` ends every

@@ -32,6 +32,28 @@ def test_sigkill_at_random_and_named_points_loses_nothing(tmp_path: Path) -> Non
     assert summary.acked_ops > 0
 
 
+PG_KILLS = 4
+PG_RESTARTS = 2  # one lane: the draw decides the modes; `make fault-ci` runs both
+
+
+def test_on_postgresql_kills_and_server_restarts_lose_nothing(tmp_path: Path) -> None:
+    seed = int(os.environ.get("AOS_FAULT_SEED", random.SystemRandom().getrandbits(32)))
+    summary = harness.run(
+        PG_KILLS,
+        seed=seed,
+        work=tmp_path,
+        fresh_every=3,  # a world retired (replayed from genesis, `aos world verify`) or two
+        quiet=True,
+        store="pg",
+        restarts=PG_RESTARTS,
+    )
+    assert not summary.failures, summary.render()
+    assert summary.kills == PG_KILLS, summary.render()
+    assert sum(summary.restarts.values()) == PG_RESTARTS, summary.render()
+    assert summary.recovered_acks >= PG_RESTARTS * harness.RECOVERED_ACKS_MIN
+    assert summary.verified_worlds >= 1, summary.render()
+
+
 def _workload(world: Path, ack: Path, ops: int) -> None:
     command = [sys.executable, "-m", "tests.fault.workload", "--world", str(world)]
     command += ["--ack", str(ack), "--seed", "7", "--ops-max", str(ops)]
