@@ -16,7 +16,10 @@ to run as root, so when the tests run as root the cluster belongs to a non-root 
 only and checks passwords there (scram-sha-256: a test that a password reaches the server
 proves something); the superuser's password is random, in `dsn()`. Tests run it with `fsync`
 off (a crash loses it, which a test cluster may); benches start it `durable=True`, as
-PostgreSQL ships (fsync and synchronous_commit on), so what it makes durable is real.
+PostgreSQL ships (fsync and synchronous_commit on), so what it makes durable is real. Tests
+that crash the server process (`restart("immediate")`) start it `crash_safe=True`:
+synchronous_commit on, so a commit that returned is in the WAL the restarted server replays,
+with fsync still off (only a crash of the machine would lose it).
 
 A watchdog process stops the server and removes its folder if the process that started it
 dies without `stop` (a killed test run must not leave servers behind on a shared machine).
@@ -112,6 +115,7 @@ class PgCluster:
     user: str | None  # the OS user owning the cluster when we run as root, else None
     password: str  # the superuser's
     durable: bool = False
+    crash_safe: bool = False
     stopped: bool = False
     watchdog: subprocess.Popen[bytes] | None = None
 
@@ -163,10 +167,16 @@ class PgCluster:
 
     @classmethod
     def start(
-        cls, *, port: int | None = None, os_user: str | None = None, durable: bool = False
+        cls,
+        *,
+        port: int | None = None,
+        os_user: str | None = None,
+        durable: bool = False,
+        crash_safe: bool = False,
     ) -> PgCluster:
         """initdb, then start a server on 127.0.0.1:`port` (a free one by default); with
-        `durable`, fsync and synchronous commit stay on (benches)."""
+        `durable`, fsync and synchronous commit stay on (benches); with `crash_safe`,
+        synchronous commit only (a server crash loses no commit that returned)."""
         binaries = pg_bin()
         user = _os_user(os_user)
         root = Path(tempfile.mkdtemp(prefix="aos-pg-"))
@@ -177,6 +187,7 @@ class PgCluster:
             user=user,
             password=secrets.token_hex(16),
             durable=durable,
+            crash_safe=crash_safe,
         )
         try:
             password_file = root / "superuser.password"
@@ -232,7 +243,7 @@ class PgCluster:
             "-t",
             str(int(START_TIMEOUT_S)),
             "-o",
-            _server_options(self.port, self.root, durable=self.durable),
+            _server_options(self.port, self.root, durable=self.durable, crash_safe=self.crash_safe),
             "start",
         )
 
@@ -313,9 +324,9 @@ class PgCluster:
             )
 
 
-def _server_options(port: int, root: Path, *, durable: bool) -> str:
+def _server_options(port: int, root: Path, *, durable: bool, crash_safe: bool = False) -> str:
     """Loopback only, this port, its socket in the cluster's own folder; no durability unless
-    `durable`."""
+    `durable` (or, against a crash of the server process only, `crash_safe`)."""
     settings = {
         "listen_addresses": "127.0.0.1",
         "port": str(port),
@@ -323,7 +334,8 @@ def _server_options(port: int, root: Path, *, durable: bool) -> str:
         "max_connections": "100",
     }
     if not durable:
-        settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        commits = "on" if crash_safe else "off"
+        settings |= {"fsync": "off", "synchronous_commit": commits, "full_page_writes": "off"}
     return " ".join(f"-c {name}={value}" for name, value in settings.items())
 
 

@@ -5,8 +5,8 @@ what is durable; a reader reconnects; opening waits (bounded) for a server that 
 flight gets 503 `store.unavailable`, the node reopens its world and serves the next one.
 
 These restart their server, so they have a cluster of their own (not the session's), and a
-durable one: the session's runs with `synchronous_commit` off, where an immediate restart may
-lose commits that returned."""
+crash-safe one: the session's runs with `synchronous_commit` off, where an immediate restart
+may lose commits that returned."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ WAIT_MS_MAX = 60_000  # generous: a loaded machine may take seconds to start a s
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PgCluster]:
-    with PgCluster.start(durable=True) as started:
+    with PgCluster.start(crash_safe=True) as started:
         yield started
 
 

@@ -40,7 +40,8 @@ the whole journal.
 
 `--store pg` runs the kernel workload with its worlds on PostgreSQL: one throwaway cluster
 for the run (`tests/pg_cluster.py`: loopback, a free port, a non-root owner when run as root,
-durable as PostgreSQL ships, stopped at the end), one database, and one world id per trial
+`synchronous_commit` on so that a crashed server keeps every commit that returned, stopped
+at the end), one database, and one world id per trial
 (`store/url` in the lane's world folder; a creation that was not acknowledged leaves its id
 behind and the next round creates under a new one). Besides the same SIGKILLs, `--restarts N`
 rounds restart the server under a running child (`pg_ctl restart -m fast` or `-m
@@ -221,6 +222,7 @@ class Summary:
     recovered_acks: int = 0  # acks children wrote after a restart they lived through
     reopens: int = 0  # `recover` acks after a restart: the child reopened its world
     verified_worlds: int = 0  # retired worlds that passed `aos world verify`
+    creates_cut_off: int = 0  # children whose creation a restart cut off (nothing acked)
 
     def merge(self, other: Summary) -> None:
         self.kills += other.kills
@@ -238,6 +240,7 @@ class Summary:
         self.recovered_acks += other.recovered_acks
         self.reopens += other.reopens
         self.verified_worlds += other.verified_worlds
+        self.creates_cut_off += other.creates_cut_off
 
     def render(self) -> str:
         flows_note = ""
@@ -259,7 +262,8 @@ class Summary:
                 1,
                 f"server restarts: {modes or 'none'}; children reopened their world "
                 f"{self.reopens} times and acked {self.recovered_acks} operations after "
-                f"restarts; {self.verified_worlds} retired worlds passed `aos world verify`",
+                f"restarts ({self.creates_cut_off} creations cut off, not acked); "
+                f"{self.verified_worlds} retired worlds passed `aos world verify`",
             )
         for point in ["delay", *workload.POINTS]:
             unreached = self.unreached_points.get(point, 0)
@@ -687,6 +691,8 @@ class _Lane:
         elif outcome.hung:
             self._fail(chosen, [f"the child hung for {CHILD_TIMEOUT_S} s and was killed"])
             return
+        elif self._create_cut_off(outcome):
+            return
         else:
             tail = (folder / "stderr.log").read_text(errors="replace")[-2000:]
             self._fail(chosen, [f"the child exited with {outcome.returncode}: {tail}"])
@@ -724,6 +730,8 @@ class _Lane:
         self.summary.recovered_acks += outcome.acks_after
         self.summary.reopens += outcome.reopens
         as_round = _Round(chosen.child_seed, f"restart-{chosen.mode}", 0, chosen.delay_s, False)
+        if self._create_cut_off(outcome):
+            return
         if not outcome.killed:
             tail = (folder / "stderr.log").read_text(errors="replace")[-2000:]
             self._fail(as_round, [f"the child exited with {outcome.returncode}: {tail}"])
@@ -737,6 +745,15 @@ class _Lane:
             return
         self.kills_in_world += 1
         self._check(as_round, _Outcome(True, outcome.returncode))
+
+    def _create_cut_off(self, outcome: _Outcome) -> bool:
+        """Whether the child exited because a server restart cut off its creation of the
+        world (it acknowledged nothing; the next round creates under a new world id)."""
+        if outcome.returncode != workload.EXIT_CREATE_CUT_OFF or self._created():
+            return False
+        self.summary.creates_cut_off += 1
+        shutil.rmtree(self.folder / "world", ignore_errors=True)
+        return True
 
     def _check(self, chosen: _Round, outcome: _Outcome) -> None:
         """Every check on the world the round's child left."""
@@ -876,7 +893,7 @@ def run(
             mode=mode,
             server=None,
         )
-    with PgCluster.start(durable=True) as cluster:
+    with PgCluster.start(crash_safe=True) as cluster:
         cluster.psql(f"CREATE DATABASE {PG_DATABASE}")
         return _run_lanes(
             kills,

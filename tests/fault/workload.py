@@ -76,6 +76,9 @@ CHECKPOINT_EVERY_RECORDS = 40
 # Opens tried after a server restart cut an operation off, each waiting out the store's own
 # connect retries (`pg_store.CONNECT_WAIT_MS_MAX_DEFAULT`): a server still gone is a failure.
 REOPEN_ATTEMPTS_MAX = 3
+# The exit status of a child whose creation of the world the server cut off: nothing was
+# acknowledged, and the id may be taken; the harness creates under a new id next round.
+EXIT_CREATE_CUT_OFF = 75
 
 # Kill points and what they hit. `delay` is the harness's own: a SIGKILL after a random delay.
 POINTS: dict[str, str] = {
@@ -223,9 +226,7 @@ class Workload:
     # -- operations -----------------------------------------------------------------------
 
     def run(self, ops_max: int) -> None:
-        self.begin("recover")
-        self.world.run_to_idle()  # whatever the last checkpoint left queued
-        self.ack("recover")
+        self.guarded(self.drain)
         choices = [
             (self.send, 35),
             (self.batch, 10),
@@ -238,35 +239,43 @@ class Workload:
         operations = [operation for operation, _ in choices]
         weights = [weight for _, weight in choices]
         for _ in range(ops_max):
-            operation = self.rng.choices(operations, weights)[0]
-            try:
-                operation()
-            except StoreUnavailableError as error:
-                if self.reopen is None:
-                    raise
-                print(f"{error.code} during {self.context.op}: {error}", file=sys.stderr)
-                self.recover()
+            self.guarded(self.rng.choices(operations, weights)[0])
+
+    def drain(self) -> None:
+        self.begin("recover")
+        self.world.run_to_idle()  # whatever the last checkpoint left queued
+        self.ack("recover")
+
+    def guarded(self, operation: Callable[[], None]) -> None:
+        """Run `operation`; if the store's server went away under it, recover."""
+        try:
+            operation()
+        except StoreUnavailableError as error:
+            if self.reopen is None:
+                raise
+            print(f"{error.code} during {self.context.op}: {error}", file=sys.stderr)
+            self.recover()
 
     def recover(self) -> None:
         """The server went away during an operation: nothing of it is acknowledged. Drop the
         world without flushing what memory holds beyond the store, open it again (waiting for
-        the server) and run what its last checkpoint left queued."""
+        the server) and run what its last checkpoint left queued; a restart cutting that off
+        too is tried again, up to `REOPEN_ATTEMPTS_MAX` times."""
         assert self.reopen is not None
-        # Closing checkpoints a clean world; the server may still be away.
-        with contextlib.suppress(StoreError):
-            self.world.close()
         for attempt in range(1, REOPEN_ATTEMPTS_MAX + 1):
+            # Closing checkpoints a clean world; the server may still be away.
+            with contextlib.suppress(StoreError):
+                self.world.close()
             try:
                 self.world = self.reopen()
-                break
+                install_hooks(self.world, self.killer, self.context)
+                self.drain()
             except StoreUnavailableError:
                 if attempt == REOPEN_ATTEMPTS_MAX:
                     raise
-        self.reopened += 1
-        install_hooks(self.world, self.killer, self.context)
-        self.begin("recover")
-        self.world.run_to_idle()
-        self.ack("recover")
+                continue
+            self.reopened += 1
+            return
 
     def ping(self) -> dict[str, Any]:
         rng = self.rng
@@ -416,6 +425,24 @@ def open_or_create(
     return world
 
 
+def first_open(
+    world_dir: Path, engine: WasmEngine, ack_fd: int, store_url: str | None
+) -> World | None:
+    """`open_world`, tried again when the server goes away while opening; None when it cut
+    off the creation (not acknowledged)."""
+    for attempt in range(1, REOPEN_ATTEMPTS_MAX + 1):
+        creating = not world_dir.exists()
+        try:
+            return open_world(world_dir, engine, ack_fd, store_url)
+        except StoreUnavailableError as error:
+            print(f"{error.code} while opening: {error}", file=sys.stderr)
+            if creating:
+                return None
+            if attempt == REOPEN_ATTEMPTS_MAX:
+                raise
+    raise AssertionError("unreachable")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--world", type=Path, required=True)
@@ -428,7 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     killer = Killer.from_env(random.Random(args.seed ^ 0x5EED))
     ack_fd = os.open(args.ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     engine = WasmEngine()
-    world = open_world(args.world, engine, ack_fd, args.store)
+    world = first_open(args.world, engine, ack_fd, args.store)
+    if world is None:
+        return EXIT_CREATE_CUT_OFF
     context = KillContext()
     install_hooks(world, killer, context)
     print("ready", flush=True)
