@@ -233,6 +233,25 @@ class PgCluster:
 
     def start_server(self) -> None:
         """Start the server on the cluster's folder and port (`pg_ctl start -w`)."""
+        self._pg_ctl_up("start")
+
+    def stop_server(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its folder (`start_server` brings it back)."""
+        _check_mode(mode)
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        """`pg_ctl restart -m MODE`: `fast` ends every session and checkpoints; `immediate`
+        kills the server, which recovers from its WAL as after a crash. Every client
+        connection is cut either way."""
+        _check_mode(mode)
+        self._pg_ctl_up("restart", "-m", mode)
+
+    def _pg_ctl_up(self, action: str, *extra: str) -> None:
+        """`pg_ctl start` or `restart`, waiting until the server accepts connections."""
+        options = _server_options(
+            self.port, self.root, durable=self.durable, crash_safe=self.crash_safe
+        )
         self._run(
             "pg_ctl",
             "-D",
@@ -243,34 +262,9 @@ class PgCluster:
             "-t",
             str(int(START_TIMEOUT_S)),
             "-o",
-            _server_options(self.port, self.root, durable=self.durable, crash_safe=self.crash_safe),
-            "start",
-        )
-
-    def stop_server(self, mode: str = "fast") -> None:
-        """Stop the server, keeping its folder (`start_server` brings it back)."""
-        if mode not in RESTART_MODES:
-            raise PgClusterError(f"stop mode {mode!r} is not one of {RESTART_MODES}")
-        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def restart(self, mode: str = "fast") -> None:
-        """`pg_ctl restart -m MODE` with the options it started with: `fast` ends every
-        session and checkpoints; `immediate` kills the server, which recovers from its WAL
-        as after a crash. Every client connection is cut either way."""
-        if mode not in RESTART_MODES:
-            raise PgClusterError(f"restart mode {mode!r} is not one of {RESTART_MODES}")
-        self._run(
-            "pg_ctl",
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.root / "server.log"),
-            "-m",
-            mode,
-            "-w",
-            "-t",
-            str(int(START_TIMEOUT_S)),
-            "restart",
+            options,
+            *extra,
+            action,
         )
 
     def detached(self) -> PgCluster:
@@ -337,6 +331,11 @@ def _server_options(port: int, root: Path, *, durable: bool, crash_safe: bool = 
         commits = "on" if crash_safe else "off"
         settings |= {"fsync": "off", "synchronous_commit": commits, "full_page_writes": "off"}
     return " ".join(f"-c {name}={value}" for name, value in settings.items())
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in RESTART_MODES:
+        raise PgClusterError(f"shutdown mode {mode!r} is not one of {RESTART_MODES}")
 
 
 def _os_user(wanted: str | None) -> str | None:

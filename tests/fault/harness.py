@@ -881,31 +881,19 @@ def run(
         raise ValueError("the PostgreSQL slice runs the kernel workload")
     if restarts and store != "pg":
         raise ValueError("server restarts need --store pg")
+    options: dict[str, Any] = {
+        "seed": seed,
+        "work": work,
+        "jobs": jobs,
+        "fresh_every": fresh_every,
+        "quiet": quiet,
+        "mode": mode,
+    }
     if store != "pg":
-        return _run_lanes(
-            kills,
-            0,
-            seed=seed,
-            work=work,
-            jobs=jobs,
-            fresh_every=fresh_every,
-            quiet=quiet,
-            mode=mode,
-            server=None,
-        )
+        return _run_lanes(kills, 0, server=None, **options)
     with PgCluster.start(crash_safe=True) as cluster:
         cluster.psql(f"CREATE DATABASE {PG_DATABASE}")
-        return _run_lanes(
-            kills,
-            restarts,
-            seed=seed,
-            work=work,
-            jobs=jobs,
-            fresh_every=fresh_every,
-            quiet=quiet,
-            mode=mode,
-            server=cluster.detached(),
-        )
+        return _run_lanes(kills, restarts, server=cluster.detached(), **options)
 
 
 def _run_lanes(
