@@ -187,8 +187,8 @@ class Failure:
 
     def describe(self) -> str:
         env = f"{workload.ENV_POINT}={self.point} {workload.ENV_AT}={self.at} "
-        if self.point == "delay":
-            env = ""
+        if self.point == "delay" or self.point.startswith("restart-"):
+            env = ""  # the harness's own faults: a SIGKILL after a delay, a server restart
         keys = f" --keys {self.kept}/keys" if self.module == "tests.fault.flows" else ""
         lines = [
             f"lane {self.lane} round {self.round} world {self.world} point {self.point} "
