@@ -18,7 +18,7 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12) $(HOME)/.pyenv/versions/
 NOETL_VENV := .venv-noetl
 NOETL_STAMP := $(NOETL_VENV)/.installed
 
-.PHONY: setup demo test test-fast test-ui test-scale chromium install-check lint bench bench-full bench-setup bench-noetl-setup fault fault-ci clean
+.PHONY: setup demo test test-fast test-ui test-scale chromium install-check lint bench bench-full bench-setup bench-noetl-setup fault fault-ci fault-pg clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -77,6 +77,13 @@ FAULT_KILLS ?= 1000
 FAULT_CI_KILLS ?= 200
 FAULT_FLOW_KILLS ?= 300
 FAULT_CI_FLOW_KILLS ?= 50
+# The PostgreSQL slice (--store pg): the kernel workload's worlds on a throwaway cluster
+# (tests/pg_cluster.py; a non-root owner when run as root), SIGKILLs as on LMDB, and restarts
+# of the server (pg_ctl restart -m fast / immediate) under a running child.
+FAULT_PG_KILLS ?= 200
+FAULT_PG_RESTARTS ?= 30
+FAULT_CI_PG_KILLS ?= 40
+FAULT_CI_PG_RESTARTS ?= 5
 
 fault: setup
 	$(BIN)/python -m tests.fault.harness --kills $(FAULT_KILLS) --jobs 2 --quiet
@@ -85,6 +92,10 @@ fault: setup
 fault-ci: setup
 	$(BIN)/python -m tests.fault.harness --kills $(FAULT_CI_KILLS) --jobs 2 --quiet
 	$(BIN)/python -m tests.fault.harness --workload flows --kills $(FAULT_CI_FLOW_KILLS) --jobs 2 --quiet
+	$(BIN)/python -m tests.fault.harness --store pg --kills $(FAULT_CI_PG_KILLS) --restarts $(FAULT_CI_PG_RESTARTS) --jobs 2 --quiet
+
+fault-pg: setup
+	$(BIN)/python -m tests.fault.harness --store pg --kills $(FAULT_PG_KILLS) --restarts $(FAULT_PG_RESTARTS) --jobs 2 --quiet
 
 bench-setup: setup $(BENCH_STAMP)
 

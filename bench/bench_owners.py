@@ -1,4 +1,4 @@
-"""What the owner registry of PostgreSQL worlds costs (spec/07 §11.4), on a durable throwaway
+"""What the owner registry of PostgreSQL worlds costs (spec/07 §11.5), on a durable throwaway
 cluster (tests/pg_cluster.py):
 
 * `owners.take`: opening a world for writing as a one-shot writer (the registry is read in the

@@ -16,7 +16,10 @@ to run as root, so when the tests run as root the cluster belongs to a non-root 
 only and checks passwords there (scram-sha-256: a test that a password reaches the server
 proves something); the superuser's password is random, in `dsn()`. Tests run it with `fsync`
 off (a crash loses it, which a test cluster may); benches start it `durable=True`, as
-PostgreSQL ships (fsync and synchronous_commit on), so what it makes durable is real.
+PostgreSQL ships (fsync and synchronous_commit on), so what it makes durable is real. Tests
+that crash the server process (`restart("immediate")`) start it `crash_safe=True`:
+synchronous_commit on, so a commit that returned is in the WAL the restarted server replays,
+with fsync still off (only a crash of the machine would lose it).
 
 A watchdog process stops the server and removes its folder if the process that started it
 dies without `stop` (a killed test run must not leave servers behind on a shared machine).
@@ -35,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 PG_ROOT = Path("/usr/lib/postgresql")
@@ -43,6 +46,8 @@ PG_USER_DEFAULT = "postgres"
 PG_SUPERUSER = "postgres"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+# `pg_ctl restart -m`: a clean restart, and one like a crash (recovery from the WAL).
+RESTART_MODES = ("fast", "immediate")
 INSTALL_HINT = "apt-get install postgresql-15"
 WATCHDOG_INTERVAL_S = 0.5
 
@@ -110,6 +115,7 @@ class PgCluster:
     user: str | None  # the OS user owning the cluster when we run as root, else None
     password: str  # the superuser's
     durable: bool = False
+    crash_safe: bool = False
     stopped: bool = False
     watchdog: subprocess.Popen[bytes] | None = None
 
@@ -161,10 +167,16 @@ class PgCluster:
 
     @classmethod
     def start(
-        cls, *, port: int | None = None, os_user: str | None = None, durable: bool = False
+        cls,
+        *,
+        port: int | None = None,
+        os_user: str | None = None,
+        durable: bool = False,
+        crash_safe: bool = False,
     ) -> PgCluster:
         """initdb, then start a server on 127.0.0.1:`port` (a free one by default); with
-        `durable`, fsync and synchronous commit stay on (benches)."""
+        `durable`, fsync and synchronous commit stay on (benches); with `crash_safe`,
+        synchronous commit only (a server crash loses no commit that returned)."""
         binaries = pg_bin()
         user = _os_user(os_user)
         root = Path(tempfile.mkdtemp(prefix="aos-pg-"))
@@ -175,6 +187,7 @@ class PgCluster:
             user=user,
             password=secrets.token_hex(16),
             durable=durable,
+            crash_safe=crash_safe,
         )
         try:
             password_file = root / "superuser.password"
@@ -197,19 +210,7 @@ class PgCluster:
                 "--locale=C",
                 "--no-sync",
             )
-            cluster._run(
-                "pg_ctl",
-                "-D",
-                str(cluster.data),
-                "-l",
-                str(root / "server.log"),
-                "-w",
-                "-t",
-                str(int(START_TIMEOUT_S)),
-                "-o",
-                _server_options(cluster.port, root, durable=durable),
-                "start",
-            )
+            cluster.start_server()
             cluster.watchdog = cluster._watch()
         except BaseException:
             cluster.stop()
@@ -229,6 +230,47 @@ class PgCluster:
                 self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def start_server(self) -> None:
+        """Start the server on the cluster's folder and port (`pg_ctl start -w`)."""
+        self._pg_ctl_up("start")
+
+    def stop_server(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its folder (`start_server` brings it back)."""
+        _check_mode(mode)
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        """`pg_ctl restart -m MODE`: `fast` ends every session and checkpoints; `immediate`
+        kills the server, which recovers from its WAL as after a crash. Every client
+        connection is cut either way."""
+        _check_mode(mode)
+        self._pg_ctl_up("restart", "-m", mode)
+
+    def _pg_ctl_up(self, action: str, *extra: str) -> None:
+        """`pg_ctl start` or `restart`, waiting until the server accepts connections."""
+        options = _server_options(
+            self.port, self.root, durable=self.durable, crash_safe=self.crash_safe
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-w",
+            "-t",
+            str(int(START_TIMEOUT_S)),
+            "-o",
+            options,
+            *extra,
+            action,
+        )
+
+    def detached(self) -> PgCluster:
+        """A copy without the watchdog, to hand to another process (it can `restart` and
+        connect; stopping stays with the original)."""
+        return replace(self, watchdog=None, stopped=True)
 
     def log(self) -> str:
         path = self.root / "server.log"
@@ -276,9 +318,9 @@ class PgCluster:
             )
 
 
-def _server_options(port: int, root: Path, *, durable: bool) -> str:
+def _server_options(port: int, root: Path, *, durable: bool, crash_safe: bool = False) -> str:
     """Loopback only, this port, its socket in the cluster's own folder; no durability unless
-    `durable`."""
+    `durable` (or, against a crash of the server process only, `crash_safe`)."""
     settings = {
         "listen_addresses": "127.0.0.1",
         "port": str(port),
@@ -286,8 +328,14 @@ def _server_options(port: int, root: Path, *, durable: bool) -> str:
         "max_connections": "100",
     }
     if not durable:
-        settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        commits = "on" if crash_safe else "off"
+        settings |= {"fsync": "off", "synchronous_commit": commits, "full_page_writes": "off"}
     return " ".join(f"-c {name}={value}" for name, value in settings.items())
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in RESTART_MODES:
+        raise PgClusterError(f"shutdown mode {mode!r} is not one of {RESTART_MODES}")
 
 
 def _os_user(wanted: str | None) -> str | None:

@@ -192,7 +192,7 @@ def test_a_journal_gap_is_refused_at_open_and_on_read(pg_store_dsn: str, world: 
 def test_an_unreachable_server_is_unavailable() -> None:
     dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
     with pytest.raises(StoreUnavailableError) as refused:
-        open_pg_store(dsn, "w", connect_timeout_s=2)
+        open_pg_store(dsn, "w", connect_timeout_s=2, connect_wait_ms_max=0)
     assert refused.value.code == "store.unavailable"
 
 

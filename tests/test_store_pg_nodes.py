@@ -1,4 +1,4 @@
-"""Many nodes on one PostgreSQL database (spec/07 §11.4), with real `aos node up` processes
+"""Many nodes on one PostgreSQL database (spec/07 §11.5), with real `aos node up` processes
 and a real server: two nodes serve two worlds and answer where each is served; a live owner
 refuses a second writer (its epoch, head and journal unchanged) and one-shot CLI writes go
 through it; a node killed with SIGKILL is taken over by `aos node up --takeover` on another

@@ -1,4 +1,4 @@
-"""The owner registry of PostgreSQL worlds (kernel/store/pg_owner.py, spec/07 §11.4) in
+"""The owner registry of PostgreSQL worlds (kernel/store/pg_owner.py, spec/07 §11.5) in
 process, against a real server: who may take a world while its owner's lease is live or
 lapsed, what a refusal leaves unchanged, renewal and its loss, and the adapter's route that
 follows a world (kernel/adapters/sdk.py `NodeRoute`) over a real HTTP transport layer.

@@ -69,7 +69,7 @@ def _registered_url(world_dir: str | os.PathLike[str]) -> str | None:
 
 
 class WorldOwnership:
-    """A node's ownership of a PostgreSQL world (spec/07 §11.4): `claim` before opening the
+    """A node's ownership of a PostgreSQL world (spec/07 §11.5): `claim` before opening the
     world (waiting, for a takeover, for the old owner's lease to lapse), `keep` renewing it,
     `announce` where it is served, `release` it when the node stops."""
 

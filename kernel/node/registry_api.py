@@ -1,6 +1,6 @@
 """`GET /v1/worlds/{world}/node`: where a world is served now, answered by any node.
 
-A node on a PostgreSQL world answers from the database's owner registry (spec/07 §11.4), so
+A node on a PostgreSQL world answers from the database's owner registry (spec/07 §11.5), so
 it knows every world of that database, served by itself or by another node; `world` is the
 world's database key or its kernel world id. A node on an embedded world knows only its
 own. Adapters ask this when their node goes away (spec/10), to follow the world.

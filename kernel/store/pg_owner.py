@@ -1,4 +1,4 @@
-"""Which node serves a PostgreSQL world: an ownership lease in the database (spec/07 §11.4).
+"""Which node serves a PostgreSQL world: an ownership lease in the database (spec/07 §11.5).
 
 `aos_owners` holds one row per served world: the writer `epoch` the owner took, its `node_id`
 (stable across restarts of the same node), a `token` (one per process), the `node_url` it

@@ -19,6 +19,7 @@ All SQL of the backend lives in this module.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -53,6 +54,12 @@ PG_SEQ_MAX = 2**63 - 1
 # A btree entry is at most about 2.7 KB; meta keys are index keys.
 PG_META_KEY_BYTES_MAX = 2048
 CONNECT_TIMEOUT_S_DEFAULT = 10
+# Connecting retries a server that refuses or is restarting (`pg_ctl restart`, a failover)
+# for at most this long before `store.unavailable`; the wait between attempts doubles from
+# CONNECT_BACKOFF_MS_MIN up to `connect_backoff_ms_max`.
+CONNECT_WAIT_MS_MAX_DEFAULT = 15_000
+CONNECT_BACKOFF_MS_MIN = 25
+CONNECT_BACKOFF_MS_MAX_DEFAULT = 1_000
 _READ_CHUNK = 1024
 # The writer's cache of its own CAS (see `_WriterCache`).
 CACHE_BLOB_BYTES_MAX = 32 * MIB
@@ -109,6 +116,8 @@ def open_pg_store(
     readonly: bool = False,
     limits: StoreLimits | None = None,
     connect_timeout_s: int = CONNECT_TIMEOUT_S_DEFAULT,
+    connect_wait_ms_max: int = CONNECT_WAIT_MS_MAX_DEFAULT,
+    connect_backoff_ms_max: int = CONNECT_BACKOFF_MS_MAX_DEFAULT,
 ) -> PgStore:
     """Open `world` in the database at `conninfo` (a libpq URI or key=value string).
 
@@ -116,7 +125,8 @@ def open_pg_store(
     goes up by one: any earlier writer is fenced from then on). `readonly=True` takes nothing
     and needs an existing world (`store.missing`). `sync=False` turns off
     `synchronous_commit` for this connection: a server crash may lose the last commits, never
-    tear one. A server that cannot be reached is `store.unavailable`.
+    tear one. A server that refuses connections is retried for `connect_wait_ms_max` (it may
+    be restarting); one still unreachable then is `store.unavailable`.
     """
     limits = limits if limits is not None else StoreLimits()
     if limits.meta_key_bytes_max > PG_META_KEY_BYTES_MAX:
@@ -124,27 +134,73 @@ def open_pg_store(
             f"meta_key_bytes_max {limits.meta_key_bytes_max} exceeds the PostgreSQL backend's "
             f"{PG_META_KEY_BYTES_MAX}"
         )
-    conn = _connect(conninfo, sync=sync, readonly=readonly, timeout_s=connect_timeout_s)
+    if connect_wait_ms_max < 0 or connect_backoff_ms_max < CONNECT_BACKOFF_MS_MIN:
+        raise StoreUsageError(
+            f"connect_wait_ms_max must be >= 0 and connect_backoff_ms_max >= "
+            f"{CONNECT_BACKOFF_MS_MIN} (got {connect_wait_ms_max}, {connect_backoff_ms_max})"
+        )
+
+    def connect() -> psycopg.Connection:
+        return _connect(
+            conninfo,
+            sync=sync,
+            readonly=readonly,
+            timeout_s=connect_timeout_s,
+            wait_ms_max=connect_wait_ms_max,
+            backoff_ms_max=connect_backoff_ms_max,
+        )
+
+    conn = connect()
     try:
         epoch, head = _take(conn, world) if not readonly else _existing(conn, world)
         store = PgStore(conn, world, epoch, head, world_dir, limits, readonly=readonly)
-        store.reconnect = lambda: _connect(
-            conninfo, sync=sync, readonly=readonly, timeout_s=connect_timeout_s
-        )
+        store.reconnect = connect
     except BaseException:
         conn.close()
         raise
     return store
 
 
-def _connect(conninfo: str, *, sync: bool, readonly: bool, timeout_s: int) -> psycopg.Connection:
+def _connect(
+    conninfo: str,
+    *,
+    sync: bool,
+    readonly: bool,
+    timeout_s: int,
+    wait_ms_max: int = CONNECT_WAIT_MS_MAX_DEFAULT,
+    backoff_ms_max: int = CONNECT_BACKOFF_MS_MAX_DEFAULT,
+) -> psycopg.Connection:
+    """A configured connection. A server that refuses (down, starting up, shutting down) is
+    tried again after a backoff doubling up to `backoff_ms_max`, for at most `wait_ms_max`
+    in all. Every refusal is retried: libpq gives no SQLSTATE for a failed connection, so a
+    wrong password or database is told from a restarting server only by its message, which
+    `store.unavailable` carries once the wait is over."""
+    deadline = time.monotonic() + wait_ms_max / 1000
+    backoff_ms = CONNECT_BACKOFF_MS_MIN
+    while True:
+        try:
+            return _connect_once(conninfo, sync=sync, readonly=readonly, timeout_s=timeout_s)
+        except StoreUnavailableError:
+            if time.monotonic() + backoff_ms / 1000 > deadline:
+                raise
+        time.sleep(backoff_ms / 1000)
+        backoff_ms = min(backoff_ms * 2, backoff_ms_max)
+
+
+def _connect_once(
+    conninfo: str, *, sync: bool, readonly: bool, timeout_s: int
+) -> psycopg.Connection:
     with _mapped("connect to the store's database"):
         conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=timeout_s)
-    with _mapped("configure the store's connection"):
-        if not sync:
-            conn.execute("SET synchronous_commit = off")
-        if readonly:
-            conn.execute("SET default_transaction_read_only = on")
+    try:
+        with _mapped("configure the store's connection"):
+            if not sync:
+                conn.execute("SET synchronous_commit = off")
+            if readonly:
+                conn.execute("SET default_transaction_read_only = on")
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -433,8 +489,9 @@ class PgStore:
                 return [tuple(row) for row in self._connection().execute(sql, params)]
 
     def _connection(self) -> psycopg.Connection:
-        """The connection, replaced by a new one if the old one was lost (readers only: a
-        writer's lost connection is handled by `_commit`)."""
+        """The connection, replaced by a new one (through `_connect`'s retries) if the old one
+        was lost, outside a consistent read. A writer may reconnect too: its next commit's
+        epoch claim still fences it; a commit cut off in flight breaks the store instead."""
         if self._conn.closed and not self._pinned and self.reconnect is not None:
             self._conn = self.reconnect()
         return self._conn

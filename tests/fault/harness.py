@@ -4,6 +4,7 @@
     python -m tests.fault.harness --kills 200 --jobs 2         # make fault-ci
     python -m tests.fault.harness --kills 50 --seed 1234 --keep /tmp/fault
     python -m tests.fault.harness --workload flows --kills 50 --jobs 2   # the flow slice
+    python -m tests.fault.harness --store pg --kills 40 --restarts 5 --jobs 2   # PostgreSQL
 
 Each round starts `tests/fault/workload.py` in a child process against the lane's current
 world, with a seed and a kill point drawn from the run's seed: either `delay` (the harness
@@ -37,6 +38,20 @@ acknowledged start, signal and cancel is there). When a lane retires a flow worl
 every execution to its end in the harness, checks that each ended exactly once, and replays
 the whole journal.
 
+`--store pg` runs the kernel workload with its worlds on PostgreSQL: one throwaway cluster
+for the run (`tests/pg_cluster.py`: loopback, a free port, a non-root owner when run as root,
+`synchronous_commit` on so that a crashed server keeps every commit that returned, stopped
+at the end), one database, and one world id per trial
+(`store/url` in the lane's world folder; a creation that was not acknowledged leaves its id
+behind and the next round creates under a new one). Besides the same SIGKILLs, `--restarts N`
+rounds restart the server under a running child (`pg_ctl restart -m fast` or `-m
+immediate`, one at a time across lanes): the child must fail the cut-off operation with
+`store.unavailable` without acknowledging it, reopen the world and keep acknowledging
+(`RECOVERED_ACKS_MIN` more acks within `RECOVER_S_MAX`); then it is killed and the world
+checked as after any kill. A restart cuts the other lane's child too, and its checks, which
+are read-only and tried again (`CHECK_ATTEMPTS_MAX`). A world retired on PostgreSQL also
+passes `aos world verify` (the chain from genesis and every blob read back).
+
 A failing round keeps its world and ack file under `<work>/failures/` and is reported with its
 seeds and point. The exit status is non-zero on any failure.
 """
@@ -44,6 +59,7 @@ seeds and point. The exit status is non-zero on any failure.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -60,17 +76,21 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aos.flows.world import load_or_make_keys
 from aos.kernel.hashing import hash_value
 from aos.kernel.replay import ReplayReport, verify
+from aos.kernel.store.errors import StoreUnavailableError
+from aos.kernel.verify import verify_world
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import records
 from aos.kernel.world.world import SNAPSHOTS_KEPT_MAX_DEFAULT, World
 from tests.fault import flows, workload
+from tests.pg_cluster import RESTART_MODES, PgCluster
 
 REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 FRESH_EVERY_DEFAULT = 25
 DELAY_S_MAX = 0.6
 DELAY_FROM_START_S_MAX = 1.5  # covers imports, create/open and the recovery run
@@ -112,6 +132,13 @@ FLOW_POINT_AT_MAX = {
 }
 assert set(FLOW_POINT_AT_MAX) == set(workload.POINTS)
 FLOW_FRESH_EVERY_DEFAULT = 10
+STORES = ("lmdb", "pg")
+PG_DATABASE = "aos_fault"
+RESTART_DELAY_S_MAX = 0.6  # from the child's `ready` to the restart
+RECOVERED_ACKS_MIN = 3  # acks the child must write after the server is back
+RECOVER_S_MAX = 60.0  # for those acks: above the child's reopen attempts' connect waits
+RECOVER_POLL_S = 0.05
+CHECK_ATTEMPTS_MAX = 3  # a check cut off by another lane's restart is run again
 
 
 @dataclass(frozen=True)
@@ -160,8 +187,8 @@ class Failure:
 
     def describe(self) -> str:
         env = f"{workload.ENV_POINT}={self.point} {workload.ENV_AT}={self.at} "
-        if self.point == "delay":
-            env = ""
+        if self.point == "delay" or self.point.startswith("restart-"):
+            env = ""  # the harness's own faults: a SIGKILL after a delay, a server restart
         keys = f" --keys {self.kept}/keys" if self.module == "tests.fault.flows" else ""
         lines = [
             f"lane {self.lane} round {self.round} world {self.world} point {self.point} "
@@ -190,6 +217,12 @@ class Summary:
     unreached_points: Counter[str] = field(default_factory=Counter)
     failures: list[Failure] = field(default_factory=list)
     elapsed_s: float = 0.0
+    store: str = "lmdb"
+    restarts: Counter[str] = field(default_factory=Counter)  # per `pg_ctl restart -m` mode
+    recovered_acks: int = 0  # acks children wrote after a restart they lived through
+    reopens: int = 0  # `recover` acks after a restart: the child reopened its world
+    verified_worlds: int = 0  # retired worlds that passed `aos world verify`
+    creates_cut_off: int = 0  # children whose creation a restart cut off (nothing acked)
 
     def merge(self, other: Summary) -> None:
         self.kills += other.kills
@@ -203,13 +236,19 @@ class Summary:
         self.points.update(other.points)
         self.unreached_points.update(other.unreached_points)
         self.failures.extend(other.failures)
+        self.restarts.update(other.restarts)
+        self.recovered_acks += other.recovered_acks
+        self.reopens += other.reopens
+        self.verified_worlds += other.verified_worlds
+        self.creates_cut_off += other.creates_cut_off
 
     def render(self) -> str:
         flows_note = ""
         if self.workload == "flows":
             flows_note = f", {self.executions} flow executions drained and ended once"
         lines = [
-            f"fault injection ({self.workload}): seed {self.seed}: {self.kills} kills in "
+            f"fault injection ({self.workload}, {self.store}): seed {self.seed}: {self.kills} "
+            f"kills and {sum(self.restarts.values())} server restarts in "
             f"{self.rounds} rounds "
             f"({self.unreached} ended before their point), {self.worlds} worlds, "
             f"{self.acked_ops} acked operations ({self.acked_records} records), "
@@ -217,6 +256,15 @@ class Summary:
             f"{self.elapsed_s:.0f} s",
             "kills per point (and rounds that ended before reaching it):",
         ]
+        if self.store == "pg":
+            modes = ", ".join(f"{n} -m {mode}" for mode, n in sorted(self.restarts.items()))
+            lines.insert(
+                1,
+                f"server restarts: {modes or 'none'}; children reopened their world "
+                f"{self.reopens} times and acked {self.recovered_acks} operations after "
+                f"restarts ({self.creates_cut_off} creations cut off, not acked); "
+                f"{self.verified_worlds} retired worlds passed `aos world verify`",
+            )
         for point in ["delay", *workload.POINTS]:
             unreached = self.unreached_points.get(point, 0)
             lines.append(
@@ -227,7 +275,8 @@ class Summary:
         if self.failures:
             lines.append(
                 f"rerun the whole schedule: python -m tests.fault.harness --seed {self.seed} "
-                f"--workload {self.workload} --kills {self.kills} --jobs {self.jobs} "
+                f"--workload {self.workload} --store {self.store} --kills {self.kills} "
+                f"--restarts {sum(self.restarts.values())} --jobs {self.jobs} "
                 "(delays are wall-clock: close, not exact)"
             )
         lines += [failure.describe() for failure in self.failures]
@@ -304,8 +353,12 @@ def _check_acks(
     world: World,
 ) -> None:
     hashes: dict[int, str] = {}
+    acked_by: dict[int, str] = {}
     for ack in acks:
         for seq, expected in ack["records"]:
+            if seq in acked_by:
+                problems.append(f"record {seq} acked by {acked_by[seq]} and again by {ack['op']}")
+            acked_by[seq] = ack["op"]
             record = journal.get(seq)
             if record is None:
                 problems.append(f"acked record {seq} ({ack['op']}) is missing")
@@ -390,6 +443,17 @@ class _Outcome:
     killed: bool
     returncode: int
     hung: bool = False
+    acks_after: int = 0  # restart rounds: acks written once the server was back
+    reopens: int = 0  # restart rounds: `recover` acks among them
+
+
+@dataclass(frozen=True)
+class _Restart:
+    """A restart round: the restart `mode`, `delay_s` after the child's `ready` line."""
+
+    child_seed: int
+    mode: str
+    delay_s: float
 
 
 def _draw(rng: random.Random, mode: Mode) -> _Round:
@@ -402,18 +466,30 @@ def _draw(rng: random.Random, mode: Mode) -> _Round:
     return _Round(child_seed, point, rng.randint(1, mode.point_at_max[point]), 0.0, False)
 
 
+def _child_command(
+    world_dir: Path, ack: Path, child_seed: int, mode: Mode, extra: list[str]
+) -> list[str]:
+    command = [sys.executable, "-m", mode.module]
+    command += ["--world", str(world_dir), "--ack", str(ack), "--seed", str(child_seed)]
+    if mode.flows:
+        command += ["--keys", str(world_dir.parent / "keys")]
+    return command + extra
+
+
 def _run_child(
-    world_dir: Path, ack: Path, stderr: Path, chosen: _Round, mode: Mode = MODES["kernel"]
+    world_dir: Path,
+    ack: Path,
+    stderr: Path,
+    chosen: _Round,
+    mode: Mode = MODES["kernel"],
+    extra: list[str] | None = None,
 ) -> _Outcome:
     env = dict(os.environ)
     env.pop(workload.ENV_POINT, None)
     if chosen.point != "delay":
         env[workload.ENV_POINT] = chosen.point
         env[workload.ENV_AT] = str(chosen.at)
-    command = [sys.executable, "-m", mode.module]
-    command += ["--world", str(world_dir), "--ack", str(ack), "--seed", str(chosen.child_seed)]
-    if mode.flows:
-        command += ["--keys", str(world_dir.parent / "keys")]
+    command = _child_command(world_dir, ack, chosen.child_seed, mode, extra or [])
     with open(stderr, "ab") as errors:
         child = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=errors)
         hung = threading.Event()
@@ -434,6 +510,52 @@ def _run_child(
     return _Outcome(returncode == -signal.SIGKILL and not hung.is_set(), returncode, hung.is_set())
 
 
+def _run_restart(
+    world_dir: Path,
+    ack: Path,
+    stderr: Path,
+    chosen: _Restart,
+    server: PgCluster,
+    lock: Path,
+    extra: list[str],
+) -> _Outcome:
+    """Start a child, restart the server under it, wait for it to acknowledge operations
+    again (or die, or run out of time), then SIGKILL it."""
+    env = {key: value for key, value in os.environ.items() if key != workload.ENV_POINT}
+    command = _child_command(world_dir, ack, chosen.child_seed, MODES["kernel"], extra)
+    with open(stderr, "ab") as errors:
+        child = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=errors)
+        try:
+            assert child.stdout is not None
+            child.stdout.readline()  # "ready", or EOF if it died first
+            time.sleep(chosen.delay_s)
+            with open(lock, "w") as held:
+                fcntl.flock(held, fcntl.LOCK_EX)  # one restart at a time across lanes
+                server.restart(chosen.mode)
+            back = _ack_lines(ack)
+            deadline = time.monotonic() + RECOVER_S_MAX
+            while child.poll() is None and time.monotonic() < deadline:
+                if len(_ack_lines(ack)) - len(back) >= RECOVERED_ACKS_MIN:
+                    break
+                time.sleep(RECOVER_POLL_S)
+            _kill(child)
+            child.stdout.read()
+            returncode = child.wait()
+        finally:
+            _kill(child)
+            child.stdout.close()  # type: ignore[union-attr]
+    after = _ack_lines(ack)[len(back) :]
+    reopens = sum(1 for line in after if b'"op": "recover"' in line)
+    killed = returncode == -signal.SIGKILL
+    return _Outcome(killed, returncode, acks_after=len(after), reopens=reopens)
+
+
+def _ack_lines(ack: Path) -> list[bytes]:
+    """The complete ack lines, read without cutting a torn one (the child may be writing)."""
+    data = ack.read_bytes() if ack.exists() else b""
+    return data[: data.rfind(b"\n") + 1].splitlines()
+
+
 def _kill(child: subprocess.Popen[bytes]) -> None:
     if child.poll() is None:
         child.send_signal(signal.SIGKILL)  # a no-op if it has just been reaped
@@ -452,16 +574,18 @@ class _Lane:
         *,
         verbose: bool,
         mode: Mode = MODES["kernel"],
+        server: PgCluster | None = None,
     ) -> None:
         self.lane = lane
         self.mode = mode
+        self.server = server  # the run's PostgreSQL cluster (--store pg), else None
         self.verbose = verbose
         self.rng = random.Random(seed)
         self.work = work
         self.fresh_every = fresh_every
         self.log = log
         self.engine = WasmEngine()
-        self.summary = Summary(seed, workload=mode.name)
+        self.summary = Summary(seed, workload=mode.name, store="lmdb" if server is None else "pg")
         self.world_number = 0
         self.kills_in_world = 0
         self.checked_head = 0
@@ -472,14 +596,22 @@ class _Lane:
     def folder(self) -> Path:
         return self.work / f"lane{self.lane}-world{self.world_number}"
 
-    def run(self, kills: int) -> Summary:
+    def run(self, kills: int, restarts: int = 0) -> Summary:
         start = time.monotonic()
         self._fresh()
-        while self.summary.kills < kills and self.summary.rounds < kills * ROUNDS_PER_KILL_MAX:
+        rounds_max = (kills + restarts) * ROUNDS_PER_KILL_MAX
+        while self.summary.rounds < rounds_max:
+            kills_left = kills - self.summary.kills
+            restarts_left = restarts - sum(self.summary.restarts.values())
+            if kills_left <= 0 and restarts_left <= 0:
+                break
             if self.failed or self.kills_in_world >= self.fresh_every:
                 self._retire()
                 self._fresh()
-            self._round()
+            if self.rng.random() * (max(kills_left, 0) + max(restarts_left, 0)) < restarts_left:
+                self._restart_round()
+            else:
+                self._round()
         self._retire()
         self.summary.elapsed_s = time.monotonic() - start
         return self.summary
@@ -507,12 +639,21 @@ class _Lane:
             if self.mode.flows:
                 problems = self._retire_flows()
             else:
-                _replay(problems, verify(folder / "world", engine=self.engine), "full replay")
+                problems = _checked(lambda: self._retire_kernel(folder / "world"))
             if problems:
                 self._fail(_Round(0, "retire", 0, 0.0, False), problems)
         self.summary.acked_ops += self.acked[0]
         self.summary.acked_records += self.acked[1]
         shutil.rmtree(folder, ignore_errors=True)
+
+    def _retire_kernel(self, world_dir: Path) -> list[str]:
+        """A replay from genesis; on PostgreSQL `aos world verify` too."""
+        problems: list[str] = []
+        _replay(problems, verify(world_dir, engine=self.engine), "full replay")
+        if self.server is not None:
+            verify_world(world_dir)  # raises world.chain_broken / world.cas_broken
+            self.summary.verified_worlds += 1
+        return problems
 
     def _retire_flows(self) -> list[str]:
         """Drain every execution of the flow world to its end (no kills), check each ended
@@ -537,7 +678,9 @@ class _Lane:
         folder = self.folder
         world_dir, ack = folder / "world", folder / "ack.jsonl"
         self.summary.rounds += 1
-        outcome = _run_child(world_dir, ack, folder / "stderr.log", chosen, self.mode)
+        outcome = _run_child(
+            world_dir, ack, folder / "stderr.log", chosen, self.mode, self._store_args()
+        )
         if outcome.killed:
             self.summary.kills += 1
             self.summary.points[chosen.point] += 1
@@ -548,22 +691,88 @@ class _Lane:
         elif outcome.hung:
             self._fail(chosen, [f"the child hung for {CHILD_TIMEOUT_S} s and was killed"])
             return
+        elif self._create_cut_off(outcome):
+            return
         else:
             tail = (folder / "stderr.log").read_text(errors="replace")[-2000:]
             self._fail(chosen, [f"the child exited with {outcome.returncode}: {tail}"])
             return
+        self._check(chosen, outcome)
+
+    def _store_args(self) -> list[str]:
+        """The child's `--store`: a world id new to the database each round, used only by a
+        child that creates (a creation killed after its server commit leaves that id taken)."""
+        if self.server is None:
+            return []
+        world = f"{self.folder.name}-r{self.summary.rounds}"
+        return ["--store", f"{self.server.dsn(PG_DATABASE)}?world={world}"]
+
+    def _restart_round(self) -> None:
+        """Restart the server under a running child; it must recover, then it is killed."""
+        assert self.server is not None
+        folder = self.folder
+        chosen = _Restart(
+            self.rng.getrandbits(32),
+            self.rng.choice(RESTART_MODES),
+            self.rng.uniform(0, RESTART_DELAY_S_MAX),
+        )
+        self.summary.rounds += 1
+        outcome = _run_restart(
+            folder / "world",
+            folder / "ack.jsonl",
+            folder / "stderr.log",
+            chosen,
+            self.server,
+            self.work / "pg-restart.lock",
+            self._store_args(),
+        )
+        self.summary.restarts[chosen.mode] += 1
+        self.summary.recovered_acks += outcome.acks_after
+        self.summary.reopens += outcome.reopens
+        as_round = _Round(chosen.child_seed, f"restart-{chosen.mode}", 0, chosen.delay_s, False)
+        if self._create_cut_off(outcome):
+            return
+        if not outcome.killed:
+            tail = (folder / "stderr.log").read_text(errors="replace")[-2000:]
+            self._fail(as_round, [f"the child exited with {outcome.returncode}: {tail}"])
+            return
+        if outcome.acks_after < RECOVERED_ACKS_MIN:
+            problem = (
+                f"the child acked {outcome.acks_after} operations in {RECOVER_S_MAX:.0f} s "
+                f"after the server restarted (-m {chosen.mode}); {RECOVERED_ACKS_MIN} expected"
+            )
+            self._fail(as_round, [problem])
+            return
+        self.kills_in_world += 1
+        self._check(as_round, _Outcome(True, outcome.returncode))
+
+    def _create_cut_off(self, outcome: _Outcome) -> bool:
+        """Whether the child exited because a server restart cut off its creation of the
+        world (it acknowledged nothing; the next round creates under a new world id)."""
+        if outcome.returncode != workload.EXIT_CREATE_CUT_OFF or self._created():
+            return False
+        self.summary.creates_cut_off += 1
+        shutil.rmtree(self.folder / "world", ignore_errors=True)
+        return True
+
+    def _check(self, chosen: _Round, outcome: _Outcome) -> None:
+        """Every check on the world the round's child left."""
+        folder = self.folder
+        world_dir, ack = folder / "world", folder / "ack.jsonl"
         acks = read_acks(ack)
         if not self._created():
             # Killed before genesis was durable and acknowledged: nothing was promised.
             shutil.rmtree(world_dir, ignore_errors=True)
             return
         try:
-            checked = check_world(
-                world_dir,
-                acks,
-                self.engine,
-                from_seq=self.checked_head + 1,
-                flow_checks=self.mode.flows,
+            checked = _retrying(
+                lambda: check_world(
+                    world_dir,
+                    acks,
+                    self.engine,
+                    from_seq=self.checked_head + 1,
+                    flow_checks=self.mode.flows,
+                )
             )
         except Exception as error:  # a world that cannot even be checked is a failure
             checked = _Check([f"checking raised {type(error).__name__}: {error}"], 0, 0)
@@ -601,6 +810,25 @@ class _Lane:
         self.failed = True  # the world is suspect from here on: the next round starts afresh
 
 
+def _retrying(check: Callable[[], T]) -> T:
+    """Run a read-only check again when a server restart (another lane's) cut it off."""
+    for attempt in range(1, CHECK_ATTEMPTS_MAX + 1):
+        try:
+            return check()
+        except StoreUnavailableError:
+            if attempt == CHECK_ATTEMPTS_MAX:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _checked(check: Callable[[], list[str]]) -> list[str]:
+    """The problems `check` found, or the error it raised as one."""
+    try:
+        return _retrying(check)
+    except Exception as error:
+        return [f"checking raised {type(error).__name__}: {error}"]
+
+
 def _stderr_log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -613,11 +841,24 @@ def run_lane(
     fresh_every: int,
     quiet: bool,
     mode: str = "kernel",
+    server: PgCluster | None = None,
+    restarts: int = 0,
 ) -> Summary:
     lane_runner = _Lane(
-        lane, seed, Path(work), fresh_every, _stderr_log, verbose=not quiet, mode=MODES[mode]
+        lane,
+        seed,
+        Path(work),
+        fresh_every,
+        _stderr_log,
+        verbose=not quiet,
+        mode=MODES[mode],
+        server=server,
     )
-    return lane_runner.run(kills)
+    return lane_runner.run(kills, restarts)
+
+
+def _shares(total: int, jobs: int) -> list[int]:
+    return [total // jobs + (1 if lane < total % jobs else 0) for lane in range(jobs)]
 
 
 def run(
@@ -629,23 +870,63 @@ def run(
     fresh_every: int | None = None,
     quiet: bool = False,
     mode: str = "kernel",
+    store: str = "lmdb",
+    restarts: int = 0,
 ) -> Summary:
     """`kills` kills over `jobs` lanes (processes), each with its own seed from `seed`;
-    `mode` is `kernel` (tests/fault/workload.py) or `flows` (tests/fault/flows.py)."""
+    `mode` is `kernel` (tests/fault/workload.py) or `flows` (tests/fault/flows.py). With
+    `store` "pg" the worlds live on a throwaway PostgreSQL cluster started (and stopped) here,
+    which `restarts` rounds restart under a running child."""
+    if store == "pg" and mode != "kernel":
+        raise ValueError("the PostgreSQL slice runs the kernel workload")
+    if restarts and store != "pg":
+        raise ValueError("server restarts need --store pg")
+    options: dict[str, Any] = {
+        "seed": seed,
+        "work": work,
+        "jobs": jobs,
+        "fresh_every": fresh_every,
+        "quiet": quiet,
+        "mode": mode,
+    }
+    if store != "pg":
+        return _run_lanes(kills, 0, server=None, **options)
+    with PgCluster.start(crash_safe=True) as cluster:
+        cluster.psql(f"CREATE DATABASE {PG_DATABASE}")
+        return _run_lanes(kills, restarts, server=cluster.detached(), **options)
+
+
+def _run_lanes(
+    kills: int,
+    restarts: int,
+    *,
+    seed: int,
+    work: Path,
+    jobs: int,
+    fresh_every: int | None,
+    quiet: bool,
+    mode: str,
+    server: PgCluster | None,
+) -> Summary:
     start = time.monotonic()
     if fresh_every is None:
         fresh_every = MODES[mode].fresh_every
     seeds = random.Random(seed)
-    shares = [kills // jobs + (1 if lane < kills % jobs else 0) for lane in range(jobs)]
-    lanes = [(lane, seeds.getrandbits(32), share) for lane, share in enumerate(shares)]
-    summary = Summary(seed, jobs, workload=mode)
+    lanes = [
+        (lane, seeds.getrandbits(32), share, restart_share)
+        for lane, (share, restart_share) in enumerate(
+            zip(_shares(kills, jobs), _shares(restarts, jobs), strict=True)
+        )
+    ]
+    summary = Summary(seed, jobs, workload=mode, store="lmdb" if server is None else "pg")
+    common = (str(work), fresh_every, quiet, mode, server)
     if jobs == 1:
-        summary.merge(run_lane(0, lanes[0][1], kills, str(work), fresh_every, quiet, mode))
+        summary.merge(run_lane(0, lanes[0][1], kills, *common, restarts))
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             futures = [
-                pool.submit(run_lane, lane, lane_seed, share, str(work), fresh_every, quiet, mode)
-                for lane, lane_seed, share in lanes
+                pool.submit(run_lane, lane, lane_seed, share, *common, restart_share)
+                for lane, lane_seed, share, restart_share in lanes
             ]
             for future in futures:
                 summary.merge(future.result())
@@ -670,12 +951,29 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"kills per world (default {FRESH_EVERY_DEFAULT}; flows {FLOW_FRESH_EVERY_DEFAULT})",
     )
+    parser.add_argument(
+        "--store",
+        choices=STORES,
+        default="lmdb",
+        help="lmdb (default), or pg: worlds on a throwaway PostgreSQL cluster (kernel workload)",
+    )
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=0,
+        help="with --store pg: rounds that restart the server under a running child",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="work folder (default: temp)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    if args.store == "pg" and args.workload != "kernel":
+        parser.error("--store pg runs the kernel workload")
+    if args.restarts and args.store != "pg":
+        parser.error("--restarts needs --store pg")
     seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)
     print(
-        f"fault injection ({args.workload}): seed {seed}, {args.kills} kills, {args.jobs} jobs",
+        f"fault injection ({args.workload}, {args.store}): seed {seed}, {args.kills} kills, "
+        f"{args.restarts} server restarts, {args.jobs} jobs",
         flush=True,
     )
     options: dict[str, Any] = {
@@ -683,6 +981,8 @@ def main(argv: list[str] | None = None) -> int:
         "fresh_every": args.fresh_every,
         "quiet": args.quiet,
         "mode": args.workload,
+        "store": args.store,
+        "restarts": args.restarts,
     }
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -698,6 +998,9 @@ def main(argv: list[str] | None = None) -> int:
     print(summary.render(), flush=True)
     if summary.kills < args.kills:
         print(f"only {summary.kills} of {args.kills} kills landed", flush=True)
+        return 1
+    if sum(summary.restarts.values()) < args.restarts:
+        print(f"only {sum(summary.restarts.values())} of {args.restarts} restarts ran", flush=True)
         return 1
     return 1 if summary.failures else 0
 

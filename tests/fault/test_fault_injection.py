@@ -32,6 +32,28 @@ def test_sigkill_at_random_and_named_points_loses_nothing(tmp_path: Path) -> Non
     assert summary.acked_ops > 0
 
 
+PG_KILLS = 4
+PG_RESTARTS = 2  # one lane: the draw decides the modes; `make fault-ci` runs both
+
+
+def test_on_postgresql_kills_and_server_restarts_lose_nothing(tmp_path: Path) -> None:
+    seed = int(os.environ.get("AOS_FAULT_SEED", random.SystemRandom().getrandbits(32)))
+    summary = harness.run(
+        PG_KILLS,
+        seed=seed,
+        work=tmp_path,
+        fresh_every=3,  # a world retired (replayed from genesis, `aos world verify`) or two
+        quiet=True,
+        store="pg",
+        restarts=PG_RESTARTS,
+    )
+    assert not summary.failures, summary.render()
+    assert summary.kills == PG_KILLS, summary.render()
+    assert sum(summary.restarts.values()) == PG_RESTARTS, summary.render()
+    assert summary.recovered_acks >= PG_RESTARTS * harness.RECOVERED_ACKS_MIN
+    assert summary.verified_worlds >= 1, summary.render()
+
+
 def _workload(world: Path, ack: Path, ops: int) -> None:
     command = [sys.executable, "-m", "tests.fault.workload", "--world", str(world)]
     command += ["--ack", str(ack), "--seed", "7", "--ops-max", str(ops)]
@@ -39,18 +61,22 @@ def _workload(world: Path, ack: Path, ops: int) -> None:
     subprocess.run(command, cwd=harness.REPO, env=env, check=True, capture_output=True)
 
 
-def test_the_checker_sees_a_lost_or_altered_acknowledged_record(tmp_path: Path) -> None:
+def test_the_checker_sees_a_lost_altered_or_doubly_acknowledged_record(tmp_path: Path) -> None:
     world, ack = tmp_path / "world", tmp_path / "ack.jsonl"
     _workload(world, ack, 30)
     acks = harness.read_acks(ack)
     engine = WasmEngine()
     assert harness.check_world(world, acks, engine, from_seq=None).problems == []
-    [seq, record_hash] = next(a for a in acks if a["records"])["records"][0]
-    altered = [{"op": "send", "records": [[seq, "blake3:" + "0" * 64]]}]
-    lost = [{"op": "send", "records": [[10**6, record_hash]]}]
-    unsettled = [{"op": "settle", "records": [], "intents": ["blake3:" + "1" * 64]}]
-    for bad, says in ((altered, "differs"), (lost, "missing"), (unsettled, "not journaled")):
-        problems = harness.check_world(world, acks + bad, engine, from_seq=None).problems
+    first = next(a for a in acks if a["records"])
+    [seq, record_hash] = first["records"][0]
+    others = [a for a in acks if a is not first]
+    altered = [{**first, "records": [[seq, "blake3:" + "0" * 64], *first["records"][1:]]}]
+    lost = [first, {"op": "send", "records": [[10**6, record_hash]]}]
+    unsettled = [first, {"op": "settle", "records": [], "intents": ["blake3:" + "1" * 64]}]
+    doubled = [first, {"op": "send", "records": [[seq, record_hash]]}]  # one input, two acks
+    cases = ((altered, "differs"), (lost, "missing"), (unsettled, "not journaled"))
+    for bad, says in (*cases, (doubled, "and again by")):
+        problems = harness.check_world(world, others + bad, engine, from_seq=None).problems
         assert len(problems) == 1 and says in problems[0], problems
 
 

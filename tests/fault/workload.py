@@ -14,6 +14,14 @@ one JSON line to the ack file and fsyncs it: the operation, and the sequence and
 of every record the operation appended (seen through `World.on_append`). The harness checks
 that each of them is in the journal after the kill, with that hash.
 
+With `--store URL` (a `postgresql://...?world=ID` store URL) the world is created on that
+PostgreSQL server instead of LMDB (`create_world`), and opened through its `store/url`
+afterwards. The server may be restarted under the child (the harness's `restart` rounds): an
+operation cut off by it fails with `store.unavailable` and is not acknowledged (its commit may
+or may not have landed); the child then drops the world (memory may be ahead of the store),
+reopens it (the store's connect retries wait for the server, up to `REOPEN_ATTEMPTS_MAX`
+opens), acknowledges a `recover` and goes on.
+
 `AOS_FAULT_POINT` names a kill point (see `POINTS`); the child sends itself SIGKILL the
 `AOS_FAULT_AT`-th time it reaches it. The hooks live only here: the world's `flush`,
 `snapshot` and `step_next` are wrapped on the instance (internal calls go through the instance
@@ -23,6 +31,7 @@ attribute too, so an automatic snapshot inside `run_to_idle` is hooked as well).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -37,10 +46,12 @@ from typing import Any
 
 from aos.kernel.adapters.signing import signed_receipt
 from aos.kernel.hashing import hash_value
+from aos.kernel.store.errors import StoreError, StoreUnavailableError
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import World, WorldLimits
+from aos.kernel.world_store import create_world
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTED = REPO / "tests" / "fixtures" / "worlds" / "scripted"
@@ -62,6 +73,12 @@ SNAPSHOT_EVERY_RECORDS = 300  # automatic snapshots too, inside run_to_idle
 # Head checkpoints on a short cadence, so kills land in flushes of both kinds: checkpoints,
 # and flushes between them whose records the reopened world folds (spec/05 §1.1).
 CHECKPOINT_EVERY_RECORDS = 40
+# Opens tried after a server restart cut an operation off, each waiting out the store's own
+# connect retries (`pg_store.CONNECT_WAIT_MS_MAX_DEFAULT`): a server still gone is a failure.
+REOPEN_ATTEMPTS_MAX = 3
+# The exit status of a child whose creation of the world the server cut off: nothing was
+# acknowledged, and the id may be taken; the harness creates under a new id next round.
+EXIT_CREATE_CUT_OFF = 75
 
 # Kill points and what they hit. `delay` is the harness's own: a SIGKILL after a random delay.
 POINTS: dict[str, str] = {
@@ -176,6 +193,9 @@ class Workload:
         self.context = context
         self.ack_fd = ack_fd
         self.settled: list[str] = []  # intents this child settled (for duplicate receipts)
+        # How to open the world again after the store's server went away (None: never).
+        self.reopen: Callable[[], World] | None = None
+        self.reopened = 0
 
     # -- acknowledgements -----------------------------------------------------------------
 
@@ -206,9 +226,7 @@ class Workload:
     # -- operations -----------------------------------------------------------------------
 
     def run(self, ops_max: int) -> None:
-        self.begin("recover")
-        self.world.run_to_idle()  # whatever the last checkpoint left queued
-        self.ack("recover")
+        self.guarded(self.drain)
         choices = [
             (self.send, 35),
             (self.batch, 10),
@@ -221,7 +239,43 @@ class Workload:
         operations = [operation for operation, _ in choices]
         weights = [weight for _, weight in choices]
         for _ in range(ops_max):
-            self.rng.choices(operations, weights)[0]()
+            self.guarded(self.rng.choices(operations, weights)[0])
+
+    def drain(self) -> None:
+        self.begin("recover")
+        self.world.run_to_idle()  # whatever the last checkpoint left queued
+        self.ack("recover")
+
+    def guarded(self, operation: Callable[[], None]) -> None:
+        """Run `operation`; if the store's server went away under it, recover."""
+        try:
+            operation()
+        except StoreUnavailableError as error:
+            if self.reopen is None:
+                raise
+            print(f"{error.code} during {self.context.op}: {error}", file=sys.stderr)
+            self.recover()
+
+    def recover(self) -> None:
+        """The server went away during an operation: nothing of it is acknowledged. Drop the
+        world without flushing what memory holds beyond the store, open it again (waiting for
+        the server) and run what its last checkpoint left queued; a restart cutting that off
+        too is tried again, up to `REOPEN_ATTEMPTS_MAX` times."""
+        assert self.reopen is not None
+        for attempt in range(1, REOPEN_ATTEMPTS_MAX + 1):
+            # Closing checkpoints a clean world; the server may still be away.
+            with contextlib.suppress(StoreError):
+                self.world.close()
+            try:
+                self.world = self.reopen()
+                install_hooks(self.world, self.killer, self.context)
+                self.drain()
+            except StoreUnavailableError:
+                if attempt == REOPEN_ATTEMPTS_MAX:
+                    raise
+                continue
+            self.reopened += 1
+            return
 
     def ping(self) -> dict[str, Any]:
         rng = self.rng
@@ -335,7 +389,10 @@ class Workload:
         self.ack("tick")
 
 
-def open_world(world_dir: Path, engine: WasmEngine, ack_fd: int) -> World:
+def open_world(
+    world_dir: Path, engine: WasmEngine, ack_fd: int, store_url: str | None = None
+) -> World:
+    """Open the world, or create it (on the server `store_url` names, if given)."""
     limits = WorldLimits(
         snapshot_every_records=SNAPSHOT_EVERY_RECORDS,
         checkpoint_every_records=CHECKPOINT_EVERY_RECORDS,
@@ -345,7 +402,9 @@ def open_world(world_dir: Path, engine: WasmEngine, ack_fd: int) -> World:
         engine,
         ack_fd,
         limits,
-        lambda: World.create(world_dir, SCRIPTED, sync=True, engine=engine, limits=limits),
+        lambda: create_world(
+            world_dir, SCRIPTED, store_url=store_url, sync=True, engine=engine, limits=limits
+        ),
     )
 
 
@@ -366,22 +425,48 @@ def open_or_create(
     return world
 
 
+def first_open(
+    world_dir: Path, engine: WasmEngine, ack_fd: int, store_url: str | None
+) -> World | None:
+    """`open_world`, tried again when the server goes away while opening; None when it cut
+    off the creation (not acknowledged)."""
+    for attempt in range(1, REOPEN_ATTEMPTS_MAX + 1):
+        creating = not world_dir.exists()
+        try:
+            return open_world(world_dir, engine, ack_fd, store_url)
+        except StoreUnavailableError as error:
+            print(f"{error.code} while opening: {error}", file=sys.stderr)
+            if creating:
+                return None
+            if attempt == REOPEN_ATTEMPTS_MAX:
+                raise
+    raise AssertionError("unreachable")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--world", type=Path, required=True)
     parser.add_argument("--ack", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--ops-max", type=int, default=OPS_MAX_DEFAULT)
+    parser.add_argument("--store", default=None, help="create the world on this server store")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     killer = Killer.from_env(random.Random(args.seed ^ 0x5EED))
     ack_fd = os.open(args.ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    world = open_world(args.world, WasmEngine(), ack_fd)
+    engine = WasmEngine()
+    world = first_open(args.world, engine, ack_fd, args.store)
+    if world is None:
+        return EXIT_CREATE_CUT_OFF
     context = KillContext()
     install_hooks(world, killer, context)
     print("ready", flush=True)
-    with world:
-        Workload(world, rng, killer, context, ack_fd).run(args.ops_max)
+    workload = Workload(world, rng, killer, context, ack_fd)
+    workload.reopen = lambda: open_world(args.world, engine, ack_fd)
+    try:
+        workload.run(args.ops_max)
+    finally:
+        workload.world.close()
     os.close(ack_fd)
     return 0
 
