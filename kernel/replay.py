@@ -43,7 +43,7 @@ from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import stored_definitions
 from aos.kernel.world.stamps import Stamp
-from aos.kernel.world.world import World, head_at_end
+from aos.kernel.world.world import World, WorldLimits, head_at_end, recorded_limits
 
 SCRATCH_FLUSH_RECORDS_DEFAULT = 2_000
 
@@ -261,7 +261,13 @@ class _Replay:
             raise WorldCorruptError(f"the recorded manifest does not check: {error}") from None
 
     def _scratch(self, store: MemoryStore, loaded: LoadedManifest) -> World:
-        world = World.scratch(store, loaded, engine=self.engine, clock=str(self.config["clock"]))
+        world = World.scratch(
+            store,
+            loaded,
+            engine=self.engine,
+            clock=str(self.config["clock"]),
+            limits=recorded_limits(self.config, WorldLimits()),
+        )
         world.on_append = self._capture
         world.blob_source = self._source_blob
         return world

@@ -16,6 +16,7 @@ state left is the last durable one, which reopening restores.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
@@ -78,6 +79,7 @@ from aos.kernel.world.errors import (
     StepAnnotationInvalidError,
     StepBudgetExceededError,
     StepEventInvalidError,
+    StepOpenIntentsExceededError,
     StepRouteError,
     StepStateInvalidError,
     TimeBackwardsError,
@@ -126,6 +128,7 @@ SNAPSHOTS_KEPT_MAX_DEFAULT = 3
 RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT = 4096
 FLUSH_RECORDS_MAX_DEFAULT = 4_096
 CHECKPOINT_EVERY_RECORDS_DEFAULT = 2_000
+OPEN_INTENTS_MAX_DEFAULT = 100_000
 
 _META_FORMAT = "world.format"
 _META_CONFIG = "world.config"
@@ -194,8 +197,14 @@ class WorldLimits:
     checkpoint_every_records: int | None = CHECKPOINT_EVERY_RECORDS_DEFAULT
     # Signed chain heads kept in meta (one per snapshot, newest kept): what an export carries.
     signed_heads_kept_max: int = worldkey.SIGNED_HEADS_KEPT_MAX_DEFAULT
+    # Open intents of the whole world: a step that would leave more open faults
+    # (`step.open_intents_exceeded`). It decides steps, so it is fixed when the world is
+    # created (recorded in its config) and every open and replay uses the recorded value.
+    open_intents_max: int = OPEN_INTENTS_MAX_DEFAULT
 
     def __post_init__(self) -> None:
+        if self.open_intents_max < 1:
+            raise ValueError("open_intents_max must be at least 1")
         if self.checkpoint_every_records is not None and self.checkpoint_every_records < 1:
             raise ValueError("checkpoint_every_records must be at least 1 (or None)")
         if self.snapshots_kept_max is not None and self.snapshots_kept_max < 1:
@@ -445,6 +454,7 @@ class World:
         if store.meta.get(_META_FORMAT, None) != WORLD_FORMAT:
             raise WorldCorruptError("the store is not an aos world of a format this kernel reads")
         config = _as_map(store.meta.get(_META_CONFIG), "world config")
+        limits = recorded_limits(config, limits or WorldLimits())
         head_hash = Hash(str(store.meta.get(_META_HEAD)))
         head = _as_map(store.cas.get_value(head_hash), "head checkpoint")
         blobs = PendingWrites(store)
@@ -537,7 +547,7 @@ class World:
         self.chain = journal_chain.JournalChain.genesis(self.world_id)
         self.append(genesis)
         self._pending.meta[_META_FORMAT] = WORLD_FORMAT
-        self._pending.meta[_META_CONFIG] = {"clock": self.clock, "id": self.world_id}
+        self._pending.meta[_META_CONFIG] = world_config(self.clock, self.world_id, self.limits)
         self.flush()
 
     # ----------------------------------------------------------------------------------------
@@ -1197,7 +1207,29 @@ class World:
             )
             for index, emitted in enumerate(output.effects)
         ]
+        if effects:
+            self._check_open_intents(message, effects, output.cancel, module)
         return StepOutcome(state, events, effects, result.fuel_used, ann, output.cancel)
+
+    def _check_open_intents(
+        self, message: Message, effects: list[AdmittedEffect], cancel: tuple[str, ...], module: str
+    ) -> None:
+        """The step may not leave more than `open_intents_max` intents open, counted as
+        `_apply` would leave them: its cancels close first, then its new intents open."""
+        closing = set(self.intents.cancellable((message.workflow, message.key), cancel))
+        opening = {
+            str(effect.intent)
+            for effect in effects
+            if str(effect.intent) not in self.intents or str(effect.intent) in closing
+        }
+        after = len(self.intents) - len(closing) + len(opening)
+        limit = self.limits.open_intents_max
+        if after > limit:
+            raise StepOpenIntentsExceededError(
+                f"the step would leave {after} intents open; the world's limit is {limit}",
+                module=module,
+                open_intents_max=limit,
+            )
 
     def _checked_annotation(self, workflow: DefWorkflow, output: StepOutput, module: str) -> Any:
         """The step's annotation as the step record carries it: normalized against the
@@ -1622,6 +1654,24 @@ def _normalized_state(output: StepOutput, state_type: Any, schemas: Any) -> byte
     if output.state is not None and cbor.same_encoding(normalized, value):
         return output.state
     return cbor.encode(normalized)
+
+
+def world_config(clock: str, world_id: str, limits: WorldLimits) -> dict[str, Any]:
+    """The world's stored config: its clock and id, and the limits that decide steps when
+    they are not the defaults (so the config of a default world keeps its old form)."""
+    config: dict[str, Any] = {"clock": clock, "id": world_id}
+    if limits.open_intents_max != OPEN_INTENTS_MAX_DEFAULT:
+        config["open_intents_max"] = limits.open_intents_max
+    return config
+
+
+def recorded_limits(config: dict[str, Any], limits: WorldLimits) -> WorldLimits:
+    """`limits` with the step-deciding limits the world recorded at creation (a world opened
+    or replayed with other limits still steps as it always did)."""
+    recorded = int(config.get("open_intents_max", OPEN_INTENTS_MAX_DEFAULT))
+    if recorded == limits.open_intents_max:
+        return limits
+    return dataclasses.replace(limits, open_intents_max=recorded)
 
 
 def _head_usable(store: Store) -> bool:
