@@ -16,12 +16,10 @@ state left is the last durable one, which reopening restores.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +53,6 @@ from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import receipts, records, worldkey
 from aos.kernel.world.cellindex import CellIndex
 from aos.kernel.world.cells import (
-    CACHE_CELLS_MAX_DEFAULT,
-    RESIDENT_STATE_BYTES_MAX_DEFAULT,
     STATUS_COMPLETED,
     STATUS_FAILED,
     STATUS_RUNNING,
@@ -91,13 +87,18 @@ from aos.kernel.world.errors import (
     WorldNotQuiescentError,
 )
 from aos.kernel.world.idempotency import (
-    IDEMPOTENCY_KEYS_MAX_DEFAULT,
     FirstAdmission,
     IdempotencyIndex,
     check_key,
     event_content,
 )
 from aos.kernel.world.intents import IntentTracker, OpenIntent
+from aos.kernel.world.limits import OPEN_INTENTS_MAX_DEFAULT as OPEN_INTENTS_MAX_DEFAULT
+from aos.kernel.world.limits import SNAPSHOT_EVERY_RECORDS_DEFAULT as SNAPSHOT_EVERY_RECORDS_DEFAULT
+from aos.kernel.world.limits import SNAPSHOTS_KEPT_MAX_DEFAULT as SNAPSHOTS_KEPT_MAX_DEFAULT
+from aos.kernel.world.limits import WorldLimits as WorldLimits
+from aos.kernel.world.limits import recorded_limits as recorded_limits
+from aos.kernel.world.limits import world_config
 from aos.kernel.world.modules import building_resolver
 from aos.kernel.world.operations import (
     CELL_RESET,
@@ -108,8 +109,13 @@ from aos.kernel.world.operations import (
     Operation,
 )
 from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.results import FAULT_CODES_KEPT_MAX as FAULT_CODES_KEPT_MAX
+from aos.kernel.world.results import Admitted as Admitted
+from aos.kernel.world.results import CellInfo as CellInfo
+from aos.kernel.world.results import RunReport as RunReport
+from aos.kernel.world.results import Settlement as Settlement
+from aos.kernel.world.results import StepOutcome as StepOutcome
 from aos.kernel.world.router import (
-    KEY_BYTES_MAX_DEFAULT,
     Delivery,
     RouteError,
     RouteNoSubscriberError,
@@ -119,16 +125,9 @@ from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource, derive_entropy
 from aos.kernel.world.tail import FOLDABLE_KINDS, fold
 
+# The `X as X` imports re-export limits and results: callers keep naming them through here.
+
 WORLD_FORMAT = 1
-EVENT_BYTES_MAX_DEFAULT = 256 * 1024
-STEPS_PER_RUN_MAX_DEFAULT = 100_000
-CHECKED_SAMPLE_RATE_DEFAULT = 0.05
-SNAPSHOT_EVERY_RECORDS_DEFAULT = 50_000
-SNAPSHOTS_KEPT_MAX_DEFAULT = 3
-RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT = 4096
-FLUSH_RECORDS_MAX_DEFAULT = 4_096
-CHECKPOINT_EVERY_RECORDS_DEFAULT = 2_000
-OPEN_INTENTS_MAX_DEFAULT = 100_000
 
 _META_FORMAT = "world.format"
 _META_CONFIG = "world.config"
@@ -158,112 +157,6 @@ CLOCK_MANUAL = "manual"
 # rest of CBOR's u64 range is headroom for deadlines a workflow computes from it. A time input
 # past it is refused before anything is stamped or journaled.
 LOGICAL_NS_MAX = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class WorldLimits:
-    """Bounds of one world; every one has a default and may be overridden at open."""
-
-    event_bytes_max: int = EVENT_BYTES_MAX_DEFAULT
-    # Idempotency keys of admitted events remembered (the newest; idempotency.py).
-    idempotency_keys_max: int = IDEMPOTENCY_KEYS_MAX_DEFAULT
-    steps_per_run_max: int = STEPS_PER_RUN_MAX_DEFAULT
-    key_bytes_max: int = KEY_BYTES_MAX_DEFAULT
-    cache_cells_max: int = CACHE_CELLS_MAX_DEFAULT
-    resident_state_bytes_max: int = RESIDENT_STATE_BYTES_MAX_DEFAULT
-    checked_sample_rate: float = CHECKED_SAMPLE_RATE_DEFAULT
-    receipt_bytes_max: int = receipts.RECEIPT_BYTES_MAX_DEFAULT
-    # A flush happens at the next safe point (between steps, after an input) once this many
-    # records are pending, so one flush never exceeds the store's batch limit however long a
-    # run is. Where flushes fall does not change the journal, only when it is durable.
-    flush_records_max: int = FLUSH_RECORDS_MAX_DEFAULT
-    # Automatic snapshots after a run: once this many records were journaled since the last
-    # one, or this many seconds passed (None turns a trigger off).
-    snapshot_every_records: int | None = SNAPSHOT_EVERY_RECORDS_DEFAULT
-    snapshot_every_s: float | None = None
-    # Delete, in the flush that supersedes them, the index nodes, states and head checkpoints
-    # nothing names any more (spec/05 §5.1). Off keeps them until `aos world gc`.
-    reclaim_superseded: bool = True
-    # Snapshots kept: taking one more drops the oldest, and with it what only it named
-    # (None keeps every snapshot; replays from genesis never need one).
-    snapshots_kept_max: int | None = SNAPSHOTS_KEPT_MAX_DEFAULT
-    # What only dropped snapshots named is deleted at most this many objects per flush (the
-    # rest in the next ones), so that one LMDB transaction stays small.
-    release_objects_per_flush_max: int = RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT
-    # The CellIndex and the head checkpoint are materialized once this many records were
-    # journaled since the last checkpoint (and at snapshots, on close, and whenever a flush
-    # writes something the journal tail cannot carry: spec/05 §1.1); the flushes between
-    # write only records and new states. 1 checkpoints at every flush; None only when forced.
-    checkpoint_every_records: int | None = CHECKPOINT_EVERY_RECORDS_DEFAULT
-    # Signed chain heads kept in meta (one per snapshot, newest kept): what an export carries.
-    signed_heads_kept_max: int = worldkey.SIGNED_HEADS_KEPT_MAX_DEFAULT
-    # Open intents of the whole world: a step that would leave more open faults
-    # (`step.open_intents_exceeded`). It decides steps, so it is fixed when the world is
-    # created (recorded in its config) and every open and replay uses the recorded value.
-    open_intents_max: int = OPEN_INTENTS_MAX_DEFAULT
-
-    def __post_init__(self) -> None:
-        if self.open_intents_max < 1:
-            raise ValueError("open_intents_max must be at least 1")
-        if self.checkpoint_every_records is not None and self.checkpoint_every_records < 1:
-            raise ValueError("checkpoint_every_records must be at least 1 (or None)")
-        if self.snapshots_kept_max is not None and self.snapshots_kept_max < 1:
-            raise ValueError("snapshots_kept_max must be at least 1 (or None)")
-        if self.release_objects_per_flush_max < 1:
-            raise ValueError("release_objects_per_flush_max must be at least 1")
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """An input the world accepted: its journal sequence, record hash and deliveries;
-    `duplicate` when an idempotency key named an event admitted before (this is that one's
-    admission, and nothing was journaled)."""
-
-    seq: int
-    event_hash: Hash
-    deliveries: int
-    duplicate: bool = False
-
-
-FAULT_CODES_KEPT_MAX = 100
-"""Fault codes a run report lists (in order; `faults` counts them all), so a run that faults
-a million cells does not carry a million strings."""
-
-
-@dataclass
-class RunReport:
-    """What one `run_to_idle` did."""
-
-    steps: int = 0
-    faults: int = 0
-    dropped: int = 0
-    events: int = 0
-    intents: int = 0
-    fuel: int = 0
-    first_seq: int = 0
-    last_seq: int = 0
-    fault_codes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class CellInfo:
-    workflow: str
-    key: Any  # the decoded key value, None for an unkeyed workflow
-    key_bytes: bytes | None
-    state_hash: Hash
-    status: str
-    last_active_seq: int
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """What `settle` did with a receipt: the journal sequence of its `effect_receipt`, or
-    `duplicate` when the intent was already settled (nothing was written)."""
-
-    intent: str
-    seq: int | None
-    duplicate: bool = False
-    delivered: bool = True
 
 
 class World:
@@ -1656,24 +1549,6 @@ def _normalized_state(output: StepOutput, state_type: Any, schemas: Any) -> byte
     return cbor.encode(normalized)
 
 
-def world_config(clock: str, world_id: str, limits: WorldLimits) -> dict[str, Any]:
-    """The world's stored config: its clock and id, and the limits that decide steps when
-    they are not the defaults (so the config of a default world keeps its old form)."""
-    config: dict[str, Any] = {"clock": clock, "id": world_id}
-    if limits.open_intents_max != OPEN_INTENTS_MAX_DEFAULT:
-        config["open_intents_max"] = limits.open_intents_max
-    return config
-
-
-def recorded_limits(config: dict[str, Any], limits: WorldLimits) -> WorldLimits:
-    """`limits` with the step-deciding limits the world recorded at creation (a world opened
-    or replayed with other limits still steps as it always did)."""
-    recorded = int(config.get("open_intents_max", OPEN_INTENTS_MAX_DEFAULT))
-    if recorded == limits.open_intents_max:
-        return limits
-    return dataclasses.replace(limits, open_intents_max=recorded)
-
-
 def _head_usable(store: Store) -> bool:
     """The head checkpoint exists, reads back verified, matches the journal's height, and
     every index root it names is present."""
@@ -1728,13 +1603,3 @@ def _as_map(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise WorldCorruptError(f"the stored {what} is not a map")
     return value
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    state: bytes | None
-    events: list[tuple[str, Any, list[Delivery]]]
-    effects: list[AdmittedEffect]
-    fuel: int
-    ann: Any = None  # the annotation the step record carries (normalized), or None
-    cancel: tuple[str, ...] = ()  # issuer_refs of the cell's open intents to close
