@@ -39,7 +39,6 @@ from aos.kernel.air.types import RefType
 from aos.kernel.errors import AosError, KernelInvariantError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store import open_store
-from aos.kernel.store.codec import SEQ_MAX
 from aos.kernel.store.interface import Store
 from aos.kernel.wasm import (
     StepFault,
@@ -51,15 +50,14 @@ from aos.kernel.wasm import (
 )
 from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import receipts, records, worldkey
-from aos.kernel.world.cellindex import CellIndex
 from aos.kernel.world.cells import (
     STATUS_COMPLETED,
     STATUS_FAILED,
     STATUS_RUNNING,
     STATUS_WAITING,
     Cell,
-    CellTable,
 )
+from aos.kernel.world.checkpointer import META_HEAD, Checkpointer, head_usable, stored_snapshots
 from aos.kernel.world.effects import AdmittedEffect, admit
 from aos.kernel.world.errors import (
     BlobTooLargeError,
@@ -123,6 +121,7 @@ from aos.kernel.world.router import (
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource, derive_entropy
+from aos.kernel.world.tables import CellTables
 from aos.kernel.world.tail import FOLDABLE_KINDS, fold
 
 # The `X as X` imports re-export limits and results: callers keep naming them through here.
@@ -131,8 +130,6 @@ WORLD_FORMAT = 1
 
 _META_FORMAT = "world.format"
 _META_CONFIG = "world.config"
-_META_HEAD = "world.head"
-_META_SNAPSHOTS = "world.snapshots"
 
 # Records whose every value the kernel built or already checked (a normalized event, a guest
 # output decoded strictly and normalized, hashes, sequence numbers, stamps): encoded without a
@@ -188,26 +185,23 @@ class World:
             key_bytes_max=limits.key_bytes_max,
             fresh_instances=fresh_instances,
         )
-        self._index = CellIndex(self._pending)
-        self._cells: dict[str, CellTable] = {}
+        self._cells = CellTables(
+            self._pending,
+            cache_cells_max=limits.cache_cells_max,
+            resident_state_bytes_max=limits.resident_state_bytes_max,
+            reclaim=limits.reclaim_superseded,
+            check_workflow=self._check_workflow,
+        )
         self._scheduler = Scheduler()
         self.intents = IntentTracker(self._pending, lambda: self.store)
         # The delivery that failed each failed cell: a retry steps it again.
         self._faulted: dict[CellId, Message] = {}
-        self._stored_roots: dict[str, str] = {}
-        self._head_blob: Hash | None = None  # the stored head checkpoint this world wrote or read
         self._head = store.journal.head()
-        # The height of the head checkpoint in the store; the records after it are the tail.
-        self._checkpoint_height = self._head
-        # Set when a record the tail cannot carry is appended: the next flush checkpoints.
-        self._checkpoint_due = False
-        # Tail states replaced before a checkpoint named them: reclaimed at the next flush.
-        self._tail_superseded: set[Hash] = set()
+        self._checkpoints = Checkpointer(self._pending, limits, height=self._head)
         self.logical_ns = 0
         self.world_id = ""
         # Set by a replay so the next input gets its recorded stamp instead of a fresh one.
         self._forced_stamp: Stamp | None = None
-        self.snapshots: list[tuple[int, Hash]] = []  # (journal seq, snapshot hash), oldest first
         # Governance: proposals by id, and the height of the last record that was not a
         # governance action (a shadow is current while this has not moved).
         self.proposals: dict[str, dict[str, Any]] = {}
@@ -221,7 +215,6 @@ class World:
         # Where a step's reads look after this world's own CAS: a replay's or a shadow's
         # scratch world reads the audited world's blobs (deployed definitions, say) here.
         self.blob_source: Callable[[Hash], bytes | None] | None = None
-        self._last_snapshot_wall_s = _monotonic_s()
         # The journal hash chain at the head (chain.py); None only reading a pre-chain world.
         self.chain: journal_chain.JournalChain | None = None
         self._key_seed: bytes | None = None  # signs the chain head at snapshots (worldkey.py)
@@ -300,7 +293,7 @@ class World:
             raise WorldMissingError(f"no world at {root}")
         store = open_store(root, sync=sync)
         try:
-            if not _head_usable(store):
+            if not head_usable(store):
                 store.close()
                 from aos.kernel.replay import recover  # replay builds on the world
 
@@ -328,7 +321,7 @@ class World:
         store = open_store(root, readonly=True)
         try:
             with store.consistent():
-                if not _head_usable(store):
+                if not head_usable(store):
                     raise WorldCorruptError(
                         "the world's head is being rebuilt or is damaged: open it for writing"
                     )
@@ -348,7 +341,7 @@ class World:
             raise WorldCorruptError("the store is not an aos world of a format this kernel reads")
         config = _as_map(store.meta.get(_META_CONFIG), "world config")
         limits = recorded_limits(config, limits or WorldLimits())
-        head_hash = Hash(str(store.meta.get(_META_HEAD)))
+        head_hash = Hash(str(store.meta.get(META_HEAD)))
         head = _as_map(store.cas.get_value(head_hash), "head checkpoint")
         blobs = PendingWrites(store)
         manifest = Manifest.model_validate(blobs.get_value(Hash(head["manifest"])))
@@ -365,14 +358,14 @@ class World:
             clock=str(config["clock"]),
         )
         world.world_id = str(config["id"])
-        world.snapshots = _snapshot_list(store.meta.get(_META_SNAPSHOTS, []))
+        world.snapshots = stored_snapshots(store)
         world.chain = journal_chain.on_open(store, world.world_id, head)  # before the fold
         world.restore_head(head, head_hash)
         if not store.readonly:
             world._key_seed = worldkey.load_seed(store.world_dir)
             # A head from before chains: the first flush checkpoints, so that the head carries
             # the chain the flush stores (spec/05 §1.2).
-            world._checkpoint_due = "chain" not in head
+            world._checkpoints.due = "chain" not in head
         return world
 
     @classmethod
@@ -453,6 +446,15 @@ class World:
         return self._store
 
     @property
+    def snapshots(self) -> list[tuple[int, Hash]]:
+        """The snapshots kept, (journal seq, snapshot hash), oldest first."""
+        return self._checkpoints.snapshots
+
+    @snapshots.setter
+    def snapshots(self, snapshots: list[tuple[int, Hash]]) -> None:
+        self._checkpoints.snapshots = snapshots
+
+    @property
     def height(self) -> int:
         """The journal height including records not yet flushed."""
         return self._head
@@ -502,7 +504,7 @@ class World:
         if self._store is None:
             return
         try:
-            tail = self._head > self._checkpoint_height
+            tail = self._head > self._checkpoints.height
             if tail and not self._store.readonly and not self._pending.records:
                 self.checkpoint()
         finally:
@@ -635,7 +637,7 @@ class World:
                     )
                 raise receipts.ReceiptUnknownIntentError(f"no open intent {receipt.intent}")
             receipts.authorize(receipt, self._runtime.effects[open_intent.effect])
-            if self._table(open_intent.workflow).get(open_intent.key) is None:
+            if self._cells.get(open_intent.workflow).get(open_intent.key) is None:
                 raise receipts.ReceiptCellDeletedError(
                     f"the cell of {open_intent.workflow} that opened intent {receipt.intent} "
                     "was deleted; the receipt would start a new cell"
@@ -762,7 +764,7 @@ class World:
         cannot take this kind of envelope."""
         intent = str(value["intent_hash"])
         workflow = self._runtime.workflows[open_intent.workflow]
-        if self._table(open_intent.workflow).get(open_intent.key) is None:
+        if self._cells.get(open_intent.workflow).get(open_intent.key) is None:
             self.append(
                 records.delivery_dropped(
                     input_seq=seq,
@@ -777,8 +779,8 @@ class World:
         if not router.accepts(workflow.event, schema):
             # The seed's rule: a workflow that cannot take a rejected receipt fails, and its
             # later receipts are dropped when they reach the failed cell.
-            self._table(open_intent.workflow).mark_failed(open_intent.key, seq)
-            self._checkpoint_due = True  # the tail's fold does not fail cells
+            self._cells.get(open_intent.workflow).mark_failed(open_intent.key, seq)
+            self._checkpoints.due = True  # the tail's fold does not fail cells
             return Settlement(intent, seq, delivered=False)
         self._scheduler.enqueue(
             Message(
@@ -861,7 +863,7 @@ class World:
             return
         workflow = str(operation.workflow)
         cell_id: CellId = (workflow, operation.key)
-        cell = self._table(workflow).get(operation.key)
+        cell = self._cells.get(workflow).get(operation.key)
         if cell is None:
             raise CellMissingError(f"{workflow} has no cell for that key")
         if operation.action == CELL_RETRY and not cell.failed:
@@ -876,7 +878,7 @@ class World:
         the cell again. Reset: delete the cell."""
         cell_id: CellId = (str(operation.workflow), operation.key)
         parked = self._faulted.pop(cell_id, None)
-        table = self._table(cell_id[0])
+        table = self._cells.get(cell_id[0])
         if operation.action == CELL_RESET:
             table.put(operation.key, None, seq)
             return
@@ -923,7 +925,7 @@ class World:
         report.last_seq = self._head
         if self._pending.records:
             self.flush()
-        if self._snapshot_due():
+        if not len(self._scheduler) and self._checkpoints.snapshot_due(self._head):
             self.snapshot()
         return report
 
@@ -939,21 +941,12 @@ class World:
             raise WorldNotQuiescentError(
                 f"{len(self._scheduler)} deliveries are queued; run to idle first"
             )
-        roots = self._materialize()
-        content = self._checkpoint(roots)
+        content = self._head_content(self._cells.materialize())
         snapshot_hash = self._pending.put_value(content)
         seq = self.append(records.snapshot(str(snapshot_hash), content["height"]))
         self._sign_chain_head()
-        self.snapshots.append((seq, snapshot_hash))
-        kept = self.limits.snapshots_kept_max
-        dropped = self.snapshots[:-kept] if kept is not None else []
-        self.snapshots = self.snapshots[len(dropped) :]
-        if self.limits.reclaim_superseded:
-            self._pending.forget([h for _, h in dropped])
-            self._pending.release_before = self.snapshots[0][0]
-        self._pending.meta[_META_SNAPSHOTS] = [[n, str(h)] for n, h in self.snapshots]
+        self._checkpoints.keep_snapshot(seq, snapshot_hash)
         self.flush()
-        self._last_snapshot_wall_s = _monotonic_s()
         return seq, snapshot_hash
 
     def _sign_chain_head(self) -> None:
@@ -964,18 +957,6 @@ class World:
         signed = worldkey.sign(self._key_seed, self.world_id, self.chain)
         kept = worldkey.with_signed(self.store, signed, self.limits.signed_heads_kept_max)
         self._pending.meta[worldkey.META_SIGNED] = kept
-
-    def _snapshot_due(self) -> bool:
-        if len(self._scheduler):
-            return False
-        every = self.limits.snapshot_every_records
-        last = self.snapshots[-1][0] if self.snapshots else 0
-        if every is not None and self._head - last >= every:
-            return True
-        seconds = self.limits.snapshot_every_s
-        # The host clock decides only *when* a snapshot is taken, never what is in it, and a
-        # replay follows the journaled snapshot records: determinism does not depend on it.
-        return seconds is not None and _monotonic_s() - self._last_snapshot_wall_s >= seconds
 
     def step_next(self, report: RunReport | None = None) -> bool:
         """Step the next scheduled delivery, without flushing; False when nothing is queued.
@@ -988,7 +969,7 @@ class World:
         return True
 
     def _step(self, message: Message, report: RunReport) -> None:
-        table = self._table(message.workflow)
+        table = self._cells.get(message.workflow)
         cell = table.get(message.key)
         if cell is not None and cell.failed:
             report.dropped += 1
@@ -1138,7 +1119,7 @@ class World:
             raise StepAnnotationInvalidError(str(error), module=module) from None
 
     def _apply(self, message: Message, outcome: StepOutcome, report: RunReport) -> None:
-        table = self._table(message.workflow)
+        table = self._cells.get(message.workflow)
         cell: CellId = (message.workflow, message.key)
         cancelled = self.intents.cancellable(cell, outcome.cancel)
         step_seq = self.append(
@@ -1216,7 +1197,7 @@ class World:
                 guest=fault.guest if isinstance(fault, StepGuestExceptionError) else None,
             )
         )
-        self._table(message.workflow).mark_failed(message.key, seq)
+        self._cells.get(message.workflow).mark_failed(message.key, seq)
         self._faulted[(message.workflow, message.key)] = message
         report.faults += 1
         if len(report.fault_codes) < FAULT_CODES_KEPT_MAX:
@@ -1235,7 +1216,7 @@ class World:
         if self.chain is not None:
             self.chain.advance(raw)
         if kind not in FOLDABLE_KINDS:
-            self._checkpoint_due = True
+            self._checkpoints.due = True
         # Governance actions and snapshots change no state: a shadow stays current across them.
         if kind not in (records.GOVERNANCE, records.SNAPSHOT):
             self.state_height = self._head
@@ -1252,41 +1233,22 @@ class World:
         """Make everything appended durable: journal records and new states, and, when a
         checkpoint is due (`checkpoint_every_records`, or something the tail cannot carry),
         the materialized cells and the head checkpoint too. One transaction either way."""
-        if self._checkpoint_wanted():
+        if self._checkpoints.wanted(self._head, len(self._scheduler)):
             self.checkpoint()
             return
-        with self._reclaiming():
-            for _, table in sorted(self._cells.items()):
-                table.store_states()
+        self._cells.store_states()
         self._commit()
 
     def checkpoint(self) -> None:
         """Flush with the cells materialized into the index and a new head checkpoint."""
         self.require_open()  # a closed world raises before anything is materialized
-        roots = self._materialize()
-        head = self._checkpoint(roots)
-        with self._reclaiming():
-            head_blob = self._pending.put_value(head)
-        if self.limits.reclaim_superseded and self._head_blob not in (None, head_blob):
-            self._pending.superseded([self._head_blob])
-        self._pending.meta[_META_HEAD] = str(head_blob)
+        head_blob = self._checkpoints.stage_head(self._head_content(self._cells.materialize()))
         self._commit()
-        self._head_blob = head_blob
-        self._checkpoint_height = self._head
-        self._checkpoint_due = False
-        self._sync_retention()
-
-    def _checkpoint_wanted(self) -> bool:
-        # A tail ends quiescent: the fold rebuilds no queue.
-        if self._checkpoint_due or self._head_blob is None or len(self._scheduler):
-            return True
-        every = self.limits.checkpoint_every_records
-        return every is not None and self._head - self._checkpoint_height >= every
+        self._checkpoints.committed(head_blob, self._head)
 
     def _commit(self) -> None:
         store = self.store
-        self._pending.superseded(self._tail_superseded)
-        self._tail_superseded.clear()
+        self._cells.release_tail_superseded()
         expected_first = self._head - len(self._pending.records) + 1
         wrote_records = bool(self._pending.records)
         if wrote_records and self.chain is not None:
@@ -1302,51 +1264,14 @@ class World:
         if wrote_records and (first, last) != (expected_first, self._head):
             raise KernelInvariantError("journal sequence numbers drifted from the world's count")
 
-    def _sync_retention(self) -> None:
-        """Tell the pending view the current epoch (the newest snapshot) and what retention
-        lets go (objects doomed with snapshots older than the oldest kept one)."""
-        pending = self._pending
-        pending.epoch = self.snapshots[-1][0] if self.snapshots else 0
-        # No snapshot kept (gc --keep-snapshots 0): nothing doomed is named any more.
-        pending.release_before = self.snapshots[0][0] if self.snapshots else SEQ_MAX
-        pending.release_max = self.limits.release_objects_per_flush_max
-        if not self.limits.reclaim_superseded:
-            pending.release_before = 0
-
-    def _materialize(self) -> dict[str, str]:
-        """Fold every table's dirty cells into its index; the roots by workflow."""
-        superseded: set[Hash] = set()
-        with self._reclaiming():
-            roots = {
-                name: str(table.materialize(superseded if self.limits.reclaim_superseded else None))
-                for name, table in sorted(self._cells.items())
-            }
-        self._pending.superseded(superseded)
-        return roots
-
-    @contextmanager
-    def _reclaiming(self) -> Iterator[None]:
-        """What is written inside is young (reclaimable once superseded), if reclaiming."""
-        if not self.limits.reclaim_superseded:
-            yield
-            return
-        with self._pending.young():
-            yield
-
-    def _checkpoint(self, roots: dict[str, str]) -> dict[str, Any]:
-        all_roots = dict(self._stored_roots)
-        all_roots.update(roots)
-        # A workflow with no cells has no root entry, so that reading a world (which opens
-        # cell tables) never changes what its head says.
-        empty = str(self._index.empty_root)
-        all_roots = {name: root for name, root in all_roots.items() if root != empty}
-        self._stored_roots = all_roots
+    def _head_content(self, materialized: dict[str, str]) -> dict[str, Any]:
+        """The head checkpoint (or snapshot) of the world now, over the materialized roots."""
         return {
             "format": WORLD_FORMAT,
             "height": self._head,
             "logical_ns": self.logical_ns,
             "manifest": str(self._runtime.manifest_hash),
-            "roots": all_roots,
+            "roots": self._cells.head_roots(materialized),
             "open_intents": self.intents.values(),
             "queued": [message.to_value() for message in self._scheduler.snapshot()],
             "proposals": {key: dict(value) for key, value in sorted(self.proposals.items())},
@@ -1373,17 +1298,13 @@ class World:
             key_bytes_max=self.limits.key_bytes_max,
             fresh_instances=self._runtime.fresh_instances,
         )
-        for name in list(self._cells):
-            if name not in loaded.workflows:
-                del self._cells[name]
-        self._stored_roots = {k: v for k, v in self._stored_roots.items() if k in loaded.workflows}
+        self._cells.keep(loaded.workflows)
         self._faulted = {c: m for c, m in self._faulted.items() if c[0] in loaded.workflows}
 
     def restore_head(self, head: dict[str, Any], head_hash: Hash) -> None:
         """Take the stored head checkpoint `head_hash` as this world's (opening)."""
         self._restore(head)
-        self._head_blob = head_hash
-        self._sync_retention()
+        self._checkpoints.restored(head["height"], head_hash)
 
     def _restore(self, head: dict[str, Any]) -> None:
         if head["height"] > self.store.journal.head():
@@ -1393,7 +1314,7 @@ class World:
             )
         self._head = head["height"]
         self.logical_ns = head["logical_ns"]
-        self._stored_roots = dict(head["roots"])
+        self._cells.restore(head["roots"])
         self.intents.restore(head["open_intents"])
         self._scheduler.restore([Message.from_value(v) for v in head["queued"]])
         self.proposals = {key: dict(value) for key, value in head.get("proposals", {}).items()}
@@ -1401,7 +1322,7 @@ class World:
         for value in head.get("faulted", []):
             message = Message.from_value(value)
             self._faulted[(message.workflow, message.key)] = message
-        self._checkpoint_height = self._head
+        self._checkpoints.restored(self._head)
         end = self.store.journal.head()
         if end > self._head:
             self._apply_tail(self.store.journal.read(self._head + 1, end))
@@ -1411,7 +1332,7 @@ class World:
         and nothing is appended."""
         folded = fold(self._head, self.logical_ns, self.state_height, tail)
         for (workflow, key), (state_hash, seq) in folded.cells.items():
-            table = self._table(workflow)
+            table = self._cells.get(workflow)
             if state_hash is None:
                 table.put(key, None, seq)
             else:
@@ -1428,23 +1349,10 @@ class World:
     def current_head(self) -> dict[str, Any]:
         """The head checkpoint as it would be written now (materializes the cells; nothing
         is committed): what a replay compares."""
-        return self._checkpoint(self._materialize())
+        return self._head_content(self._cells.materialize())
 
-    def _table(self, workflow: str) -> CellTable:
-        table = self._cells.get(workflow)
-        if table is None:
-            self._runtime.workflow(workflow)  # an unknown name must not reach the checkpoint
-            root = self._stored_roots.get(workflow)
-            table = CellTable(
-                self._pending,
-                self._index,
-                Hash(root) if root else self._index.empty_root,
-                cache_cells_max=self.limits.cache_cells_max,
-                resident_state_bytes_max=self.limits.resident_state_bytes_max,
-                superseded=self._tail_superseded if self.limits.reclaim_superseded else None,
-            )
-            self._cells[workflow] = table
-        return table
+    def _check_workflow(self, workflow: str) -> None:
+        self._runtime.workflow(workflow)  # raises for a name the manifest does not have
 
     def require_open(self) -> None:
         if self._store is None:
@@ -1468,7 +1376,7 @@ class World:
     def state(self, workflow: str, key: Any = None) -> Any:
         """The state of a cell (None if it does not exist)."""
         key_bytes = self.key_bytes(workflow, key)
-        table = self._table(workflow)
+        table = self._cells.get(workflow)
         cell = table.get(key_bytes)
         if cell is None:
             return None
@@ -1476,7 +1384,7 @@ class World:
         return cbor.decode(data) if data else None
 
     def status_of(self, workflow: str, key_bytes: bytes | None) -> str:
-        cell = self._table(workflow).get(key_bytes)
+        cell = self._cells.get(workflow).get(key_bytes)
         if cell is not None and cell.failed:
             return STATUS_FAILED
         if self._scheduler.is_queued((workflow, key_bytes)):
@@ -1488,23 +1396,23 @@ class World:
     def cells(self, workflow: str) -> list[CellInfo]:
         """Every cell of a workflow, in key-hash order."""
         self._runtime.workflow(workflow)
-        return [self._cell_info(workflow, cell) for _, cell in self._table(workflow).items()]
+        return [self._cell_info(workflow, cell) for _, cell in self._cells.get(workflow).items()]
 
     def cells_after(self, workflow: str, after: bytes | None) -> Iterator[CellInfo]:
         """A workflow's cells whose key hash is greater than `after` (all when None), in
         key-hash order, lazily: a page of cells reads what it shows, not the whole index."""
         self._runtime.workflow(workflow)
-        for _, cell in self._table(workflow).items_after(after):
+        for _, cell in self._cells.get(workflow).items_after(after):
             yield self._cell_info(workflow, cell)
 
     def cell_count(self, workflow: str) -> int:
         """How many cells a workflow has (index counts, no walk)."""
         self._runtime.workflow(workflow)
-        return self._table(workflow).count()
+        return self._cells.get(workflow).count()
 
     def cell_info(self, workflow: str, key_bytes: bytes | None) -> CellInfo | None:
         """One cell by its canonical key bytes (None if it does not exist)."""
-        cell = self._table(workflow).get(key_bytes)
+        cell = self._cells.get(workflow).get(key_bytes)
         return None if cell is None else self._cell_info(workflow, cell)
 
     def _cell_info(self, workflow: str, cell: Cell) -> CellInfo:
@@ -1523,7 +1431,7 @@ class World:
     def status(self) -> dict[str, Any]:
         workflows = {}
         for name in sorted(self._runtime.workflows):
-            table = self._table(name)
+            table = self._cells.get(name)
             failed = sum(1 for _, cell in table.items() if cell.failed)
             workflows[name] = {"cells": table.count(), "failed": failed}
         return {
@@ -1549,22 +1457,10 @@ def _normalized_state(output: StepOutput, state_type: Any, schemas: Any) -> byte
     return cbor.encode(normalized)
 
 
-def _head_usable(store: Store) -> bool:
-    """The head checkpoint exists, reads back verified, matches the journal's height, and
-    every index root it names is present."""
-    try:
-        head: Any = store.cas.get_value(Hash(str(store.meta.get(_META_HEAD))))
-        if head["height"] > store.journal.head():
-            return False
-        return all(store.cas.has(Hash(str(root))) for root in head["roots"].values())
-    except (AosError, KeyError, TypeError):
-        return False
-
-
 def head_at_end(store: Store, engine: WasmEngine) -> dict[str, Any]:
     """The head of the world in `store` at its journal's end: the stored head checkpoint,
     with the journal tail after it folded in (read-only: nothing is written)."""
-    head = _as_map(store.cas.get_value(Hash(str(store.meta.get(_META_HEAD)))), "head checkpoint")
+    head = _as_map(store.cas.get_value(Hash(str(store.meta.get(META_HEAD)))), "head checkpoint")
     if head["height"] == store.journal.head():
         return head
     return World._from_store(store, engine, None, None).current_head()
@@ -1577,18 +1473,6 @@ def _time_in_range(logical_ns: int) -> int:
             logical_ns_max=LOGICAL_NS_MAX,
         )
     return logical_ns
-
-
-def _snapshot_list(value: Any) -> list[tuple[int, Hash]]:
-    if not isinstance(value, list):
-        raise WorldCorruptError("the stored snapshot list is not a list")
-    return [(int(seq), Hash(str(hash_))) for seq, hash_ in value]
-
-
-def _monotonic_s() -> float:
-    import time
-
-    return time.monotonic()
 
 
 def _storable(value: Any, bytes_max: int | None) -> bool:
