@@ -27,7 +27,6 @@ from aos.kernel import cbor
 from aos.kernel.air import (
     RECEIPT_ENVELOPE,
     RECEIPT_REJECTED,
-    TIMER_ADAPTER,
     TIMER_SET_EFFECT,
 )
 from aos.kernel.air.errors import AirError
@@ -64,7 +63,6 @@ from aos.kernel.world.errors import (
     CellBusyError,
     CellMissingError,
     CellNotFailedError,
-    ClockManualOnlyError,
     EventTooLargeError,
     IntentNotOpenError,
     KeyRequiredError,
@@ -76,8 +74,6 @@ from aos.kernel.world.errors import (
     StepOpenIntentsExceededError,
     StepRouteError,
     StepStateInvalidError,
-    TimeBackwardsError,
-    TimeOutOfRangeError,
     WorldClosedError,
     WorldCorruptError,
     WorldExistsError,
@@ -123,6 +119,10 @@ from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource, derive_entropy
 from aos.kernel.world.tables import CellTables
 from aos.kernel.world.tail import FOLDABLE_KINDS, fold
+from aos.kernel.world.timers import CLOCK_MANUAL as CLOCK_MANUAL
+from aos.kernel.world.timers import CLOCK_WALL as CLOCK_WALL
+from aos.kernel.world.timers import LOGICAL_NS_MAX as LOGICAL_NS_MAX
+from aos.kernel.world.timers import Timers
 
 # The `X as X` imports re-export limits and results: callers keep naming them through here.
 
@@ -146,15 +146,6 @@ _BUILT_KINDS = frozenset(
     }
 )
 
-CLOCK_WALL = "wall"
-CLOCK_MANUAL = "manual"
-
-
-# Logical time stays in the signed 64-bit range that stamps, timers and most readers share; the
-# rest of CBOR's u64 range is headroom for deadlines a workflow computes from it. A time input
-# past it is refused before anything is stamped or journaled.
-LOGICAL_NS_MAX = 2**63 - 1
-
 
 class World:
     """One open world. Not thread-safe: one writer, one thread."""
@@ -174,9 +165,7 @@ class World:
         self._pending = PendingWrites(store)
         self._idempotency = IdempotencyIndex(self._pending, limits.idempotency_keys_max)
         self._engine = engine
-        self._stamps = stamps
         self.limits = limits
-        self.clock = clock
         self._runtime = Runtime(
             loaded,
             self._pending,
@@ -194,14 +183,12 @@ class World:
         )
         self._scheduler = Scheduler()
         self.intents = IntentTracker(self._pending, lambda: self.store)
+        self._timers = Timers(clock, stamps, self.intents)
         # The delivery that failed each failed cell: a retry steps it again.
         self._faulted: dict[CellId, Message] = {}
         self._head = store.journal.head()
         self._checkpoints = Checkpointer(self._pending, limits, height=self._head)
-        self.logical_ns = 0
         self.world_id = ""
-        # Set by a replay so the next input gets its recorded stamp instead of a fresh one.
-        self._forced_stamp: Stamp | None = None
         # Governance: proposals by id, and the height of the last record that was not a
         # governance action (a shadow is current while this has not moved).
         self.proposals: dict[str, dict[str, Any]] = {}
@@ -402,7 +389,7 @@ class World:
 
     def replay_genesis(self, stamp: Stamp, module_bytes: Callable[[Hash], bytes]) -> None:
         """Genesis with a recorded stamp (the scratch world of a replay)."""
-        self._forced_stamp = stamp
+        self._timers.force(stamp)
         self.genesis(module_bytes)
 
     def replay_restore(self, content: dict[str, Any], world_id: str) -> None:
@@ -455,6 +442,19 @@ class World:
         self._checkpoints.snapshots = snapshots
 
     @property
+    def clock(self) -> str:
+        """`wall` or `manual` (timers.py)."""
+        return self._timers.clock
+
+    @property
+    def logical_ns(self) -> int:
+        return self._timers.logical_ns
+
+    @logical_ns.setter
+    def logical_ns(self, logical_ns: int) -> None:
+        self._timers.logical_ns = logical_ns
+
+    @property
     def height(self) -> int:
         """The journal height including records not yet flushed."""
         return self._head
@@ -496,7 +496,7 @@ class World:
     def force_stamp(self, stamp: Stamp | None) -> None:
         """Give the next input this recorded stamp instead of a fresh one (a replay feeding
         the journal's inputs back); None drops one that was not used."""
-        self._forced_stamp = stamp
+        self._timers.force(stamp)
 
     def close(self) -> None:
         """Close the store; a writer first checkpoints the journal tail, if it has one and
@@ -655,36 +655,23 @@ class World:
     def advance_time(self, by_ns: int) -> RunReport:
         """Move a `manual` clock world's logical time forward, settle the kernel timers that
         fell due, and run to idle."""
-        if self.clock != CLOCK_MANUAL:
-            raise ClockManualOnlyError("this world's logical time follows the wall clock")
-        if by_ns < 0:
-            raise TimeBackwardsError(f"cannot move time by {by_ns} ns")
-        return self._tick(_time_in_range(self.logical_ns + by_ns))
+        return self._tick(self._timers.advanced_by(by_ns))
 
     def jump_next_timer(self) -> RunReport | None:
         """Advance a `manual` clock world to its earliest timer deadline (None if no timer is
         pending), settle what is due, and run to idle."""
-        if self.clock != CLOCK_MANUAL:
-            raise ClockManualOnlyError("this world's logical time follows the wall clock")
-        deadline = self.intents.next_deadline()
-        if deadline is None:
-            return None
-        return self._tick(_time_in_range(max(self.logical_ns, deadline)))
+        deadline = self._timers.next_jump()
+        return None if deadline is None else self._tick(deadline)
 
     def tick(self) -> RunReport | None:
         """For a `wall` clock world: if a kernel timer is due at the current wall time, journal
         a `time` input, settle the due timers and run to idle. None when nothing was due."""
         self.require_open()
-        if self.clock != CLOCK_WALL:
-            raise ClockManualOnlyError("tick is for wall-clock worlds; use advance_time")
-        now = max(self.logical_ns, self._stamps.wall_ns())
-        if not self.intents.any_due(now):
-            return None
-        return self._tick(None)
+        return self._tick(None) if self._timers.wall_due() else None
 
     def next_timer_ns(self) -> int | None:
         """The earliest pending kernel timer deadline (timers are few: open timer intents)."""
-        return self.intents.next_deadline()
+        return self._timers.next_deadline()
 
     def _tick(self, logical_ns: int | None) -> RunReport:
         self.require_open()
@@ -698,18 +685,7 @@ class World:
         """Journal a `time` input and settle the kernel timers it makes due."""
         self.logical_ns = stamp.logical_ns
         seq = self.append(records.time(stamp.to_value()))
-        for index, key in enumerate(self.intents.due(self.logical_ns)):
-            open_intent = self.intents.get(key)
-            assert open_intent is not None
-            body = {
-                "world": self.world_id,
-                "intent": key,
-                "status": "ok",
-                "payload": {"delivered_at_ns": self.logical_ns, "key": open_intent.issuer_ref},
-                "adapter": TIMER_ADAPTER,
-                "started_ns": self.logical_ns,
-                "finished_ns": self.logical_ns,
-            }
+        for index, (open_intent, body) in enumerate(self._timers.due_receipts(self.world_id)):
             self._accept(body, None, open_intent, stamp.derive(index), seq)
 
     def _accept(
@@ -804,18 +780,7 @@ class World:
         return self.intents.cancelled_seq(intent)
 
     def next_stamp(self) -> Stamp:
-        if self._forced_stamp is not None:
-            stamp, self._forced_stamp = self._forced_stamp, None
-            return stamp
-        wall = self._stamps.wall_ns()
-        logical = max(self.logical_ns, wall) if self.clock == CLOCK_WALL else self.logical_ns
-        return Stamp(
-            wall_ns=wall,
-            logical_ns=logical,
-            entropy=self._stamps.entropy(),
-            height=self._head + 1,
-            manifest=str(self._runtime.manifest_hash),
-        )
+        return self._timers.next_stamp(self._head + 1, str(self._runtime.manifest_hash))
 
     def _enqueue(self, seq: int, deliveries: list[Delivery], stamp: Stamp) -> None:
         for index, delivery in enumerate(deliveries):
@@ -1464,15 +1429,6 @@ def head_at_end(store: Store, engine: WasmEngine) -> dict[str, Any]:
     if head["height"] == store.journal.head():
         return head
     return World._from_store(store, engine, None, None).current_head()
-
-
-def _time_in_range(logical_ns: int) -> int:
-    if logical_ns > LOGICAL_NS_MAX:
-        raise TimeOutOfRangeError(
-            f"logical time would be {logical_ns} ns; the most is {LOGICAL_NS_MAX}",
-            logical_ns_max=LOGICAL_NS_MAX,
-        )
-    return logical_ns
 
 
 def _storable(value: Any, bytes_max: int | None) -> bool:
