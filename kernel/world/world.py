@@ -60,14 +60,7 @@ from aos.kernel.world.checkpointer import META_HEAD, Checkpointer, head_usable, 
 from aos.kernel.world.effects import AdmittedEffect, admit
 from aos.kernel.world.errors import (
     BlobTooLargeError,
-    CellBusyError,
-    CellMissingError,
-    CellNotFailedError,
-    EventTooLargeError,
-    IntentNotOpenError,
     KeyRequiredError,
-    SchemaReservedError,
-    SchemaUnknownError,
     StepAnnotationInvalidError,
     StepBudgetExceededError,
     StepEventInvalidError,
@@ -80,12 +73,7 @@ from aos.kernel.world.errors import (
     WorldMissingError,
     WorldNotQuiescentError,
 )
-from aos.kernel.world.idempotency import (
-    FirstAdmission,
-    IdempotencyIndex,
-    check_key,
-    event_content,
-)
+from aos.kernel.world.ingress import Ingress, route
 from aos.kernel.world.intents import IntentTracker, OpenIntent
 from aos.kernel.world.limits import OPEN_INTENTS_MAX_DEFAULT as OPEN_INTENTS_MAX_DEFAULT
 from aos.kernel.world.limits import SNAPSHOT_EVERY_RECORDS_DEFAULT as SNAPSHOT_EVERY_RECORDS_DEFAULT
@@ -112,7 +100,6 @@ from aos.kernel.world.results import StepOutcome as StepOutcome
 from aos.kernel.world.router import (
     Delivery,
     RouteError,
-    RouteNoSubscriberError,
 )
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
@@ -163,7 +150,7 @@ class World:
     ) -> None:
         self._store: Store | None = store
         self._pending = PendingWrites(store)
-        self._idempotency = IdempotencyIndex(self._pending, limits.idempotency_keys_max)
+        self._ingress = Ingress(limits, self._pending)
         self._engine = engine
         self.limits = limits
         self._runtime = Runtime(
@@ -535,40 +522,26 @@ class World:
         `idempotency_key` the world remembers had, it answers that first admission and
         journals nothing (`readmit`: a replay re-admits a recorded event regardless)."""
         self.require_open()
-        key = check_key(idempotency_key) if idempotency_key is not None else None
-        if is_sys_name(schema):
-            raise SchemaReservedError(f"{schema} is a kernel schema; it cannot be sent")
-        if schema not in self._runtime.schemas:
-            raise SchemaUnknownError(f"no schema {schema} in the manifest")
-        normalized = normalize(value, schema, self._runtime.schemas)
-        size = len(cbor.encode(normalized))
-        if size > self.limits.event_bytes_max:
-            raise EventTooLargeError(
-                f"the event is {size} bytes; the limit is {self.limits.event_bytes_max}"
-            )
-        content = event_content(schema, normalized) if key is not None else ""
-        first = None if key is None or readmit else self._idempotency.find(key, content)
+        event = self._ingress.check_event(self._runtime, schema, value, idempotency_key)
+        first = None if readmit else self._ingress.first_admission(event)
         if first is not None:
             return Admitted(first.seq, first.event_hash, first.deliveries, duplicate=True)
         stamp = self.next_stamp()
         try:
-            if not self._runtime.router.subscribed(schema):
-                raise RouteNoSubscriberError(f"no subscription routes {schema}")
-            deliveries = self._runtime.router.route(schema, normalized)
+            deliveries = route(self._runtime, event)
         except RouteError as error:
-            record = records.ingress_rejected(
-                schema, normalized, stamp.to_value(), error.code, str(error)
+            rejected = records.ingress_rejected(
+                schema, event.value, stamp.to_value(), error.code, str(error)
             )
-            self.append(record)
+            self.append(rejected)
             self.flush()
             raise
         self.logical_ns = stamp.logical_ns
-        record = records.ingress_event(schema, normalized, stamp.to_value(), key)
-        seq = self.append(record)
+        seq = self.append(
+            records.ingress_event(schema, event.value, stamp.to_value(), event.idempotency_key)
+        )
         event_hash = hash_bytes(self._pending.record_bytes[-1])
-        if key is not None:
-            admission = FirstAdmission(seq, event_hash, len(deliveries), content)
-            self._idempotency.remember(key, admission)
+        self._ingress.remember(event, seq, event_hash, len(deliveries))
         self._enqueue(seq, deliveries, stamp)
         self._flush_if_full()
         return Admitted(seq, event_hash, len(deliveries))
@@ -623,30 +596,20 @@ class World:
         self.require_open()
         stamp = self.next_stamp()
         try:
-            receipt = receipts.parse(receipt_value, receipt_bytes_max=self.limits.receipt_bytes_max)
-            receipts.authenticate(receipt, world_id=self.world_id, adapters=self._runtime.adapters)
-            open_intent = self.intents.get(receipt.intent)
-            if open_intent is None:
-                if self.settled_seq(receipt.intent) is not None:
-                    return Settlement(receipt.intent, None, duplicate=True, delivered=False)
-                cancelled = self.cancelled_seq(receipt.intent)
-                if cancelled is not None:
-                    raise receipts.ReceiptIntentCancelledError(
-                        f"intent {receipt.intent} was cancelled at seq {cancelled}",
-                        cancelled_seq=cancelled,
-                    )
-                raise receipts.ReceiptUnknownIntentError(f"no open intent {receipt.intent}")
-            receipts.authorize(receipt, self._runtime.effects[open_intent.effect])
-            if self._cells.get(open_intent.workflow).get(open_intent.key) is None:
-                raise receipts.ReceiptCellDeletedError(
-                    f"the cell of {open_intent.workflow} that opened intent {receipt.intent} "
-                    "was deleted; the receipt would start a new cell"
-                )
+            receipt, open_intent = self._ingress.check_receipt(
+                self._runtime,
+                receipt_value,
+                world_id=self.world_id,
+                intents=self.intents,
+                cell_exists=self._cell_exists,
+            )
         except receipts.ReceiptError as error:
             kept, message = receipts.rejection(receipt_value, error)
             self.append(records.receipt_rejected(kept, stamp.to_value(), error.code, message))
             self.flush()
             raise
+        if open_intent is None:
+            return Settlement(receipt.intent, None, duplicate=True, delivered=False)
         self.logical_ns = stamp.logical_ns
         settlement = self._accept(receipt.body, receipt.signature, open_intent, stamp, None)
         self._flush_if_full()
@@ -803,7 +766,9 @@ class World:
         """Journal an operator's action and queue what it causes (`run_to_idle` steps it).
         A refused action raises and journals nothing."""
         self.require_open()
-        self._check_operation(operation)
+        self._ingress.check_operation(
+            operation, self.intents, self._cells, self._scheduler.is_queued
+        )
         stamp = self.next_stamp()
         self.logical_ns = stamp.logical_ns
         record = records.operation(operation.action, stamp.to_value(), **operation.target())
@@ -816,27 +781,6 @@ class World:
             self._restart_cell(operation, seq)
         self._flush_if_full()
         return seq
-
-    def _check_operation(self, operation: Operation) -> None:
-        if operation.action == INTENT_CANCEL:
-            intent = str(operation.intent)
-            if intent not in self.intents:
-                settled, cancelled = self.settled_seq(intent), self.cancelled_seq(intent)
-                closed = f"settled at seq {settled}" if settled is not None else "not open"
-                closed = f"cancelled at seq {cancelled}" if cancelled is not None else closed
-                raise IntentNotOpenError(f"intent {intent} is {closed}")
-            return
-        workflow = str(operation.workflow)
-        cell_id: CellId = (workflow, operation.key)
-        cell = self._cells.get(workflow).get(operation.key)
-        if cell is None:
-            raise CellMissingError(f"{workflow} has no cell for that key")
-        if operation.action == CELL_RETRY and not cell.failed:
-            raise CellNotFailedError(f"the cell of {workflow} has not failed")
-        if operation.action == CELL_RESET and (
-            self.intents.is_waiting(cell_id) or self._scheduler.is_queued(cell_id)
-        ):
-            raise CellBusyError(f"the cell of {workflow} has open intents or queued deliveries")
 
     def _restart_cell(self, operation: Operation, seq: int) -> None:
         """Retry: clear the failure, keeping the state, and queue the delivery that failed
@@ -1315,6 +1259,9 @@ class World:
         """The head checkpoint as it would be written now (materializes the cells; nothing
         is committed): what a replay compares."""
         return self._head_content(self._cells.materialize())
+
+    def _cell_exists(self, cell: CellId) -> bool:
+        return self._cells.get(cell[0]).get(cell[1]) is not None
 
     def _check_workflow(self, workflow: str) -> None:
         self._runtime.workflow(workflow)  # raises for a name the manifest does not have
