@@ -31,8 +31,7 @@ from aos.kernel.air import (
 )
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest, load_manifest_dir
-from aos.kernel.air.model import DefWorkflow, Manifest, canonical_form
-from aos.kernel.air.names import is_sys_name
+from aos.kernel.air.model import Manifest, canonical_form
 from aos.kernel.air.normalize import normalize
 from aos.kernel.air.types import RefType
 from aos.kernel.errors import AosError, KernelInvariantError
@@ -42,7 +41,6 @@ from aos.kernel.store.interface import Store
 from aos.kernel.wasm import (
     StepFault,
     StepGuestExceptionError,
-    StepOutput,
     StepResult,
     WasmEngine,
     encode_input,
@@ -57,16 +55,11 @@ from aos.kernel.world.cells import (
     Cell,
 )
 from aos.kernel.world.checkpointer import META_HEAD, Checkpointer, head_usable, stored_snapshots
-from aos.kernel.world.effects import AdmittedEffect, admit
+from aos.kernel.world.effects import AdmittedEffect
 from aos.kernel.world.errors import (
     BlobTooLargeError,
     KeyRequiredError,
-    StepAnnotationInvalidError,
     StepBudgetExceededError,
-    StepEventInvalidError,
-    StepOpenIntentsExceededError,
-    StepRouteError,
-    StepStateInvalidError,
     WorldClosedError,
     WorldCorruptError,
     WorldExistsError,
@@ -103,7 +96,8 @@ from aos.kernel.world.router import (
 )
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
-from aos.kernel.world.stamps import Stamp, StampSource, derive_entropy
+from aos.kernel.world.stamps import Stamp, StampSource
+from aos.kernel.world.stepping import StepChecker, step_context
 from aos.kernel.world.tables import CellTables
 from aos.kernel.world.tail import FOLDABLE_KINDS, fold
 from aos.kernel.world.timers import CLOCK_MANUAL as CLOCK_MANUAL
@@ -171,6 +165,7 @@ class World:
         self._scheduler = Scheduler()
         self.intents = IntentTracker(self._pending, lambda: self.store)
         self._timers = Timers(clock, stamps, self.intents)
+        self._checker = StepChecker(self.intents, limits.open_intents_max)
         # The delivery that failed each failed cell: a retry steps it again.
         self._faulted: dict[CellId, Message] = {}
         self._head = store.journal.head()
@@ -903,7 +898,7 @@ class World:
             event_schema=message.schema,
             event_value=cbor.encode_built(message.value),  # normalized when it was admitted
             key=message.key,
-            ctx=self._context(message) if workflow.context is not None else None,
+            ctx=step_context(self._runtime, message) if workflow.context is not None else None,
         )
         try:
             result = runner.step(step_input, seq=message.seq, read_blob=self.read_blob)
@@ -927,105 +922,9 @@ class World:
             return self._pending.get(hash_)
         return self.blob_source(hash_) if self.blob_source is not None else None
 
-    def _context(self, message: Message) -> bytes:
-        workflow = self._runtime.workflows[message.workflow]
-        value = {
-            "now_ns": message.stamp.logical_ns,
-            "entropy": derive_entropy(message.stamp.entropy, message.delivery),
-            "journal_height": message.seq,
-            "manifest_hash": str(self._runtime.manifest_hash),
-            "workflow": message.workflow,
-            "key": message.key,
-            "cell_mode": workflow.keyed,
-        }
-        # Every field is the kernel's own, of its schema's type already (`sys/WorkflowContext@1`:
-        # time and nat are ints, hash the canonical text, key canonical bytes or null), so the
-        # value is its normalized form: tests/test_step_context.py holds this against normalize.
-        return cbor.encode_built(value)
-
     def check_output(self, message: Message, result: StepResult, module: str) -> StepOutcome:
-        """Everything the kernel checks about a step's output beyond the envelope: the state
-        fits its schema, events fit theirs and can be routed, effects are admitted. Pure: it
-        changes nothing, so a fault here leaves nothing applied."""
-        workflow = self._runtime.workflows[message.workflow]
-        schemas = self._runtime.schemas
-        output = result.output
-        state: bytes | None = None
-        if output.state is not None:
-            try:
-                state = _normalized_state(output, workflow.state, schemas)
-            except (AirError, cbor.CborError) as error:
-                raise StepStateInvalidError(str(error), module=module) from None
-        events: list[tuple[str, Any, list[Delivery]]] = []
-        for index, emitted in enumerate(output.domain_events):
-            path = f"domain_events[{index}]"
-            if is_sys_name(emitted.schema) or emitted.schema not in schemas:
-                raise StepEventInvalidError(
-                    f"{emitted.schema} is not a user schema of the manifest",
-                    path=path,
-                    module=module,
-                )
-            try:
-                value = normalize(cbor.decode(emitted.value), emitted.schema, schemas)
-            except (AirError, cbor.CborError) as error:
-                raise StepEventInvalidError(str(error), path=path, module=module) from None
-            try:
-                deliveries = self._runtime.router.route(emitted.schema, value)
-            except RouteError as error:
-                raise StepRouteError(
-                    f"{error.code}: {error}", path=path, module=module, route_code=error.code
-                ) from None
-            events.append((emitted.schema, value, deliveries))
-        ann = self._checked_annotation(workflow, output, module)
-        effects = [
-            admit(
-                emitted,
-                index=index,
-                workflow=workflow,
-                key=message.key,
-                input_seq=message.seq,
-                effects=self._runtime.effects,
-                schemas=schemas,
-                module=module,
-            )
-            for index, emitted in enumerate(output.effects)
-        ]
-        if effects:
-            self._check_open_intents(message, effects, output.cancel, module)
-        return StepOutcome(state, events, effects, result.fuel_used, ann, output.cancel)
-
-    def _check_open_intents(
-        self, message: Message, effects: list[AdmittedEffect], cancel: tuple[str, ...], module: str
-    ) -> None:
-        """The step may not leave more than `open_intents_max` intents open, counted as
-        `_apply` would leave them: its cancels close first, then its new intents open."""
-        closing = set(self.intents.cancellable((message.workflow, message.key), cancel))
-        opening = {
-            str(effect.intent)
-            for effect in effects
-            if str(effect.intent) not in self.intents or str(effect.intent) in closing
-        }
-        after = len(self.intents) - len(closing) + len(opening)
-        limit = self.limits.open_intents_max
-        if after > limit:
-            raise StepOpenIntentsExceededError(
-                f"the step would leave {after} intents open; the world's limit is {limit}",
-                module=module,
-                open_intents_max=limit,
-            )
-
-    def _checked_annotation(self, workflow: DefWorkflow, output: StepOutput, module: str) -> Any:
-        """The step's annotation as the step record carries it: normalized against the
-        workflow's `annotations` schema when it declares one."""
-        if output.ann is None:
-            return None
-        value = output.ann_value()
-        if workflow.annotations is None:
-            return value
-        try:
-            return normalize(value, workflow.annotations, self._runtime.schemas)
-        except AirError as error:
-            raise StepAnnotationInvalidError(str(error), module=module) from None
+        """Everything the kernel checks about a step's output (stepping.py); pure."""
+        return self._checker.check(self._runtime, message, result, module)
 
     def _apply(self, message: Message, outcome: StepOutcome, report: RunReport) -> None:
         table = self._cells.get(message.workflow)
@@ -1355,18 +1254,6 @@ class World:
             "open_intents": len(self.intents),
             "queued": len(self._scheduler),
         }
-
-
-def _normalized_state(output: StepOutput, state_type: Any, schemas: Any) -> bytes:
-    """A step's output state as the cell keeps it: its value normalized against the
-    workflow's state schema, canonically encoded. When normalizing changed nothing (the
-    usual case: an `any` field is checked in place), the output's own bytes, which
-    `decode_output` proved canonical, are kept without encoding the value again."""
-    value = output.state_value()
-    normalized = normalize(value, state_type, schemas)
-    if output.state is not None and cbor.same_encoding(normalized, value):
-        return output.state
-    return cbor.encode(normalized)
 
 
 def head_at_end(store: Store, engine: WasmEngine) -> dict[str, Any]:
