@@ -17,7 +17,6 @@ state left is the last durable one, which reopening restores.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,13 +29,12 @@ from aos.kernel.air import (
     TIMER_SET_EFFECT,
 )
 from aos.kernel.air.errors import AirError
-from aos.kernel.air.loader import LoadedManifest, assemble_manifest, load_manifest_dir
+from aos.kernel.air.loader import LoadedManifest, assemble_manifest
 from aos.kernel.air.model import Manifest, canonical_form
 from aos.kernel.air.normalize import normalize
 from aos.kernel.air.types import RefType
-from aos.kernel.errors import AosError, KernelInvariantError
+from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
-from aos.kernel.store import open_store
 from aos.kernel.store.interface import Store
 from aos.kernel.wasm import (
     StepFault,
@@ -46,7 +44,7 @@ from aos.kernel.wasm import (
     encode_input,
 )
 from aos.kernel.world import chain as journal_chain
-from aos.kernel.world import receipts, records, worldkey
+from aos.kernel.world import opening, receipts, records, worldkey
 from aos.kernel.world.cells import (
     STATUS_COMPLETED,
     STATUS_FAILED,
@@ -54,7 +52,7 @@ from aos.kernel.world.cells import (
     STATUS_WAITING,
     Cell,
 )
-from aos.kernel.world.checkpointer import META_HEAD, Checkpointer, head_usable, stored_snapshots
+from aos.kernel.world.checkpointer import Checkpointer, stored_snapshots
 from aos.kernel.world.effects import AdmittedEffect
 from aos.kernel.world.errors import (
     BlobTooLargeError,
@@ -62,8 +60,6 @@ from aos.kernel.world.errors import (
     StepBudgetExceededError,
     WorldClosedError,
     WorldCorruptError,
-    WorldExistsError,
-    WorldMissingError,
     WorldNotQuiescentError,
 )
 from aos.kernel.world.ingress import Ingress, route
@@ -74,7 +70,6 @@ from aos.kernel.world.limits import SNAPSHOTS_KEPT_MAX_DEFAULT as SNAPSHOTS_KEPT
 from aos.kernel.world.limits import WorldLimits as WorldLimits
 from aos.kernel.world.limits import recorded_limits as recorded_limits
 from aos.kernel.world.limits import world_config
-from aos.kernel.world.modules import building_resolver
 from aos.kernel.world.operations import (
     CELL_RESET,
     CELL_RETRY,
@@ -107,10 +102,7 @@ from aos.kernel.world.timers import Timers
 
 # The `X as X` imports re-export limits and results: callers keep naming them through here.
 
-WORLD_FORMAT = 1
-
-_META_FORMAT = "world.format"
-_META_CONFIG = "world.config"
+WORLD_FORMAT = opening.WORLD_FORMAT
 
 # Records whose every value the kernel built or already checked (a normalized event, a guest
 # output decoded strictly and normalized, hashes, sequence numbers, stamps): encoded without a
@@ -206,43 +198,19 @@ class World:
         """Genesis: check the manifest folder (building module sources through the build
         cache), store every definition and module in the world's CAS, journal the manifest
         and write the empty head."""
-        if clock not in (CLOCK_WALL, CLOCK_MANUAL):
-            raise AosError(f"clock is {clock!r}; it is {CLOCK_WALL} or {CLOCK_MANUAL}")
         root = Path(path)
-        if root.exists() and (not root.is_dir() or any(root.iterdir())):
-            raise WorldExistsError(f"{root} exists and is not an empty directory")
-        built: dict[Hash, Path] = {}
-        loaded = load_manifest_dir(manifest_dir, artifact_resolver=building_resolver(built))
-        # Genesis is written in a sibling directory and renamed into place, so a process killed
-        # while creating leaves either no world or a whole one, never one that neither opens
-        # nor can be created again.
-        root.parent.mkdir(parents=True, exist_ok=True)
-        building = root.parent / f".{root.name}.creating-{os.getpid()}"
-        shutil.rmtree(building, ignore_errors=True)
-        building.mkdir()
         engine = engine or WasmEngine()
-        try:
-            store = open_store(building, sync=sync)
-            try:
-                genesis = cls(
-                    store,
-                    loaded,
-                    engine=engine,
-                    stamps=stamps or StampSource(),
-                    limits=limits or WorldLimits(),
-                    clock=clock,
-                )
-                genesis.genesis(lambda wasm_hash: built[wasm_hash].read_bytes())
-                store.meta.put(worldkey.META_PUBLIC_KEY, worldkey.create(building))
-            finally:
-                store.close()
-            (building / "store" / "writer.lock").unlink(missing_ok=True)
-            os.replace(building, root)  # replaces an empty directory atomically
-        except BaseException:
-            shutil.rmtree(building, ignore_errors=True)
-            raise
-        world = cls.open(root, sync=sync, stamps=stamps, engine=engine, limits=limits)
-        return world
+        opening.create(
+            cls,
+            root,
+            manifest_dir,
+            sync=sync,
+            stamps=stamps,
+            engine=engine,
+            limits=limits,
+            clock=clock,
+        )
+        return cls.open(root, sync=sync, stamps=stamps, engine=engine, limits=limits)
 
     @classmethod
     def open(
@@ -257,22 +225,9 @@ class World:
         """Open an existing world at its head checkpoint; cells load lazily. A head that is
         missing, corrupt or out of step with the journal is rebuilt first from the newest
         usable snapshot and the journal tail (`replay.recover`), or the open fails closed."""
-        root = Path(path)
-        if not (root / "store").is_dir():
-            raise WorldMissingError(f"no world at {root}")
-        store = open_store(root, sync=sync)
-        try:
-            if not head_usable(store):
-                store.close()
-                from aos.kernel.replay import recover  # replay builds on the world
-
-                recover(root, engine=engine)
-                store = open_store(root, sync=sync)
-            world = cls._from_store(store, engine, stamps, limits)
-        except BaseException:
-            store.close()
-            raise
-        return world
+        return opening.open_writing(
+            cls, Path(path), sync=sync, stamps=stamps, engine=engine, limits=limits
+        )
 
     @classmethod
     @contextmanager
@@ -284,58 +239,21 @@ class World:
         every read inside the block sees that one commit. Anything that would write raises
         `store.readonly`. A head that is not usable is `world.corrupt` here: only a writer
         rebuilds it."""
-        root = Path(path)
-        if not (root / "store").is_dir():
-            raise WorldMissingError(f"no world at {root}")
-        store = open_store(root, readonly=True)
-        try:
-            with store.consistent():
-                if not head_usable(store):
-                    raise WorldCorruptError(
-                        "the world's head is being rebuilt or is damaged: open it for writing"
-                    )
-                yield cls._from_store(store, engine, None, None)
-        finally:
-            store.close()
+        with opening.open_reading(cls, Path(path), engine=engine) as world:
+            yield world
 
-    @classmethod
-    def _from_store(
-        cls,
-        store: Store,
-        engine: WasmEngine | None,
-        stamps: StampSource | None,
-        limits: WorldLimits | None,
-    ) -> World:
-        if store.meta.get(_META_FORMAT, None) != WORLD_FORMAT:
-            raise WorldCorruptError("the store is not an aos world of a format this kernel reads")
-        config = _as_map(store.meta.get(_META_CONFIG), "world config")
-        limits = recorded_limits(config, limits or WorldLimits())
-        head_hash = Hash(str(store.meta.get(META_HEAD)))
-        head = _as_map(store.cas.get_value(head_hash), "head checkpoint")
-        blobs = PendingWrites(store)
-        manifest = Manifest.model_validate(blobs.get_value(Hash(head["manifest"])))
-        try:
-            loaded = assemble_manifest(manifest, stored_definitions(manifest, blobs))
-        except AirError as error:
-            raise WorldCorruptError(f"the stored manifest does not check: {error}") from None
-        world = cls(
-            store,
-            loaded,
-            engine=engine or WasmEngine(),
-            stamps=stamps or StampSource(),
-            limits=limits or WorldLimits(),
-            clock=str(config["clock"]),
-        )
-        world.world_id = str(config["id"])
-        world.snapshots = stored_snapshots(store)
-        world.chain = journal_chain.on_open(store, world.world_id, head)  # before the fold
-        world.restore_head(head, head_hash)
-        if not store.readonly:
-            world._key_seed = worldkey.load_seed(store.world_dir)
+    def adopt(self, world_id: str, head: dict[str, Any], head_hash: Hash) -> None:
+        """Take a stored world's id and head checkpoint `head_hash` as this world's (opening:
+        opening.py)."""
+        self.world_id = world_id
+        self.snapshots = stored_snapshots(self.store)
+        self.chain = journal_chain.on_open(self.store, world_id, head)  # before the fold
+        self.restore_head(head, head_hash)
+        if not self.store.readonly:
+            self._key_seed = worldkey.load_seed(self.store.world_dir)
             # A head from before chains: the first flush checkpoints, so that the head carries
             # the chain the flush stores (spec/05 §1.2).
-            world._checkpoints.due = "chain" not in head
-        return world
+            self._checkpoints.due = "chain" not in head
 
     @classmethod
     def scratch(
@@ -349,22 +267,12 @@ class World:
     ) -> World:
         """A world over a scratch store (replay, recovery, shadow): every step runs on a fresh
         instance, and no automatic snapshots are taken (a replay follows the recorded ones)."""
-        base = limits or WorldLimits()
-        limits = WorldLimits(
-            **{
-                **base.__dict__,
-                "snapshot_every_records": None,
-                "snapshot_every_s": None,
-                "snapshots_kept_max": None,
-                "checkpoint_every_records": None,
-            }
-        )
         return cls(
             store,
             loaded,
             engine=engine,
             stamps=StampSource(),
-            limits=limits,
+            limits=opening.scratch_limits(limits),
             clock=clock,
             fresh_instances=True,
         )
@@ -401,8 +309,10 @@ class World:
         self.world_id = str(hash_value(genesis))
         self.chain = journal_chain.JournalChain.genesis(self.world_id)
         self.append(genesis)
-        self._pending.meta[_META_FORMAT] = WORLD_FORMAT
-        self._pending.meta[_META_CONFIG] = world_config(self.clock, self.world_id, self.limits)
+        self._pending.meta[opening.META_FORMAT] = WORLD_FORMAT
+        self._pending.meta[opening.META_CONFIG] = world_config(
+            self.clock, self.world_id, self.limits
+        )
         self.flush()
 
     # ----------------------------------------------------------------------------------------
@@ -1257,12 +1167,8 @@ class World:
 
 
 def head_at_end(store: Store, engine: WasmEngine) -> dict[str, Any]:
-    """The head of the world in `store` at its journal's end: the stored head checkpoint,
-    with the journal tail after it folded in (read-only: nothing is written)."""
-    head = _as_map(store.cas.get_value(Hash(str(store.meta.get(META_HEAD)))), "head checkpoint")
-    if head["height"] == store.journal.head():
-        return head
-    return World._from_store(store, engine, None, None).current_head()
+    """The head of the world in `store` at its journal's end (opening.head_at_end)."""
+    return opening.head_at_end(World, store, engine)
 
 
 def _storable(value: Any, bytes_max: int | None) -> bool:
@@ -1271,9 +1177,3 @@ def _storable(value: Any, bytes_max: int | None) -> bool:
     except cbor.CborError:
         return False
     return bytes_max is None or size <= bytes_max
-
-
-def _as_map(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise WorldCorruptError(f"the stored {what} is not a map")
-    return value
