@@ -25,14 +25,10 @@ from typing import Any
 from aos.kernel import cbor
 from aos.kernel.air import (
     RECEIPT_ENVELOPE,
-    RECEIPT_REJECTED,
     TIMER_SET_EFFECT,
 )
-from aos.kernel.air.errors import AirError
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest
 from aos.kernel.air.model import Manifest, canonical_form
-from aos.kernel.air.normalize import normalize
-from aos.kernel.air.types import RefType
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store.interface import Store
@@ -44,19 +40,11 @@ from aos.kernel.wasm import (
     encode_input,
 )
 from aos.kernel.world import chain as journal_chain
-from aos.kernel.world import opening, receipts, records, worldkey
-from aos.kernel.world.cells import (
-    STATUS_COMPLETED,
-    STATUS_FAILED,
-    STATUS_RUNNING,
-    STATUS_WAITING,
-    Cell,
-)
+from aos.kernel.world import opening, queries, receipts, records, worldkey
 from aos.kernel.world.checkpointer import Checkpointer, stored_snapshots
 from aos.kernel.world.effects import AdmittedEffect
 from aos.kernel.world.errors import (
     BlobTooLargeError,
-    KeyRequiredError,
     StepBudgetExceededError,
     WorldClosedError,
     WorldCorruptError,
@@ -79,6 +67,7 @@ from aos.kernel.world.operations import (
     Operation,
 )
 from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.queries import CellReads
 from aos.kernel.world.results import FAULT_CODES_KEPT_MAX as FAULT_CODES_KEPT_MAX
 from aos.kernel.world.results import Admitted as Admitted
 from aos.kernel.world.results import CellInfo as CellInfo
@@ -158,6 +147,7 @@ class World:
         self.intents = IntentTracker(self._pending, lambda: self.store)
         self._timers = Timers(clock, stamps, self.intents)
         self._checker = StepChecker(self.intents, limits.open_intents_max)
+        self._reads = CellReads(self._cells, self._scheduler, self.intents)
         # The delivery that failed each failed cell: a retry steps it again.
         self._faulted: dict[CellId, Message] = {}
         self._head = store.journal.head()
@@ -568,13 +558,7 @@ class World:
         envelope for the origin cell (or fail the cell if it cannot take the rejection)."""
         intent = str(body["intent"])
         effect = self._runtime.effects[open_intent.effect]
-        payload = body["payload"]
-        payload_error: tuple[str, str] | None = None
-        if body["status"] == "ok":
-            try:
-                payload = normalize(payload, effect.receipt, self._runtime.schemas)
-            except AirError as error:
-                payload_error = (error.code, str(error))
+        payload, payload_error = receipts.checked_payload(body, effect, self._runtime.schemas)
         seq = self.append(
             records.effect_receipt(
                 body=body,
@@ -587,17 +571,7 @@ class World:
         self.intents.close(intent)
         self.intents.mark_settled(intent, seq)
         origin = open_intent.origin(intent, str(body["adapter"]))
-        if payload_error is None:
-            schema = RECEIPT_ENVELOPE
-            value = {**origin, "status": {"$tag": body["status"]}, "payload": cbor.encode(payload)}
-        else:
-            schema = RECEIPT_REJECTED
-            value = {
-                **origin,
-                "error_code": payload_error[0],
-                "error_message": payload_error[1][:1000],
-                "payload": cbor.encode(payload) if _storable(payload, None) else b"",
-            }
+        schema, value = receipts.envelope(origin, body, payload, payload_error)
         return self._deliver_receipt(open_intent, seq, stamp, schema, value)
 
     def _deliver_receipt(
@@ -1084,83 +1058,42 @@ class World:
 
     def key_bytes(self, workflow: str, key: Any) -> bytes | None:
         """The canonical key bytes of a cell, from a key value (normalized like routing)."""
-        definition = self._runtime.workflow(workflow)
-        if definition.key_schema is None:
-            return None
-        if key is None:
-            raise KeyRequiredError(f"{workflow} is keyed; name a key")
-        key_type: Any = definition.key_schema
-        if isinstance(key_type, str):
-            key_type = RefType(ref=key_type)
-        return cbor.encode(normalize(key, key_type, self._runtime.schemas))
+        return queries.key_bytes(self._runtime, workflow, key)
 
     def state(self, workflow: str, key: Any = None) -> Any:
         """The state of a cell (None if it does not exist)."""
-        key_bytes = self.key_bytes(workflow, key)
-        table = self._cells.get(workflow)
-        cell = table.get(key_bytes)
-        if cell is None:
-            return None
-        data = table.state_bytes(cell)
-        return cbor.decode(data) if data else None
+        return self._reads.state(workflow, self.key_bytes(workflow, key))
 
     def status_of(self, workflow: str, key_bytes: bytes | None) -> str:
-        cell = self._cells.get(workflow).get(key_bytes)
-        if cell is not None and cell.failed:
-            return STATUS_FAILED
-        if self._scheduler.is_queued((workflow, key_bytes)):
-            return STATUS_RUNNING
-        if self.intents.is_waiting((workflow, key_bytes)):
-            return STATUS_WAITING
-        return STATUS_COMPLETED
+        return self._reads.status_of(workflow, key_bytes)
 
     def cells(self, workflow: str) -> list[CellInfo]:
         """Every cell of a workflow, in key-hash order."""
-        self._runtime.workflow(workflow)
-        return [self._cell_info(workflow, cell) for _, cell in self._cells.get(workflow).items()]
+        return self._reads.cells(workflow)
 
     def cells_after(self, workflow: str, after: bytes | None) -> Iterator[CellInfo]:
         """A workflow's cells whose key hash is greater than `after` (all when None), in
         key-hash order, lazily: a page of cells reads what it shows, not the whole index."""
-        self._runtime.workflow(workflow)
-        for _, cell in self._cells.get(workflow).items_after(after):
-            yield self._cell_info(workflow, cell)
+        return self._reads.cells_after(workflow, after)
 
     def cell_count(self, workflow: str) -> int:
         """How many cells a workflow has (index counts, no walk)."""
-        self._runtime.workflow(workflow)
-        return self._cells.get(workflow).count()
+        return self._reads.cell_count(workflow)
 
     def cell_info(self, workflow: str, key_bytes: bytes | None) -> CellInfo | None:
         """One cell by its canonical key bytes (None if it does not exist)."""
-        cell = self._cells.get(workflow).get(key_bytes)
-        return None if cell is None else self._cell_info(workflow, cell)
-
-    def _cell_info(self, workflow: str, cell: Cell) -> CellInfo:
-        return CellInfo(
-            workflow=workflow,
-            key=cbor.decode(cell.key) if cell.key else None,
-            key_bytes=cell.key,
-            state_hash=cell.state_hash,
-            status=self.status_of(workflow, cell.key),
-            last_active_seq=cell.last_active_seq,
-        )
+        return self._reads.cell_info(workflow, key_bytes)
 
     def open_intents(self) -> list[dict[str, Any]]:
         return self.intents.values()
 
     def status(self) -> dict[str, Any]:
-        workflows = {}
-        for name in sorted(self._runtime.workflows):
-            table = self._cells.get(name)
-            failed = sum(1 for _, cell in table.items() if cell.failed)
-            workflows[name] = {"cells": table.count(), "failed": failed}
         return {
             "height": self._head,
             "manifest": str(self._runtime.manifest_hash),
             "logical_ns": self.logical_ns,
             "clock": self.clock,
-            "workflows": workflows,
+            "workflows": self._reads.counts(self._runtime.workflows),
             "open_intents": len(self.intents),
             "queued": len(self._scheduler),
         }
@@ -1169,11 +1102,3 @@ class World:
 def head_at_end(store: Store, engine: WasmEngine) -> dict[str, Any]:
     """The head of the world in `store` at its journal's end (opening.head_at_end)."""
     return opening.head_at_end(World, store, engine)
-
-
-def _storable(value: Any, bytes_max: int | None) -> bool:
-    try:
-        size = len(cbor.encode(value))
-    except cbor.CborError:
-        return False
-    return bytes_max is None or size <= bytes_max
