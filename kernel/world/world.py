@@ -25,7 +25,6 @@ from typing import Any
 from aos.kernel import cbor
 from aos.kernel.air import (
     RECEIPT_ENVELOPE,
-    TIMER_SET_EFFECT,
 )
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest
 from aos.kernel.air.model import Manifest, canonical_form
@@ -33,16 +32,12 @@ from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store.interface import Store
 from aos.kernel.wasm import (
-    StepFault,
-    StepGuestExceptionError,
     StepResult,
     WasmEngine,
-    encode_input,
 )
 from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import opening, queries, receipts, records, worldkey
 from aos.kernel.world.checkpointer import Checkpointer, stored_snapshots
-from aos.kernel.world.effects import AdmittedEffect
 from aos.kernel.world.errors import (
     BlobTooLargeError,
     StepBudgetExceededError,
@@ -75,13 +70,12 @@ from aos.kernel.world.results import RunReport as RunReport
 from aos.kernel.world.results import Settlement as Settlement
 from aos.kernel.world.results import StepOutcome as StepOutcome
 from aos.kernel.world.router import (
-    Delivery,
     RouteError,
 )
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource
-from aos.kernel.world.stepping import StepChecker, step_context
+from aos.kernel.world.stepping import Stepper, dropped
 from aos.kernel.world.tables import CellTables
 from aos.kernel.world.tail import FOLDABLE_KINDS, fold
 from aos.kernel.world.timers import CLOCK_MANUAL as CLOCK_MANUAL
@@ -146,10 +140,10 @@ class World:
         self._scheduler = Scheduler()
         self.intents = IntentTracker(self._pending, lambda: self.store)
         self._timers = Timers(clock, stamps, self.intents)
-        self._checker = StepChecker(self.intents, limits.open_intents_max)
+        self._stepper = Stepper(
+            self, self._cells, self.intents, self._scheduler, limits.open_intents_max
+        )
         self._reads = CellReads(self._cells, self._scheduler, self.intents)
-        # The delivery that failed each failed cell: a retry steps it again.
-        self._faulted: dict[CellId, Message] = {}
         self._head = store.journal.head()
         self._checkpoints = Checkpointer(self._pending, limits, height=self._head)
         self.world_id = ""
@@ -437,7 +431,7 @@ class World:
         )
         event_hash = hash_bytes(self._pending.record_bytes[-1])
         self._ingress.remember(event, seq, event_hash, len(deliveries))
-        self._enqueue(seq, deliveries, stamp)
+        self._scheduler.enqueue_deliveries(seq, deliveries, stamp)
         self._flush_if_full()
         return Admitted(seq, event_hash, len(deliveries))
 
@@ -583,15 +577,7 @@ class World:
         intent = str(value["intent_hash"])
         workflow = self._runtime.workflows[open_intent.workflow]
         if self._cells.get(open_intent.workflow).get(open_intent.key) is None:
-            self.append(
-                records.delivery_dropped(
-                    input_seq=seq,
-                    delivery=0,
-                    workflow=open_intent.workflow,
-                    key=open_intent.key,
-                    reason="cell_deleted",
-                )
-            )
+            self.append(dropped(seq, 0, open_intent.cell, "cell_deleted"))
             return Settlement(intent, seq, delivered=False)
         router = self._runtime.router
         if not router.accepts(workflow.event, schema):
@@ -624,20 +610,6 @@ class World:
     def next_stamp(self) -> Stamp:
         return self._timers.next_stamp(self._head + 1, str(self._runtime.manifest_hash))
 
-    def _enqueue(self, seq: int, deliveries: list[Delivery], stamp: Stamp) -> None:
-        for index, delivery in enumerate(deliveries):
-            self._scheduler.enqueue(
-                Message(
-                    seq=seq,
-                    delivery=index,
-                    workflow=delivery.workflow,
-                    key=delivery.key,
-                    schema=delivery.schema,
-                    value=delivery.value,
-                    stamp=stamp,
-                )
-            )
-
     # ----------------------------------------------------------------------------------------
     # Operations (operations.py)
 
@@ -665,7 +637,7 @@ class World:
         """Retry: clear the failure, keeping the state, and queue the delivery that failed
         the cell again. Reset: delete the cell."""
         cell_id: CellId = (str(operation.workflow), operation.key)
-        parked = self._faulted.pop(cell_id, None)
+        parked = self._stepper.faulted.pop(cell_id, None)
         table = self._cells.get(cell_id[0])
         if operation.action == CELL_RESET:
             table.put(operation.key, None, seq)
@@ -753,48 +725,14 @@ class World:
         message = self._scheduler.next()
         if message is None:
             return False
-        self._step(message, report if report is not None else RunReport())
-        return True
-
-    def _step(self, message: Message, report: RunReport) -> None:
-        table = self._cells.get(message.workflow)
-        cell = table.get(message.key)
-        if cell is not None and cell.failed:
-            report.dropped += 1
-            self.append(
-                records.delivery_dropped(
-                    input_seq=message.seq,
-                    delivery=message.delivery,
-                    workflow=message.workflow,
-                    key=message.key,
-                    reason="cell_failed",
-                )
-            )
-            return
-        state = table.state_bytes(cell) if cell is not None else None
-        if state == b"":
-            state = None
-        workflow = self._runtime.workflows[message.workflow]
-        runner = self._runtime.runner(message.workflow)
-        module = runner.module_hash
-        step_input = encode_input(
-            state=state,
-            event_schema=message.schema,
-            event_value=cbor.encode_built(message.value),  # normalized when it was admitted
-            key=message.key,
-            ctx=step_context(self._runtime, message) if workflow.context is not None else None,
+        self._stepper.step(
+            self._runtime,
+            message,
+            report if report is not None else RunReport(),
+            on_step=self.on_step,
+            read_blob=self.read_blob,
         )
-        try:
-            result = runner.step(step_input, seq=message.seq, read_blob=self.read_blob)
-            outcome = self.check_output(message, result, module)
-        except StepFault as fault:
-            if self.on_step is not None:
-                self.on_step(message, step_input, fault)
-            self._record_fault(message, fault, module, report)
-            return
-        if self.on_step is not None:
-            self.on_step(message, step_input, outcome)
-        self._apply(message, outcome, report)
+        return True
 
     def read_blob(self, hash_text: str) -> bytes | None:
         """A CAS blob a step asked to read (spec/08 §4.1), or None when there is none by that
@@ -808,92 +746,7 @@ class World:
 
     def check_output(self, message: Message, result: StepResult, module: str) -> StepOutcome:
         """Everything the kernel checks about a step's output (stepping.py); pure."""
-        return self._checker.check(self._runtime, message, result, module)
-
-    def _apply(self, message: Message, outcome: StepOutcome, report: RunReport) -> None:
-        table = self._cells.get(message.workflow)
-        cell: CellId = (message.workflow, message.key)
-        cancelled = self.intents.cancellable(cell, outcome.cancel)
-        step_seq = self.append(
-            records.step(
-                input_seq=message.seq,
-                delivery=message.delivery,
-                workflow=message.workflow,
-                key=message.key,
-                state=str(hash_bytes(outcome.state)) if outcome.state else None,
-                events=len(outcome.events),
-                intents=[str(effect.intent) for effect in outcome.effects],
-                cancelled=cancelled,
-                ann=outcome.ann,
-            )
-        )
-        for intent in cancelled:
-            self.intents.close(intent)
-            self.intents.mark_cancelled(intent, step_seq)
-        table.put(message.key, outcome.state, step_seq)
-        report.steps += 1
-        # Fuel is reported, never journaled: a warm instance may spend less than a fresh one
-        # on the same step, and the journal must not depend on the determinism profile.
-        report.fuel += outcome.fuel
-        step_stamp = message.stamp.derive(message.delivery)
-        for index, (schema, value, deliveries) in enumerate(outcome.events):
-            seq = self.append(records.derived_event(schema, value, step_seq, index))
-            self._enqueue(seq, deliveries, step_stamp.derive(index))
-            report.events += 1
-        for effect in outcome.effects:
-            self._open_intent(effect, message, cell, step_seq, report)
-
-    def _open_intent(
-        self,
-        effect: AdmittedEffect,
-        message: Message,
-        cell: CellId,
-        step_seq: int,
-        report: RunReport,
-    ) -> None:
-        intent = str(effect.intent)
-        if intent in self.intents:
-            return  # the same identity is already open: an intent is opened once
-        seq = self.append(
-            records.effect_intent(
-                intent=intent,
-                effect=effect.effect,
-                params=effect.params,
-                workflow=message.workflow,
-                key=message.key,
-                cause=step_seq,
-                index=effect.index,
-                idempotency_key=effect.idempotency_key,
-                issuer_ref=effect.issuer_ref,
-            )
-        )
-        due = effect.params["deliver_at_ns"] if effect.effect == TIMER_SET_EFFECT else None
-        self.intents.open(
-            intent,
-            OpenIntent(message.workflow, message.key, effect.effect, seq, effect.issuer_ref, due),
-        )
-        report.intents += 1
-
-    def _record_fault(
-        self, message: Message, fault: StepFault, module: str, report: RunReport
-    ) -> None:
-        seq = self.append(
-            records.step_fault(
-                input_seq=message.seq,
-                delivery=message.delivery,
-                workflow=message.workflow,
-                key=message.key,
-                module=module,
-                code=fault.code,
-                message=str(fault),  # clipped by the record (records.clip_message)
-                guest=fault.guest if isinstance(fault, StepGuestExceptionError) else None,
-            )
-        )
-        self._cells.get(message.workflow).mark_failed(message.key, seq)
-        self._faulted[(message.workflow, message.key)] = message
-        report.faults += 1
-        if len(report.fault_codes) < FAULT_CODES_KEPT_MAX:
-            report.fault_codes.append(fault.code)
+        return self._stepper.check(self._runtime, message, result, module)
 
     # ----------------------------------------------------------------------------------------
     # Journal, flush, head checkpoint
@@ -970,12 +823,8 @@ class World:
             "state_height": self.state_height,
             **({"chain": self.chain.to_value()} if self.chain is not None else {}),
             # Written only when a cell has failed, so older heads keep their form.
-            **({"faulted": self._faulted_values()} if self._faulted else {}),
+            **({"faulted": self._stepper.faulted_values()} if self._stepper.faulted else {}),
         }
-
-    def _faulted_values(self) -> list[dict[str, Any]]:
-        ordered = sorted(self._faulted.items(), key=lambda item: (item[0][0], item[0][1] or b""))
-        return [message.to_value() for _, message in ordered]
 
     def switch_manifest(self, manifest_hash: Hash) -> None:
         """Make a stored manifest the world's (governance apply). Cells of workflows the new
@@ -991,7 +840,7 @@ class World:
             fresh_instances=self._runtime.fresh_instances,
         )
         self._cells.keep(loaded.workflows)
-        self._faulted = {c: m for c, m in self._faulted.items() if c[0] in loaded.workflows}
+        self._stepper.keep_faulted(loaded.workflows)
 
     def restore_head(self, head: dict[str, Any], head_hash: Hash) -> None:
         """Take the stored head checkpoint `head_hash` as this world's (opening)."""
@@ -1013,7 +862,7 @@ class World:
         self.state_height = int(head.get("state_height", self._head))
         for value in head.get("faulted", []):
             message = Message.from_value(value)
-            self._faulted[(message.workflow, message.key)] = message
+            self._stepper.faulted[(message.workflow, message.key)] = message
         self._checkpoints.restored(self._head)
         end = self.store.journal.head()
         if end > self._head:
