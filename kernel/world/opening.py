@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.loader import assemble_manifest, load_manifest_dir
-from aos.kernel.air.model import Manifest
-from aos.kernel.errors import AosError
+from aos.kernel.air.model import Manifest, canonical_form
+from aos.kernel.errors import AosError, KernelInvariantError
 from aos.kernel.hashing import Hash
 from aos.kernel.store import open_store
 from aos.kernel.store.interface import Store
@@ -29,7 +29,7 @@ from aos.kernel.world.errors import WorldCorruptError, WorldExistsError, WorldMi
 from aos.kernel.world.limits import WorldLimits, recorded_limits
 from aos.kernel.world.modules import building_resolver
 from aos.kernel.world.pending import PendingWrites
-from aos.kernel.world.runtime import stored_definitions
+from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.stamps import StampSource
 from aos.kernel.world.timers import CLOCK_MANUAL, CLOCK_WALL
 
@@ -160,6 +160,23 @@ def from_store(
     )
     world.adopt(str(config["id"]), head, head_hash)
     return world
+
+
+def store_definitions(
+    pending: PendingWrites, runtime: Runtime, module_bytes: Callable[[Hash], bytes]
+) -> None:
+    """Stage, for genesis, every definition, the manifest and every module in the CAS, each
+    checked against the hash the manifest names it by."""
+    loaded = runtime.loaded
+    for definition in loaded.definitions.values():
+        pending.put_value(canonical_form(definition))
+    if pending.put_value(canonical_form(loaded.manifest)) != loaded.manifest_hash:
+        raise KernelInvariantError("manifest hash differs from its stored form's hash")
+    for module in runtime.modules.values():
+        assert module.artifact.hash_ is not None
+        wasm_hash = Hash(module.artifact.hash_)
+        if pending.put(module_bytes(wasm_hash)) != wasm_hash:
+            raise KernelInvariantError(f"module {module.name} changed while being stored")
 
 
 def scratch_limits(limits: WorldLimits | None) -> WorldLimits:

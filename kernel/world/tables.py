@@ -3,13 +3,14 @@ head checkpoint names (spec/05-snapshots-replay.md §1)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 
 from aos.kernel.hashing import Hash
 from aos.kernel.world.cellindex import CellIndex
 from aos.kernel.world.cells import CellTable
 from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.scheduler import CellId
 
 
 class CellTables:
@@ -85,6 +86,15 @@ class CellTables:
         """Drop the tables and roots of workflows a new manifest no longer has."""
         self._tables = {k: v for k, v in self._tables.items() if k in workflows}
         self._stored_roots = {k: v for k, v in self._stored_roots.items() if k in workflows}
+
+    def put_folded(self, cells: Mapping[CellId, tuple[Hash | None, int]]) -> None:
+        """Take the cell states a journal tail's fold found (tail.py): deleted when None."""
+        for (workflow, key), (state_hash, seq) in cells.items():
+            table = self.get(workflow)
+            if state_hash is None:
+                table.put(key, None, seq)
+            else:
+                table.put_stored(key, state_hash, len(self._pending.get(state_hash)), seq)
 
     def release_tail_superseded(self) -> None:
         """Hand the flush the tail states superseded since the last one."""

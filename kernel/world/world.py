@@ -27,7 +27,7 @@ from aos.kernel.air import (
     RECEIPT_ENVELOPE,
 )
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest
-from aos.kernel.air.model import Manifest, canonical_form
+from aos.kernel.air.model import Manifest
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store.interface import Store
@@ -275,16 +275,7 @@ class World:
         """Write genesis into an empty store: every definition and module, the manifest
         record (its hash names the world), and the first head."""
         loaded = self._runtime.loaded
-        for definition in loaded.definitions.values():
-            self._pending.put_value(canonical_form(definition))
-        manifest_value = canonical_form(loaded.manifest)
-        if self._pending.put_value(manifest_value) != loaded.manifest_hash:
-            raise KernelInvariantError("manifest hash differs from its stored form's hash")
-        for module in self._runtime.modules.values():
-            assert module.artifact.hash_ is not None
-            wasm_hash = Hash(module.artifact.hash_)
-            if self._pending.put(module_bytes(wasm_hash)) != wasm_hash:
-                raise KernelInvariantError(f"module {module.name} changed while being stored")
+        opening.store_definitions(self._pending, self._runtime, module_bytes)
         stamp = self.next_stamp()
         self.logical_ns = stamp.logical_ns
         genesis = records.manifest(str(loaded.manifest_hash), stamp.to_value())
@@ -872,12 +863,7 @@ class World:
         """Fold the records after the head checkpoint into the head (tail.py): no step runs
         and nothing is appended."""
         folded = fold(self._head, self.logical_ns, self.state_height, tail)
-        for (workflow, key), (state_hash, seq) in folded.cells.items():
-            table = self._cells.get(workflow)
-            if state_hash is None:
-                table.put(key, None, seq)
-            else:
-                table.put_stored(key, state_hash, len(self._pending.get(state_hash)), seq)
+        self._cells.put_folded(folded.cells)
         for intent in folded.closed:
             self.intents.close(intent)
         for intent, open_intent in folded.opened.items():
