@@ -37,13 +37,14 @@ from aos.kernel.world import records
 from aos.kernel.world.chain import ChainBrokenError, JournalChain
 from aos.kernel.world.errors import WorldCorruptError, WorldMissingError
 from aos.kernel.world.intents import cancelled_key
+from aos.kernel.world.limits import WorldLimits, recorded_limits
 from aos.kernel.world.operations import Operation
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import stored_definitions
 from aos.kernel.world.stamps import Stamp
-from aos.kernel.world.world import World, WorldLimits, head_at_end, recorded_limits
+from aos.kernel.world.world import World, head_at_end
 
 SCRATCH_FLUSH_RECORDS_DEFAULT = 2_000
 

@@ -23,18 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.air import (
-    RECEIPT_ENVELOPE,
-)
+from aos.kernel.air import RECEIPT_ENVELOPE
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest
 from aos.kernel.air.model import Manifest
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store.interface import Store
-from aos.kernel.wasm import (
-    StepResult,
-    WasmEngine,
-)
+from aos.kernel.wasm import StepResult, WasmEngine
 from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import opening, queries, receipts, records, worldkey
 from aos.kernel.world.checkpointer import Checkpointer, stored_snapshots
@@ -51,7 +46,6 @@ from aos.kernel.world.limits import OPEN_INTENTS_MAX_DEFAULT as OPEN_INTENTS_MAX
 from aos.kernel.world.limits import SNAPSHOT_EVERY_RECORDS_DEFAULT as SNAPSHOT_EVERY_RECORDS_DEFAULT
 from aos.kernel.world.limits import SNAPSHOTS_KEPT_MAX_DEFAULT as SNAPSHOTS_KEPT_MAX_DEFAULT
 from aos.kernel.world.limits import WorldLimits as WorldLimits
-from aos.kernel.world.limits import recorded_limits as recorded_limits
 from aos.kernel.world.limits import world_config
 from aos.kernel.world.operations import (
     CELL_RESET,
@@ -69,9 +63,7 @@ from aos.kernel.world.results import CellInfo as CellInfo
 from aos.kernel.world.results import RunReport as RunReport
 from aos.kernel.world.results import Settlement as Settlement
 from aos.kernel.world.results import StepOutcome as StepOutcome
-from aos.kernel.world.router import (
-    RouteError,
-)
+from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource
