@@ -37,6 +37,7 @@ from aos.kernel.world import records
 from aos.kernel.world.chain import ChainBrokenError, JournalChain
 from aos.kernel.world.errors import WorldCorruptError, WorldMissingError
 from aos.kernel.world.intents import cancelled_key
+from aos.kernel.world.limits import WorldLimits, recorded_limits
 from aos.kernel.world.operations import Operation
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.receipts import ReceiptError
@@ -261,7 +262,13 @@ class _Replay:
             raise WorldCorruptError(f"the recorded manifest does not check: {error}") from None
 
     def _scratch(self, store: MemoryStore, loaded: LoadedManifest) -> World:
-        world = World.scratch(store, loaded, engine=self.engine, clock=str(self.config["clock"]))
+        world = World.scratch(
+            store,
+            loaded,
+            engine=self.engine,
+            clock=str(self.config["clock"]),
+            limits=recorded_limits(self.config, WorldLimits()),
+        )
         world.on_append = self._capture
         world.blob_source = self._source_blob
         return world

@@ -63,7 +63,11 @@ def shadow(
         new = replayer.loaded(str(entry["manifest"]))
         live = replayer.from_genesis()
         beside = World.scratch(
-            MemoryStore(fallback_cas=source.cas), new, engine=engine, clock=live.clock
+            MemoryStore(fallback_cas=source.cas),
+            new,
+            engine=engine,
+            clock=live.clock,
+            limits=live.limits,
         )
         report = ShadowReport(proposal=proposal, state_height=int(head["state_height"]))
         runner = _Beside(beside, report)

@@ -5,6 +5,7 @@ report's fault codes are bounded, and the head keeps a bounded number of closed 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,12 @@ from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.world import records
 from aos.kernel.world.intents import IntentTracker, OpenIntent
 from aos.kernel.world.pending import PendingWrites
-from aos.kernel.world.world import FAULT_CODES_KEPT_MAX
+from aos.kernel.world.world import (
+    FAULT_CODES_KEPT_MAX,
+    OPEN_INTENTS_MAX_DEFAULT,
+    World,
+    WorldLimits,
+)
 from tests.test_governance import DOUBLE, REFACTOR, counter_world, propose_folder, variant
 from tests.test_world import SCRIPTED, create, engine, ping, reopen
 
@@ -76,3 +82,49 @@ def test_the_head_keeps_only_the_newest_closed_proposals(
         assert set(world.proposals) == {second}
     report = replay.verify(path, engine=engine())
     assert report.ok, report
+
+
+KEYED = "demo/keyed@1"  # the scripted unkeyed workflow faults on effects: only the keyed counts
+EXCEEDED = "step.open_intents_exceeded"
+
+
+def keyed_faults(world: World) -> list[dict[str, Any]]:
+    found = [record for _, record in world.store.journal.read(1)]
+    return [r for r in found if r["kind"] == records.STEP_FAULT and r["workflow"] == KEYED]  # type: ignore[index]
+
+
+def test_open_intents_are_bounded_per_world_at_the_edge(tmp_path: Path) -> None:
+    path = tmp_path / "w"
+    with create(path, SCRIPTED, limits=WorldLimits(open_intents_max=3)) as world:
+        _, at_limit = world.send("demo/Ping@1", ping("x", "effect", 3))
+        assert at_limit.intents == 3 and EXCEEDED not in at_limit.fault_codes
+        _, still = world.send("demo/Ping@1", ping("x", "cancel_and_open", 1))  # closes first
+        assert still.intents == 1 and world.status()["open_intents"] == 3
+        height = world.height
+        _, over = world.send("demo/Ping@1", ping("y", "effect", 1))
+        assert over.fault_codes == [EXCEEDED] and over.intents == 0
+        [fault] = keyed_faults(world)
+        assert fault["code"] == EXCEEDED and fault["input"] == height + 1
+        assert world.status()["open_intents"] == 3  # nothing of the step was applied
+        assert world.state(KEYED, "y") is None
+    # The bound was recorded at creation: opened with other limits, the world steps alike.
+    with reopen(path, limits=WorldLimits(open_intents_max=1000)) as world:
+        assert world.limits.open_intents_max == 3
+        _, again = world.send("demo/Ping@1", ping("z", "effect", 1))
+        assert again.fault_codes == [EXCEEDED]
+        seq, _ = world.snapshot()
+        _, later = world.send("demo/Ping@1", ping("w", "effect", 1))
+        assert later.fault_codes == [EXCEEDED]
+        assert len(keyed_faults(world)) == 3
+    assert replay.verify(path, engine=engine()).ok
+    assert replay.verify(path, engine=engine(), from_snapshot=str(seq)).ok
+
+
+def test_a_default_world_records_no_open_intents_bound_and_one_below_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    with create(tmp_path / "w", SCRIPTED) as world:
+        assert world.limits.open_intents_max == OPEN_INTENTS_MAX_DEFAULT
+        assert "open_intents_max" not in world.store.meta.get("world.config")  # type: ignore[operator]
+    with pytest.raises(ValueError, match="open_intents_max"):
+        WorldLimits(open_intents_max=0)

@@ -101,6 +101,14 @@ class StepRouteError(StepFault):
     hint = "an emitted domain event could not be routed (see the detail's route code)"
 
 
+class StepOpenIntentsExceededError(StepFault):
+    code = "step.open_intents_exceeded"
+    hint = (
+        "the step would leave more intents open than the world's open_intents_max; settle or "
+        "cancel some first"
+    )
+
+
 class EffectUndeclaredError(StepFault):
     code = "effect.undeclared"
     hint = "list the effect in the workflow's effects_emitted"

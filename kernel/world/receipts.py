@@ -18,7 +18,10 @@ from typing import Any
 
 from aos.kernel import cbor
 from aos.kernel.adapters.signing import verify_body
+from aos.kernel.air import RECEIPT_ENVELOPE, RECEIPT_REJECTED
+from aos.kernel.air.errors import AirError
 from aos.kernel.air.model import DefAdapter, DefEffect
+from aos.kernel.air.normalize import normalize
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes, is_hash
 
@@ -192,3 +195,33 @@ def _clip(text: str) -> str:
     if len(text) <= REJECTED_TEXT_CHARS_MAX:
         return text
     return text[: REJECTED_TEXT_CHARS_MAX - 3] + "..."
+
+
+def checked_payload(
+    body: Mapping[str, Any], effect: DefEffect, schemas: Any
+) -> tuple[Any, tuple[str, str] | None]:
+    """The payload of an accepted receipt: an `ok` one normalized against the effect's
+    receipt schema, or left as sent with the (code, message) of why it does not fit."""
+    payload = body["payload"]
+    if body["status"] != "ok":
+        return payload, None
+    try:
+        return normalize(payload, effect.receipt, schemas), None
+    except AirError as error:
+        return payload, (error.code, str(error))
+
+
+def envelope(
+    origin: dict[str, Any], body: Mapping[str, Any], payload: Any, error: tuple[str, str] | None
+) -> tuple[str, dict[str, Any]]:
+    """The schema and value delivered to the origin cell: a receipt envelope, or a rejected
+    receipt when the payload did not fit (spec/04-effects.md §2)."""
+    if error is None:
+        status = {"$tag": body["status"]}
+        return RECEIPT_ENVELOPE, {**origin, "status": status, "payload": cbor.encode(payload)}
+    return RECEIPT_REJECTED, {
+        **origin,
+        "error_code": error[0],
+        "error_message": error[1][:1000],
+        "payload": cbor.encode(payload) if _encodable(payload) else b"",
+    }

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aos.kernel.world.stamps import Stamp
+
+if TYPE_CHECKING:
+    from aos.kernel.world.router import Delivery
 
 CellId = tuple[str, bytes | None]
 
@@ -56,6 +59,21 @@ class Scheduler:
     def __init__(self) -> None:
         self._boxes: dict[CellId, deque[Message]] = {}
         self._ready: deque[CellId] = deque()
+
+    def enqueue_deliveries(self, seq: int, deliveries: list[Delivery], stamp: Stamp) -> None:
+        """Queue the deliveries of the event journaled at `seq`, in their order."""
+        for index, delivery in enumerate(deliveries):
+            self.enqueue(
+                Message(
+                    seq=seq,
+                    delivery=index,
+                    workflow=delivery.workflow,
+                    key=delivery.key,
+                    schema=delivery.schema,
+                    value=delivery.value,
+                    stamp=stamp,
+                )
+            )
 
     def enqueue(self, message: Message) -> None:
         cell = (message.workflow, message.key)

@@ -17,86 +17,36 @@ state left is the last durable one, which reopening restores.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.air import (
-    RECEIPT_ENVELOPE,
-    RECEIPT_REJECTED,
-    TIMER_ADAPTER,
-    TIMER_SET_EFFECT,
-)
-from aos.kernel.air.errors import AirError
-from aos.kernel.air.loader import LoadedManifest, assemble_manifest, load_manifest_dir
-from aos.kernel.air.model import DefWorkflow, Manifest, canonical_form
-from aos.kernel.air.names import is_sys_name
-from aos.kernel.air.normalize import normalize
-from aos.kernel.air.types import RefType
-from aos.kernel.errors import AosError, KernelInvariantError
+from aos.kernel.air import RECEIPT_ENVELOPE
+from aos.kernel.air.loader import LoadedManifest, assemble_manifest
+from aos.kernel.air.model import Manifest
+from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
-from aos.kernel.store import open_store
-from aos.kernel.store.codec import SEQ_MAX
 from aos.kernel.store.interface import Store
-from aos.kernel.wasm import (
-    StepFault,
-    StepGuestExceptionError,
-    StepOutput,
-    StepResult,
-    WasmEngine,
-    encode_input,
-)
+from aos.kernel.wasm import StepResult, WasmEngine
 from aos.kernel.world import chain as journal_chain
-from aos.kernel.world import receipts, records, worldkey
-from aos.kernel.world.cellindex import CellIndex
-from aos.kernel.world.cells import (
-    CACHE_CELLS_MAX_DEFAULT,
-    RESIDENT_STATE_BYTES_MAX_DEFAULT,
-    STATUS_COMPLETED,
-    STATUS_FAILED,
-    STATUS_RUNNING,
-    STATUS_WAITING,
-    Cell,
-    CellTable,
-)
-from aos.kernel.world.effects import AdmittedEffect, admit
+from aos.kernel.world import opening, queries, receipts, records, worldkey
+from aos.kernel.world.checkpointer import Checkpointer, stored_snapshots
 from aos.kernel.world.errors import (
     BlobTooLargeError,
-    CellBusyError,
-    CellMissingError,
-    CellNotFailedError,
-    ClockManualOnlyError,
-    EventTooLargeError,
-    IntentNotOpenError,
-    KeyRequiredError,
-    SchemaReservedError,
-    SchemaUnknownError,
-    StepAnnotationInvalidError,
     StepBudgetExceededError,
-    StepEventInvalidError,
-    StepRouteError,
-    StepStateInvalidError,
-    TimeBackwardsError,
-    TimeOutOfRangeError,
     WorldClosedError,
     WorldCorruptError,
-    WorldExistsError,
-    WorldMissingError,
     WorldNotQuiescentError,
 )
-from aos.kernel.world.idempotency import (
-    IDEMPOTENCY_KEYS_MAX_DEFAULT,
-    FirstAdmission,
-    IdempotencyIndex,
-    check_key,
-    event_content,
-)
+from aos.kernel.world.ingress import Ingress, route
 from aos.kernel.world.intents import IntentTracker, OpenIntent
-from aos.kernel.world.modules import building_resolver
+from aos.kernel.world.limits import OPEN_INTENTS_MAX_DEFAULT as OPEN_INTENTS_MAX_DEFAULT
+from aos.kernel.world.limits import SNAPSHOT_EVERY_RECORDS_DEFAULT as SNAPSHOT_EVERY_RECORDS_DEFAULT
+from aos.kernel.world.limits import SNAPSHOTS_KEPT_MAX_DEFAULT as SNAPSHOTS_KEPT_MAX_DEFAULT
+from aos.kernel.world.limits import WorldLimits as WorldLimits
+from aos.kernel.world.limits import world_config
 from aos.kernel.world.operations import (
     CELL_RESET,
     CELL_RETRY,
@@ -106,31 +56,28 @@ from aos.kernel.world.operations import (
     Operation,
 )
 from aos.kernel.world.pending import PendingWrites
-from aos.kernel.world.router import (
-    KEY_BYTES_MAX_DEFAULT,
-    Delivery,
-    RouteError,
-    RouteNoSubscriberError,
-)
+from aos.kernel.world.queries import CellReads
+from aos.kernel.world.results import FAULT_CODES_KEPT_MAX as FAULT_CODES_KEPT_MAX
+from aos.kernel.world.results import Admitted as Admitted
+from aos.kernel.world.results import CellInfo as CellInfo
+from aos.kernel.world.results import RunReport as RunReport
+from aos.kernel.world.results import Settlement as Settlement
+from aos.kernel.world.results import StepOutcome as StepOutcome
+from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
-from aos.kernel.world.stamps import Stamp, StampSource, derive_entropy
+from aos.kernel.world.stamps import Stamp, StampSource
+from aos.kernel.world.stepping import Stepper, dropped
+from aos.kernel.world.tables import CellTables
 from aos.kernel.world.tail import FOLDABLE_KINDS, fold
+from aos.kernel.world.timers import CLOCK_MANUAL as CLOCK_MANUAL
+from aos.kernel.world.timers import CLOCK_WALL as CLOCK_WALL
+from aos.kernel.world.timers import LOGICAL_NS_MAX as LOGICAL_NS_MAX
+from aos.kernel.world.timers import Timers
 
-WORLD_FORMAT = 1
-EVENT_BYTES_MAX_DEFAULT = 256 * 1024
-STEPS_PER_RUN_MAX_DEFAULT = 100_000
-CHECKED_SAMPLE_RATE_DEFAULT = 0.05
-SNAPSHOT_EVERY_RECORDS_DEFAULT = 50_000
-SNAPSHOTS_KEPT_MAX_DEFAULT = 3
-RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT = 4096
-FLUSH_RECORDS_MAX_DEFAULT = 4_096
-CHECKPOINT_EVERY_RECORDS_DEFAULT = 2_000
+# The `X as X` imports re-export limits and results: callers keep naming them through here.
 
-_META_FORMAT = "world.format"
-_META_CONFIG = "world.config"
-_META_HEAD = "world.head"
-_META_SNAPSHOTS = "world.snapshots"
+WORLD_FORMAT = opening.WORLD_FORMAT
 
 # Records whose every value the kernel built or already checked (a normalized event, a guest
 # output decoded strictly and normalized, hashes, sequence numbers, stamps): encoded without a
@@ -146,115 +93,6 @@ _BUILT_KINDS = frozenset(
         records.SNAPSHOT,
     }
 )
-
-CLOCK_WALL = "wall"
-CLOCK_MANUAL = "manual"
-
-
-# Logical time stays in the signed 64-bit range that stamps, timers and most readers share; the
-# rest of CBOR's u64 range is headroom for deadlines a workflow computes from it. A time input
-# past it is refused before anything is stamped or journaled.
-LOGICAL_NS_MAX = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class WorldLimits:
-    """Bounds of one world; every one has a default and may be overridden at open."""
-
-    event_bytes_max: int = EVENT_BYTES_MAX_DEFAULT
-    # Idempotency keys of admitted events remembered (the newest; idempotency.py).
-    idempotency_keys_max: int = IDEMPOTENCY_KEYS_MAX_DEFAULT
-    steps_per_run_max: int = STEPS_PER_RUN_MAX_DEFAULT
-    key_bytes_max: int = KEY_BYTES_MAX_DEFAULT
-    cache_cells_max: int = CACHE_CELLS_MAX_DEFAULT
-    resident_state_bytes_max: int = RESIDENT_STATE_BYTES_MAX_DEFAULT
-    checked_sample_rate: float = CHECKED_SAMPLE_RATE_DEFAULT
-    receipt_bytes_max: int = receipts.RECEIPT_BYTES_MAX_DEFAULT
-    # A flush happens at the next safe point (between steps, after an input) once this many
-    # records are pending, so one flush never exceeds the store's batch limit however long a
-    # run is. Where flushes fall does not change the journal, only when it is durable.
-    flush_records_max: int = FLUSH_RECORDS_MAX_DEFAULT
-    # Automatic snapshots after a run: once this many records were journaled since the last
-    # one, or this many seconds passed (None turns a trigger off).
-    snapshot_every_records: int | None = SNAPSHOT_EVERY_RECORDS_DEFAULT
-    snapshot_every_s: float | None = None
-    # Delete, in the flush that supersedes them, the index nodes, states and head checkpoints
-    # nothing names any more (spec/05 §5.1). Off keeps them until `aos world gc`.
-    reclaim_superseded: bool = True
-    # Snapshots kept: taking one more drops the oldest, and with it what only it named
-    # (None keeps every snapshot; replays from genesis never need one).
-    snapshots_kept_max: int | None = SNAPSHOTS_KEPT_MAX_DEFAULT
-    # What only dropped snapshots named is deleted at most this many objects per flush (the
-    # rest in the next ones), so that one LMDB transaction stays small.
-    release_objects_per_flush_max: int = RELEASE_OBJECTS_PER_FLUSH_MAX_DEFAULT
-    # The CellIndex and the head checkpoint are materialized once this many records were
-    # journaled since the last checkpoint (and at snapshots, on close, and whenever a flush
-    # writes something the journal tail cannot carry: spec/05 §1.1); the flushes between
-    # write only records and new states. 1 checkpoints at every flush; None only when forced.
-    checkpoint_every_records: int | None = CHECKPOINT_EVERY_RECORDS_DEFAULT
-    # Signed chain heads kept in meta (one per snapshot, newest kept): what an export carries.
-    signed_heads_kept_max: int = worldkey.SIGNED_HEADS_KEPT_MAX_DEFAULT
-
-    def __post_init__(self) -> None:
-        if self.checkpoint_every_records is not None and self.checkpoint_every_records < 1:
-            raise ValueError("checkpoint_every_records must be at least 1 (or None)")
-        if self.snapshots_kept_max is not None and self.snapshots_kept_max < 1:
-            raise ValueError("snapshots_kept_max must be at least 1 (or None)")
-        if self.release_objects_per_flush_max < 1:
-            raise ValueError("release_objects_per_flush_max must be at least 1")
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """An input the world accepted: its journal sequence, record hash and deliveries;
-    `duplicate` when an idempotency key named an event admitted before (this is that one's
-    admission, and nothing was journaled)."""
-
-    seq: int
-    event_hash: Hash
-    deliveries: int
-    duplicate: bool = False
-
-
-FAULT_CODES_KEPT_MAX = 100
-"""Fault codes a run report lists (in order; `faults` counts them all), so a run that faults
-a million cells does not carry a million strings."""
-
-
-@dataclass
-class RunReport:
-    """What one `run_to_idle` did."""
-
-    steps: int = 0
-    faults: int = 0
-    dropped: int = 0
-    events: int = 0
-    intents: int = 0
-    fuel: int = 0
-    first_seq: int = 0
-    last_seq: int = 0
-    fault_codes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class CellInfo:
-    workflow: str
-    key: Any  # the decoded key value, None for an unkeyed workflow
-    key_bytes: bytes | None
-    state_hash: Hash
-    status: str
-    last_active_seq: int
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """What `settle` did with a receipt: the journal sequence of its `effect_receipt`, or
-    `duplicate` when the intent was already settled (nothing was written)."""
-
-    intent: str
-    seq: int | None
-    duplicate: bool = False
-    delivered: bool = True
 
 
 class World:
@@ -273,11 +111,9 @@ class World:
     ) -> None:
         self._store: Store | None = store
         self._pending = PendingWrites(store)
-        self._idempotency = IdempotencyIndex(self._pending, limits.idempotency_keys_max)
+        self._ingress = Ingress(limits, self._pending)
         self._engine = engine
-        self._stamps = stamps
         self.limits = limits
-        self.clock = clock
         self._runtime = Runtime(
             loaded,
             self._pending,
@@ -286,26 +122,23 @@ class World:
             key_bytes_max=limits.key_bytes_max,
             fresh_instances=fresh_instances,
         )
-        self._index = CellIndex(self._pending)
-        self._cells: dict[str, CellTable] = {}
+        self._cells = CellTables(
+            self._pending,
+            cache_cells_max=limits.cache_cells_max,
+            resident_state_bytes_max=limits.resident_state_bytes_max,
+            reclaim=limits.reclaim_superseded,
+            check_workflow=self._check_workflow,
+        )
         self._scheduler = Scheduler()
         self.intents = IntentTracker(self._pending, lambda: self.store)
-        # The delivery that failed each failed cell: a retry steps it again.
-        self._faulted: dict[CellId, Message] = {}
-        self._stored_roots: dict[str, str] = {}
-        self._head_blob: Hash | None = None  # the stored head checkpoint this world wrote or read
+        self._timers = Timers(clock, stamps, self.intents)
+        self._stepper = Stepper(
+            self, self._cells, self.intents, self._scheduler, limits.open_intents_max
+        )
+        self._reads = CellReads(self._cells, self._scheduler, self.intents)
         self._head = store.journal.head()
-        # The height of the head checkpoint in the store; the records after it are the tail.
-        self._checkpoint_height = self._head
-        # Set when a record the tail cannot carry is appended: the next flush checkpoints.
-        self._checkpoint_due = False
-        # Tail states replaced before a checkpoint named them: reclaimed at the next flush.
-        self._tail_superseded: set[Hash] = set()
-        self.logical_ns = 0
+        self._checkpoints = Checkpointer(self._pending, limits, height=self._head)
         self.world_id = ""
-        # Set by a replay so the next input gets its recorded stamp instead of a fresh one.
-        self._forced_stamp: Stamp | None = None
-        self.snapshots: list[tuple[int, Hash]] = []  # (journal seq, snapshot hash), oldest first
         # Governance: proposals by id, and the height of the last record that was not a
         # governance action (a shadow is current while this has not moved).
         self.proposals: dict[str, dict[str, Any]] = {}
@@ -319,7 +152,6 @@ class World:
         # Where a step's reads look after this world's own CAS: a replay's or a shadow's
         # scratch world reads the audited world's blobs (deployed definitions, say) here.
         self.blob_source: Callable[[Hash], bytes | None] | None = None
-        self._last_snapshot_wall_s = _monotonic_s()
         # The journal hash chain at the head (chain.py); None only reading a pre-chain world.
         self.chain: journal_chain.JournalChain | None = None
         self._key_seed: bytes | None = None  # signs the chain head at snapshots (worldkey.py)
@@ -342,43 +174,19 @@ class World:
         """Genesis: check the manifest folder (building module sources through the build
         cache), store every definition and module in the world's CAS, journal the manifest
         and write the empty head."""
-        if clock not in (CLOCK_WALL, CLOCK_MANUAL):
-            raise AosError(f"clock is {clock!r}; it is {CLOCK_WALL} or {CLOCK_MANUAL}")
         root = Path(path)
-        if root.exists() and (not root.is_dir() or any(root.iterdir())):
-            raise WorldExistsError(f"{root} exists and is not an empty directory")
-        built: dict[Hash, Path] = {}
-        loaded = load_manifest_dir(manifest_dir, artifact_resolver=building_resolver(built))
-        # Genesis is written in a sibling directory and renamed into place, so a process killed
-        # while creating leaves either no world or a whole one, never one that neither opens
-        # nor can be created again.
-        root.parent.mkdir(parents=True, exist_ok=True)
-        building = root.parent / f".{root.name}.creating-{os.getpid()}"
-        shutil.rmtree(building, ignore_errors=True)
-        building.mkdir()
         engine = engine or WasmEngine()
-        try:
-            store = open_store(building, sync=sync)
-            try:
-                genesis = cls(
-                    store,
-                    loaded,
-                    engine=engine,
-                    stamps=stamps or StampSource(),
-                    limits=limits or WorldLimits(),
-                    clock=clock,
-                )
-                genesis.genesis(lambda wasm_hash: built[wasm_hash].read_bytes())
-                store.meta.put(worldkey.META_PUBLIC_KEY, worldkey.create(building))
-            finally:
-                store.close()
-            (building / "store" / "writer.lock").unlink(missing_ok=True)
-            os.replace(building, root)  # replaces an empty directory atomically
-        except BaseException:
-            shutil.rmtree(building, ignore_errors=True)
-            raise
-        world = cls.open(root, sync=sync, stamps=stamps, engine=engine, limits=limits)
-        return world
+        opening.create(
+            cls,
+            root,
+            manifest_dir,
+            sync=sync,
+            stamps=stamps,
+            engine=engine,
+            limits=limits,
+            clock=clock,
+        )
+        return cls.open(root, sync=sync, stamps=stamps, engine=engine, limits=limits)
 
     @classmethod
     def open(
@@ -393,22 +201,9 @@ class World:
         """Open an existing world at its head checkpoint; cells load lazily. A head that is
         missing, corrupt or out of step with the journal is rebuilt first from the newest
         usable snapshot and the journal tail (`replay.recover`), or the open fails closed."""
-        root = Path(path)
-        if not (root / "store").is_dir():
-            raise WorldMissingError(f"no world at {root}")
-        store = open_store(root, sync=sync)
-        try:
-            if not _head_usable(store):
-                store.close()
-                from aos.kernel.replay import recover  # replay builds on the world
-
-                recover(root, engine=engine)
-                store = open_store(root, sync=sync)
-            world = cls._from_store(store, engine, stamps, limits)
-        except BaseException:
-            store.close()
-            raise
-        return world
+        return opening.open_writing(
+            cls, Path(path), sync=sync, stamps=stamps, engine=engine, limits=limits
+        )
 
     @classmethod
     @contextmanager
@@ -420,57 +215,21 @@ class World:
         every read inside the block sees that one commit. Anything that would write raises
         `store.readonly`. A head that is not usable is `world.corrupt` here: only a writer
         rebuilds it."""
-        root = Path(path)
-        if not (root / "store").is_dir():
-            raise WorldMissingError(f"no world at {root}")
-        store = open_store(root, readonly=True)
-        try:
-            with store.consistent():
-                if not _head_usable(store):
-                    raise WorldCorruptError(
-                        "the world's head is being rebuilt or is damaged: open it for writing"
-                    )
-                yield cls._from_store(store, engine, None, None)
-        finally:
-            store.close()
+        with opening.open_reading(cls, Path(path), engine=engine) as world:
+            yield world
 
-    @classmethod
-    def _from_store(
-        cls,
-        store: Store,
-        engine: WasmEngine | None,
-        stamps: StampSource | None,
-        limits: WorldLimits | None,
-    ) -> World:
-        if store.meta.get(_META_FORMAT, None) != WORLD_FORMAT:
-            raise WorldCorruptError("the store is not an aos world of a format this kernel reads")
-        config = _as_map(store.meta.get(_META_CONFIG), "world config")
-        head_hash = Hash(str(store.meta.get(_META_HEAD)))
-        head = _as_map(store.cas.get_value(head_hash), "head checkpoint")
-        blobs = PendingWrites(store)
-        manifest = Manifest.model_validate(blobs.get_value(Hash(head["manifest"])))
-        try:
-            loaded = assemble_manifest(manifest, stored_definitions(manifest, blobs))
-        except AirError as error:
-            raise WorldCorruptError(f"the stored manifest does not check: {error}") from None
-        world = cls(
-            store,
-            loaded,
-            engine=engine or WasmEngine(),
-            stamps=stamps or StampSource(),
-            limits=limits or WorldLimits(),
-            clock=str(config["clock"]),
-        )
-        world.world_id = str(config["id"])
-        world.snapshots = _snapshot_list(store.meta.get(_META_SNAPSHOTS, []))
-        world.chain = journal_chain.on_open(store, world.world_id, head)  # before the fold
-        world.restore_head(head, head_hash)
-        if not store.readonly:
-            world._key_seed = worldkey.load_seed(store.world_dir)
+    def adopt(self, world_id: str, head: dict[str, Any], head_hash: Hash) -> None:
+        """Take a stored world's id and head checkpoint `head_hash` as this world's (opening:
+        opening.py)."""
+        self.world_id = world_id
+        self.snapshots = stored_snapshots(self.store)
+        self.chain = journal_chain.on_open(self.store, world_id, head)  # before the fold
+        self.restore_head(head, head_hash)
+        if not self.store.readonly:
+            self._key_seed = worldkey.load_seed(self.store.world_dir)
             # A head from before chains: the first flush checkpoints, so that the head carries
             # the chain the flush stores (spec/05 §1.2).
-            world._checkpoint_due = "chain" not in head
-        return world
+            self._checkpoints.due = "chain" not in head
 
     @classmethod
     def scratch(
@@ -484,29 +243,19 @@ class World:
     ) -> World:
         """A world over a scratch store (replay, recovery, shadow): every step runs on a fresh
         instance, and no automatic snapshots are taken (a replay follows the recorded ones)."""
-        base = limits or WorldLimits()
-        limits = WorldLimits(
-            **{
-                **base.__dict__,
-                "snapshot_every_records": None,
-                "snapshot_every_s": None,
-                "snapshots_kept_max": None,
-                "checkpoint_every_records": None,
-            }
-        )
         return cls(
             store,
             loaded,
             engine=engine,
             stamps=StampSource(),
-            limits=limits,
+            limits=opening.scratch_limits(limits),
             clock=clock,
             fresh_instances=True,
         )
 
     def replay_genesis(self, stamp: Stamp, module_bytes: Callable[[Hash], bytes]) -> None:
         """Genesis with a recorded stamp (the scratch world of a replay)."""
-        self._forced_stamp = stamp
+        self._timers.force(stamp)
         self.genesis(module_bytes)
 
     def replay_restore(self, content: dict[str, Any], world_id: str) -> None:
@@ -518,16 +267,7 @@ class World:
         """Write genesis into an empty store: every definition and module, the manifest
         record (its hash names the world), and the first head."""
         loaded = self._runtime.loaded
-        for definition in loaded.definitions.values():
-            self._pending.put_value(canonical_form(definition))
-        manifest_value = canonical_form(loaded.manifest)
-        if self._pending.put_value(manifest_value) != loaded.manifest_hash:
-            raise KernelInvariantError("manifest hash differs from its stored form's hash")
-        for module in self._runtime.modules.values():
-            assert module.artifact.hash_ is not None
-            wasm_hash = Hash(module.artifact.hash_)
-            if self._pending.put(module_bytes(wasm_hash)) != wasm_hash:
-                raise KernelInvariantError(f"module {module.name} changed while being stored")
+        opening.store_definitions(self._pending, self._runtime, module_bytes)
         stamp = self.next_stamp()
         self.logical_ns = stamp.logical_ns
         genesis = records.manifest(str(loaded.manifest_hash), stamp.to_value())
@@ -536,8 +276,10 @@ class World:
         self.world_id = str(hash_value(genesis))
         self.chain = journal_chain.JournalChain.genesis(self.world_id)
         self.append(genesis)
-        self._pending.meta[_META_FORMAT] = WORLD_FORMAT
-        self._pending.meta[_META_CONFIG] = {"clock": self.clock, "id": self.world_id}
+        self._pending.meta[opening.META_FORMAT] = WORLD_FORMAT
+        self._pending.meta[opening.META_CONFIG] = world_config(
+            self.clock, self.world_id, self.limits
+        )
         self.flush()
 
     # ----------------------------------------------------------------------------------------
@@ -548,6 +290,28 @@ class World:
         if self._store is None:
             raise WorldClosedError("the world is closed")
         return self._store
+
+    @property
+    def snapshots(self) -> list[tuple[int, Hash]]:
+        """The snapshots kept, (journal seq, snapshot hash), oldest first."""
+        return self._checkpoints.snapshots
+
+    @snapshots.setter
+    def snapshots(self, snapshots: list[tuple[int, Hash]]) -> None:
+        self._checkpoints.snapshots = snapshots
+
+    @property
+    def clock(self) -> str:
+        """`wall` or `manual` (timers.py)."""
+        return self._timers.clock
+
+    @property
+    def logical_ns(self) -> int:
+        return self._timers.logical_ns
+
+    @logical_ns.setter
+    def logical_ns(self, logical_ns: int) -> None:
+        self._timers.logical_ns = logical_ns
 
     @property
     def height(self) -> int:
@@ -591,7 +355,7 @@ class World:
     def force_stamp(self, stamp: Stamp | None) -> None:
         """Give the next input this recorded stamp instead of a fresh one (a replay feeding
         the journal's inputs back); None drops one that was not used."""
-        self._forced_stamp = stamp
+        self._timers.force(stamp)
 
     def close(self) -> None:
         """Close the store; a writer first checkpoints the journal tail, if it has one and
@@ -599,7 +363,7 @@ class World:
         if self._store is None:
             return
         try:
-            tail = self._head > self._checkpoint_height
+            tail = self._head > self._checkpoints.height
             if tail and not self._store.readonly and not self._pending.records:
                 self.checkpoint()
         finally:
@@ -630,41 +394,27 @@ class World:
         `idempotency_key` the world remembers had, it answers that first admission and
         journals nothing (`readmit`: a replay re-admits a recorded event regardless)."""
         self.require_open()
-        key = check_key(idempotency_key) if idempotency_key is not None else None
-        if is_sys_name(schema):
-            raise SchemaReservedError(f"{schema} is a kernel schema; it cannot be sent")
-        if schema not in self._runtime.schemas:
-            raise SchemaUnknownError(f"no schema {schema} in the manifest")
-        normalized = normalize(value, schema, self._runtime.schemas)
-        size = len(cbor.encode(normalized))
-        if size > self.limits.event_bytes_max:
-            raise EventTooLargeError(
-                f"the event is {size} bytes; the limit is {self.limits.event_bytes_max}"
-            )
-        content = event_content(schema, normalized) if key is not None else ""
-        first = None if key is None or readmit else self._idempotency.find(key, content)
+        event = self._ingress.check_event(self._runtime, schema, value, idempotency_key)
+        first = None if readmit else self._ingress.first_admission(event)
         if first is not None:
             return Admitted(first.seq, first.event_hash, first.deliveries, duplicate=True)
         stamp = self.next_stamp()
         try:
-            if not self._runtime.router.subscribed(schema):
-                raise RouteNoSubscriberError(f"no subscription routes {schema}")
-            deliveries = self._runtime.router.route(schema, normalized)
+            deliveries = route(self._runtime, event)
         except RouteError as error:
-            record = records.ingress_rejected(
-                schema, normalized, stamp.to_value(), error.code, str(error)
+            rejected = records.ingress_rejected(
+                schema, event.value, stamp.to_value(), error.code, str(error)
             )
-            self.append(record)
+            self.append(rejected)
             self.flush()
             raise
         self.logical_ns = stamp.logical_ns
-        record = records.ingress_event(schema, normalized, stamp.to_value(), key)
-        seq = self.append(record)
+        seq = self.append(
+            records.ingress_event(schema, event.value, stamp.to_value(), event.idempotency_key)
+        )
         event_hash = hash_bytes(self._pending.record_bytes[-1])
-        if key is not None:
-            admission = FirstAdmission(seq, event_hash, len(deliveries), content)
-            self._idempotency.remember(key, admission)
-        self._enqueue(seq, deliveries, stamp)
+        self._ingress.remember(event, seq, event_hash, len(deliveries))
+        self._scheduler.enqueue_deliveries(seq, deliveries, stamp)
         self._flush_if_full()
         return Admitted(seq, event_hash, len(deliveries))
 
@@ -718,30 +468,20 @@ class World:
         self.require_open()
         stamp = self.next_stamp()
         try:
-            receipt = receipts.parse(receipt_value, receipt_bytes_max=self.limits.receipt_bytes_max)
-            receipts.authenticate(receipt, world_id=self.world_id, adapters=self._runtime.adapters)
-            open_intent = self.intents.get(receipt.intent)
-            if open_intent is None:
-                if self.settled_seq(receipt.intent) is not None:
-                    return Settlement(receipt.intent, None, duplicate=True, delivered=False)
-                cancelled = self.cancelled_seq(receipt.intent)
-                if cancelled is not None:
-                    raise receipts.ReceiptIntentCancelledError(
-                        f"intent {receipt.intent} was cancelled at seq {cancelled}",
-                        cancelled_seq=cancelled,
-                    )
-                raise receipts.ReceiptUnknownIntentError(f"no open intent {receipt.intent}")
-            receipts.authorize(receipt, self._runtime.effects[open_intent.effect])
-            if self._table(open_intent.workflow).get(open_intent.key) is None:
-                raise receipts.ReceiptCellDeletedError(
-                    f"the cell of {open_intent.workflow} that opened intent {receipt.intent} "
-                    "was deleted; the receipt would start a new cell"
-                )
+            receipt, open_intent = self._ingress.check_receipt(
+                self._runtime,
+                receipt_value,
+                world_id=self.world_id,
+                intents=self.intents,
+                cell_exists=self._cell_exists,
+            )
         except receipts.ReceiptError as error:
             kept, message = receipts.rejection(receipt_value, error)
             self.append(records.receipt_rejected(kept, stamp.to_value(), error.code, message))
             self.flush()
             raise
+        if open_intent is None:
+            return Settlement(receipt.intent, None, duplicate=True, delivered=False)
         self.logical_ns = stamp.logical_ns
         settlement = self._accept(receipt.body, receipt.signature, open_intent, stamp, None)
         self._flush_if_full()
@@ -750,36 +490,23 @@ class World:
     def advance_time(self, by_ns: int) -> RunReport:
         """Move a `manual` clock world's logical time forward, settle the kernel timers that
         fell due, and run to idle."""
-        if self.clock != CLOCK_MANUAL:
-            raise ClockManualOnlyError("this world's logical time follows the wall clock")
-        if by_ns < 0:
-            raise TimeBackwardsError(f"cannot move time by {by_ns} ns")
-        return self._tick(_time_in_range(self.logical_ns + by_ns))
+        return self._tick(self._timers.advanced_by(by_ns))
 
     def jump_next_timer(self) -> RunReport | None:
         """Advance a `manual` clock world to its earliest timer deadline (None if no timer is
         pending), settle what is due, and run to idle."""
-        if self.clock != CLOCK_MANUAL:
-            raise ClockManualOnlyError("this world's logical time follows the wall clock")
-        deadline = self.intents.next_deadline()
-        if deadline is None:
-            return None
-        return self._tick(_time_in_range(max(self.logical_ns, deadline)))
+        deadline = self._timers.next_jump()
+        return None if deadline is None else self._tick(deadline)
 
     def tick(self) -> RunReport | None:
         """For a `wall` clock world: if a kernel timer is due at the current wall time, journal
         a `time` input, settle the due timers and run to idle. None when nothing was due."""
         self.require_open()
-        if self.clock != CLOCK_WALL:
-            raise ClockManualOnlyError("tick is for wall-clock worlds; use advance_time")
-        now = max(self.logical_ns, self._stamps.wall_ns())
-        if not self.intents.any_due(now):
-            return None
-        return self._tick(None)
+        return self._tick(None) if self._timers.wall_due() else None
 
     def next_timer_ns(self) -> int | None:
         """The earliest pending kernel timer deadline (timers are few: open timer intents)."""
-        return self.intents.next_deadline()
+        return self._timers.next_deadline()
 
     def _tick(self, logical_ns: int | None) -> RunReport:
         self.require_open()
@@ -793,18 +520,7 @@ class World:
         """Journal a `time` input and settle the kernel timers it makes due."""
         self.logical_ns = stamp.logical_ns
         seq = self.append(records.time(stamp.to_value()))
-        for index, key in enumerate(self.intents.due(self.logical_ns)):
-            open_intent = self.intents.get(key)
-            assert open_intent is not None
-            body = {
-                "world": self.world_id,
-                "intent": key,
-                "status": "ok",
-                "payload": {"delivered_at_ns": self.logical_ns, "key": open_intent.issuer_ref},
-                "adapter": TIMER_ADAPTER,
-                "started_ns": self.logical_ns,
-                "finished_ns": self.logical_ns,
-            }
+        for index, (open_intent, body) in enumerate(self._timers.due_receipts(self.world_id)):
             self._accept(body, None, open_intent, stamp.derive(index), seq)
 
     def _accept(
@@ -819,13 +535,7 @@ class World:
         envelope for the origin cell (or fail the cell if it cannot take the rejection)."""
         intent = str(body["intent"])
         effect = self._runtime.effects[open_intent.effect]
-        payload = body["payload"]
-        payload_error: tuple[str, str] | None = None
-        if body["status"] == "ok":
-            try:
-                payload = normalize(payload, effect.receipt, self._runtime.schemas)
-            except AirError as error:
-                payload_error = (error.code, str(error))
+        payload, payload_error = receipts.checked_payload(body, effect, self._runtime.schemas)
         seq = self.append(
             records.effect_receipt(
                 body=body,
@@ -838,17 +548,7 @@ class World:
         self.intents.close(intent)
         self.intents.mark_settled(intent, seq)
         origin = open_intent.origin(intent, str(body["adapter"]))
-        if payload_error is None:
-            schema = RECEIPT_ENVELOPE
-            value = {**origin, "status": {"$tag": body["status"]}, "payload": cbor.encode(payload)}
-        else:
-            schema = RECEIPT_REJECTED
-            value = {
-                **origin,
-                "error_code": payload_error[0],
-                "error_message": payload_error[1][:1000],
-                "payload": cbor.encode(payload) if _storable(payload, None) else b"",
-            }
+        schema, value = receipts.envelope(origin, body, payload, payload_error)
         return self._deliver_receipt(open_intent, seq, stamp, schema, value)
 
     def _deliver_receipt(
@@ -859,23 +559,15 @@ class World:
         cannot take this kind of envelope."""
         intent = str(value["intent_hash"])
         workflow = self._runtime.workflows[open_intent.workflow]
-        if self._table(open_intent.workflow).get(open_intent.key) is None:
-            self.append(
-                records.delivery_dropped(
-                    input_seq=seq,
-                    delivery=0,
-                    workflow=open_intent.workflow,
-                    key=open_intent.key,
-                    reason="cell_deleted",
-                )
-            )
+        if self._cells.get(open_intent.workflow).get(open_intent.key) is None:
+            self.append(dropped(seq, 0, open_intent.cell, "cell_deleted"))
             return Settlement(intent, seq, delivered=False)
         router = self._runtime.router
         if not router.accepts(workflow.event, schema):
             # The seed's rule: a workflow that cannot take a rejected receipt fails, and its
             # later receipts are dropped when they reach the failed cell.
-            self._table(open_intent.workflow).mark_failed(open_intent.key, seq)
-            self._checkpoint_due = True  # the tail's fold does not fail cells
+            self._cells.get(open_intent.workflow).mark_failed(open_intent.key, seq)
+            self._checkpoints.due = True  # the tail's fold does not fail cells
             return Settlement(intent, seq, delivered=False)
         self._scheduler.enqueue(
             Message(
@@ -899,32 +591,7 @@ class World:
         return self.intents.cancelled_seq(intent)
 
     def next_stamp(self) -> Stamp:
-        if self._forced_stamp is not None:
-            stamp, self._forced_stamp = self._forced_stamp, None
-            return stamp
-        wall = self._stamps.wall_ns()
-        logical = max(self.logical_ns, wall) if self.clock == CLOCK_WALL else self.logical_ns
-        return Stamp(
-            wall_ns=wall,
-            logical_ns=logical,
-            entropy=self._stamps.entropy(),
-            height=self._head + 1,
-            manifest=str(self._runtime.manifest_hash),
-        )
-
-    def _enqueue(self, seq: int, deliveries: list[Delivery], stamp: Stamp) -> None:
-        for index, delivery in enumerate(deliveries):
-            self._scheduler.enqueue(
-                Message(
-                    seq=seq,
-                    delivery=index,
-                    workflow=delivery.workflow,
-                    key=delivery.key,
-                    schema=delivery.schema,
-                    value=delivery.value,
-                    stamp=stamp,
-                )
-            )
+        return self._timers.next_stamp(self._head + 1, str(self._runtime.manifest_hash))
 
     # ----------------------------------------------------------------------------------------
     # Operations (operations.py)
@@ -933,7 +600,9 @@ class World:
         """Journal an operator's action and queue what it causes (`run_to_idle` steps it).
         A refused action raises and journals nothing."""
         self.require_open()
-        self._check_operation(operation)
+        self._ingress.check_operation(
+            operation, self.intents, self._cells, self._scheduler.is_queued
+        )
         stamp = self.next_stamp()
         self.logical_ns = stamp.logical_ns
         record = records.operation(operation.action, stamp.to_value(), **operation.target())
@@ -947,33 +616,12 @@ class World:
         self._flush_if_full()
         return seq
 
-    def _check_operation(self, operation: Operation) -> None:
-        if operation.action == INTENT_CANCEL:
-            intent = str(operation.intent)
-            if intent not in self.intents:
-                settled, cancelled = self.settled_seq(intent), self.cancelled_seq(intent)
-                closed = f"settled at seq {settled}" if settled is not None else "not open"
-                closed = f"cancelled at seq {cancelled}" if cancelled is not None else closed
-                raise IntentNotOpenError(f"intent {intent} is {closed}")
-            return
-        workflow = str(operation.workflow)
-        cell_id: CellId = (workflow, operation.key)
-        cell = self._table(workflow).get(operation.key)
-        if cell is None:
-            raise CellMissingError(f"{workflow} has no cell for that key")
-        if operation.action == CELL_RETRY and not cell.failed:
-            raise CellNotFailedError(f"the cell of {workflow} has not failed")
-        if operation.action == CELL_RESET and (
-            self.intents.is_waiting(cell_id) or self._scheduler.is_queued(cell_id)
-        ):
-            raise CellBusyError(f"the cell of {workflow} has open intents or queued deliveries")
-
     def _restart_cell(self, operation: Operation, seq: int) -> None:
         """Retry: clear the failure, keeping the state, and queue the delivery that failed
         the cell again. Reset: delete the cell."""
         cell_id: CellId = (str(operation.workflow), operation.key)
-        parked = self._faulted.pop(cell_id, None)
-        table = self._table(cell_id[0])
+        parked = self._stepper.faulted.pop(cell_id, None)
+        table = self._cells.get(cell_id[0])
         if operation.action == CELL_RESET:
             table.put(operation.key, None, seq)
             return
@@ -1020,7 +668,7 @@ class World:
         report.last_seq = self._head
         if self._pending.records:
             self.flush()
-        if self._snapshot_due():
+        if not len(self._scheduler) and self._checkpoints.snapshot_due(self._head):
             self.snapshot()
         return report
 
@@ -1036,21 +684,12 @@ class World:
             raise WorldNotQuiescentError(
                 f"{len(self._scheduler)} deliveries are queued; run to idle first"
             )
-        roots = self._materialize()
-        content = self._checkpoint(roots)
+        content = self._head_content(self._cells.materialize())
         snapshot_hash = self._pending.put_value(content)
         seq = self.append(records.snapshot(str(snapshot_hash), content["height"]))
         self._sign_chain_head()
-        self.snapshots.append((seq, snapshot_hash))
-        kept = self.limits.snapshots_kept_max
-        dropped = self.snapshots[:-kept] if kept is not None else []
-        self.snapshots = self.snapshots[len(dropped) :]
-        if self.limits.reclaim_superseded:
-            self._pending.forget([h for _, h in dropped])
-            self._pending.release_before = self.snapshots[0][0]
-        self._pending.meta[_META_SNAPSHOTS] = [[n, str(h)] for n, h in self.snapshots]
+        self._checkpoints.keep_snapshot(seq, snapshot_hash)
         self.flush()
-        self._last_snapshot_wall_s = _monotonic_s()
         return seq, snapshot_hash
 
     def _sign_chain_head(self) -> None:
@@ -1062,18 +701,6 @@ class World:
         kept = worldkey.with_signed(self.store, signed, self.limits.signed_heads_kept_max)
         self._pending.meta[worldkey.META_SIGNED] = kept
 
-    def _snapshot_due(self) -> bool:
-        if len(self._scheduler):
-            return False
-        every = self.limits.snapshot_every_records
-        last = self.snapshots[-1][0] if self.snapshots else 0
-        if every is not None and self._head - last >= every:
-            return True
-        seconds = self.limits.snapshot_every_s
-        # The host clock decides only *when* a snapshot is taken, never what is in it, and a
-        # replay follows the journaled snapshot records: determinism does not depend on it.
-        return seconds is not None and _monotonic_s() - self._last_snapshot_wall_s >= seconds
-
     def step_next(self, report: RunReport | None = None) -> bool:
         """Step the next scheduled delivery, without flushing; False when nothing is queued.
         `run_to_idle` is this in a loop followed by one flush; a replay calls it one step at a
@@ -1081,48 +708,14 @@ class World:
         message = self._scheduler.next()
         if message is None:
             return False
-        self._step(message, report if report is not None else RunReport())
-        return True
-
-    def _step(self, message: Message, report: RunReport) -> None:
-        table = self._table(message.workflow)
-        cell = table.get(message.key)
-        if cell is not None and cell.failed:
-            report.dropped += 1
-            self.append(
-                records.delivery_dropped(
-                    input_seq=message.seq,
-                    delivery=message.delivery,
-                    workflow=message.workflow,
-                    key=message.key,
-                    reason="cell_failed",
-                )
-            )
-            return
-        state = table.state_bytes(cell) if cell is not None else None
-        if state == b"":
-            state = None
-        workflow = self._runtime.workflows[message.workflow]
-        runner = self._runtime.runner(message.workflow)
-        module = runner.module_hash
-        step_input = encode_input(
-            state=state,
-            event_schema=message.schema,
-            event_value=cbor.encode_built(message.value),  # normalized when it was admitted
-            key=message.key,
-            ctx=self._context(message) if workflow.context is not None else None,
+        self._stepper.step(
+            self._runtime,
+            message,
+            report if report is not None else RunReport(),
+            on_step=self.on_step,
+            read_blob=self.read_blob,
         )
-        try:
-            result = runner.step(step_input, seq=message.seq, read_blob=self.read_blob)
-            outcome = self.check_output(message, result, module)
-        except StepFault as fault:
-            if self.on_step is not None:
-                self.on_step(message, step_input, fault)
-            self._record_fault(message, fault, module, report)
-            return
-        if self.on_step is not None:
-            self.on_step(message, step_input, outcome)
-        self._apply(message, outcome, report)
+        return True
 
     def read_blob(self, hash_text: str) -> bytes | None:
         """A CAS blob a step asked to read (spec/08 §4.1), or None when there is none by that
@@ -1134,168 +727,9 @@ class World:
             return self._pending.get(hash_)
         return self.blob_source(hash_) if self.blob_source is not None else None
 
-    def _context(self, message: Message) -> bytes:
-        workflow = self._runtime.workflows[message.workflow]
-        value = {
-            "now_ns": message.stamp.logical_ns,
-            "entropy": derive_entropy(message.stamp.entropy, message.delivery),
-            "journal_height": message.seq,
-            "manifest_hash": str(self._runtime.manifest_hash),
-            "workflow": message.workflow,
-            "key": message.key,
-            "cell_mode": workflow.keyed,
-        }
-        # Every field is the kernel's own, of its schema's type already (`sys/WorkflowContext@1`:
-        # time and nat are ints, hash the canonical text, key canonical bytes or null), so the
-        # value is its normalized form: tests/test_step_context.py holds this against normalize.
-        return cbor.encode_built(value)
-
     def check_output(self, message: Message, result: StepResult, module: str) -> StepOutcome:
-        """Everything the kernel checks about a step's output beyond the envelope: the state
-        fits its schema, events fit theirs and can be routed, effects are admitted. Pure: it
-        changes nothing, so a fault here leaves nothing applied."""
-        workflow = self._runtime.workflows[message.workflow]
-        schemas = self._runtime.schemas
-        output = result.output
-        state: bytes | None = None
-        if output.state is not None:
-            try:
-                state = _normalized_state(output, workflow.state, schemas)
-            except (AirError, cbor.CborError) as error:
-                raise StepStateInvalidError(str(error), module=module) from None
-        events: list[tuple[str, Any, list[Delivery]]] = []
-        for index, emitted in enumerate(output.domain_events):
-            path = f"domain_events[{index}]"
-            if is_sys_name(emitted.schema) or emitted.schema not in schemas:
-                raise StepEventInvalidError(
-                    f"{emitted.schema} is not a user schema of the manifest",
-                    path=path,
-                    module=module,
-                )
-            try:
-                value = normalize(cbor.decode(emitted.value), emitted.schema, schemas)
-            except (AirError, cbor.CborError) as error:
-                raise StepEventInvalidError(str(error), path=path, module=module) from None
-            try:
-                deliveries = self._runtime.router.route(emitted.schema, value)
-            except RouteError as error:
-                raise StepRouteError(
-                    f"{error.code}: {error}", path=path, module=module, route_code=error.code
-                ) from None
-            events.append((emitted.schema, value, deliveries))
-        ann = self._checked_annotation(workflow, output, module)
-        effects = [
-            admit(
-                emitted,
-                index=index,
-                workflow=workflow,
-                key=message.key,
-                input_seq=message.seq,
-                effects=self._runtime.effects,
-                schemas=schemas,
-                module=module,
-            )
-            for index, emitted in enumerate(output.effects)
-        ]
-        return StepOutcome(state, events, effects, result.fuel_used, ann, output.cancel)
-
-    def _checked_annotation(self, workflow: DefWorkflow, output: StepOutput, module: str) -> Any:
-        """The step's annotation as the step record carries it: normalized against the
-        workflow's `annotations` schema when it declares one."""
-        if output.ann is None:
-            return None
-        value = output.ann_value()
-        if workflow.annotations is None:
-            return value
-        try:
-            return normalize(value, workflow.annotations, self._runtime.schemas)
-        except AirError as error:
-            raise StepAnnotationInvalidError(str(error), module=module) from None
-
-    def _apply(self, message: Message, outcome: StepOutcome, report: RunReport) -> None:
-        table = self._table(message.workflow)
-        cell: CellId = (message.workflow, message.key)
-        cancelled = self.intents.cancellable(cell, outcome.cancel)
-        step_seq = self.append(
-            records.step(
-                input_seq=message.seq,
-                delivery=message.delivery,
-                workflow=message.workflow,
-                key=message.key,
-                state=str(hash_bytes(outcome.state)) if outcome.state else None,
-                events=len(outcome.events),
-                intents=[str(effect.intent) for effect in outcome.effects],
-                cancelled=cancelled,
-                ann=outcome.ann,
-            )
-        )
-        for intent in cancelled:
-            self.intents.close(intent)
-            self.intents.mark_cancelled(intent, step_seq)
-        table.put(message.key, outcome.state, step_seq)
-        report.steps += 1
-        # Fuel is reported, never journaled: a warm instance may spend less than a fresh one
-        # on the same step, and the journal must not depend on the determinism profile.
-        report.fuel += outcome.fuel
-        step_stamp = message.stamp.derive(message.delivery)
-        for index, (schema, value, deliveries) in enumerate(outcome.events):
-            seq = self.append(records.derived_event(schema, value, step_seq, index))
-            self._enqueue(seq, deliveries, step_stamp.derive(index))
-            report.events += 1
-        for effect in outcome.effects:
-            self._open_intent(effect, message, cell, step_seq, report)
-
-    def _open_intent(
-        self,
-        effect: AdmittedEffect,
-        message: Message,
-        cell: CellId,
-        step_seq: int,
-        report: RunReport,
-    ) -> None:
-        intent = str(effect.intent)
-        if intent in self.intents:
-            return  # the same identity is already open: an intent is opened once
-        seq = self.append(
-            records.effect_intent(
-                intent=intent,
-                effect=effect.effect,
-                params=effect.params,
-                workflow=message.workflow,
-                key=message.key,
-                cause=step_seq,
-                index=effect.index,
-                idempotency_key=effect.idempotency_key,
-                issuer_ref=effect.issuer_ref,
-            )
-        )
-        due = effect.params["deliver_at_ns"] if effect.effect == TIMER_SET_EFFECT else None
-        self.intents.open(
-            intent,
-            OpenIntent(message.workflow, message.key, effect.effect, seq, effect.issuer_ref, due),
-        )
-        report.intents += 1
-
-    def _record_fault(
-        self, message: Message, fault: StepFault, module: str, report: RunReport
-    ) -> None:
-        seq = self.append(
-            records.step_fault(
-                input_seq=message.seq,
-                delivery=message.delivery,
-                workflow=message.workflow,
-                key=message.key,
-                module=module,
-                code=fault.code,
-                message=str(fault),  # clipped by the record (records.clip_message)
-                guest=fault.guest if isinstance(fault, StepGuestExceptionError) else None,
-            )
-        )
-        self._table(message.workflow).mark_failed(message.key, seq)
-        self._faulted[(message.workflow, message.key)] = message
-        report.faults += 1
-        if len(report.fault_codes) < FAULT_CODES_KEPT_MAX:
-            report.fault_codes.append(fault.code)
+        """Everything the kernel checks about a step's output (stepping.py); pure."""
+        return self._stepper.check(self._runtime, message, result, module)
 
     # ----------------------------------------------------------------------------------------
     # Journal, flush, head checkpoint
@@ -1310,7 +744,7 @@ class World:
         if self.chain is not None:
             self.chain.advance(raw)
         if kind not in FOLDABLE_KINDS:
-            self._checkpoint_due = True
+            self._checkpoints.due = True
         # Governance actions and snapshots change no state: a shadow stays current across them.
         if kind not in (records.GOVERNANCE, records.SNAPSHOT):
             self.state_height = self._head
@@ -1327,41 +761,22 @@ class World:
         """Make everything appended durable: journal records and new states, and, when a
         checkpoint is due (`checkpoint_every_records`, or something the tail cannot carry),
         the materialized cells and the head checkpoint too. One transaction either way."""
-        if self._checkpoint_wanted():
+        if self._checkpoints.wanted(self._head, len(self._scheduler)):
             self.checkpoint()
             return
-        with self._reclaiming():
-            for _, table in sorted(self._cells.items()):
-                table.store_states()
+        self._cells.store_states()
         self._commit()
 
     def checkpoint(self) -> None:
         """Flush with the cells materialized into the index and a new head checkpoint."""
         self.require_open()  # a closed world raises before anything is materialized
-        roots = self._materialize()
-        head = self._checkpoint(roots)
-        with self._reclaiming():
-            head_blob = self._pending.put_value(head)
-        if self.limits.reclaim_superseded and self._head_blob not in (None, head_blob):
-            self._pending.superseded([self._head_blob])
-        self._pending.meta[_META_HEAD] = str(head_blob)
+        head_blob = self._checkpoints.stage_head(self._head_content(self._cells.materialize()))
         self._commit()
-        self._head_blob = head_blob
-        self._checkpoint_height = self._head
-        self._checkpoint_due = False
-        self._sync_retention()
-
-    def _checkpoint_wanted(self) -> bool:
-        # A tail ends quiescent: the fold rebuilds no queue.
-        if self._checkpoint_due or self._head_blob is None or len(self._scheduler):
-            return True
-        every = self.limits.checkpoint_every_records
-        return every is not None and self._head - self._checkpoint_height >= every
+        self._checkpoints.committed(head_blob, self._head)
 
     def _commit(self) -> None:
         store = self.store
-        self._pending.superseded(self._tail_superseded)
-        self._tail_superseded.clear()
+        self._cells.release_tail_superseded()
         expected_first = self._head - len(self._pending.records) + 1
         wrote_records = bool(self._pending.records)
         if wrote_records and self.chain is not None:
@@ -1377,63 +792,22 @@ class World:
         if wrote_records and (first, last) != (expected_first, self._head):
             raise KernelInvariantError("journal sequence numbers drifted from the world's count")
 
-    def _sync_retention(self) -> None:
-        """Tell the pending view the current epoch (the newest snapshot) and what retention
-        lets go (objects doomed with snapshots older than the oldest kept one)."""
-        pending = self._pending
-        pending.epoch = self.snapshots[-1][0] if self.snapshots else 0
-        # No snapshot kept (gc --keep-snapshots 0): nothing doomed is named any more.
-        pending.release_before = self.snapshots[0][0] if self.snapshots else SEQ_MAX
-        pending.release_max = self.limits.release_objects_per_flush_max
-        if not self.limits.reclaim_superseded:
-            pending.release_before = 0
-
-    def _materialize(self) -> dict[str, str]:
-        """Fold every table's dirty cells into its index; the roots by workflow."""
-        superseded: set[Hash] = set()
-        with self._reclaiming():
-            roots = {
-                name: str(table.materialize(superseded if self.limits.reclaim_superseded else None))
-                for name, table in sorted(self._cells.items())
-            }
-        self._pending.superseded(superseded)
-        return roots
-
-    @contextmanager
-    def _reclaiming(self) -> Iterator[None]:
-        """What is written inside is young (reclaimable once superseded), if reclaiming."""
-        if not self.limits.reclaim_superseded:
-            yield
-            return
-        with self._pending.young():
-            yield
-
-    def _checkpoint(self, roots: dict[str, str]) -> dict[str, Any]:
-        all_roots = dict(self._stored_roots)
-        all_roots.update(roots)
-        # A workflow with no cells has no root entry, so that reading a world (which opens
-        # cell tables) never changes what its head says.
-        empty = str(self._index.empty_root)
-        all_roots = {name: root for name, root in all_roots.items() if root != empty}
-        self._stored_roots = all_roots
+    def _head_content(self, materialized: dict[str, str]) -> dict[str, Any]:
+        """The head checkpoint (or snapshot) of the world now, over the materialized roots."""
         return {
             "format": WORLD_FORMAT,
             "height": self._head,
             "logical_ns": self.logical_ns,
             "manifest": str(self._runtime.manifest_hash),
-            "roots": all_roots,
+            "roots": self._cells.head_roots(materialized),
             "open_intents": self.intents.values(),
             "queued": [message.to_value() for message in self._scheduler.snapshot()],
             "proposals": {key: dict(value) for key, value in sorted(self.proposals.items())},
             "state_height": self.state_height,
             **({"chain": self.chain.to_value()} if self.chain is not None else {}),
             # Written only when a cell has failed, so older heads keep their form.
-            **({"faulted": self._faulted_values()} if self._faulted else {}),
+            **({"faulted": self._stepper.faulted_values()} if self._stepper.faulted else {}),
         }
-
-    def _faulted_values(self) -> list[dict[str, Any]]:
-        ordered = sorted(self._faulted.items(), key=lambda item: (item[0][0], item[0][1] or b""))
-        return [message.to_value() for _, message in ordered]
 
     def switch_manifest(self, manifest_hash: Hash) -> None:
         """Make a stored manifest the world's (governance apply). Cells of workflows the new
@@ -1448,17 +822,13 @@ class World:
             key_bytes_max=self.limits.key_bytes_max,
             fresh_instances=self._runtime.fresh_instances,
         )
-        for name in list(self._cells):
-            if name not in loaded.workflows:
-                del self._cells[name]
-        self._stored_roots = {k: v for k, v in self._stored_roots.items() if k in loaded.workflows}
-        self._faulted = {c: m for c, m in self._faulted.items() if c[0] in loaded.workflows}
+        self._cells.keep(loaded.workflows)
+        self._stepper.keep_faulted(loaded.workflows)
 
     def restore_head(self, head: dict[str, Any], head_hash: Hash) -> None:
         """Take the stored head checkpoint `head_hash` as this world's (opening)."""
         self._restore(head)
-        self._head_blob = head_hash
-        self._sync_retention()
+        self._checkpoints.restored(head["height"], head_hash)
 
     def _restore(self, head: dict[str, Any]) -> None:
         if head["height"] > self.store.journal.head():
@@ -1468,15 +838,15 @@ class World:
             )
         self._head = head["height"]
         self.logical_ns = head["logical_ns"]
-        self._stored_roots = dict(head["roots"])
+        self._cells.restore(head["roots"])
         self.intents.restore(head["open_intents"])
         self._scheduler.restore([Message.from_value(v) for v in head["queued"]])
         self.proposals = {key: dict(value) for key, value in head.get("proposals", {}).items()}
         self.state_height = int(head.get("state_height", self._head))
         for value in head.get("faulted", []):
             message = Message.from_value(value)
-            self._faulted[(message.workflow, message.key)] = message
-        self._checkpoint_height = self._head
+            self._stepper.faulted[(message.workflow, message.key)] = message
+        self._checkpoints.restored(self._head)
         end = self.store.journal.head()
         if end > self._head:
             self._apply_tail(self.store.journal.read(self._head + 1, end))
@@ -1485,12 +855,7 @@ class World:
         """Fold the records after the head checkpoint into the head (tail.py): no step runs
         and nothing is appended."""
         folded = fold(self._head, self.logical_ns, self.state_height, tail)
-        for (workflow, key), (state_hash, seq) in folded.cells.items():
-            table = self._table(workflow)
-            if state_hash is None:
-                table.put(key, None, seq)
-            else:
-                table.put_stored(key, state_hash, len(self._pending.get(state_hash)), seq)
+        self._cells.put_folded(folded.cells)
         for intent in folded.closed:
             self.intents.close(intent)
         for intent, open_intent in folded.opened.items():
@@ -1503,23 +868,13 @@ class World:
     def current_head(self) -> dict[str, Any]:
         """The head checkpoint as it would be written now (materializes the cells; nothing
         is committed): what a replay compares."""
-        return self._checkpoint(self._materialize())
+        return self._head_content(self._cells.materialize())
 
-    def _table(self, workflow: str) -> CellTable:
-        table = self._cells.get(workflow)
-        if table is None:
-            self._runtime.workflow(workflow)  # an unknown name must not reach the checkpoint
-            root = self._stored_roots.get(workflow)
-            table = CellTable(
-                self._pending,
-                self._index,
-                Hash(root) if root else self._index.empty_root,
-                cache_cells_max=self.limits.cache_cells_max,
-                resident_state_bytes_max=self.limits.resident_state_bytes_max,
-                superseded=self._tail_superseded if self.limits.reclaim_superseded else None,
-            )
-            self._cells[workflow] = table
-        return table
+    def _cell_exists(self, cell: CellId) -> bool:
+        return self._cells.get(cell[0]).get(cell[1]) is not None
+
+    def _check_workflow(self, workflow: str) -> None:
+        self._runtime.workflow(workflow)  # raises for a name the manifest does not have
 
     def require_open(self) -> None:
         if self._store is None:
@@ -1530,161 +885,47 @@ class World:
 
     def key_bytes(self, workflow: str, key: Any) -> bytes | None:
         """The canonical key bytes of a cell, from a key value (normalized like routing)."""
-        definition = self._runtime.workflow(workflow)
-        if definition.key_schema is None:
-            return None
-        if key is None:
-            raise KeyRequiredError(f"{workflow} is keyed; name a key")
-        key_type: Any = definition.key_schema
-        if isinstance(key_type, str):
-            key_type = RefType(ref=key_type)
-        return cbor.encode(normalize(key, key_type, self._runtime.schemas))
+        return queries.key_bytes(self._runtime, workflow, key)
 
     def state(self, workflow: str, key: Any = None) -> Any:
         """The state of a cell (None if it does not exist)."""
-        key_bytes = self.key_bytes(workflow, key)
-        table = self._table(workflow)
-        cell = table.get(key_bytes)
-        if cell is None:
-            return None
-        data = table.state_bytes(cell)
-        return cbor.decode(data) if data else None
+        return self._reads.state(workflow, self.key_bytes(workflow, key))
 
     def status_of(self, workflow: str, key_bytes: bytes | None) -> str:
-        cell = self._table(workflow).get(key_bytes)
-        if cell is not None and cell.failed:
-            return STATUS_FAILED
-        if self._scheduler.is_queued((workflow, key_bytes)):
-            return STATUS_RUNNING
-        if self.intents.is_waiting((workflow, key_bytes)):
-            return STATUS_WAITING
-        return STATUS_COMPLETED
+        return self._reads.status_of(workflow, key_bytes)
 
     def cells(self, workflow: str) -> list[CellInfo]:
         """Every cell of a workflow, in key-hash order."""
-        self._runtime.workflow(workflow)
-        return [self._cell_info(workflow, cell) for _, cell in self._table(workflow).items()]
+        return self._reads.cells(workflow)
 
     def cells_after(self, workflow: str, after: bytes | None) -> Iterator[CellInfo]:
         """A workflow's cells whose key hash is greater than `after` (all when None), in
         key-hash order, lazily: a page of cells reads what it shows, not the whole index."""
-        self._runtime.workflow(workflow)
-        for _, cell in self._table(workflow).items_after(after):
-            yield self._cell_info(workflow, cell)
+        return self._reads.cells_after(workflow, after)
 
     def cell_count(self, workflow: str) -> int:
         """How many cells a workflow has (index counts, no walk)."""
-        self._runtime.workflow(workflow)
-        return self._table(workflow).count()
+        return self._reads.cell_count(workflow)
 
     def cell_info(self, workflow: str, key_bytes: bytes | None) -> CellInfo | None:
         """One cell by its canonical key bytes (None if it does not exist)."""
-        cell = self._table(workflow).get(key_bytes)
-        return None if cell is None else self._cell_info(workflow, cell)
-
-    def _cell_info(self, workflow: str, cell: Cell) -> CellInfo:
-        return CellInfo(
-            workflow=workflow,
-            key=cbor.decode(cell.key) if cell.key else None,
-            key_bytes=cell.key,
-            state_hash=cell.state_hash,
-            status=self.status_of(workflow, cell.key),
-            last_active_seq=cell.last_active_seq,
-        )
+        return self._reads.cell_info(workflow, key_bytes)
 
     def open_intents(self) -> list[dict[str, Any]]:
         return self.intents.values()
 
     def status(self) -> dict[str, Any]:
-        workflows = {}
-        for name in sorted(self._runtime.workflows):
-            table = self._table(name)
-            failed = sum(1 for _, cell in table.items() if cell.failed)
-            workflows[name] = {"cells": table.count(), "failed": failed}
         return {
             "height": self._head,
             "manifest": str(self._runtime.manifest_hash),
             "logical_ns": self.logical_ns,
             "clock": self.clock,
-            "workflows": workflows,
+            "workflows": self._reads.counts(self._runtime.workflows),
             "open_intents": len(self.intents),
             "queued": len(self._scheduler),
         }
 
 
-def _normalized_state(output: StepOutput, state_type: Any, schemas: Any) -> bytes:
-    """A step's output state as the cell keeps it: its value normalized against the
-    workflow's state schema, canonically encoded. When normalizing changed nothing (the
-    usual case: an `any` field is checked in place), the output's own bytes, which
-    `decode_output` proved canonical, are kept without encoding the value again."""
-    value = output.state_value()
-    normalized = normalize(value, state_type, schemas)
-    if output.state is not None and cbor.same_encoding(normalized, value):
-        return output.state
-    return cbor.encode(normalized)
-
-
-def _head_usable(store: Store) -> bool:
-    """The head checkpoint exists, reads back verified, matches the journal's height, and
-    every index root it names is present."""
-    try:
-        head: Any = store.cas.get_value(Hash(str(store.meta.get(_META_HEAD))))
-        if head["height"] > store.journal.head():
-            return False
-        return all(store.cas.has(Hash(str(root))) for root in head["roots"].values())
-    except (AosError, KeyError, TypeError):
-        return False
-
-
 def head_at_end(store: Store, engine: WasmEngine) -> dict[str, Any]:
-    """The head of the world in `store` at its journal's end: the stored head checkpoint,
-    with the journal tail after it folded in (read-only: nothing is written)."""
-    head = _as_map(store.cas.get_value(Hash(str(store.meta.get(_META_HEAD)))), "head checkpoint")
-    if head["height"] == store.journal.head():
-        return head
-    return World._from_store(store, engine, None, None).current_head()
-
-
-def _time_in_range(logical_ns: int) -> int:
-    if logical_ns > LOGICAL_NS_MAX:
-        raise TimeOutOfRangeError(
-            f"logical time would be {logical_ns} ns; the most is {LOGICAL_NS_MAX}",
-            logical_ns_max=LOGICAL_NS_MAX,
-        )
-    return logical_ns
-
-
-def _snapshot_list(value: Any) -> list[tuple[int, Hash]]:
-    if not isinstance(value, list):
-        raise WorldCorruptError("the stored snapshot list is not a list")
-    return [(int(seq), Hash(str(hash_))) for seq, hash_ in value]
-
-
-def _monotonic_s() -> float:
-    import time
-
-    return time.monotonic()
-
-
-def _storable(value: Any, bytes_max: int | None) -> bool:
-    try:
-        size = len(cbor.encode(value))
-    except cbor.CborError:
-        return False
-    return bytes_max is None or size <= bytes_max
-
-
-def _as_map(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise WorldCorruptError(f"the stored {what} is not a map")
-    return value
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    state: bytes | None
-    events: list[tuple[str, Any, list[Delivery]]]
-    effects: list[AdmittedEffect]
-    fuel: int
-    ann: Any = None  # the annotation the step record carries (normalized), or None
-    cancel: tuple[str, ...] = ()  # issuer_refs of the cell's open intents to close
+    """The head of the world in `store` at its journal's end (opening.head_at_end)."""
+    return opening.head_at_end(World, store, engine)
