@@ -14,8 +14,7 @@ ratios to the first row of each group, aos on PostgreSQL:
   one flush (aos) / M `DBOS.start_workflow` (DBOS).
 * `postgres.round_trip`: what one server round trip costs on this machine (`SELECT 1` on an
   open connection). The aos-on-PostgreSQL rows carry `round_trips_per_step` (statements the
-  store sent, reads included; a flush is BEGIN, the epoch claim, one statement per kind of
-  write, COMMIT).
+  store sent, reads included; a flush is one: a call of the store's flush function).
 
 Left out, with a note, when PostgreSQL's binaries are missing (`apt-get install
 postgresql-15`) or `.venv-bench` is (`make bench-setup`; DBOS rows only).
