@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -32,13 +33,9 @@ def event(n: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-def world(tmp_path: Any) -> str:
-    return world_id(tmp_path)
-
-
-@pytest.fixture
-def writer(pg_store_dsn: str, world: str) -> Iterator[PgStore]:
-    with open_pg_store(pg_store_dsn, world, sync=False) as store:
+def writer(pg_store_dsn: str, tmp_path: Path) -> Iterator[PgStore]:
+    """A writer of a world of the test's own."""
+    with open_pg_store(pg_store_dsn, world_id(tmp_path), sync=False) as store:
         yield store
 
 
@@ -81,8 +78,9 @@ def every_kind_of_write(store: PgStore, young: Hash, doomed: Hash) -> None:
 
 
 def test_a_batch_of_every_kind_of_write_is_one_round_trip(
-    pg_store_dsn: str, world: str, writer: PgStore
+    pg_store_dsn: str, writer: PgStore
 ) -> None:
+    world = writer.world
     young, doomed = fill(writer)
     sent = writer.round_trips
     every_kind_of_write(writer, young, doomed)
@@ -100,8 +98,9 @@ def test_a_batch_of_every_kind_of_write_is_one_round_trip(
 
 
 def test_a_fenced_batch_of_every_kind_of_write_writes_nothing(
-    pg_store_dsn: str, world: str, writer: PgStore
+    pg_store_dsn: str, writer: PgStore
 ) -> None:
+    world = writer.world
     young, doomed = fill(writer)
     with open_pg_store(pg_store_dsn, world, sync=False) as newer:
         before = everything(newer)
@@ -115,8 +114,9 @@ def test_a_fenced_batch_of_every_kind_of_write_writes_nothing(
 
 
 def test_doomed_rows_below_a_horizon_are_read_once_and_agree_with_a_reader(
-    pg_store_dsn: str, world: str, writer: PgStore
+    pg_store_dsn: str, writer: PgStore
 ) -> None:
+    world = writer.world
     blobs = [writer.cas.put(bytes([n])) for n in range(4)]
     with open_pg_store(pg_store_dsn, world, readonly=True) as reader:
 
@@ -143,9 +143,8 @@ def test_doomed_rows_below_a_horizon_are_read_once_and_agree_with_a_reader(
         assert writer.round_trips == sent + 2
 
 
-def test_a_list_cut_by_its_limit_is_read_again(
-    pg_store_dsn: str, world: str, writer: PgStore
-) -> None:
+def test_a_list_cut_by_its_limit_is_read_again(pg_store_dsn: str, writer: PgStore) -> None:
+    world = writer.world
     blobs = [writer.cas.put(bytes([n])) for n in range(3)]
     with writer.batch() as batch:
         for blob in blobs:

@@ -81,6 +81,23 @@ SCHEMA: Final[tuple[LiteralString, ...]] = (
         PRIMARY KEY (world, seq, digest))""",
 )
 
+
+def _put_and_delete_sql(
+    table: LiteralString, key: LiteralString, value: LiteralString, arg: LiteralString
+) -> LiteralString:
+    """The flush function's deletes then upserts of a key -> value table, from its arguments
+    `{arg}_gone`, `{arg}_keys` and `{arg}_values`."""
+    return f"""    IF cardinality({arg}_gone) > 0 THEN
+        DELETE FROM {table} WHERE world = w AND {key} = ANY({arg}_gone);
+    END IF;
+    IF cardinality({arg}_keys) > 0 THEN
+        INSERT INTO {table} (world, {key}, {value})
+            SELECT w, k, v FROM unnest({arg}_keys, {arg}_values) AS t(k, v)
+            ON CONFLICT (world, {key}) DO UPDATE SET {value} = EXCLUDED.{value};
+    END IF;
+"""
+
+
 # A whole batch commit in one call, so one round trip (and, in autocommit, one transaction):
 # the epoch claim and head move first (no row updated: nothing is written and it returns
 # false), then each kind of write from arrays, in the order a batch applies them. Its name
@@ -92,7 +109,8 @@ _FLUSH_SIGNATURE: Final = (
     "bigint[], bytea[], bigint[], bytea[], bytea[], bytea[], bytea[], bytea[], bytea[], "
     "bytea[], bigint, bytea[])"
 )
-_CREATE_FLUSH: Final = """CREATE FUNCTION aos_flush_v1(
+_CREATE_FLUSH: Final = (
+    """CREATE FUNCTION aos_flush_v1(
     w text, epoch_mine bigint, head_old bigint, head_new bigint, clear_marks boolean,
     mark_keys bytea[], mark_values bytea[], mark_gone bytea[],
     doomed_seqs bigint[], doomed_digests bytea[], undoomed_seqs bigint[], undoomed_digests bytea[],
@@ -108,15 +126,9 @@ BEGIN
     IF clear_marks THEN
         DELETE FROM aos_marks WHERE world = w;
     END IF;
-    IF cardinality(mark_gone) > 0 THEN
-        DELETE FROM aos_marks WHERE world = w AND digest = ANY(mark_gone);
-    END IF;
-    IF cardinality(mark_keys) > 0 THEN
-        INSERT INTO aos_marks (world, digest, mark)
-            SELECT w, k, v FROM unnest(mark_keys, mark_values) AS t(k, v)
-            ON CONFLICT (world, digest) DO UPDATE SET mark = EXCLUDED.mark;
-    END IF;
-    IF cardinality(doomed_seqs) > 0 THEN
+"""
+    + _put_and_delete_sql("aos_marks", "digest", "mark", "mark")
+    + """    IF cardinality(doomed_seqs) > 0 THEN
         INSERT INTO aos_doomed (world, seq, digest)
             SELECT w, s, d FROM unnest(doomed_seqs, doomed_digests) AS t(s, d)
             ON CONFLICT DO NOTHING;
@@ -139,21 +151,16 @@ BEGIN
             ON CONFLICT (world, digest) DO UPDATE SET data = EXCLUDED.data
             WHERE aos_cas.data IS DISTINCT FROM EXCLUDED.data;
     END IF;
-    IF cardinality(meta_gone) > 0 THEN
-        DELETE FROM aos_meta WHERE world = w AND key = ANY(meta_gone);
-    END IF;
-    IF cardinality(meta_keys) > 0 THEN
-        INSERT INTO aos_meta (world, key, value)
-            SELECT w, k, v FROM unnest(meta_keys, meta_values) AS t(k, v)
-            ON CONFLICT (world, key) DO UPDATE SET value = EXCLUDED.value;
-    END IF;
-    IF cardinality(journal) > 0 THEN
+"""
+    + _put_and_delete_sql("aos_meta", "key", "value", "meta")
+    + """    IF cardinality(journal) > 0 THEN
         INSERT INTO aos_journal (world, seq, record)
             SELECT w, journal_first + n - 1, r FROM unnest(journal) WITH ORDINALITY AS t(r, n);
     END IF;
     RETURN true;
 END
 $flush$"""
+)
 _FLUSH: Final = (
     "SELECT aos_flush_v1(%s, %s, %s, %s, %s, %s::bytea[], %s::bytea[], %s::bytea[], "
     "%s::bigint[], %s::bytea[], %s::bigint[], %s::bytea[], %s::bytea[], %s::bytea[], "
