@@ -15,11 +15,13 @@ virtualenv; each mode runs in its own process, as `bench/peers/dbos_workload.py`
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import threading
 import time
 from pathlib import Path
 
+from aos.kernel.store.url import store_url_path
 from aos.kernel.world.world import World
 from aos.kernel.world_store import create_world
 from bench.bench_effects import CHAIN, START, WORKFLOW, settle_all
@@ -44,6 +46,9 @@ def _start(path: Path, chains: int, effects: int, store_url: str | None) -> None
 
 
 def _recover(path: Path, chains: int, effects: int) -> None:
+    if store_url_path(path).exists():
+        # Loaded before the clock starts, as DBOS's driver is before its `open_s`.
+        importlib.import_module("aos.kernel.store.pg_store")
     started = time.perf_counter()
     world = World.open(path, sync=True)
     opened = time.perf_counter()
