@@ -333,7 +333,7 @@ def _killed_then_recovered(start: list[str], recover: list[str]) -> dict[str, An
 
 
 @dataclass
-class _Recovery:
+class Recovery:
     """A contender whose every round kills and recovers a fresh world / system database;
     `opening` names what its `open_s` times, for the `peers.recovery.open` row."""
 
@@ -356,59 +356,72 @@ class _Recovery:
         return {k: [a[k] for a in self.answers] for k in fields}
 
 
-def _aos_recovery(workflows: int) -> Callable[[Path], tuple[list[str], list[str]]]:
+def aos_recovery(
+    workflows: int, store_url: Callable[[Path], str] | None = None
+) -> Callable[[Path], tuple[list[str], list[str]]]:
+    """The start and recover commands of aos; `store_url` gives a round's PostgreSQL world
+    (LMDB in the round's directory without it)."""
+
     def commands(path: Path) -> tuple[list[str], list[str]]:
         base = [sys.executable, "-m", "bench.peers.aos_recovery"]
         size = ["--world", str(path), "--chains", str(workflows), "--effects", str(RECOVERY_STEPS)]
-        return [*base, "start", *size], [*base, "recover", *size]
+        store = ["--store", store_url(path)] if store_url is not None else []
+        return [*base, "start", *size, *store], [*base, "recover", *size]
 
     return commands
 
 
-def _dbos_recovery(workflows: int) -> Callable[[Path], tuple[list[str], list[str]]]:
+def dbos_recovery(
+    workflows: int, database: Callable[[Path], str] | None = None
+) -> Callable[[Path], tuple[list[str], list[str]]]:
+    """The start and recover commands of DBOS; `database` gives a round's fresh system
+    database URL (a SQLite file beside the round's path without it)."""
+
     def commands(path: Path) -> tuple[list[str], list[str]]:
         base = [str(DBOS_PYTHON), str(DBOS_WORKLOAD)]
-        size = ["--db", f"{path}.sqlite", "--workflows", str(workflows)]
-        size += ["--steps", str(RECOVERY_STEPS)]
+        db = database(path) if database is not None else f"{path}.sqlite"
+        size = ["--db", db, "--workflows", str(workflows), "--steps", str(RECOVERY_STEPS)]
         return [*base, "recover-start", *size], [*base, "recover", *size]
 
     return commands
+
+
+def recovery_rows(sides: list[Recovery], rounds: int, groups: tuple[str, str]) -> list[Row]:
+    """The recovery group (time until every workflow is done) and the open group (time to
+    open), interleaved, the first side the baseline."""
+    recovery, opening = groups
+    rows = interleaved(recovery, "recovery", [side.contender() for side in sides], rounds)
+    opened = [
+        sampled(opening, side.opening, [a["open_s"] for a in side.answers], "open", baseline=i == 0)
+        for i, side in enumerate(sides)
+    ]
+    return rows + with_ratios(opened)
 
 
 def _recovery_rows(quick: bool, tmp: Path, with_dbos: bool) -> list[Row]:
     workflows, rounds = RECOVERY_WORKFLOWS[quick], RECOVERY_ROUNDS[quick]
     what = f"{workflows} in flight at step {RECOVERY_STEPS} of {RECOVERY_STEPS}"
     sides = [
-        _Recovery(
+        Recovery(
             f"aos durable: World.open, then settle the open intents (1 flush), {what}",
             f"aos: World.open, {what}",
-            _aos_recovery(workflows),
+            aos_recovery(workflows),
             tmp,
         )
     ]
     if with_dbos:
         sides.append(
-            _Recovery(
+            Recovery(
                 f"DBOS as shipped: DBOS(config), DBOS.launch(), its recovery, {what}",
                 f"DBOS: DBOS(config), DBOS.launch(), {what}",
-                _dbos_recovery(workflows),
+                dbos_recovery(workflows),
                 tmp,
             )
         )
-    rows = interleaved(RECOVERY, "recovery", [side.contender() for side in sides], rounds)
-    opened = [
-        sampled(
-            RECOVERY_OPEN,
-            side.opening,
-            [a["open_s"] for a in side.answers],
-            "open",
-            baseline=i == 0,
-        )
-        for i, side in enumerate(sides)
-    ]
-    for r in rows + opened:
+    rows = recovery_rows(sides, rounds, (RECOVERY, RECOVERY_OPEN))
+    for r in rows:
         r.extra.update(workflows=workflows, steps=RECOVERY_STEPS)
-    return rows + with_ratios(opened)
+    return rows
 
 
 def run(quick: bool) -> list[Row]:

@@ -12,10 +12,13 @@ ratios to the first row of each group, aos on PostgreSQL:
 * `postgres.sequential`: one chain of N steps, one flush (one transaction) per effect.
 * `postgres.fanout`: M chains of K steps started together; receipts of all open intents, then
   one flush (aos) / M `DBOS.start_workflow` (DBOS).
+* `postgres.recovery`: bench_peers' recovery: W workflows, each with its last step in flight,
+  the process SIGKILLed, then a fresh process opens the world (aos on PostgreSQL / on LMDB) or
+  launches DBOS on a system database of its own on the same server, and runs them to the end;
+  `postgres.recovery.open` times the open alone.
 * `postgres.round_trip`: what one server round trip costs on this machine (`SELECT 1` on an
   open connection). The aos-on-PostgreSQL rows carry `round_trips_per_step` (statements the
-  store sent, reads included; a flush is BEGIN, the epoch claim, one statement per kind of
-  write, COMMIT).
+  store sent, reads included; a flush is one: a call of the store's flush function).
 
 Left out, with a note, when PostgreSQL's binaries are missing (`apt-get install
 postgresql-15`) or `.venv-bench` is (`make bench-setup`; DBOS rows only).
@@ -39,7 +42,17 @@ from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import World
 from aos.kernel.world_store import create_world
 from bench.bench_effects import CHAIN, run_chains
-from bench.bench_peers import DbosWorkload, dbos_available, warm
+from bench.bench_peers import (
+    RECOVERY_STEPS,
+    RECOVERY_WORKFLOWS,
+    DbosWorkload,
+    Recovery,
+    aos_recovery,
+    dbos_available,
+    dbos_recovery,
+    recovery_rows,
+    warm,
+)
 from bench.harness import Contender, Row, interleaved, sampled
 from tests import pg_cluster
 
@@ -50,12 +63,15 @@ FANOUT_STEPS = {True: 3, False: 5}
 FANOUT_ROUNDS = {True: 5, False: 5}
 ROUND_TRIPS = {True: 200, False: 1000}
 ROUND_TRIP_ROUNDS = 5
+RECOVERY_ROUNDS = {True: 3, False: 5}
 AOS_DATABASE = "aos"
 DBOS_DATABASE = "dbos"
 
 SEQUENTIAL = "postgres.sequential"
 FANOUT = "postgres.fanout"
 ROUND_TRIP = "postgres.round_trip"
+RECOVERY = "postgres.recovery"
+RECOVERY_OPEN = "postgres.recovery.open"
 
 _environment: dict[str, Any] = {}
 
@@ -161,6 +177,49 @@ def _fanout_rows(quick: bool, make: Callable[[str], World], dbos_url: str | None
     return rows
 
 
+def _recovery_rows(quick: bool, cluster: pg_cluster.PgCluster, tmp: Path, dbos: bool) -> list[Row]:
+    """bench_peers' recovery (W workflows killed with their last step in flight, then opened
+    in a fresh process and run to the end); every round a new world / system database."""
+    workflows, rounds = RECOVERY_WORKFLOWS[quick], RECOVERY_ROUNDS[quick]
+    what = f"{workflows} in flight at step {RECOVERY_STEPS} of {RECOVERY_STEPS}"
+    for side in ("pg", "lmdb", "dbos"):
+        (tmp / side).mkdir(parents=True)
+
+    def pg_world(path: Path) -> str:
+        return f"{cluster.dsn(AOS_DATABASE)}?world=recovery-{path.name}"
+
+    def dbos_database(path: Path) -> str:
+        return cluster.dsn(f"dbos_recovery_{path.name.replace('-', '_').lower()}")
+
+    sides = [
+        Recovery(
+            f"aos on PostgreSQL: World.open, then settle the open intents (1 flush), {what}",
+            f"aos on PostgreSQL: World.open, {what}",
+            aos_recovery(workflows, pg_world),
+            tmp / "pg",
+        ),
+        Recovery(
+            f"aos on LMDB (fsync): World.open, then settle the open intents, {what}",
+            f"aos on LMDB: World.open, {what}",
+            aos_recovery(workflows),
+            tmp / "lmdb",
+        ),
+    ]
+    if dbos:
+        sides.append(
+            Recovery(
+                f"DBOS on PostgreSQL: DBOS(config), DBOS.launch(), its recovery, {what}",
+                f"DBOS on PostgreSQL: DBOS(config), DBOS.launch(), {what}",
+                dbos_recovery(workflows, dbos_database),
+                tmp / "dbos",
+            )
+        )
+    rows = recovery_rows(sides, rounds, (RECOVERY, RECOVERY_OPEN))
+    for r in rows:
+        r.extra.update(workflows=workflows, steps=RECOVERY_STEPS)
+    return rows
+
+
 def _round_trip_row(quick: bool, cluster: pg_cluster.PgCluster) -> Row:
     count = ROUND_TRIPS[quick]
     samples = []
@@ -193,6 +252,7 @@ def run(quick: bool) -> list[Row]:
         with _worlds(cluster, Path(name)) as make:
             rows = _sequential_rows(quick, make, dbos_url)
             rows += _fanout_rows(quick, make, dbos_url)
+        rows += _recovery_rows(quick, cluster, Path(name) / "recovery", with_dbos)
         rows.append(_round_trip_row(quick, cluster))
         _environment.update(postgres=cluster.psql("SHOW server_version").strip())
     _environment["round_trip_median_us"] = round(statistics.median(rows[-1].samples_s) * 1e6, 1)

@@ -1,8 +1,9 @@
 """The aos side of the recovery benchmark of `bench/bench_peers.py`, in the project's
 virtualenv; each mode runs in its own process, as `bench/peers/dbos_workload.py` does.
 
-    python -m bench.peers.aos_recovery start --world PATH --chains W --effects N
-        Creates a durable effect-chain world, starts W chains of N effects and settles the
+    python -m bench.peers.aos_recovery start --world PATH --chains W --effects N [--store URL]
+        Creates a durable effect-chain world (on the PostgreSQL world `URL` names, with
+        `PATH` pointing at it, when given), starts W chains of N effects and settles the
         first N - 1 effects of each (the in-process noop adapter, one group commit per
         round), so that every chain has its last intent open; prints {"blocked": W}, then
         waits to be killed.
@@ -14,12 +15,15 @@ virtualenv; each mode runs in its own process, as `bench/peers/dbos_workload.py`
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import threading
 import time
 from pathlib import Path
 
+from aos.kernel.store.url import store_url_path
 from aos.kernel.world.world import World
+from aos.kernel.world_store import create_world
 from bench.bench_effects import CHAIN, START, WORKFLOW, settle_all
 
 RECOVER_PREFIX = "recover-"
@@ -29,8 +33,8 @@ def _keys(chains: int) -> list[str]:
     return [f"{RECOVER_PREFIX}{c}" for c in range(chains)]
 
 
-def _start(path: Path, chains: int, effects: int) -> None:
-    world = World.create(path, CHAIN, sync=True)
+def _start(path: Path, chains: int, effects: int, store_url: str | None) -> None:
+    world = create_world(path, CHAIN, store_url=store_url, sync=True)
     for key in _keys(chains):
         world.ingress(START, {"id": key, "n": effects})
     world.run_to_idle()
@@ -42,6 +46,9 @@ def _start(path: Path, chains: int, effects: int) -> None:
 
 
 def _recover(path: Path, chains: int, effects: int) -> None:
+    if store_url_path(path).exists():
+        # Loaded before the clock starts, as DBOS's driver is before its `open_s`.
+        importlib.import_module("aos.kernel.store.pg_store")
     started = time.perf_counter()
     world = World.open(path, sync=True)
     opened = time.perf_counter()
@@ -68,9 +75,10 @@ def main() -> None:
     parser.add_argument("--world", required=True, type=Path)
     parser.add_argument("--chains", type=int, required=True)
     parser.add_argument("--effects", type=int, required=True)
+    parser.add_argument("--store", help="start: a postgresql:// store URL (LMDB without it)")
     options = parser.parse_args()
     if options.mode == "start":
-        _start(options.world, options.chains, options.effects)
+        _start(options.world, options.chains, options.effects, options.store)
     else:
         _recover(options.world, options.chains, options.effects)
 

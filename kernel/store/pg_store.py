@@ -8,10 +8,13 @@ CAS is per world, not global); `aos_meta` (world, key) -> canonical value; `aos_
 (world, digest) -> reclaim mark; `aos_doomed` (world, seq, digest): rows of doomed marks.
 
 Fencing: opening a world for writing takes it by incrementing its epoch. Every batch commit
-first runs `UPDATE aos_worlds SET head = new WHERE world = w AND epoch = mine AND head = old`
-in the same transaction as its writes; no row updated means another writer took the world
-(`store.fenced`) and the transaction rolls back, so a fenced writer writes nothing. The row
-lock that UPDATE takes also orders a takeover after an in-flight commit. No advisory locks.
+is one call of the server-side function `aos_flush_v1` (created with the schema), one round
+trip and one transaction: it first runs
+`UPDATE aos_worlds SET head = new WHERE world = w AND epoch = mine AND head = old`; no row
+updated means another writer took the world, and it returns false having written nothing
+(`store.fenced`), so a fenced writer writes nothing. Then it applies the batch's writes from
+arrays. The row lock that UPDATE takes also orders a takeover after an in-flight commit. No
+advisory locks.
 
 All SQL of the backend lives in this module.
 """
@@ -86,18 +89,100 @@ SCHEMA: Final[tuple[LiteralString, ...]] = (
     pg_owner.SCHEMA,
 )
 
+
+def _put_and_delete_sql(
+    table: LiteralString, key: LiteralString, value: LiteralString, arg: LiteralString
+) -> LiteralString:
+    """The flush function's deletes then upserts of a key -> value table, from its arguments
+    `{arg}_gone`, `{arg}_keys` and `{arg}_values`."""
+    return f"""    IF cardinality({arg}_gone) > 0 THEN
+        DELETE FROM {table} WHERE world = w AND {key} = ANY({arg}_gone);
+    END IF;
+    IF cardinality({arg}_keys) > 0 THEN
+        INSERT INTO {table} (world, {key}, {value})
+            SELECT w, k, v FROM unnest({arg}_keys, {arg}_values) AS t(k, v)
+            ON CONFLICT (world, {key}) DO UPDATE SET {value} = EXCLUDED.{value};
+    END IF;
+"""
+
+
+# A whole batch commit in one call, so one round trip (and, in autocommit, one transaction):
+# the epoch claim and head move first (no row updated: nothing is written and it returns
+# false), then each kind of write from arrays, in the order a batch applies them. Its name
+# carries a version: a changed body gets a new name, so writers of both versions can share a
+# database while they are rolled over. With Citus, distribute it by its first argument,
+# colocated with `aos_worlds`.
+_FLUSH_SIGNATURE: Final = (
+    "aos_flush_v1(text, bigint, bigint, bigint, boolean, bytea[], bytea[], bytea[], "
+    "bigint[], bytea[], bigint[], bytea[], bytea[], bytea[], bytea[], bytea[], bytea[], "
+    "bytea[], bigint, bytea[])"
+)
+_CREATE_FLUSH: Final = (
+    """CREATE FUNCTION aos_flush_v1(
+    w text, epoch_mine bigint, head_old bigint, head_new bigint, clear_marks boolean,
+    mark_keys bytea[], mark_values bytea[], mark_gone bytea[],
+    doomed_seqs bigint[], doomed_digests bytea[], undoomed_seqs bigint[], undoomed_digests bytea[],
+    cas_keys bytea[], cas_values bytea[], cas_gone bytea[],
+    meta_keys bytea[], meta_values bytea[], meta_gone bytea[],
+    journal_first bigint, journal bytea[]) RETURNS boolean LANGUAGE plpgsql AS $flush$
+BEGIN
+    UPDATE aos_worlds SET head = head_new
+        WHERE world = w AND epoch = epoch_mine AND head = head_old;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF clear_marks THEN
+        DELETE FROM aos_marks WHERE world = w;
+    END IF;
+"""
+    + _put_and_delete_sql("aos_marks", "digest", "mark", "mark")
+    + """    IF cardinality(doomed_seqs) > 0 THEN
+        INSERT INTO aos_doomed (world, seq, digest)
+            SELECT w, s, d FROM unnest(doomed_seqs, doomed_digests) AS t(s, d)
+            ON CONFLICT DO NOTHING;
+    END IF;
+    IF cardinality(undoomed_seqs) > 0 THEN
+        DELETE FROM aos_doomed WHERE world = w AND (seq, digest) IN
+            (SELECT s, d FROM unnest(undoomed_seqs, undoomed_digests) AS t(s, d));
+    END IF;
+    IF cardinality(cas_gone) > 0 THEN
+        -- A deleted blob loses its mark with it.
+        WITH gone AS (DELETE FROM aos_cas WHERE world = w AND digest = ANY(cas_gone)
+                RETURNING world, digest)
+            DELETE FROM aos_marks m USING gone
+                WHERE m.world = gone.world AND m.digest = gone.digest;
+    END IF;
+    IF cardinality(cas_keys) > 0 THEN
+        -- Equal digests mean equal bytes, unless the stored copy rotted: the put repairs it.
+        INSERT INTO aos_cas (world, digest, data)
+            SELECT w, k, v FROM unnest(cas_keys, cas_values) AS t(k, v)
+            ON CONFLICT (world, digest) DO UPDATE SET data = EXCLUDED.data
+            WHERE aos_cas.data IS DISTINCT FROM EXCLUDED.data;
+    END IF;
+"""
+    + _put_and_delete_sql("aos_meta", "key", "value", "meta")
+    + """    IF cardinality(journal) > 0 THEN
+        INSERT INTO aos_journal (world, seq, record)
+            SELECT w, journal_first + n - 1, r FROM unnest(journal) WITH ORDINALITY AS t(r, n);
+    END IF;
+    RETURN true;
+END
+$flush$"""
+)
+_FLUSH: Final = (
+    "SELECT aos_flush_v1(%s, %s, %s, %s, %s, %s::bytea[], %s::bytea[], %s::bytea[], "
+    "%s::bigint[], %s::bytea[], %s::bigint[], %s::bytea[], %s::bytea[], %s::bytea[], "
+    "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[], %s, %s::bytea[])"
+)
+
 _TAKE: Final = """INSERT INTO aos_worlds (world, epoch, head) VALUES (%s, 1, 0)
     ON CONFLICT (world) DO UPDATE SET epoch = aos_worlds.epoch + 1 RETURNING epoch, head"""
-_CLAIM_FLUSH: Final = (
-    "UPDATE aos_worlds SET head = %s WHERE world = %s AND epoch = %s AND head = %s"
-)
 _WORLD_ROW: Final = "SELECT epoch, head FROM aos_worlds WHERE world = %s"
 _JOURNAL_EXTENT: Final = "SELECT count(*), coalesce(max(seq), 0) FROM aos_journal WHERE world = %s"
 
 
 class _UnclaimedError(Exception):
-    """The commit's epoch claim updated no row (raised inside the transaction to roll it
-    back)."""
+    """The flush function's epoch claim updated no row: it wrote nothing."""
 
 
 class _Absent:
@@ -238,6 +323,18 @@ def _create_schema(conn: psycopg.Connection) -> None:
     with conn.transaction():
         for statement in SCHEMA:
             conn.execute(statement)
+        _create_flush_function(conn)
+
+
+def _create_flush_function(conn: psycopg.Connection) -> None:
+    """Create `aos_flush_v1` if missing (never replaced: a new body is a new version)."""
+    if _one(conn, "SELECT to_regprocedure(%s) IS NOT NULL", (_FLUSH_SIGNATURE,))[0]:
+        return
+    try:
+        with conn.transaction():
+            conn.execute(_CREATE_FLUSH)
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateFunction):
+        pass  # another opener created it at the same moment
 
 
 def _existing(conn: psycopg.Connection, world: str) -> tuple[int, int]:
@@ -290,6 +387,11 @@ class _WriterCache:
         self.marks: dict[bytes, Mark | None] = {}
         # After a commit that cleared every mark, a digest missing from `marks` has none.
         self.marks_complete = False
+        # Every doomed row with a sequence below `doomed_below` (the rows at or above it are
+        # not known): each flush asks for the rows below retention's horizon, which stays put
+        # from one snapshot to the next, so one read per horizon instead of one per flush.
+        self.doomed_below = 0
+        self.doomed_rows: set[tuple[int, bytes]] = set()
 
     def saw(self, digest: bytes, data: bytes | None) -> None:
         self.present[digest] = data is not None
@@ -314,7 +416,21 @@ class _WriterCache:
             return self.marks[digest]
         return None if self.marks_complete else _ABSENT
 
+    def doomed(self, before_seq: int, limit: int | None) -> list[tuple[int, bytes]] | None:
+        """The answer of `PgCas.doomed` if known."""
+        if before_seq > self.doomed_below:
+            return None
+        return sorted(row for row in self.doomed_rows if row[0] < before_seq)[:limit]
+
+    def saw_doomed(self, before_seq: int, limit: int | None, rows: list[tuple[int, bytes]]) -> None:
+        """The server's rows below `before_seq`: all of them unless `limit` cut the list."""
+        complete = limit is None or len(rows) < limit
+        if complete and before_seq > self.doomed_below and len(rows) <= CACHE_DIGESTS_MAX:
+            self.doomed_below = before_seq
+            self.doomed_rows = set(rows)
+
     def committed(self, pending: PendingBatch) -> None:
+        self._committed_doomed(pending.doomed)
         if pending.clear_marks:
             self.marks.clear()
             self.marks_complete = True
@@ -328,6 +444,20 @@ class _WriterCache:
         if len(self.marks) > CACHE_DIGESTS_MAX:
             self.marks.clear()
             self.marks_complete = False
+
+    def _committed_doomed(self, rows: dict[bytes, bool]) -> None:
+        split = codec.SEQ_KEY_BYTES
+        for row, write in rows.items():
+            seq = codec.seq_from_key(row[:split])
+            if seq >= self.doomed_below:
+                continue
+            if write:
+                self.doomed_rows.add((seq, row[split:]))
+            else:
+                self.doomed_rows.discard((seq, row[split:]))
+        if len(self.doomed_rows) > CACHE_DIGESTS_MAX:
+            self.doomed_below = 0
+            self.doomed_rows.clear()
 
     def _keep(self, digest: bytes, data: bytes) -> None:
         self._drop(digest)
@@ -520,18 +650,12 @@ class PgStore:
             raise StoreFullError("the journal has no sequence numbers left", head=self._head)
         conn = self._connection()
         try:
-            # Not pipelined: psycopg's pipeline mode stalled now and then in the bench (and
-            # on large parameters, psycopg/psycopg#685); a flush is BEGIN, the claim, one
-            # statement per kind of write, COMMIT.
-            with conn.transaction():
-                claim = conn.execute(
-                    _CLAIM_FLUSH,
-                    (pending.last_seq, self._world, self._epoch, pending.head_before),
-                )
-                if claim.rowcount != 1:
-                    raise _UnclaimedError
-                # BEGIN, the claim, the writes and COMMIT.
-                self.round_trips += 3 + _write(conn, self._world, pending)
+            # One statement in autocommit: claim, writes and commit in one round trip.
+            self.round_trips += 1
+            claimed = conn.execute(_FLUSH, _flush_params(self._world, self._epoch, pending))
+            row = claimed.fetchone()
+            if row is None or row[0] is not True:
+                raise _UnclaimedError
         except _UnclaimedError:
             raise self._refusal(pending.head_before) from None
         except psycopg.OperationalError as exc:
@@ -572,88 +696,33 @@ class PgStore:
         )
 
 
-def _write(conn: psycopg.Connection, world: str, pending: PendingBatch) -> int:
-    """Send a batch's writes (inside the commit's transaction, after the claim); how many
-    statements that took."""
-    sent = 0
-    if pending.clear_marks:
-        conn.execute("DELETE FROM aos_marks WHERE world = %s", (world,))
-        sent += 1
-    sent += _put_and_delete(conn, world, "marks", pending.marks)
-    sent += _doomed(conn, world, pending.doomed)
-    sent += _put_and_delete(conn, world, "cas", pending.cas)
-    sent += _put_and_delete(conn, world, "meta", pending.meta)
-    if pending.journal:
-        seqs = list(range(pending.first_seq, pending.last_seq + 1))
-        conn.execute(
-            "INSERT INTO aos_journal (world, seq, record) "
-            "SELECT %s, s, r FROM unnest(%s::bigint[], %s::bytea[]) AS t(s, r)",
-            (world, seqs, pending.journal),
-        )
-        sent += 1
-    return sent
+def _flush_params(world: str, epoch: int, pending: PendingBatch) -> tuple[Any, ...]:
+    """The arguments of `_FLUSH` for a batch: each kind of write as arrays."""
+    return (
+        *(world, epoch, pending.head_before, pending.last_seq, pending.clear_marks),
+        *_puts_and_deletes(pending.marks),
+        *_doomed_rows(pending.doomed, write=True),
+        *_doomed_rows(pending.doomed, write=False),
+        *_puts_and_deletes(pending.cas),
+        *_puts_and_deletes(pending.meta),
+        *(pending.first_seq, pending.journal),
+    )
 
 
-_UPSERTS: Final[dict[str, tuple[LiteralString, LiteralString]]] = {
-    "marks": (
-        "INSERT INTO aos_marks (world, digest, mark) "
-        "SELECT %s, k, v FROM unnest(%s::bytea[], %s::bytea[]) AS t(k, v) "
-        "ON CONFLICT (world, digest) DO UPDATE SET mark = EXCLUDED.mark",
-        "DELETE FROM aos_marks WHERE world = %s AND digest = ANY(%s::bytea[])",
-    ),
-    # Equal digests mean equal bytes, unless the stored copy rotted: then the put repairs it.
-    "cas": (
-        "INSERT INTO aos_cas (world, digest, data) "
-        "SELECT %s, k, v FROM unnest(%s::bytea[], %s::bytea[]) AS t(k, v) "
-        "ON CONFLICT (world, digest) DO UPDATE SET data = EXCLUDED.data "
-        "WHERE aos_cas.data IS DISTINCT FROM EXCLUDED.data",
-        # A deleted blob loses its mark with it.
-        "WITH gone AS (DELETE FROM aos_cas WHERE world = %s AND digest = ANY(%s::bytea[]) "
-        "RETURNING world, digest) DELETE FROM aos_marks m USING gone "
-        "WHERE m.world = gone.world AND m.digest = gone.digest",
-    ),
-    "meta": (
-        "INSERT INTO aos_meta (world, key, value) "
-        "SELECT %s, k, v FROM unnest(%s::bytea[], %s::bytea[]) AS t(k, v) "
-        "ON CONFLICT (world, key) DO UPDATE SET value = EXCLUDED.value",
-        "DELETE FROM aos_meta WHERE world = %s AND key = ANY(%s::bytea[])",
-    ),
-}
-
-
-def _put_and_delete(
-    conn: psycopg.Connection, world: str, table: str, writes: dict[bytes, bytes | None]
-) -> int:
-    upsert, delete = _UPSERTS[table]
+def _puts_and_deletes(
+    writes: dict[bytes, bytes | None],
+) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """Keys and values to put, and keys to delete."""
     puts = [(key, value) for key, value in writes.items() if value is not None]
     gone = [key for key, value in writes.items() if value is None]
-    if gone:
-        conn.execute(delete, (world, gone))
-    if puts:
-        conn.execute(upsert, (world, [k for k, _ in puts], [v for _, v in puts]))
-    return bool(gone) + bool(puts)
+    return [key for key, _ in puts], [value for _, value in puts], gone
 
 
-def _doomed(conn: psycopg.Connection, world: str, rows: dict[bytes, bool]) -> int:
+def _doomed_rows(rows: dict[bytes, bool], *, write: bool) -> tuple[list[int], list[bytes]]:
+    """The sequences and digests of the doomed rows to write (or to remove)."""
     split = codec.SEQ_KEY_BYTES
-    sent = 0
-    for write in (True, False):
-        chosen = [row for row, kept in rows.items() if kept is write]
-        if not chosen:
-            continue
-        seqs = [codec.seq_from_key(row[:split]) for row in chosen]
-        digests = [row[split:] for row in chosen]
-        sql: LiteralString = (
-            "INSERT INTO aos_doomed (world, seq, digest) "
-            "SELECT %s, s, d FROM unnest(%s::bigint[], %s::bytea[]) AS t(s, d) "
-            "ON CONFLICT DO NOTHING"
-            if write
-            else "DELETE FROM aos_doomed WHERE world = %s AND (seq, digest) IN "
-            "(SELECT s, d FROM unnest(%s::bigint[], %s::bytea[]) AS t(s, d))"
-        )
-        conn.execute(sql, (world, seqs, digests))
-        sent += 1
-    return sent
+    chosen = [row for row, kept in rows.items() if kept is write]
+    return [codec.seq_from_key(row[:split]) for row in chosen], [row[split:] for row in chosen]
 
 
 # --------------------------------------------------------------------------------------------
@@ -777,12 +846,19 @@ class PgCas(CasWrites):
     def doomed(self, before_seq: int, limit: int | None = None) -> list[tuple[int, Hash]]:
         """The first `limit` doomed rows with a sequence below `before_seq`, in (sequence,
         digest) order."""
-        rows = self._store.rows(
-            "SELECT seq, digest FROM aos_doomed WHERE world = %s AND seq < %s "
-            "ORDER BY seq, digest LIMIT %s",
-            (self._store.world, min(before_seq, PG_SEQ_MAX), limit),
-        )
-        return [(int(seq), Hash.from_digest(bytes(digest))) for seq, digest in rows]
+        before_seq = min(before_seq, PG_SEQ_MAX)
+        cache = self._store.cache
+        known = None if cache is None else cache.doomed(before_seq, limit)
+        if known is None:
+            read = self._store.rows(
+                "SELECT seq, digest FROM aos_doomed WHERE world = %s AND seq < %s "
+                "ORDER BY seq, digest LIMIT %s",
+                (self._store.world, before_seq, limit),
+            )
+            known = [(int(seq), bytes(digest)) for seq, digest in read]
+            if cache is not None:
+                cache.saw_doomed(before_seq, limit, known)
+        return [(seq, Hash.from_digest(digest)) for seq, digest in known]
 
 
 class PgMeta(MetaWrites):
