@@ -553,18 +553,18 @@ def build(
 
 class _temp_output:  # noqa: N801 - a context manager used like a function
     """A temporary output path inside the cache (same filesystem, so `os.replace` is
-    atomic), removed on failure."""
+    atomic), removed on failure. Its file name is fixed, because linkers write the output's
+    name into the module: only its folder's name is random."""
 
     def __init__(self, cache: Path) -> None:
-        fd, name = tempfile.mkstemp(dir=cache, prefix=".build-", suffix=".wasm")
-        os.close(fd)
-        self.path = Path(name)
+        self.folder = Path(tempfile.mkdtemp(dir=cache, prefix=".build-"))
+        self.path = self.folder / "module.wasm"
 
     def __enter__(self) -> Path:
         return self.path
 
     def __exit__(self, *exc: object) -> None:
-        self.path.unlink(missing_ok=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _run_tool(

@@ -1,11 +1,22 @@
-"""Fixed entropy for build tools: a seccomp user-notification supervisor (Linux x86_64/aarch64).
+"""A seccomp user-notification supervisor that makes a build tool's run reproducible
+(Linux x86_64/aarch64).
 
-componentize-py snapshots an interpreter whose hash seed and PRNG state come from the host's
-`getrandom`; the tool issues that syscall from inline assembly too, so no library shim can
-answer it. Here the kernel does: the tool runs under a seccomp filter that hands every
-`getrandom` call to this process, which writes bytes from a BLAKE3 XOF stream keyed by the
-caller's key (the build key) into the caller's buffer. The same key gives the same bytes in
-the same order, so the same inputs give the same snapshot.
+componentize-py snapshots an interpreter, and the snapshot keeps what the interpreter saw
+while it initialized: its hash seed and PRNG state (from the host's `getrandom`, which the
+tool also issues from inline assembly, so no library shim can answer it) and the times and
+inode numbers of the files it imported (unpacked afresh on every run). Here the kernel hands
+those calls to this process instead:
+
+* `getrandom`: every call gets the first `length` bytes of a BLAKE3 XOF stream keyed by the
+  caller's key (the build key). Every call, not a running position: the tool's worker
+  threads race for their first bytes, so only an answer that depends on nothing but the key
+  and the length is the same on every run.
+* `statx` on a directory fd (the guest's file system; the tool's own lookups use AT_FDCWD
+  and pass through): run here on the caller's fd, answered with every time set to
+  `FIXED_TIME_S` and inode numbers given in the order files are first seen.
+
+The clock is the one source a filter cannot see (the vDSO answers it without a syscall):
+`aos.kernel.wasm.fixed_clock` covers it.
 
     with EntropySupervisor(key) as supervisor:
         proc = subprocess.Popen(supervisor.wrap(command), pass_fds=supervisor.pass_fds, ...)
@@ -13,11 +24,11 @@ the same order, so the same inputs give the same snapshot.
         out, err = proc.communicate(timeout=...)
 
 The child side is `python -m aos.kernel.wasm.seccomp <socket fd> <command...>`: it sets
-`no_new_privs`, disables address-space randomization for the tool (its addresses then never
-leak into what it writes), installs the filter with a new listener, passes the listener over
-the socket and execs the command. When seccomp is refused (old kernel, a sandbox that forbids
-it) it says so over the socket and execs anyway: the caller then knows the run was not
-supervised. Struct layouts and ioctl numbers are those of <linux/seccomp.h>.
+`no_new_privs`, turns off address-space randomization for the tool, installs the filter
+with a new listener, passes the listener over the socket and execs the command. When
+seccomp is refused (old kernel, a sandbox that forbids it) it says so over the socket and
+execs anyway: the caller then knows the run was not supervised. Struct layouts and ioctl
+numbers are those of <linux/seccomp.h> and <linux/stat.h>.
 """
 
 from __future__ import annotations
@@ -87,26 +98,19 @@ def supported() -> bool:
 
 
 class EntropyStream:
-    """The bytes handed out: one BLAKE3 XOF stream keyed by `key` (32 bytes), which every
-    thread reads from its own start. Threads race (a compiler's worker pool seeds its hash
-    maps in whatever order the scheduler picks), so what a call gets depends only on the
-    calls its own thread made before it."""
+    """The bytes `getrandom` hands out: a BLAKE3 XOF stream keyed by `key` (32 bytes)."""
 
     def __init__(self, key: bytes) -> None:
         hasher = blake3.blake3(key=key)
         hasher.update(_DOMAIN)
         self._hasher = hasher
-        self._positions: dict[int, int] = {}
 
-    def peek(self, thread: int, length: int) -> bytes:
+    def first(self, length: int) -> bytes:
         return self._hasher.digest(length=length)
-
-    def advance(self, thread: int, length: int) -> None:
-        self._positions[thread] = self._positions.get(thread, 0) + length
 
 
 class EntropySupervisor:
-    """Answers the `getrandom` calls of one supervised command tree (see the module doc)."""
+    """Answers the `getrandom` and `statx` calls of one command tree (see the module doc)."""
 
     def __init__(self, key: bytes, *, attach_timeout_s: float = ATTACH_TIMEOUT_S_DEFAULT) -> None:
         self.stream = EntropyStream(key)
@@ -202,13 +206,10 @@ class EntropySupervisor:
             self._reply(listener, notif_id, 0, errno.EINVAL)
             return
         count = min(length, GETRANDOM_BYTES_MAX)
-        failure = _write_memory(listener, notif_id, pid, address, self.stream.peek(pid, count))
+        failure = _write_memory(listener, notif_id, pid, address, self.stream.first(count))
         if failure == errno.ESRCH:
             return
         if self._reply(listener, notif_id, 0 if failure else count, failure) and not failure:
-            # Advanced only once the caller has its bytes: a call cut short by a signal is
-            # restarted and must receive the same bytes again.
-            self.stream.advance(pid, count)
             self.calls += 1
 
     def _statx(self, listener: int, notif_id: int, pid: int, args: list[int]) -> None:
