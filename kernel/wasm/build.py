@@ -13,9 +13,16 @@ build options. The artifact lives at `<cache>/<key>.wasm` with a `<key>.json` re
 unchanged source is a cache hit that runs no tool (`BuildResult.cached`). The cache is
 `$AOS_CACHE_DIR/builds`, else `~/.cache/aos/builds`.
 
-Builds of Python components are not bit-reproducible (componentize-py snapshots an
-interpreter whose hash seed and PRNG state are drawn at build time), which is why the cache,
-not a rebuild, is what makes a module hash stable.
+Builds are reproducible: the same source and tools give the same bytes whatever the cache.
+componentize-py snapshots an interpreter, which keeps what it saw while it initialized: its
+hash seed and PRNG state, the times and inode numbers of the files it imported (unpacked
+afresh on every run) and the clock. So on Linux x86_64/aarch64 the tool runs under the seccomp
+supervisor (`aos.kernel.wasm.seccomp`: `getrandom` answered from a stream keyed by the build
+key, `statx` with fixed times and inodes) with a fixed clock (`aos.kernel.wasm.fixed_clock`).
+Where that is not available the build still runs and `BuildResult.reproducible` (and the
+record's `reproducible`) is False: then the cache, not a rebuild, is what keeps a module hash
+stable. C/Zig builds are reproducible as they are (the output's name, which the linker
+embeds, is fixed).
 """
 
 from __future__ import annotations
