@@ -597,9 +597,9 @@ def _run_tool(
     env["LD_PRELOAD"] = " ".join(filter(None, [str(clock), env.get("LD_PRELOAD", "")]))
     with seccomp.EntropySupervisor(entropy.digest) as supervisor:
         process = _start(supervisor.wrap(command), cwd, env, supervisor.pass_fds)
-        supervised = supervisor.attach()
+        supervisor.attach()
         _finish(process, timeout_s=timeout_s, tool=tool)
-    return supervised
+    return supervisor.intact
 
 
 def _start(

@@ -116,6 +116,7 @@ class EntropySupervisor:
         self.stream = EntropyStream(key)
         self.calls = 0
         self.refusal: str | None = None
+        self.failure: str | None = None
         self._attach_timeout_s = attach_timeout_s
         self._parent, self._child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener: int | None = None
@@ -172,17 +173,31 @@ class EntropySupervisor:
     ) -> None:
         self.close()
 
+    @property
+    def intact(self) -> bool:
+        """Whether every call of the run was answered as the module doc says (attached and
+        never failed); a build is reproducible only then."""
+        return self._thread is not None and self.failure is None
+
     def _serve(self) -> None:
-        assert self._listener is not None
+        listener = self._listener
+        assert listener is not None
         poller = select.poll()
-        poller.register(self._listener, select.POLLIN)
+        poller.register(listener, select.POLLIN)
         # The listener hangs up when no task uses the filter any more (the tree exited).
-        while not self._stop.is_set():
-            for _, events in poller.poll(POLL_INTERVAL_MS):
-                if events & select.POLLIN:
-                    self._answer_one(self._listener)
-                elif events & (select.POLLHUP | select.POLLERR):
-                    return
+        try:
+            while not self._stop.is_set():
+                for _, events in poller.poll(POLL_INTERVAL_MS):
+                    if events & select.POLLIN:
+                        self._answer_one(listener)
+                    elif events & (select.POLLHUP | select.POLLERR):
+                        return
+        except OSError as error:
+            # Closing the listener fails the unanswered calls (ENOSYS) rather than leaving
+            # them waiting: the run goes on, unsupervised, and says so through `intact`.
+            self.failure = str(error)
+            os.close(listener)
+            self._listener = None
 
     def _answer_one(self, listener: int) -> None:
         buffer = bytearray(_NOTIF.size)
