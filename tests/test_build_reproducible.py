@@ -49,8 +49,10 @@ for name in ("present", "present", "missing"):
         out[name] = ctypes.get_errno()
         continue
     ino, size = struct.unpack_from("=QQ", buf.raw, 32)
+    dev = struct.unpack_from("=II", buf.raw, 136)
     times = [struct.unpack_from("=qI", buf.raw, at) for at in (64, 80, 96, 112)]
-    out.setdefault(name + "_seen", []).append({"ino": ino, "size": size, "times": times})
+    seen = {"ino": ino, "dev": dev, "size": size, "times": times}
+    out.setdefault(name + "_seen", []).append(seen)
 print(json.dumps(out))
 """
 
@@ -74,7 +76,8 @@ def test_getrandom_and_statx_answers_are_fixed(tmp_path: Path) -> None:
     assert calls >= 2  # the interpreter's own hash seed comes first
     assert first["bad_flags"] == errno.EINVAL
     fixed = [[seccomp.FIXED_TIME_S, 0]] * 4
-    assert first["present_seen"] == [{"ino": 1, "size": 5, "times": fixed}] * 2
+    seen = {"ino": seccomp.FIXED_INODE, "dev": [0, 0], "size": 5, "times": fixed}
+    assert first["present_seen"] == [seen] * 2
     assert first["missing"] == errno.ENOENT
     (tmp_path / "present").touch()
     again, _ = supervised([sys.executable, "-c", PROBE, str(tmp_path)])

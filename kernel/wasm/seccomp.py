@@ -13,7 +13,7 @@ those calls to this process instead:
   and the length is the same on every run.
 * `statx` on a directory fd (the guest's file system; the tool's own lookups use AT_FDCWD
   and pass through): run here on the caller's fd, answered with every time set to
-  `FIXED_TIME_S` and inode numbers given in the order files are first seen.
+  `FIXED_TIME_S` and one identity for every file (device 0:0, inode 1).
 
 The clock is the one source a filter cannot see (the vDSO answers it without a syscall):
 `aos.kernel.wasm.fixed_clock` covers it.
@@ -81,7 +81,10 @@ _STATX_BYTES = 256
 _STATX_TIME_OFFSETS = (64, 80, 96, 112)
 _STATX_TIME = struct.Struct("=qI")
 _STATX_INO_OFFSET = 32
+_STATX_DEV_OFFSET = 136  # stx_dev_major, stx_dev_minor
 _U64 = struct.Struct("=Q")
+_DEVICE = struct.Struct("=II")
+FIXED_INODE = 1
 FIXED_TIME_S = 315532800  # 1980-01-01T00:00:00Z, the earliest time a zip entry can carry
 _AT_FDCWD = 0xFFFFFF9C  # -100 as the low 32 bits of the dirfd argument
 _ARG0_LOW_OFFSET = 16  # seccomp_data.args[0], little-endian low half
@@ -121,7 +124,6 @@ class EntropySupervisor:
         self._parent, self._child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener: int | None = None
         self._stop = threading.Event()
-        self._inodes: dict[tuple[int, bytes], int] = {}
         self._thread: threading.Thread | None = None
         self._nrs = _ARCHES.get(platform.machine(), (0, 0, -1, -1))[2:]
 
@@ -234,20 +236,9 @@ class EntropySupervisor:
         dirfd, path_address, flags, mask, address = args[:5]
         result, failure = _statx_as(pid, _signed32(dirfd), path_address, flags, mask)
         if failure == 0:
-            failure = _write_memory(listener, notif_id, pid, address, self._normalized(result))
+            failure = _write_memory(listener, notif_id, pid, address, _normalized(result))
         if failure != errno.ESRCH:
             self._reply(listener, notif_id, 0, failure)
-
-    def _normalized(self, result: bytes) -> bytes:
-        """The statx result with fixed times, and inode numbers given in the order files are
-        first seen (a fresh unpack gets fresh inodes)."""
-        fixed = bytearray(result)
-        for offset in _STATX_TIME_OFFSETS:
-            _STATX_TIME.pack_into(fixed, offset, FIXED_TIME_S, 0)
-        identity = (_U64.unpack_from(fixed, _STATX_INO_OFFSET)[0], bytes(fixed[136:144]))
-        number = self._inodes.setdefault(identity, len(self._inodes) + 1)
-        _U64.pack_into(fixed, _STATX_INO_OFFSET, number)
-        return bytes(fixed)
 
     @staticmethod
     def _reply(listener: int, notif_id: int, value: int, error: int) -> bool:
@@ -310,6 +301,18 @@ def _statx_as(pid: int, dirfd: int, path_address: int, flags: int, mask: int) ->
         return out.raw, 0
     finally:
         os.close(local)
+
+
+def _normalized(result: bytes) -> bytes:
+    """The statx result with fixed times and one fixed identity (device 0:0, inode 1): a
+    fresh unpack gets fresh inodes, and numbering them in the order they are seen would race
+    with the tool's own threads. The guest only hashes the identity (WASI metadata-hash)."""
+    fixed = bytearray(result)
+    for offset in _STATX_TIME_OFFSETS:
+        _STATX_TIME.pack_into(fixed, offset, FIXED_TIME_S, 0)
+    _U64.pack_into(fixed, _STATX_INO_OFFSET, FIXED_INODE)
+    _DEVICE.pack_into(fixed, _STATX_DEV_OFFSET, 0, 0)
+    return bytes(fixed)
 
 
 def _read_path(pid: int, address: int) -> tuple[bytes, int]:
