@@ -37,6 +37,7 @@ PROBE = r"""
 import ctypes, json, os, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
 out = {"random": [os.getrandom(16).hex(), os.getrandom(16, os.GRND_NONBLOCK).hex()]}
+out["longest"] = len(os.getrandom(1 << 25))
 try:
     os.getrandom(4, 0x80)
 except OSError as error:
@@ -74,6 +75,7 @@ def test_getrandom_and_statx_answers_are_fixed(tmp_path: Path) -> None:
     expected = seccomp.EntropyStream(KEY).first(16).hex()
     assert first["random"] == [expected, expected]
     assert calls >= 2  # the interpreter's own hash seed comes first
+    assert first["longest"] == seccomp.GETRANDOM_BYTES_MAX
     assert first["bad_flags"] == errno.EINVAL
     fixed = [[seccomp.FIXED_TIME_S, 0]] * 4
     seen = {"ino": seccomp.FIXED_INODE, "dev": [0, 0], "size": 5, "times": fixed}

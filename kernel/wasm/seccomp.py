@@ -231,8 +231,8 @@ class EntropySupervisor:
 
     def _statx(self, listener: int, notif_id: int, pid: int, args: list[int]) -> None:
         """Run the caller's statx here, on its own directory fd, and hand back the result
-        with fixed timestamps: the files a build tool unpacks or stages get the time of the
-        build, which the snapshot would otherwise keep."""
+        with fixed times and identity: the files a build tool unpacks or stages get the time
+        of the build and fresh inodes, which the snapshot would otherwise keep."""
         dirfd, path_address, flags, mask, address = args[:5]
         result, failure = _statx_as(pid, _signed32(dirfd), path_address, flags, mask)
         if failure == 0:
