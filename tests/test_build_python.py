@@ -363,15 +363,16 @@ def test_the_cache_key_follows_the_sources(
 
     runs: list[list[str]] = []
 
-    def fake_tool(command: list[str], **kwargs: object) -> None:
+    def fake_tool(command: list[str], **kwargs: object) -> bool:
         runs.append(command)
         out = Path(command[command.index("-o") + 1])
         out.write_bytes(b"\0asm\x01\0\0\0" + str(len(runs)).encode())
+        return False  # not run under the supervisor: not reproducible
 
     monkeypatch.setattr(build, "_run_tool", fake_tool)
     cache = tmp_path / "cache"
     first = build_python(scratch_module, cache_dir=cache)
-    assert not first.cached and len(runs) == 1
+    assert not first.cached and len(runs) == 1 and not first.reproducible
     assert runs[0][runs[0].index("componentize") + 1] == "scratch"
     assert "--stub-wasi" in runs[0]
     assert build_python(scratch_module, cache_dir=cache).cached and len(runs) == 1
@@ -389,8 +390,9 @@ def test_the_cache_keeps_a_bounded_number_of_entries(
 ) -> None:
     from aos.kernel.wasm import build
 
-    def fake_tool(command: list[str], **kwargs: object) -> None:
+    def fake_tool(command: list[str], **kwargs: object) -> bool:
         Path(command[command.index("-o") + 1]).write_bytes(b"\0asm\x01\0\0\0")
+        return False
 
     monkeypatch.setattr(build, "_run_tool", fake_tool)
     monkeypatch.setattr(build, "CACHE_ENTRIES_MAX", 2)

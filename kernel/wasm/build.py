@@ -13,9 +13,16 @@ build options. The artifact lives at `<cache>/<key>.wasm` with a `<key>.json` re
 unchanged source is a cache hit that runs no tool (`BuildResult.cached`). The cache is
 `$AOS_CACHE_DIR/builds`, else `~/.cache/aos/builds`.
 
-Builds of Python components are not bit-reproducible (componentize-py snapshots an
-interpreter whose hash seed and PRNG state are drawn at build time), which is why the cache,
-not a rebuild, is what makes a module hash stable.
+Builds are reproducible: the same source and tools give the same bytes whatever the cache.
+componentize-py snapshots an interpreter, which keeps what it saw while it initialized: its
+hash seed and PRNG state, the times and inode numbers of the files it imported (unpacked
+afresh on every run) and the clock. So on Linux x86_64/aarch64 the tool runs under the seccomp
+supervisor (`aos.kernel.wasm.seccomp`: `getrandom` answered from a stream keyed by the build
+key, `statx` with fixed times and inodes) with a fixed clock (`aos.kernel.wasm.fixed_clock`).
+Where that is not available the build still runs and `BuildResult.reproducible` (and the
+record's `reproducible`) is False: then the cache, not a rebuild, is what keeps a module hash
+stable. C/Zig builds are reproducible as they are (the output's name, which the linker
+embeds, is fixed).
 """
 
 from __future__ import annotations
@@ -38,10 +45,11 @@ from typing import Any, Literal
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.resources import package_path
+from aos.kernel.wasm import fixed_clock, seccomp
 
 Abi = Literal["core", "component"]
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2  # 2: Python builds run under the entropy supervisor
 WORLD_NAME = "workflow"
 WORLD_CLASS = "WitWorld"
 SOURCE_FILES_MAX = 512
@@ -104,6 +112,9 @@ class BuildResult:
     cached: bool
     abi: Abi
     source_hash: Hash
+    # Whether a rebuild from the same source and tools gives the same bytes (as recorded
+    # when the artifact was built); False for an unsupervised Python build.
+    reproducible: bool
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,18 +139,25 @@ def _cache_lookup(cache_dir: Path, key: Hash, abi: Abi) -> BuildResult | None:
     if record.get("wasm_hash") != wasm_hash or record.get("abi") != abi:
         return None  # a torn or tampered entry: rebuild over it
     _touch(wasm_path)
-    return BuildResult(wasm_path, wasm_hash, True, abi, key)
+    return BuildResult(wasm_path, wasm_hash, True, abi, key, record.get("reproducible") is True)
 
 
-def _cache_store(cache_dir: Path, key: Hash, abi: Abi, built: Path) -> BuildResult:
+def _cache_store(
+    cache_dir: Path, key: Hash, abi: Abi, built: Path, *, reproducible: bool
+) -> BuildResult:
     wasm_path, record_path = _cache_paths(cache_dir, key)
     wasm_hash = hash_bytes(built.read_bytes())
     built.chmod(0o644)
     os.replace(built, wasm_path)
-    record = {"abi": abi, "source_hash": str(key), "wasm_hash": str(wasm_hash)}
+    record = {
+        "abi": abi,
+        "reproducible": reproducible,
+        "source_hash": str(key),
+        "wasm_hash": str(wasm_hash),
+    }
     _write_atomic(record_path, json.dumps(record, sort_keys=True).encode())
     _prune(cache_dir, keep=wasm_path)
-    return BuildResult(wasm_path, wasm_hash, False, abi, key)
+    return BuildResult(wasm_path, wasm_hash, False, abi, key, reproducible)
 
 
 def _touch(path: Path) -> None:
@@ -270,8 +288,15 @@ def build_python(
             str(out),
             "--stub-wasi",
         ]
-        _run_tool(command, timeout_s=timeout_s, cwd=src_dir, tool="componentize-py")
-        return _cache_store(cache, key, "component", out)
+        supervised = _run_tool(
+            command,
+            timeout_s=timeout_s,
+            cwd=src_dir,
+            tool="componentize-py",
+            entropy=key,
+            clock_dir=cache,
+        )
+        return _cache_store(cache, key, "component", out, reproducible=supervised)
 
 
 def _bundled_packages(src_dir: Path) -> list[tuple[str, Path]]:
@@ -448,7 +473,7 @@ def build_c(
             raise BuildFailedError(
                 f"the module imports {imports}: aos modules may import nothing", path=str(path)
             )
-        return _cache_store(cache, key, "core", out)
+        return _cache_store(cache, key, "core", out, reproducible=True)
 
 
 def core_imports(wasm: bytes) -> list[str]:
@@ -535,37 +560,77 @@ def build(
 
 class _temp_output:  # noqa: N801 - a context manager used like a function
     """A temporary output path inside the cache (same filesystem, so `os.replace` is
-    atomic), removed on failure."""
+    atomic), removed on failure. Its file name is fixed, because linkers write the output's
+    name into the module: only its folder's name is random."""
 
     def __init__(self, cache: Path) -> None:
-        fd, name = tempfile.mkstemp(dir=cache, prefix=".build-", suffix=".wasm")
-        os.close(fd)
-        self.path = Path(name)
+        self.folder = Path(tempfile.mkdtemp(dir=cache, prefix=".build-"))
+        self.path = self.folder / "module.wasm"
 
     def __enter__(self) -> Path:
         return self.path
 
     def __exit__(self, *exc: object) -> None:
-        self.path.unlink(missing_ok=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _run_tool(command: list[str], *, timeout_s: float, cwd: Path, tool: str) -> None:
+def _run_tool(
+    command: list[str],
+    *,
+    timeout_s: float,
+    cwd: Path,
+    tool: str,
+    entropy: Hash | None = None,
+    clock_dir: Path | None = None,
+) -> bool:
+    """Run a build tool. With `entropy` (and the fixed clock built into `clock_dir`), run it
+    reproducibly: under the seccomp supervisor, whose `getrandom` answers come from a stream
+    keyed by that hash and whose file times and inode numbers are fixed, with its clock
+    fixed too. True when all of that was in place."""
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["RUST_BACKTRACE"] = "0"  # the tool's own stack is noise; its Python traceback is not
+    clock = fixed_clock.library(clock_dir) if clock_dir is not None else None
+    if entropy is None or clock is None or not seccomp.supported():
+        _finish(_start(command, cwd, env, ()), timeout_s=timeout_s, tool=tool)
+        return False
+    env["LD_PRELOAD"] = " ".join(filter(None, [str(clock), env.get("LD_PRELOAD", "")]))
+    with seccomp.EntropySupervisor(entropy.digest) as supervisor:
+        process = _start(supervisor.wrap(command), cwd, env, supervisor.pass_fds)
+        supervisor.attach()
+        _finish(process, timeout_s=timeout_s, tool=tool)
+    return supervisor.intact
+
+
+def _start(
+    command: list[str], cwd: Path, env: dict[str, str], pass_fds: Sequence[int]
+) -> subprocess.Popen[bytes]:
     try:
-        done = subprocess.run(
-            command, cwd=cwd, env=env, capture_output=True, timeout=timeout_s, check=False
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=pass_fds,
         )
     except FileNotFoundError:
         raise BuildToolMissingError(f"{command[0]} not found") from None
+
+
+def _finish(process: subprocess.Popen[bytes], *, timeout_s: float, tool: str) -> None:
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
         raise BuildFailedError(f"{tool} ran longer than {timeout_s}s") from None
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).decode("utf-8", "replace")[-STDERR_TAIL_CHARS:]
+    if process.returncode != 0:
+        tail = (stderr or stdout).decode("utf-8", "replace")[-STDERR_TAIL_CHARS:]
         raise BuildFailedError(
-            f"{tool} exited with {done.returncode}:\n{tail.strip()}",
-            returncode=done.returncode,
+            f"{tool} exited with {process.returncode}:\n{tail.strip()}",
+            returncode=process.returncode,
         )
 
 
