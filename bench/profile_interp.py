@@ -50,6 +50,7 @@ class Split:
     """Per interpreter step: seconds of each part, fuel and sizes."""
 
     step_s: list[float] = field(default_factory=list)
+    step_cpu_s: list[float] = field(default_factory=list)  # the step's thread CPU time
     runner_s: list[float] = field(default_factory=list)
     warm_call_s: list[float] = field(default_factory=list)
     fresh_s: list[float] = field(default_factory=list)  # instantiate + calls, per fresh run
@@ -132,11 +133,12 @@ class Answering(LocalAdapters):
     def _run(self) -> None:
         split = self.timed.split
         while True:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.thread_time()
             if not self.world.step_next():
                 break
             if self.timed.recording:
                 split.step_s.append(time.perf_counter() - started)
+                split.step_cpu_s.append(time.thread_time() - cpu_started)
                 split.steps += 1
         started = time.perf_counter()
         self.world.flush()
@@ -238,6 +240,7 @@ def report(case: str, split: Split, executions: int) -> None:
     host = [s - r for s, r in zip(split.step_s, split.runner_s, strict=False)]
     print(f"{case}: {split.steps / executions:.1f} interpreter steps per execution")
     print(f"  kernel step (step_next)   {_ms(split.step_s)}")
+    print(f"  kernel step, CPU time     {_ms(split.step_cpu_s)}")
     print(f"  runner.step               {_ms(split.runner_s)}")
     print(f"  warm guest call           {_ms(split.warm_call_s)}")
     print(f"  fresh guest call          {_ms(split.fresh_s)}")
