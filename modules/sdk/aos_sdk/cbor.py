@@ -212,6 +212,9 @@ def _encode_array(out: bytearray, value: list[Any] | tuple[Any, ...], depth_left
             out.append(item)
         elif item is None:
             out.append(0xF6)
+        elif kind is bytes:
+            out += _head_bytes(2, len(item))
+            out += item
         elif kind is dict and left > 0:
             _encode_map(out, item, left)
         else:
@@ -247,12 +250,20 @@ def decoded_copy(value: Any) -> Any:
         order = _MAP_MEMO.get(keys)
         if order is None:
             order = _key_order(keys, NESTING_DEPTH_MAX_DEFAULT)
+        if _IMMUTABLE_SCALARS.issuperset(map(type, value.values())):  # checked at C speed
+            return {key: value[key] for key, _ in order}
         return {key: _copied(value[key]) for key, _ in order}
     if kind is list or kind is tuple:
+        if _IMMUTABLE_SCALARS.issuperset(map(type, value)):
+            return list(value)
         return [_copied(item) for item in value]
     if kind is float and math.isnan(value):
         return _NAN_VALUE
     return value
+
+
+# Items a copy shares with its original (a float is copied: its NaN becomes the one NaN).
+_IMMUTABLE_SCALARS = frozenset({str, int, bool, type(None), bytes})
 
 
 def _copied(value: Any) -> Any:
