@@ -203,20 +203,12 @@ def _encode_array(out: bytearray, value: list[Any] | tuple[Any, ...], depth_left
     count = len(value)
     out += bytes((0x80 | count,)) if count < 24 else _head_bytes(4, count)
     left = depth_left - 1
-    memo = _TEXT_MEMO
     for item in value:
-        kind = type(item)  # the same inlined items as in a map
-        if kind is str and item in memo:
-            out += memo[item]
-        elif kind is int and 0 <= item < 24:
+        # Inline what long lists mostly hold (a loop's items and its encoded results).
+        if type(item) is int and 0 <= item < 24:
             out.append(item)
-        elif item is None:
-            out.append(0xF6)
-        elif kind is bytes:
-            out += _head_bytes(2, len(item))
-            out += item
-        elif kind is dict and left > 0:
-            _encode_map(out, item, left)
+        elif type(item) is bytes:
+            out += _head_bytes(2, len(item)) + item
         else:
             _encode_into(out, item, left)
 
