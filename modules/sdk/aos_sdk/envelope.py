@@ -73,7 +73,7 @@ class StepOutput:
 
 # A warm instance's memo of the states it output (see `StateMemo`).
 STATE_MEMO_ENTRIES_MAX_DEFAULT = 8
-STATE_MEMO_STATE_BYTES_MAX_DEFAULT = 262_144
+STATE_MEMO_STATE_BYTES_MAX_DEFAULT = 65_536  # a warm heap holds 8 such states at most
 
 
 class StateMemo:
