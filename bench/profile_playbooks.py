@@ -36,6 +36,7 @@ from aos.flows.tools import TOOL_EFFECTS, ToolContext, handlers_for, renewing
 from aos.kernel.adapters.keys import read_seed
 from aos.kernel.adapters.sdk import Adapter, Lease, Outcome, Result
 from bench.bench_playbooks import AOS_FILES, PYTHON_ALLOW, REPO
+from bench.proc_cpu import tree_cpu_s
 
 PYTHON_EFFECT = "aos/tool.python@1"
 WARMUP = 3
@@ -105,7 +106,7 @@ def phases(marks: list[tuple[str, float]], gap_s_max: float) -> dict[str, list[f
 
 
 @contextmanager
-def node_up(folder: Path) -> Iterator[tuple[str, Path]]:
+def node_up(folder: Path) -> Iterator[tuple[str, Path, int]]:
     world = folder / "world"
     aos = str(Path(sys.executable).parent / "aos")
     subprocess.run(
@@ -115,7 +116,8 @@ def node_up(folder: Path) -> Iterator[tuple[str, Path]]:
     node = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert node.stdout is not None
-        yield str(json.loads(node.stdout.readline())["url"]), world.with_name("world.keys")
+        url = str(json.loads(node.stdout.readline())["url"])
+        yield url, world.with_name("world.keys"), node.pid
     finally:
         node.terminate()
         node.wait()
@@ -147,9 +149,10 @@ def execute(client: FlowNodeClient, name: str, poll_s: float) -> float:
 
 def profile(
     folder: Path, case: str, executions: int, poll_s: float, *, chain: bool = True
-) -> tuple[list[float], TimedAdapter]:
-    """Run `executions` of `case` after the warm-up; their seconds, and the adapter's marks."""
-    with node_up(folder) as (url, keys), FlowNodeClient(url) as client:
+) -> tuple[list[float], TimedAdapter, float]:
+    """Run `executions` of `case` after the warm-up; their seconds, the adapter's marks, and
+    the node's CPU seconds (its process tree) per execution."""
+    with node_up(folder) as (url, keys, pid), FlowNodeClient(url) as client:
         adapter = python_adapter(url, keys, chain=chain)
         serving = threading.Thread(target=lambda: adapter.run(install_signals=False))
         serving.start()
@@ -159,7 +162,9 @@ def profile(
             for _ in range(WARMUP):
                 execute(client, name, poll_s)
             adapter.marks.clear()
-            return [execute(client, name, poll_s) for _ in range(executions)], adapter
+            cpu_s = tree_cpu_s([pid])
+            seconds = [execute(client, name, poll_s) for _ in range(executions)]
+            return seconds, adapter, (tree_cpu_s([pid]) - cpu_s) / executions
         finally:
             adapter.stop()
             serving.join()
@@ -173,7 +178,7 @@ def main() -> None:
     parser.add_argument("--no-chain", action="store_true", help="receipts ask for no lease")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="aos-profile-pb-") as folder:
-        seconds, adapter = profile(
+        seconds, adapter, cpu_s = profile(
             Path(folder),
             options.case,
             options.executions,
@@ -181,6 +186,7 @@ def main() -> None:
             chain=not options.no_chain,
         )
     print(f"{options.case}: median {statistics.median(seconds) * 1000:.1f} ms per execution")
+    print(f"  node CPU time: {cpu_s * 1000:.1f} ms per execution")
     for phase, values in phases(adapter.marks, gap_s_max=0.5).items():
         if values:
             median_ms = statistics.median(values) * 1000

@@ -291,3 +291,42 @@ def test_decode_depth_limit_counts_empty_containers(empty: Any) -> None:
             assert error.code == "cbor.depth_exceeded"
             accepted.append(False)
     assert accepted == [True, False]
+
+
+def _shape(value: Any) -> Any:
+    """A value with its types and map key order made comparable (`==` ignores both, and
+    NaN never equals itself)."""
+    if type(value) is dict:
+        return ("map", [(_shape(key), _shape(item)) for key, item in value.items()])
+    if type(value) is list:
+        return ("list", [_shape(item) for item in value])
+    if type(value) is float:
+        return ("float", struct.pack(">d", value))
+    return (type(value).__name__, value)
+
+
+def _with_tuples(value: Any) -> Any:
+    """The same data with every list made a tuple (what a step may return)."""
+    if type(value) is dict:
+        return {key: _with_tuples(item) for key, item in value.items()}
+    if type(value) is list:
+        return tuple(_with_tuples(item) for item in value)
+    return value
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(values)
+def test_decoded_copy_is_what_decoding_gives(value: Any) -> None:
+    expected = _shape(sdk_cbor.decode(sdk_cbor.encode(value)))
+    assert _shape(sdk_cbor.decoded_copy(value)) == expected
+    assert _shape(sdk_cbor.decoded_copy(_with_tuples(value))) == expected
+
+
+def test_decoded_copy_shares_no_container() -> None:
+    inner = {"b": [1, 2], "a": {}}
+    value = {"z": inner, "y": [inner]}
+    copy = sdk_cbor.decoded_copy(value)
+    assert list(copy["z"]) == ["a", "b"]  # canonical order, as decoding gives
+    copy["z"]["b"].append(3)
+    copy["y"][0]["a"]["new"] = 1
+    assert inner == {"b": [1, 2], "a": {}}

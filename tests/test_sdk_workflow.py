@@ -449,3 +449,109 @@ def test_order_with_no_amount_fails_at_once() -> None:
     state, events, effects = run(order_py.order, None, placed(0), ORDER_CTX)
     assert state.status == "failed" and effects == []
     assert events[0].value["reason"] == "amount must be positive"
+
+
+# --------------------------------------------------------------------------------------------
+# The warm instance's state memo
+
+
+LOG_EVENT = "demo/Log@1"
+BLOB = "blake3:" + "ab" * 32
+
+
+def _log_workflow() -> Workflow[Any]:
+    """A handler that changes its state in place, builds maps in non-canonical key order,
+    returns tuples, and (on a `read` event) asks for a blob after changing its state."""
+    wf: Workflow[Any] = Workflow("demo/Log@1")
+
+    @wf.on(LOG_EVENT)
+    def on_log(state: Any, event: Any, ctx: Context) -> Any:
+        state = state if state is not None else {"zz": [], "a": {}}
+        state["zz"].append({"z": event["n"], "b": (event["n"], 1.5)})
+        state["a"][str(event["n"])] = list(state)  # the key order the handler sees
+        if event.get("read"):
+            state["read"] = ctx.read(BLOB)
+        return state
+
+    return wf
+
+
+def _log_inputs(warm: Workflow[Any], events: list[dict[str, Any]]) -> list[bytes]:
+    """Each event on the state the last output gave, as the host sends it; the read event
+    runs twice (the read request, then the step with the blob)."""
+    outputs, state = [], None
+    for value in events:
+        data = input_bytes(None, Event(LOG_EVENT, value))
+        if state is not None:
+            data = envelope.encode_input(
+                state, LOG_EVENT, value, has_state=True, ctx=None, data=None
+            )
+        out = envelope.decode_output(warm.step_bytes(data))
+        if out.reads:
+            data = kernel_envelope.with_data(data, {BLOB: b"blob"})
+            out = envelope.decode_output(warm.step_bytes(data))
+        outputs.append(data)
+        state = out.state
+    return outputs
+
+
+def test_state_memo_gives_what_a_fresh_instance_gives() -> None:
+    warm = _log_workflow()
+    events = [{"n": 1}, {"n": 2}, {"n": 3, "read": True}, {"n": 4}]
+    inputs = _log_inputs(warm, events)
+    assert len(warm.state_memo) == 1  # the last output's state, for the next input
+    # Every input again: on a warm workflow fed in order (each state from the memo), and on
+    # a new workflow per input (each state decoded): the same bytes.
+    again = _log_workflow()
+    for data in inputs:
+        fresh = _log_workflow().step_bytes(data)
+        warm_out = again.step_bytes(data)
+        if envelope.decode_output(warm_out).reads:
+            data = kernel_envelope.with_data(data, {BLOB: b"blob"})
+            fresh = _log_workflow().step_bytes(data)
+            warm_out = again.step_bytes(data)
+        assert warm_out == fresh
+        assert len(again.state_memo) == 1  # the input's state was taken, the output's kept
+
+
+def test_state_memo_hands_a_state_out_once() -> None:
+    memo = envelope.StateMemo()
+    value = {"b": [1], "a": 2}
+    encoded = cbor.encode(value)
+    memo.keep(encoded, value)
+    first = memo.take(encoded)
+    assert list(first) == ["a", "b"] and first == value and first["b"] is not value["b"]
+    first["b"].append(9)  # the handler may change what it is given
+    assert memo.take(encoded) == value and len(memo) == 0  # decoded again
+
+
+def test_state_memo_bounds() -> None:
+    small = {"n": 1}
+    encoded = cbor.encode(small)
+    at_edge = envelope.StateMemo(state_bytes_max=len(encoded))
+    at_edge.keep(encoded, small)
+    assert len(at_edge) == 1
+    over = envelope.StateMemo(state_bytes_max=len(encoded) - 1)
+    over.keep(encoded, small)
+    assert len(over) == 0
+    two = envelope.StateMemo(entries_max=2)
+    states = [{"n": n} for n in range(3)]
+    for state in states:
+        two.keep(cbor.encode(state), state)
+    assert len(two) == 2
+    assert two.take(cbor.encode(states[0])) == states[0]  # evicted: decoded
+    assert len(two) == 2
+    none = envelope.StateMemo(entries_max=0)
+    none.keep(encoded, small)
+    assert len(none) == 0
+    assert envelope.StateMemo().entries_max == envelope.STATE_MEMO_ENTRIES_MAX_DEFAULT
+
+
+def test_a_state_the_encoder_refuses_fails_as_converting_it_would() -> None:
+    wf: Workflow[Any] = Workflow("demo/Bad@1")
+    wf.on("demo/Bad@1")(lambda state, event, ctx: {"tags": {1, 2}})
+    fault = envelope_fault(export(wf)().step(input_bytes(None, Event("demo/Bad@1", {}))))
+    with pytest.raises(SchemaError) as caught:
+        to_value({"tags": {1, 2}})
+    assert fault["type"] == "SchemaError" and fault["message"] == str(caught.value)
+    assert len(wf.state_memo) == 0

@@ -15,6 +15,8 @@ from errors import EngineFailure, ExprError
 from run import ENDED_EVENT, ITER_PARENT_KEY, START_EVENT, Run, error_value, iter_depth
 from tasks import items_of, iteration, start_event
 
+from aos_sdk import cbor
+
 Token = dict[str, Any]
 
 
@@ -206,16 +208,34 @@ def _frame_ended(run: Run, token: Token, frame: dict[str, Any]) -> None:
     loop["in_flight"] -= 1
     where = {"step": token["step"], "token": token["id"], "index": index}
     if frame["status"] == "done":
-        loop["results"][index] = frame["prev"]
+        _keep_result(loop, index, frame["prev"])
         loop["stats"]["success"] += 1
         run.history.add("loop.iteration.done", **where)
     else:
-        loop["results"][index] = {"error": frame["error"]}
+        _keep_result(loop, index, {"error": frame["error"]})
         loop["stats"]["failed"] += 1
         run.history.add("loop.iteration.failed", error=frame["error"], **where)
 
 
 # -- loops ------------------------------------------------------------------------------------
+
+# A loop keeps each finished iteration's result as its canonical encoding, decoded once when
+# the loop is done: the results are otherwise decoded and encoded again with the state on
+# every step of the loop (most of a long loop's step, in the guest's Python CBOR).
+RESULTS_CBOR = "results_cbor"
+
+
+def _keep_result(loop: dict[str, Any], index: int, value: Any) -> None:
+    if RESULTS_CBOR in loop:
+        loop[RESULTS_CBOR][index] = cbor.encode(value)
+    else:  # a loop an earlier interpreter started keeps its results as values
+        loop["results"][index] = value
+
+
+def _results(loop: dict[str, Any]) -> list[Any]:
+    if RESULTS_CBOR not in loop:
+        return list(loop["results"])
+    return [None if data is None else cbor.decode(data) for data in loop[RESULTS_CBOR]]
 
 
 def _start_loop(run: Run, token: Token, step: dict[str, Any]) -> bool:
@@ -240,7 +260,7 @@ def _start_loop(run: Run, token: Token, step: dict[str, Any]) -> bool:
         "next": 0,
         "in_flight": 0,
         "window": max(1, window),
-        "results": [None] * len(items),
+        RESULTS_CBOR: [None] * len(items),
         "stats": {"total": len(items), "success": 0, "failed": 0},
         "distributed": loop["exec"] == "distributed",
         "iterator": loop["iterator"],
@@ -311,7 +331,7 @@ def _loop_finished(token: Token) -> bool:
 
 def _loop_done(run: Run, token: Token) -> None:
     loop = token["loop"]
-    result = {"results": loop["results"], "stats": loop["stats"]}
+    result = {"results": _results(loop), "stats": loop["stats"]}
     run.history.add("loop.done", step=token["step"], token=token["id"], stats=loop["stats"])
     complete_step(run, token, True, result, None, "loop.done")
 

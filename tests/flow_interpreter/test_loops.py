@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aos_sdk import cbor as sdk_cbor
 from tests.flow_interpreter.harness import (
     Execution,
     arc,
@@ -264,3 +265,40 @@ def test_a_failed_distributed_iteration_is_counted() -> None:
     parent.send("Ended", ended.value)
     assert parent.business["steps"]["each"]["stats"] == {"total": 1, "success": 0, "failed": 1}
     assert parent.business["steps"]["each"]["results"][0]["error"]["message"] == "no 1"
+
+
+def test_a_loop_keeps_finished_results_encoded_until_it_is_done() -> None:
+    ex = Execution()
+    out = ex.start(_echo_loop("sequential"), {"items": [1, 2, 3]})
+    for n in (1, 2):
+        (call,) = effects(out, ECHO)
+        out = ex.receipt(call, {"z": n, "a": [n, {"y": None}]})
+    loop = ex.engine["tokens"]["k1"]["loop"]
+    assert "results" not in loop
+    assert [None if r is None else sdk_cbor.decode(r) for r in loop["results_cbor"]] == [
+        {"z": 1, "a": [1, {"y": None}]},
+        {"z": 2, "a": [2, {"y": None}]},
+        None,
+    ]
+    (call,) = effects(out, ECHO)
+    ex.receipt(call, 3)
+    assert ex.business["steps"]["each"]["results"] == [
+        {"a": [1, {"y": None}], "z": 1},
+        {"a": [2, {"y": None}], "z": 2},
+        3,
+    ]
+
+
+def test_a_loop_started_with_results_as_values_finishes_as_before() -> None:
+    """A state an earlier interpreter stored, its loop's results kept as values."""
+    ex = Execution()
+    out = ex.start(_echo_loop("sequential"), {"items": [10, 20, 30]})
+    (call,) = effects(out, ECHO)
+    out = ex.receipt(call, 20)
+    token = ex.state["engine"]["tokens"]["k1"]
+    encoded = token["loop"].pop("results_cbor")
+    token["loop"]["results"] = [None if r is None else sdk_cbor.decode(r) for r in encoded]
+    while ex.status == "running":
+        (call,) = effects(out, ECHO)
+        out = ex.receipt(call, call.params["args"]["n"] * 2)
+    assert ex.business["steps"]["each"]["results"] == [20, 40, 60]

@@ -43,6 +43,8 @@ _KEY_TYPES = frozenset({str, int})
 _SHORTEST_MIN = {24: 24, 25: 0x100, 26: 0x10000, 27: 0x100000000}
 _SIMPLE_VALUES = (False, True, None)  # f4, f5, f6
 
+_NAN_VALUE = struct.unpack(">e", _NAN[1:])[0]  # what decoding the one NaN gives
+
 _TEXT_MEMO: dict[str, bytes] = {}
 _MAP_MEMO: dict[tuple[Any, ...], tuple[tuple[Any, bytes], ...]] = {}
 
@@ -121,9 +123,7 @@ def _encode_into(out: bytearray, value: Any, depth_left: int) -> None:
     elif kind is list or kind is tuple:
         if depth_left <= 0:
             _check_depth(depth_left)
-        out += _head_bytes(4, len(value))
-        for item in value:
-            _encode_into(out, item, depth_left - 1)
+        _encode_array(out, value, depth_left)
     elif kind is float:
         out += _float_bytes(value)
     elif kind is bytes:
@@ -182,7 +182,8 @@ def _encode_map(out: bytearray, value: dict[Any, Any], depth_left: int) -> None:
     for key, key_bytes in order:
         out += key_bytes
         item = value[key]
-        # Inline the commonest items (memoized texts, small integers, null): a call less each.
+        # Inline the commonest items (memoized texts, small integers, null, nested maps and
+        # lists): a call less each.
         kind = type(item)
         if kind is str and item in memo:
             out += memo[item]
@@ -190,6 +191,24 @@ def _encode_map(out: bytearray, value: dict[Any, Any], depth_left: int) -> None:
             out.append(item)
         elif item is None:
             out.append(0xF6)
+        elif kind is dict and left > 0:
+            _encode_map(out, item, left)
+        elif kind is list and left > 0:
+            _encode_array(out, item, left)
+        else:
+            _encode_into(out, item, left)
+
+
+def _encode_array(out: bytearray, value: list[Any] | tuple[Any, ...], depth_left: int) -> None:
+    count = len(value)
+    out += bytes((0x80 | count,)) if count < 24 else _head_bytes(4, count)
+    left = depth_left - 1
+    for item in value:
+        # Inline what long lists mostly hold (a loop's items and its encoded results).
+        if type(item) is int and 0 <= item < 24:
+            out.append(item)
+        elif type(item) is bytes:
+            out += _head_bytes(2, len(item)) + item
         else:
             _encode_into(out, item, left)
 
@@ -211,6 +230,39 @@ def _reject_key(keys: tuple[Any, ...]) -> None:
             raise CborError(
                 "cbor.key_type", f"map key of type {key_kind.__name__} (keys are text or integers)"
             )
+
+
+def decoded_copy(value: Any) -> Any:
+    """What `decode(encode(value))` gives, without the bytes: new maps with their keys in
+    canonical order, lists for tuples, the one NaN. For a value `encode` accepted (its map
+    orders are then memoized, or computed again here)."""
+    kind = type(value)
+    if kind is dict:
+        keys = tuple(value)
+        order = _MAP_MEMO.get(keys)
+        if order is None:
+            order = _key_order(keys, NESTING_DEPTH_MAX_DEFAULT)
+        if _IMMUTABLE_SCALARS.issuperset(map(type, value.values())):  # checked at C speed
+            return {key: value[key] for key, _ in order}
+        return {key: _copied(value[key]) for key, _ in order}
+    if kind is list or kind is tuple:
+        if _IMMUTABLE_SCALARS.issuperset(map(type, value)):
+            return list(value)
+        return [_copied(item) for item in value]
+    if kind is float and math.isnan(value):
+        return _NAN_VALUE
+    return value
+
+
+# Items a copy shares with its original (a float is copied: its NaN becomes the one NaN).
+_IMMUTABLE_SCALARS = frozenset({str, int, bool, type(None), bytes})
+
+
+def _copied(value: Any) -> Any:
+    kind = type(value)  # the immutable scalars of most items, without a call
+    if kind is str or kind is int or value is None or kind is bool or kind is bytes:
+        return value
+    return decoded_copy(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,9 +365,21 @@ class _Reader:
     def _array(self, count: int, offset: int, depth_left: int) -> tuple[Any, int]:
         items: list[Any] = []
         append, item, left = items.append, self.item, depth_left - 1
+        data, size = self.data, self.size
         for _ in range(count):
-            value, offset = item(offset, left)
-            append(value)
+            initial = data[offset] if offset < size else 0xFF
+            if initial < 0x18:  # a small unsigned integer
+                append(initial)
+                offset += 1
+            elif 0xF4 <= initial <= 0xF6:  # false, true, null
+                append(_SIMPLE_VALUES[initial - 0xF4])
+                offset += 1
+            elif 0xA0 <= initial < 0xB8 and left > 0:  # a map of fewer than 24 entries
+                value, offset = self._map(initial - 0xA0, offset + 1, left)
+                append(value)
+            else:
+                value, offset = item(offset, left)
+                append(value)
         return items, offset
 
     def _map(self, count: int, offset: int, depth_left: int) -> tuple[Any, int]:
@@ -366,6 +430,8 @@ class _Reader:
                     result[key] = data[start:offset].decode("utf-8")
                 except UnicodeDecodeError:
                     raise CborError("cbor.malformed", "text string is not valid UTF-8") from None
+            elif 0xA0 < initial < 0xB8 and left > 0:  # a map of fewer than 24 entries
+                result[key], offset = self._map(initial - 0xA0, offset + 1, left)
             else:
                 result[key], offset = item(offset, left)
         return result, offset

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from aos_sdk import cbor
+from aos_sdk import cbor, schema
 
 ENVELOPE_VERSION = 1
 
@@ -71,9 +71,55 @@ class StepOutput:
     reads: list[str] = field(default_factory=list)
 
 
-def decode_input(data: bytes) -> StepInput:
+# A warm instance's memo of the states it output (see `StateMemo`).
+STATE_MEMO_ENTRIES_MAX_DEFAULT = 8
+STATE_MEMO_STATE_BYTES_MAX_DEFAULT = 65_536  # a warm heap holds 8 such states at most
+
+
+class StateMemo:
+    """The last states an instance output, by their encoding, each as decoding those bytes
+    would give it (`cbor.decoded_copy`). A cell's next input usually carries the state its
+    last step output, byte for byte: it is then taken from here instead of decoded (most of a
+    step's work in a Python component). Taken at most once (the handler may change what it
+    is given), bounded in entries and in state size; a fresh instance, with none, decodes, and
+    gets the same value, so the outputs are the same (`checked` compares them)."""
+
+    def __init__(
+        self,
+        entries_max: int = STATE_MEMO_ENTRIES_MAX_DEFAULT,
+        state_bytes_max: int = STATE_MEMO_STATE_BYTES_MAX_DEFAULT,
+    ) -> None:
+        self.entries_max = entries_max
+        self.state_bytes_max = state_bytes_max
+        self._states: dict[bytes, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def keep(self, encoded: bytes, value: Any) -> None:
+        """Note that `value` (plain data) was output as `encoded`."""
+        if len(encoded) > self.state_bytes_max or self.entries_max < 1:
+            return
+        self._states.pop(encoded, None)
+        while len(self._states) >= self.entries_max:
+            del self._states[next(iter(self._states))]  # the oldest
+        self._states[encoded] = cbor.decoded_copy(value)
+
+    def take(self, encoded: bytes) -> Any:
+        """The state `encoded` decodes to: from the memo (and out of it), else decoded."""
+        found = self._states.pop(encoded, _ABSENT)
+        if found is not _ABSENT:
+            return found
+        return cbor.decode(encoded, trusted=True)
+
+
+_ABSENT: Any = object()
+
+
+def decode_input(data: bytes, states: StateMemo | None = None) -> StepInput:
     """The host built every byte of the input envelope and checked it canonical
-    (`_require_canonical_input` in the kernel), so it is read without re-encoding it."""
+    (`_require_canonical_input` in the kernel), so it is read without re-encoding it. With
+    `states`, a state output before is taken from there."""
     envelope = cbor.decode(data, trusted=True)
     _require(type(envelope) is dict, "the input envelope is not a map")
     _require(envelope.get("version") == ENVELOPE_VERSION, "unsupported envelope version")
@@ -93,7 +139,7 @@ def decode_input(data: bytes) -> StepInput:
     data = envelope.get("data", {})
     _require(type(data) is dict, "data is not a map")
     return StepInput(
-        state=cbor.decode(state_bytes, trusted=True) if state_bytes is not None else None,
+        state=_state_value(state_bytes, states),
         has_state=state_bytes is not None,
         schema=schema,
         value=cbor.decode(event["value"], trusted=True),
@@ -102,6 +148,14 @@ def decode_input(data: bytes) -> StepInput:
         ctx=ctx,
         data=data,
     )
+
+
+def _state_value(state_bytes: bytes | None, states: StateMemo | None) -> Any:
+    if state_bytes is None:
+        return None
+    if states is not None:
+        return states.take(state_bytes)
+    return cbor.decode(state_bytes, trusted=True)
 
 
 def encode_input(
@@ -131,9 +185,14 @@ def encode_input(
     return cbor.encode(envelope)
 
 
-def encode_output(output: StepOutput) -> bytes:
+def encode_output(
+    output: StepOutput, *, typed_state: bool = False, states: StateMemo | None = None
+) -> bytes:
+    """The output envelope. `typed_state`: the state may still hold typed values
+    (dataclasses, variants), converted with `schema.to_value` when it is not plain data.
+    `states` keeps the state (when it is plain data) for the next input that carries it."""
     envelope: dict[str, Any] = {
-        "state": cbor.encode(output.state) if output.has_state else None,
+        "state": _state_bytes(output.state, typed_state, states) if output.has_state else None,
         "domain_events": [
             {"schema": event.schema, "value": cbor.encode(event.value)}
             for event in output.domain_events
@@ -147,6 +206,22 @@ def encode_output(output: StepOutput) -> bytes:
     if output.reads:
         envelope["reads"] = list(output.reads)
     return cbor.encode(envelope)
+
+
+def _state_bytes(state: Any, typed: bool, states: StateMemo | None) -> bytes:
+    """The state's encoding. A typed state is encoded as it is when it is plain data (the
+    usual case); when the encoder refuses it, it is converted first, which gives the same
+    bytes, or the same error, as converting it always would."""
+    if not typed:
+        encoded = cbor.encode(state)
+    else:
+        try:
+            encoded = cbor.encode(state)
+        except cbor.CborError:
+            return cbor.encode(schema.to_value(state))
+    if states is not None:
+        states.keep(encoded, state)
+    return encoded
 
 
 # Characters kept of each text of a reported exception (the host cuts to its own limit too).

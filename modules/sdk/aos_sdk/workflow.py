@@ -219,6 +219,8 @@ class Workflow(Generic[S]):
             initial = state
         self.initial = initial
         self._handlers: dict[str, _Handler] = {}
+        # The states this instance output, for the inputs that bring them back (step_bytes).
+        self.state_memo = envelope.StateMemo()
         schema.prepare(state)
 
     @property
@@ -241,6 +243,13 @@ class Workflow(Generic[S]):
 
     def step(self, step_input: StepInput) -> StepOutput:
         """Run one step on a decoded input envelope."""
+        output = self._step(step_input)
+        if output.has_state:
+            output.state = schema.to_value(output.state)
+        return output
+
+    def _step(self, step_input: StepInput) -> StepOutput:
+        """`step`, the state left as the handler returned it (typed values not converted)."""
         handler = self._handlers.get(step_input.schema)
         if handler is None:
             raise UnhandledEventError(
@@ -260,7 +269,7 @@ class Workflow(Generic[S]):
                 "or aos_sdk.DELETE to delete the cell"
             )
         if result is not DELETE:
-            output.state, output.has_state = schema.to_value(result), True
+            output.state, output.has_state = result, True
         output.domain_events = ctx._events
         output.effects = ctx._effects
         output.ann, output.has_ann = ctx._ann, ctx._has_ann
@@ -269,7 +278,10 @@ class Workflow(Generic[S]):
 
     def step_bytes(self, data: bytes) -> bytes:
         """Run one step from input envelope bytes to output envelope bytes (the ABI)."""
-        return envelope.encode_output(self.step(envelope.decode_input(bytes(data))))
+        # The state is converted to its CBOR form while it is encoded, not walked once more
+        # before (`envelope.encode_output`): most states are plain data already.
+        output = self._step(envelope.decode_input(bytes(data), self.state_memo))
+        return envelope.encode_output(output, typed_state=True, states=self.state_memo)
 
     def _read_state(self, step_input: StepInput) -> Any:
         if not step_input.has_state:
