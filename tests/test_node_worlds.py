@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main
+from aos.flows.client import FlowNodeClient
 from aos.kernel.adapters.keys import write_seed
+from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url
 from aos.kernel.store import pg_owner
 from aos.kernel.store.pg_store import open_pg_store
@@ -185,6 +188,11 @@ def test_an_unknown_world_prefix_is_a_typed_404_that_changes_nothing(tmp_path: P
             signed_for_alpha.base_url = httpx.URL(urls["beta"])
             refused = signed_for_alpha.post("/v1/leases", json={"adapter": ADAPTER, "max": 1})
             assert refused.status_code in (401, 403), refused.text
+        # The flow client takes a base URL with a path: the world answers (it runs no flows).
+        for base, code in ((urls["alpha"], "world.workflow_unknown"), (root, "node.world_unknown")):
+            with FlowNodeClient(base) as flows, pytest.raises(AosError) as caught:
+                flows.listing()
+            assert caught.value.code == code
         after = {name: httpx.get(f"{url}/v1/journal").json() for name, url in urls.items()}
         assert after == before
 
