@@ -25,15 +25,14 @@ from aos.flows.client import FlowNodeClient
 from aos.kernel.adapters.keys import write_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url
-from aos.kernel.store import pg_owner
-from aos.kernel.store.pg_store import open_pg_store
 from aos.kernel.world.stamps import PinnedStampSource
-from tests.test_node_process import _AOS, _readline, adapter_http
+from tests.test_node_process import _AOS, adapter_http
 from tests.test_receipts import ADAPTER_SEED
 from tests.test_store_pg_nodes import (
     COUNTER,
     FUNCTIONS,
     LEASE_MS,
+    announced_process,
     increment,
     killable_node,
     pg_world,
@@ -41,6 +40,7 @@ from tests.test_store_pg_nodes import (
     second_directory,
     send_pings,
     settled,
+    take_while_paused,
     where,
 )
 from tests.test_world import SCRIPTED, create, ping
@@ -57,17 +57,8 @@ def worlds_node(
     command = [*_AOS, "node", "up", "--bind", "127.0.0.1:0", "--no-sync", "--json", *options]
     for world in worlds:
         command += ["--world", str(world)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        yield json.loads(_readline(process, START_TIMEOUT_S)), process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=START_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with announced_process(command) as found:
+        yield found
 
 
 @contextmanager
@@ -250,15 +241,7 @@ def test_losing_one_worlds_lease_stops_serving_that_world_only(
     with worlds_node(tmp_path / "kept", tmp_path / "taken", options=options) as (announced, node):
         urls = urls_of(announced)
         # Paused past its leases, then one world is taken by another owner ...
-        node.send_signal(signal.SIGSTOP)
-        try:
-            claim = pg_owner.OwnerClaim("taker", lease_ms=int(LEASE_MS), takeover=True)
-            pg_owner.wait_for_lapse(pg_store_dsn, taken, claim)
-            pg_owner.serve_as(taken, claim)
-            taker = open_pg_store(pg_store_dsn, taken, sync=False)
-        finally:
-            pg_owner.stop_serving(taken)
-            node.send_signal(signal.SIGCONT)
+        taker = take_while_paused(node, pg_store_dsn, taken)
         try:
             # ... the node finds out at that world's next renewal; the other world is served on.
             answer = _lease_lost(urls[taken])
