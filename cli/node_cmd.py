@@ -459,10 +459,12 @@ def _announce(url: str, worlds: list[_World], human: HumanAdapter | None, as_jso
                 f"aos node: serving at {served}  (API: {served}/openapi.json, "
                 f"inspector: {served}/ui)"
             )
+            if human is not None:
+                click.echo(
+                    f"aos node: human tasks for {human.name}  (`aos task ls --node {served}`)"
+                )
         if len(worlds) > 1:
             click.echo(f"aos node: the worlds it serves: {url}{WORLDS_PATH}")
-        if human is not None:
-            click.echo(f"aos node: human tasks for {human.name}  (`aos task ls --node URL`)")
     host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
     if host not in _LOOPBACK:
         click.echo("aos node: warning: not on loopback; anyone who reaches it can lease", err=True)
