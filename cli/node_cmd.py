@@ -277,7 +277,7 @@ def up_command(
     names = _mount_names(world_paths) if multi else [""]
     servers: list[_NodeServer] = []
     worlds: list[_World] = []
-    try:
+    with contextlib.ExitStack() as closing:  # every world is closed, even if one fails to
         for world_path, name in zip(world_paths, names, strict=True):
             open_node = _opener(world_path, limits, human, not no_sync)
             worlds.append(
@@ -285,6 +285,7 @@ def up_command(
                     world_path, name, open_node, servers, worlds, node_id, owner_lease_ms, takeover
                 )
             )
+            closing.callback(worlds[-1].close)
         app = _process_app(worlds) if multi else worlds[0].app
         config = uvicorn.Config(
             app,
@@ -302,9 +303,6 @@ def up_command(
         server.on_listening = lambda url: _listening(url, worlds)
         if not all(world.lost is not None for world in worlds):
             server.run()
-    finally:
-        for world in reversed(worlds):
-            world.close()
     lost = [world.lost for world in worlds if world.lost is not None]
     if lost and len(lost) == len(worlds):
         raise lost[0]
@@ -390,9 +388,13 @@ class _World:
         )
         if ownership is not None:
             ownership.keep(lambda _: _on_lost(path, name, servers, worlds))
+        node: Node | None = None
         try:
-            return cls(path, name, ownership, open_node(), worlds)
+            node = open_node()
+            return cls(path, name, ownership, node, worlds)
         except BaseException:
+            if node is not None:
+                node.close()
             if ownership is not None:
                 ownership.release()
             raise

@@ -115,9 +115,12 @@ class WorldsRouter:
 
 def where_first(wheres: list[Callable[[str], dict[str, Any]]], world: str) -> dict[str, Any]:
     """Where `world` is served, by the first of a process's worlds whose registry knows (a
-    PostgreSQL world's knows its whole database; an embedded world's, itself)."""
+    PostgreSQL world's knows its whole database; an embedded world's, itself); when none names
+    a URL, the first registry's answer (a lapsed registration says whose it was)."""
+    first: dict[str, Any] | None = None
     for where in wheres:
         found = where(world)
         if found.get("url") is not None:
             return found
-    return unserved(world)
+        first = found if first is None else first
+    return unserved(world) if first is None else first
