@@ -1,6 +1,6 @@
 """`aos node up`: serve a world over HTTP; `aos task ...`: the human task inbox of a node.
 
-    aos node up [--world PATH] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
+    aos node up [--world PATH ...] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
                 [--takeover] [--owner-lease-ms MS] [--node-id ID]   (PostgreSQL worlds)
     aos task ls [--assignee U] [--role R] [--status open|claimed] | task show INTENT
     aos task claim INTENT --user U [--role R ...] | task release INTENT --user U
@@ -22,6 +22,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
@@ -34,7 +35,6 @@ from aos.cli.common import (
     handles_errors,
     json_option,
     table,
-    world_option,
 )
 from aos.cli.remote import node_call
 from aos.flows.http import add_flow_routes
@@ -52,7 +52,17 @@ from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
 from aos.kernel.node.owner import WorldOwnership, remove_owner, unserved, write_owner
 from aos.kernel.node.registry_api import add_registry_route
+from aos.kernel.node.worlds import (
+    NAME_CHARS_MAX,
+    WORLDS_PATH,
+    WORLDS_PREFIX,
+    MountedWorld,
+    WorldsRouter,
+    valid_name,
+    where_first,
+)
 from aos.kernel.store.limits import OWNER_LEASE_MS_DEFAULT, OWNER_LEASE_MS_MIN
+from aos.kernel.store.url import world_location
 
 BIND_DEFAULT = "127.0.0.1:9010"
 NODE_URL_DEFAULT = "http://127.0.0.1:9010"
@@ -198,7 +208,17 @@ def node_group() -> None:
 )
 @click.option("--no-sync", is_flag=True, help="Skip fsync on commit (scratch worlds, tests).")
 @click.option("--access-log", is_flag=True, help="Log every request.")
-@world_option
+@click.option(
+    "--world",
+    "world_paths",
+    multiple=True,
+    envvar="AOS_WORLD",
+    default=("./.aos",),
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="World directory (env AOS_WORLD). Repeat to serve several worlds from this process, "
+    "each under /worlds/NAME (NAME: its database key, or its directory's name).",
+)
 @json_option
 @handles_errors
 def up_command(
@@ -223,10 +243,10 @@ def up_command(
     node_id: str | None,
     no_sync: bool,
     access_log: bool,
-    world_path: str,
+    world_paths: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Serve the world over HTTP until SIGINT or SIGTERM, then close it.
+    """Serve the world (or several) over HTTP until SIGINT or SIGTERM, then close it.
 
     Clients send events and read state, cells and the journal; adapters lease intents and
     post signed receipts; people complete human tasks (`aos task`). The API is described at
@@ -253,21 +273,20 @@ def up_command(
         adapter_receipt_refusals_max=adapter_receipt_refusals_max,
         adapter_refusal_window_ms=adapter_refusal_window_ms,
     )
-    ownership = WorldOwnership.claim_world(
-        world_path, node_id=node_id, lease_ms=owner_lease_ms, takeover=takeover
-    )
+    multi = len(world_paths) > 1
+    names = _mount_names(world_paths) if multi else [""]
     servers: list[_NodeServer] = []
-    node = _open_owned(
-        lambda: Node.open_path(world_path, limits=limits, human=human, sync=not no_sync).start(),
-        ownership,
-        servers,
-    )
-    try:
-        app = create_app(node)
-        add_flow_routes(app, node)  # answers world.workflow_unknown on a world without flows
-        add_flow_pages(app, add_inspector(app, node))  # the web inspector, at /ui
-        served: dict[str, str] = {}  # the URL, once it listens
-        add_registry_route(app, _registry(node, ownership, served))
+    worlds: list[_World] = []
+    with contextlib.ExitStack() as closing:  # every world is closed, even if one fails to
+        for world_path, name in zip(world_paths, names, strict=True):
+            open_node = _opener(world_path, limits, human, not no_sync)
+            worlds.append(
+                _World.open(
+                    world_path, name, open_node, servers, worlds, node_id, owner_lease_ms, takeover
+                )
+            )
+            closing.callback(worlds[-1].close)
+        app = _process_app(worlds) if multi else worlds[0].app
         config = uvicorn.Config(
             app,
             host=host,
@@ -277,71 +296,150 @@ def up_command(
             lifespan="off",
             timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
         )
-        server = _NodeServer(config, node, lambda url: _announce(url, node, human, as_json))
+        nodes = [world.node for world in worlds]
+        server = _NodeServer(config, nodes, lambda url: _announce(url, worlds, human, as_json))
         servers.append(server)
-        # Once it listens, the world's owner record tells the CLI to write through it.
-        server.on_listening = lambda url: _listening(world_path, url, node, ownership, served)
-        if ownership is None or ownership.lost is None:
+        # Once it listens, each world's owner record tells the CLI to write through it.
+        server.on_listening = lambda url: _listening(url, worlds)
+        if not all(world.lost is not None for world in worlds):
             server.run()
-    finally:
-        remove_owner(world_path)
-        node.close()
-        if ownership is not None:
-            ownership.release()
-    if ownership is not None and ownership.lost is not None:
-        raise ownership.lost
+    lost = [world.lost for world in worlds if world.lost is not None]
+    if lost and len(lost) == len(worlds):
+        raise lost[0]
     if not as_json:
-        click.echo("aos node: stopped, world closed")
+        click.echo(
+            "aos node: stopped, world closed" if not multi else "aos node: stopped, worlds closed"
+        )
 
 
-def _open_owned(
-    open_node: Callable[[], Node], ownership: WorldOwnership | None, servers: list[_NodeServer]
-) -> Node:
-    """Open the node; its lease (a PostgreSQL world) is renewed from the take on, so a slow
-    open (a recovery) keeps the world, and a lost lease stops `servers` as SIGTERM would (the
-    fence guards the commits meanwhile)."""
-    if ownership is not None:
-        ownership.keep(lambda _: _stop_all(servers))
-    try:
-        return open_node()
-    except BaseException:
+def _listening(url: str, worlds: list[_World]) -> None:
+    for world in worlds:
+        world.listening(url)
+
+
+def _opener(
+    world_path: str, limits: NodeLimits, human: HumanAdapter | None, sync: bool
+) -> Callable[[], Node]:
+    return lambda: Node.open_path(world_path, limits=limits, human=human, sync=sync).start()
+
+
+def _mount_names(world_paths: tuple[str, ...]) -> list[str]:
+    """Each world's name under /worlds/: its database key (PostgreSQL) or its directory's name
+    (LMDB); one segment, unique in the process."""
+    names = []
+    for world_path in world_paths:
+        location = world_location(world_path)
+        name = location.world if location is not None else Path(world_path).resolve().name
+        if not valid_name(name):
+            raise NodeConfigError(
+                f"world {world_path}: {name!r} cannot name it under /worlds/ (letters, digits, "
+                f"'.', '_', '-'; at most {NAME_CHARS_MAX} characters)"
+            )
+        if name in names:
+            raise NodeConfigError(f"two worlds would be served as /worlds/{name}")
+        names.append(name)
+    return names
+
+
+def _process_app(worlds: list[_World]) -> WorldsRouter:
+    return WorldsRouter([world.mounted() for world in worlds])
+
+
+class _World:
+    """One world the process serves: its ownership (PostgreSQL), node, app and mount name
+    (empty when the process serves only it, at the root)."""
+
+    def __init__(
+        self,
+        path: str,
+        name: str,
+        ownership: WorldOwnership | None,
+        node: Node,
+        worlds: list[_World],
+    ) -> None:
+        self.path = path
+        self.name = name
+        self.ownership = ownership
+        self.node = node
+        self.url: str | None = None  # once it listens
+        self.app = create_app(node)
+        add_flow_routes(self.app, node)  # answers world.workflow_unknown on a world without flows
+        add_flow_pages(self.app, add_inspector(self.app, node))  # the web inspector, at /ui
+        # Any world of the process answers for all of them.
+        add_registry_route(self.app, lambda world: where_first([w.where for w in worlds], world))
+
+    @classmethod
+    def open(
+        cls,
+        path: str,
+        name: str,
+        open_node: Callable[[], Node],
+        servers: list[_NodeServer],
+        worlds: list[_World],
+        node_id: str | None,
+        lease_ms: int,
+        takeover: bool,
+    ) -> _World:
+        """Claim (PostgreSQL) and open the world. Its lease is renewed from the take on, so a
+        slow open (a recovery) keeps it; a lost lease stops the process when it serves this
+        world only or has lost them all, else this world's routes answer the loss."""
+        ownership = WorldOwnership.claim_world(
+            path, node_id=node_id, lease_ms=lease_ms, takeover=takeover
+        )
         if ownership is not None:
-            ownership.release()
-        raise
+            ownership.keep(lambda _: _on_lost(path, name, servers, worlds))
+        node: Node | None = None
+        try:
+            node = open_node()
+            return cls(path, name, ownership, node, worlds)
+        except BaseException:
+            if node is not None:
+                node.close()
+            if ownership is not None:
+                ownership.release()
+            raise
+
+    @property
+    def lost(self) -> AosError | None:
+        return None if self.ownership is None else self.ownership.lost
+
+    def listening(self, root_url: str) -> None:
+        self.url = root_url + (f"{WORLDS_PREFIX}/{self.name}" if self.name else "")
+        write_owner(self.path, self.url, self.node.world_id)
+        if self.ownership is not None:
+            self.ownership.announce(self.url, self.node.world_id)
+
+    def where(self, world: str) -> dict[str, Any]:
+        """Where a world is served: the database's registry, or (embedded) this node alone."""
+        if self.ownership is not None:
+            return self.ownership.where(world)
+        if world != self.node.world_id or self.url is None:
+            return unserved(world)
+        return {**unserved(world), "world_id": world, "url": self.url, "live": True}
+
+    def mounted(self) -> MountedWorld:
+        return MountedWorld(
+            self.name, self.node.world_id, self.app, self.where, lambda: self.url, lambda: self.lost
+        )
+
+    def close(self) -> None:
+        remove_owner(self.path)
+        self.node.close()
+        if self.ownership is not None:
+            self.ownership.release()
+
+
+def _on_lost(path: str, name: str, servers: list[_NodeServer], worlds: list[_World]) -> None:
+    remove_owner(path)
+    if not name or all(world.lost is not None for world in worlds):
+        _stop_all(servers)
+    else:
+        click.echo(f"aos node: world {name} was taken over; no longer serving it", err=True)
 
 
 def _stop_all(servers: list[_NodeServer]) -> None:
     for server in servers:
         server.handle_exit(signal.SIGTERM, None)
-
-
-def _listening(
-    world_path: str,
-    url: str,
-    node: Node,
-    ownership: WorldOwnership | None,
-    served: dict[str, str],
-) -> None:
-    write_owner(world_path, url, node.world_id)
-    if ownership is not None:
-        ownership.announce(url, node.world_id)
-    served["url"] = url
-
-
-def _registry(
-    node: Node, ownership: WorldOwnership | None, served: dict[str, str]
-) -> Callable[[str], dict[str, Any]]:
-    """Where a world is served: the database's registry, or (embedded) this node alone."""
-    if ownership is not None:
-        return ownership.where
-
-    def own(world: str) -> dict[str, Any]:
-        if world != node.world_id or "url" not in served:
-            return unserved(world)
-        mine = {"world_id": world, "url": served["url"], "live": True}
-        return {**unserved(world), **mine}
-
-    return own
 
 
 def _bind(text: str) -> tuple[str, int]:
@@ -352,19 +450,36 @@ def _bind(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _announce(url: str, node: Node, human: HumanAdapter | None, as_json: bool) -> None:
+def _announce(url: str, worlds: list[_World], human: HumanAdapter | None, as_json: bool) -> None:
     if as_json:
-        line = {"url": url, "world_id": node.world_id, "human_adapter": human and human.name}
-        click.echo(json.dumps(line, sort_keys=True))
+        click.echo(json.dumps(_announcement(url, worlds, human), sort_keys=True))
     else:
-        click.echo(f"aos node: world {node.world_id}")
-        click.echo(f"aos node: serving at {url}  (API: {url}/openapi.json, inspector: {url}/ui)")
-        if human is not None:
-            click.echo(f"aos node: human tasks for {human.name}  (`aos task ls --node {url}`)")
+        for world in worlds:
+            click.echo(f"aos node: world {world.node.world_id}")
+            served = world.url or url
+            click.echo(
+                f"aos node: serving at {served}  (API: {served}/openapi.json, "
+                f"inspector: {served}/ui)"
+            )
+            if human is not None:
+                click.echo(
+                    f"aos node: human tasks for {human.name}  (`aos task ls --node {served}`)"
+                )
+        if len(worlds) > 1:
+            click.echo(f"aos node: the worlds it serves: {url}{WORLDS_PATH}")
     host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
     if host not in _LOOPBACK:
         click.echo("aos node: warning: not on loopback; anyone who reaches it can lease", err=True)
     sys.stdout.flush()
+
+
+def _announcement(url: str, worlds: list[_World], human: HumanAdapter | None) -> dict[str, Any]:
+    """The `--json` line: one world as it always was; several, each with its URL."""
+    line: dict[str, Any] = {"url": url, "human_adapter": human and human.name}
+    if len(worlds) == 1:
+        return {**line, "world_id": worlds[0].node.world_id}
+    listed = [{"name": w.name, "url": w.url, "world_id": w.node.world_id} for w in worlds]
+    return {**line, "worlds": listed}
 
 
 class _NodeServer(uvicorn.Server):
@@ -372,9 +487,11 @@ class _NodeServer(uvicorn.Server):
     (so `--bind HOST:0` is usable), and a SIGINT/SIGTERM ends `run` normally instead of being
     re-raised after shutdown, so the caller closes the world and exits 0."""
 
-    def __init__(self, config: uvicorn.Config, node: Node, announce: Callable[[str], None]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, nodes: list[Node], announce: Callable[[str], None]
+    ) -> None:
         super().__init__(config)
-        self._node = node
+        self._nodes = nodes
         self._announce = announce
         self.on_listening: Callable[[str], object] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -394,7 +511,8 @@ class _NodeServer(uvicorn.Server):
         super().handle_exit(sig, frame)
         if self._loop is not None:
             # Long-polling lease requests return (empty) now rather than at their deadline.
-            self._loop.call_soon_threadsafe(self._node.leases.close)
+            for node in self._nodes:
+                self._loop.call_soon_threadsafe(node.leases.close)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

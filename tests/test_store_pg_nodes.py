@@ -28,7 +28,7 @@ from aos.kernel.adapters.keys import write_seed
 from aos.kernel.store import pg_owner
 from aos.kernel.store.errors import StoreOwnedError
 from aos.kernel.store.limits import OWNER_LEASE_MS_MIN
-from aos.kernel.store.pg_store import open_pg_store
+from aos.kernel.store.pg_store import PgStore, open_pg_store
 from aos.kernel.store.url import write_store_url
 from aos.kernel.world_store import create_world
 from tests.pg_cluster import free_port
@@ -83,14 +83,19 @@ def node_command(directory: Path, *options: str) -> list[str]:
 def killable_node(directory: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """`aos node up` that the test may SIGKILL; stopped (SIGTERM, then SIGKILL) at the end."""
     options = options if "--bind" in options else (*options, "--bind", "127.0.0.1:0")
-    process = subprocess.Popen(
-        node_command(directory, *options),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with announced_process(node_command(directory, *options)) as (announced, process):
+        yield str(announced["url"]), process
+
+
+@contextmanager
+def announced_process(
+    command: list[str],
+) -> Iterator[tuple[dict[str, Any], subprocess.Popen[str]]]:
+    """A process whose first line of output is a JSON announcement (`aos node up --json`);
+    stopped (SIGTERM, then SIGKILL) at the end unless it is gone already."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        yield str(json.loads(_readline(process, START_TIMEOUT_S))["url"]), process
+        yield json.loads(_readline(process, START_TIMEOUT_S)), process
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -279,15 +284,7 @@ def test_a_node_whose_world_was_taken_stops_serving_it(pg_store_dsn: str, tmp_pa
     with killable_node(tmp_path / "a") as (url, process):
         before = where(url, world)
         # Paused past its lease (a partition, a stalled VM), then taken over ...
-        process.send_signal(signal.SIGSTOP)
-        try:
-            claim = pg_owner.OwnerClaim("taker", lease_ms=int(LEASE_MS), takeover=True)
-            pg_owner.wait_for_lapse(pg_store_dsn, world, claim)
-            pg_owner.serve_as(world, claim)
-            taker = open_pg_store(pg_store_dsn, world, sync=False)
-        finally:
-            pg_owner.stop_serving(world)
-            process.send_signal(signal.SIGCONT)
+        taker = take_while_paused(process, pg_store_dsn, world)
         try:
             # ... it finds out at its next renewal and stops, saying why.
             assert process.wait(timeout=START_TIMEOUT_S) == 1
@@ -298,6 +295,19 @@ def test_a_node_whose_world_was_taken_stops_serving_it(pg_store_dsn: str, tmp_pa
             taker.close()
     owner = pg_owner.lookup(pg_store_dsn, world)
     assert owner is not None and owner.node_id == "taker"  # the stopped node removed nothing
+
+
+def take_while_paused(process: subprocess.Popen[str], dsn: str, world: str) -> PgStore:
+    """Pause the node process past its lease, take `world` as node "taker", resume it."""
+    process.send_signal(signal.SIGSTOP)
+    try:
+        claim = pg_owner.OwnerClaim("taker", lease_ms=int(LEASE_MS), takeover=True)
+        pg_owner.wait_for_lapse(dsn, world, claim)
+        pg_owner.serve_as(world, claim)
+        return open_pg_store(dsn, world, sync=False)
+    finally:
+        pg_owner.stop_serving(world)
+        process.send_signal(signal.SIGCONT)
 
 
 def test_a_node_on_an_embedded_world_answers_for_its_own_world_only(tmp_path: Path) -> None:

@@ -115,7 +115,9 @@ class AdapterFastPath:
         self.node = node
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path")
+        # Behind a mount (several worlds per process) the route is the path after `root_path`;
+        # the adapter signed the whole path, so that is the target checked.
+        path = route_path(scope) if scope["type"] == "http" else None
         if scope["type"] != "http" or scope["method"] != "POST" or path not in _SERVED:
             await self.app(scope, receive, send)
             return
@@ -127,7 +129,7 @@ class AdapterFastPath:
             query = scope.get("query_string", b"").decode("latin-1")
             identity = self.node.verifier.verify(
                 method="POST",
-                target=path + (f"?{query}" if query else ""),
+                target=scope["path"] + (f"?{query}" if query else ""),
                 body=body,
                 headers=headers,
             )
@@ -136,17 +138,25 @@ class AdapterFastPath:
             else:
                 answer = await serve_receipt(self.node, identity, body, headers.get("content-type"))
         except AosError as error:
-            await _json(send, http_status(error), {"error": error.to_dict()})
+            await send_json(send, http_status(error), {"error": error.to_dict()})
             return
         except Exception as error:
             log.error("request failed", exc_info=error)
             internal = NodeInternalError(f"{type(error).__name__}: {error}")
-            await _json(send, http_status(internal), {"error": internal.to_dict()})
+            await send_json(send, http_status(internal), {"error": internal.to_dict()})
             return
-        await _json(send, 200, answer)
+        await send_json(send, 200, answer)
 
 
 _SERVED = frozenset({LEASES_PATH, RECEIPTS_PATH})
+
+
+def route_path(scope: Scope) -> str:
+    """The path the app routes on: behind a mount (`root_path`, ASGI's prefix, as Starlette's
+    Mount and kernel/node/worlds.py set it) the part after the prefix; else the whole path."""
+    path: str = scope.get("path", "")
+    root = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root + "/") else path
 
 
 async def _body(receive: Receive) -> bytes | None:
@@ -169,7 +179,7 @@ def _headers(scope: Scope) -> Mapping[str, str]:
     return found
 
 
-async def _json(send: Send, status: int, payload: Any) -> None:
+async def send_json(send: Send, status: int, payload: Any) -> None:
     data = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
     await send(
         {

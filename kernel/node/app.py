@@ -30,6 +30,7 @@ from aos.kernel.node.adapter_api import (
     LEASES_PATH,
     RECEIPTS_PATH,
     AdapterFastPath,
+    route_path,
     serve_lease,
     serve_receipt,
 )
@@ -477,7 +478,7 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        name, bytes_max = self.by_path.get(scope.get("path", ""), ("request_bytes_max", 0))
+        name, bytes_max = self.by_path.get(route_path(scope), ("request_bytes_max", 0))
         bytes_max = bytes_max or self.bytes_max
         headers = dict(scope.get("headers", ()))
         try:

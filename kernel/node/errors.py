@@ -41,6 +41,13 @@ class TaskUnknownError(NodeError):
     hint = "`aos task ls` lists the open tasks; a completed task is gone"
 
 
+class WorldUnknownError(NodeError):
+    """A path of a node serving several worlds names none of them (spec/04 §9.6)."""
+
+    code = "node.world_unknown"
+    hint = "`GET /v1/worlds` lists the worlds this node serves, each under /worlds/{name}"
+
+
 class NodeUnreachableError(AosError):
     """A client (the CLI, the flow client) cannot reach the node at a URL."""
 
@@ -182,6 +189,7 @@ _STATUS_BY_CODE = {
     "world.closed": 503,
     "world.step_budget_exceeded": 503,
     "node.task_unknown": 404,
+    "node.world_unknown": 404,
     "node.human_disabled": 409,
     "node.busy": 503,
     "store.fenced": 409,

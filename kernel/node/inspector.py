@@ -37,6 +37,7 @@ from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_value
 from aos.kernel.node import views
+from aos.kernel.node.adapter_api import route_path
 from aos.kernel.node.app import query_invalid
 from aos.kernel.node.errors import http_status
 from aos.kernel.node.node import Node
@@ -100,8 +101,11 @@ class Inspector:
     def render(
         self, request: Request, template: str, context: dict[str, Any], *, status: int = 200
     ) -> Response:
+        # Behind a mount (several worlds per process) every link starts with the world's prefix.
+        root = str(request.scope.get("root_path", ""))
+        nav = [(name, root + href) for name, href in self.nav]
         html = self.env.get_template(template).render(
-            request=request, nav=self.nav, ui=UI_PATH, **context
+            request=request, nav=nav, ui=root + UI_PATH, root=root, **context
         )
         return HTMLResponse(html, status_code=status, headers=_HEADERS)
 
@@ -152,7 +156,8 @@ def _show_invalid_parameters(app: FastAPI, inspector: Inspector) -> None:
     api_handler = app.exception_handlers[RequestValidationError]
 
     async def on_invalid(request: Request, error: Exception) -> Response:
-        if request.url.path.startswith(UI_PATH + "/") or request.url.path == UI_PATH:
+        path = route_path(request.scope)
+        if path.startswith(UI_PATH + "/") or path == UI_PATH:
             assert isinstance(error, RequestValidationError)
             found = query_invalid(error)
             return inspector.render(request, "error.html", {"error": found}, status=400)

@@ -17,7 +17,7 @@
     if (!list || list.dataset.started) return;
     list.dataset.started = "1";
     var status = document.getElementById("tail-status");
-    var source = new EventSource("/v1/journal/stream?after=" + encodeURIComponent(list.dataset.after));
+    var source = new EventSource(list.dataset.root + "/v1/journal/stream?after=" + encodeURIComponent(list.dataset.after));
     source.onopen = function () { if (status) status.textContent = "live"; };
     source.onerror = function () { if (status) status.textContent = "reconnecting"; };
     source.addEventListener("record", function (message) {
@@ -25,7 +25,7 @@
       var item = document.createElement("li");
       item.className = "mono";
       var link = document.createElement("a");
-      link.href = "/ui/records/" + entry.seq;
+      link.href = list.dataset.root + "/ui/records/" + entry.seq;
       link.textContent = "#" + entry.seq;
       item.appendChild(link);
       item.appendChild(document.createTextNode("  " + describe(entry.record)));
