@@ -137,6 +137,14 @@ def encode_built(value: Any) -> bytes:
     return SELF_DESCRIBE_PREFIX + canonical_body(value)
 
 
+def encode_ordered(value: Any) -> bytes:
+    """The canonical stored form of a value the kernel built already in canonical form: every
+    map's keys in canonical order and no float anywhere in it (the fixed fields of a typed
+    journal record). Nothing is walked; cbor2's default mode writes it as it is (see
+    `canonical_body`). Anything not built that way goes through `encode_built`."""
+    return SELF_DESCRIBE_PREFIX + cbor2.dumps(value)
+
+
 def canonical_body(value: Any) -> bytes:
     """`cbor2.dumps(value, canonical=True)` (no self-describe prefix) for a value of the data
     model, at about a third of its cost for maps.

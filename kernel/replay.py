@@ -205,7 +205,7 @@ class _Replay:
         self.engine = engine
         self.progress = progress
         self.blobs = PendingWrites(source)
-        self.produced: dict[int, dict[str, Any]] = {}
+        self.produced: dict[int, records.Record] = {}
         self.produced_bytes: dict[int, bytes] = {}
         self.end = source.journal.head()
         config: Any = source.meta.get("world.config")
@@ -340,7 +340,7 @@ class _Replay:
 
     # -- the replay loop -----------------------------------------------------------------
 
-    def _capture(self, seq: int, record: dict[str, Any], raw: bytes) -> None:
+    def _capture(self, seq: int, record: records.Record, raw: bytes) -> None:
         self.produced[seq] = record
         self.produced_bytes[seq] = raw
 
@@ -381,7 +381,7 @@ class _Replay:
         extra = sorted(s for s in self.produced if s > self.end)
         if extra and not partial:
             seq = extra[0]
-            found = self.produced.get(seq)
+            found = records.value_of(self.produced[seq])
             raise _DivergedError(
                 Divergence(seq, "record_extra", found=found, message="the replay produced more")
             )
@@ -401,13 +401,16 @@ class _Replay:
         stamp = Stamp.from_value(recorded["stamp"])
         world.force_stamp(stamp)
         try:
-            if kind in (records.DOMAIN_EVENT, records.INGRESS_REJECTED):
+            if kind == records.DOMAIN_EVENT:
+                event = records.IngressEvent.from_value(recorded)
                 world.ingress(
-                    recorded["schema"],
-                    recorded["value"],
-                    idempotency_key=recorded.get("idempotency_key"),
+                    event.schema,
+                    event.value,
+                    idempotency_key=event.idempotency_key,
                     readmit=True,
                 )
+            elif kind == records.INGRESS_REJECTED:
+                world.ingress(recorded["schema"], recorded["value"], readmit=True)
             elif kind == records.EFFECT_RECEIPT:
                 world.settle({"body": recorded["body"], "signature": recorded["signature"]})
             elif kind == records.RECEIPT_REJECTED:
@@ -472,7 +475,8 @@ class _Replay:
         # The produced record's bytes are the ones the world encoded when it appended it; the
         # recorded one was decoded strictly, so encoding it gives its stored bytes.
         if raw != cbor.encode_built(recorded):
-            raise _DivergedError(self._divergence(world, seq, recorded, produced, "record_differs"))
+            found = records.value_of(produced)
+            raise _DivergedError(self._divergence(world, seq, recorded, found, "record_differs"))
 
     def _divergence(
         self,

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
-from tests.strategies import same_value, values
+from tests.strategies import keys, same_value, scalars, values
 
 
 @given(values)
@@ -130,3 +130,19 @@ def test_canonical_body_orders_mixed_keys_and_finds_nested_floats() -> None:
     assert cbor.canonical_body(value) == cbor2.dumps(value, canonical=True)
     assert cbor.canonical_body((1, [2.0], "x")) == cbor2.dumps((1, [2.0], "x"), canonical=True)
     assert cbor.canonical_body(-0.0) == bytes.fromhex("f98000")
+
+
+# Values of the data model without floats: what `encode_ordered` is for.
+_float_free = st.recursive(
+    scalars.filter(lambda value: not isinstance(value, float)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=6), st.dictionaries(keys, children, max_size=6)
+    ),
+    max_leaves=30,
+)
+
+
+@given(_float_free)
+def test_encode_ordered_is_encode_for_a_value_built_in_canonical_order(value: Any) -> None:
+    in_order = cbor.decode(cbor.encode(value))  # decoded maps come in canonical key order
+    assert cbor.encode_ordered(in_order) == cbor.encode(value)

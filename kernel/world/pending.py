@@ -27,6 +27,7 @@ from typing import Any
 from aos.kernel import cbor
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.store.interface import Mark, Store
+from aos.kernel.world.records import Record
 
 
 @dataclass
@@ -43,7 +44,7 @@ class PendingWrites:
     def __init__(self, store: Store) -> None:
         self._store = store
         self.blobs: dict[Hash, bytes] = {}
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Record] = []
         # Each record's canonical bytes, encoded once when it was appended (`append_record`).
         self.record_bytes: list[bytes] = []
         self.meta: dict[str, Any] = {}
@@ -91,7 +92,7 @@ class PendingWrites:
         data = self.blobs.get(hash_)
         return data if data is not None else self._store.cas.get(hash_)
 
-    def append_record(self, record: dict[str, Any], raw: bytes) -> None:
+    def append_record(self, record: Record, raw: bytes) -> None:
         """Queue a journal record with its canonical bytes (the store writes those bytes)."""
         self.records.append(record)
         self.record_bytes.append(raw)

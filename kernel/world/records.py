@@ -3,11 +3,23 @@
 Only `domain_event` records without a `cause` (ingress from outside), `manifest` records and,
 later, receipts and governance actions are inputs; everything else records what the kernel
 derived from them, so that a replay can check it.
+
+The records of the hot path are typed (issue 15): `StepRecord`, `IngressEvent`,
+`DerivedEvent` and `EffectReceipt` are named tuples (immutable, and built at about a third of
+the cost of a frozen dataclass) the step and ingress paths build, and `World.append` encodes them with their own `encode()` at the journal boundary.
+`to_cbor_value()` is the map they stand for, built in canonical key order so the encoder
+keeps it as it is, and `from_value()` reads a decoded map back where the hot path needs its
+fields (the tail fold, replay). The bytes are exactly those of the map the dict builders
+below give (tests/test_records_typed.py holds them equal over generated fields), so typing a
+record changes no journal. Every other record, and every reader off the hot path (trace,
+read APIs, the inspector), stays a decoded `dict`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple, TypeAlias
+
+from aos.kernel import cbor
 
 MANIFEST = "manifest"
 DOMAIN_EVENT = "domain_event"
@@ -42,6 +54,179 @@ KINDS = (
 # A record that entered from outside carries an ingress `stamp`; every other record was
 # derived by the kernel from one that did.
 
+# In each `to_cbor_value` the keys are written in canonical order (spec/01 §3: by the length
+# of their encoding, then bytewise), which is what lets the encoder take the map unchanged.
+
+
+class StepRecord(NamedTuple):
+    """An applied step. `cancelled` (intents the step closed) and `ann` (its annotation) are
+    written only when the step has them, so steps without either keep their old form."""
+
+    input_seq: int
+    delivery: int
+    workflow: str
+    key: bytes | None
+    state: str | None
+    events: int
+    intents: list[str]
+    cancelled: list[str] | None = None
+    ann: Any = None
+
+    @property
+    def kind(self) -> str:
+        return STEP
+
+    def to_cbor_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = {} if self.ann is None else {"ann": self.ann}
+        value["key"] = self.key
+        value["kind"] = STEP
+        value["input"] = self.input_seq
+        value["state"] = self.state
+        value["events"] = self.events
+        value["intents"] = self.intents
+        value["delivery"] = self.delivery
+        value["workflow"] = self.workflow
+        if self.cancelled:
+            value["cancelled"] = self.cancelled
+        return value
+
+    def encode(self) -> bytes:
+        """Its stored bytes. Every field but the annotation is a number, text, bytes or a list
+        of texts and the map is in canonical order, so there is nothing for the encoder to
+        check or reorder unless the step has an annotation (a value of any shape)."""
+        if self.ann is None:
+            return cbor.encode_ordered(self.to_cbor_value())
+        return cbor.encode_built(self.to_cbor_value())
+
+    @classmethod
+    def from_value(cls, value: dict[str, Any]) -> StepRecord:
+        return cls(
+            input_seq=value["input"],
+            delivery=value["delivery"],
+            workflow=value["workflow"],
+            key=value["key"],
+            state=value["state"],
+            events=value["events"],
+            intents=value["intents"],
+            cancelled=value.get("cancelled"),
+            ann=value.get("ann"),
+        )
+
+
+class IngressEvent(NamedTuple):
+    """An event from outside; `idempotency_key` only when its sender gave one (so records of
+    events sent without one are as they always were)."""
+
+    schema: str
+    value: Any
+    stamp: dict[str, Any]
+    idempotency_key: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return DOMAIN_EVENT
+
+    def to_cbor_value(self) -> dict[str, Any]:
+        value = {"kind": DOMAIN_EVENT, "stamp": self.stamp, "value": self.value}
+        value["schema"] = self.schema
+        if self.idempotency_key is not None:
+            value["idempotency_key"] = self.idempotency_key
+        return value
+
+    def encode(self) -> bytes:
+        """Its stored bytes: the value was normalized when it was admitted."""
+        return cbor.encode_built(self.to_cbor_value())
+
+    @classmethod
+    def from_value(cls, value: dict[str, Any]) -> IngressEvent:
+        return cls(value["schema"], value["value"], value["stamp"], value.get("idempotency_key"))
+
+
+class DerivedEvent(NamedTuple):
+    """An event a step emitted: `cause` is the step record, `output_index` its place in the
+    output (the record's `index`). Its stamp is derived (stamps.py), so it is not stored."""
+
+    schema: str
+    value: Any
+    cause: int
+    output_index: int  # not `index`, which would hide tuple.index
+
+    @property
+    def kind(self) -> str:
+        return DOMAIN_EVENT
+
+    def to_cbor_value(self) -> dict[str, Any]:
+        return {
+            "kind": DOMAIN_EVENT,
+            "cause": self.cause,
+            "index": self.output_index,
+            "value": self.value,
+            "schema": self.schema,
+        }
+
+    def encode(self) -> bytes:
+        """Its stored bytes: the value was normalized when the step was checked."""
+        return cbor.encode_built(self.to_cbor_value())
+
+    @classmethod
+    def from_value(cls, value: dict[str, Any]) -> DerivedEvent:
+        return cls(value["schema"], value["value"], value["cause"], value["index"])
+
+
+class EffectReceipt(NamedTuple):
+    """A settled intent. A receipt from an adapter carries its signature and an ingress
+    stamp; a kernel timer receipt carries neither, but the `time` record that caused it."""
+
+    body: dict[str, Any]
+    signature: bytes | None
+    stamp: dict[str, Any] | None = None
+    cause: int | None = None
+    payload_error: dict[str, str] | None = None
+
+    @property
+    def kind(self) -> str:
+        return EFFECT_RECEIPT
+
+    @property
+    def intent(self) -> str:
+        return str(self.body["intent"])
+
+    def to_cbor_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = {"body": self.body, "kind": EFFECT_RECEIPT}
+        if self.cause is not None:
+            value["cause"] = self.cause
+        if self.stamp is not None:
+            value["stamp"] = self.stamp
+        value["intent"] = self.body["intent"]
+        value["signature"] = self.signature
+        if self.payload_error is not None:
+            value["payload_error"] = self.payload_error
+        return value
+
+    def encode(self) -> bytes:
+        """Its stored bytes, with the validation walk: the body came from an adapter."""
+        return cbor.encode(self.to_cbor_value())
+
+    @classmethod
+    def from_value(cls, value: dict[str, Any]) -> EffectReceipt:
+        return cls(
+            value["body"],
+            value["signature"],
+            value.get("stamp"),
+            value.get("cause"),
+            value.get("payload_error"),
+        )
+
+
+TypedRecord: TypeAlias = StepRecord | IngressEvent | DerivedEvent | EffectReceipt
+Record: TypeAlias = "dict[str, Any] | TypedRecord"
+"""What the world appends: a typed record of the hot path, or the map of any other."""
+
+
+def value_of(record: Record) -> dict[str, Any]:
+    """The record as the map it is journaled as (what a reader of the journal decodes)."""
+    return record if isinstance(record, dict) else record.to_cbor_value()
+
 
 def manifest(manifest_hash: str, stamp: dict[str, Any]) -> dict[str, Any]:
     return {"kind": MANIFEST, "manifest": manifest_hash, "stamp": stamp}
@@ -50,18 +235,13 @@ def manifest(manifest_hash: str, stamp: dict[str, Any]) -> dict[str, Any]:
 def ingress_event(
     schema: str, value: Any, stamp: dict[str, Any], idempotency_key: str | None = None
 ) -> dict[str, Any]:
-    """An event from outside; `idempotency_key` only when its sender gave one (so records
-    of events sent without one are as they always were)."""
-    record = {"kind": DOMAIN_EVENT, "schema": schema, "value": value, "stamp": stamp}
-    if idempotency_key is not None:
-        record["idempotency_key"] = idempotency_key
-    return record
+    """An ingress event's map (`IngressEvent`)."""
+    return IngressEvent(schema, value, stamp, idempotency_key).to_cbor_value()
 
 
 def derived_event(schema: str, value: Any, cause: int, index: int) -> dict[str, Any]:
-    """An event a step emitted: `cause` is the step record, `index` its place in the output.
-    Its stamp is derived (stamps.py), so it is not stored."""
-    return {"kind": DOMAIN_EVENT, "schema": schema, "value": value, "cause": cause, "index": index}
+    """A derived event's map (`DerivedEvent`)."""
+    return DerivedEvent(schema, value, cause, index).to_cbor_value()
 
 
 JOURNALED_MESSAGE_CHARS_MAX = 1000
@@ -103,23 +283,10 @@ def step(
     cancelled: list[str] | None = None,
     ann: Any = None,
 ) -> dict[str, Any]:
-    """A step record. `cancelled` (intents the step closed) and `ann` (its annotation) are
-    written only when the step has them, so steps without either keep their old form."""
-    record: dict[str, Any] = {
-        "kind": STEP,
-        "input": input_seq,
-        "delivery": delivery,
-        "workflow": workflow,
-        "key": key,
-        "state": state,
-        "events": events,
-        "intents": intents,
-    }
-    if cancelled:
-        record["cancelled"] = cancelled
-    if ann is not None:
-        record["ann"] = ann
-    return record
+    """A step record's map (`StepRecord`)."""
+    return StepRecord(
+        input_seq, delivery, workflow, key, state, events, intents, cancelled, ann
+    ).to_cbor_value()
 
 
 def step_fault(
@@ -188,32 +355,19 @@ def effect_intent(
     }
 
 
-def effect_receipt(
+def receipt(
     *,
     body: dict[str, Any],
     signature: bytes | None,
     stamp: dict[str, Any] | None,
     cause: int | None,
     payload_error: tuple[str, str] | None,
-) -> dict[str, Any]:
-    """A settled intent. A receipt from an adapter carries its signature and an ingress
-    stamp; a kernel timer receipt carries neither, but the `time` record that caused it."""
-    record: dict[str, Any] = {
-        "kind": EFFECT_RECEIPT,
-        "intent": body["intent"],
-        "body": body,
-        "signature": signature,
-    }
-    if stamp is not None:
-        record["stamp"] = stamp
-    if cause is not None:
-        record["cause"] = cause
+) -> EffectReceipt:
+    """A settled intent; a payload error's message is clipped as every journaled one is."""
+    error = None
     if payload_error is not None:
-        record["payload_error"] = {
-            "code": payload_error[0],
-            "message": clip_message(payload_error[1]),
-        }
-    return record
+        error = {"code": payload_error[0], "message": clip_message(payload_error[1])}
+    return EffectReceipt(body, signature, stamp, cause, error)
 
 
 def receipt_rejected(

@@ -49,7 +49,7 @@ EmittedEvent = tuple[str, Any, list[Delivery]]  # schema, normalized value, its 
 class Journal(Protocol):
     """Where a step's records go (the world: encoded, chained, durable at its next flush)."""
 
-    def append(self, record: dict[str, Any]) -> int: ...
+    def append(self, record: records.Record) -> int: ...
 
 
 class Stepper:
@@ -146,7 +146,7 @@ class Stepper:
         cell: CellId = (message.workflow, message.key)
         cancelled = self._intents.cancellable(cell, outcome.cancel)
         step_seq = self._journal.append(
-            records.step(
+            records.StepRecord(
                 input_seq=message.seq,
                 delivery=message.delivery,
                 workflow=message.workflow,
@@ -168,7 +168,7 @@ class Stepper:
         report.fuel += outcome.fuel
         step_stamp = message.stamp.derive(message.delivery)
         for index, (schema, value, deliveries) in enumerate(outcome.events):
-            seq = self._journal.append(records.derived_event(schema, value, step_seq, index))
+            seq = self._journal.append(records.DerivedEvent(schema, value, step_seq, index))
             self._scheduler.enqueue_deliveries(seq, deliveries, step_stamp.derive(index))
             report.events += 1
         for effect in outcome.effects:

@@ -76,10 +76,10 @@ def _fold_one(folded: TailFold, seq: int, record: dict[str, Any]) -> None:
     if kind == records.TIME:
         folded.logical_ns = int(record["stamp"]["logical_ns"])
     elif kind == records.STEP:
-        state = record["state"]
-        cell = (str(record["workflow"]), record["key"])
-        folded.cells[cell] = (Hash(state) if state is not None else None, seq)
-        for intent in record.get("cancelled", []):
+        step = records.StepRecord.from_value(record)
+        cell = (str(step.workflow), step.key)
+        folded.cells[cell] = (Hash(step.state) if step.state is not None else None, seq)
+        for intent in step.cancelled or ():
             _close(folded, str(intent))
     elif kind == records.EFFECT_INTENT:
         effect = str(record["effect"])

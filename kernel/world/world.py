@@ -148,7 +148,7 @@ class World:
         self.on_step: Callable[[Message, bytes, Any], None] | None = None
         # Called with every record as it is appended, with its canonical bytes (a replay
         # compares them as they come).
-        self.on_append: Callable[[int, dict[str, Any], bytes], None] | None = None
+        self.on_append: Callable[[int, records.Record, bytes], None] | None = None
         # Where a step's reads look after this world's own CAS: a replay's or a shadow's
         # scratch world reads the audited world's blobs (deployed definitions, say) here.
         self.blob_source: Callable[[Hash], bytes | None] | None = None
@@ -410,7 +410,7 @@ class World:
             raise
         self.logical_ns = stamp.logical_ns
         seq = self.append(
-            records.ingress_event(schema, event.value, stamp.to_value(), event.idempotency_key)
+            records.IngressEvent(schema, event.value, stamp.to_value(), event.idempotency_key)
         )
         event_hash = hash_bytes(self._pending.record_bytes[-1])
         self._ingress.remember(event, seq, event_hash, len(deliveries))
@@ -453,7 +453,7 @@ class World:
             record = self._pending.records[
                 found.seq - (self._head - len(self._pending.records)) - 1
             ]
-            return dict(record)
+            return dict(records.value_of(record))
         stored: Any = next(iter(self.store.journal.read(found.seq, found.seq)))[1]
         return dict(stored)
 
@@ -537,7 +537,7 @@ class World:
         effect = self._runtime.effects[open_intent.effect]
         payload, payload_error = receipts.checked_payload(body, effect, self._runtime.schemas)
         seq = self.append(
-            records.effect_receipt(
+            records.receipt(
                 body=body,
                 signature=signature,
                 stamp=stamp.to_value() if cause is None else None,
@@ -734,11 +734,16 @@ class World:
     # ----------------------------------------------------------------------------------------
     # Journal, flush, head checkpoint
 
-    def append(self, record: dict[str, Any]) -> int:
+    def append(self, record: records.Record) -> int:
         """Journal a record (durable at the next flush); its sequence number. It is encoded
-        here, once: records the kernel built from checked parts without a validation walk."""
-        kind = record["kind"]
-        raw = cbor.encode_built(record) if kind in _BUILT_KINDS else cbor.encode(record)
+        here, once: a typed record by itself, other records the kernel built from checked
+        parts without a validation walk."""
+        if isinstance(record, dict):
+            kind = record["kind"]
+            raw = cbor.encode_built(record) if kind in _BUILT_KINDS else cbor.encode(record)
+        else:
+            kind = record.kind
+            raw = record.encode()
         self._pending.append_record(record, raw)
         self._head += 1
         if self.chain is not None:

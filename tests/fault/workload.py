@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel.adapters.signing import signed_receipt
-from aos.kernel.hashing import hash_value
+from aos.kernel.hashing import hash_bytes
 from aos.kernel.store.errors import StoreError, StoreUnavailableError
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.receipts import ReceiptError
@@ -146,7 +146,8 @@ def _kill_after(delay_s: float) -> None:
 @dataclass
 class KillContext:
     op: str = ""
-    appended: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    # Each appended record's sequence and canonical bytes (what the journal stores).
+    appended: list[tuple[int, bytes]] = field(default_factory=list)
 
 
 def install_hooks(world: World, killer: Killer, context: KillContext) -> None:
@@ -180,7 +181,7 @@ def install_hooks(world: World, killer: Killer, context: KillContext) -> None:
     world.flush = hooked_flush  # type: ignore[method-assign]
     world.snapshot = hooked_snapshot  # type: ignore[method-assign]
     world.step_next = hooked_step_next  # type: ignore[method-assign]
-    world.on_append = lambda seq, record, _: context.appended.append((seq, record))
+    world.on_append = lambda seq, _, raw: context.appended.append((seq, raw))
 
 
 class Workload:
@@ -207,7 +208,7 @@ class Workload:
                 f"{op} returned with records not flushed: world at {world.height}, "
                 f"journal at {world.store.journal.head()}"
             )
-        appended = [[seq, str(hash_value(record))] for seq, record in self.context.appended]
+        appended = [[seq, str(hash_bytes(raw))] for seq, raw in self.context.appended]
         self.context.appended.clear()
         line = json.dumps({"op": op, "records": appended, **extra}, sort_keys=True) + "\n"
         self.killer.hit("ack.before")
