@@ -53,7 +53,8 @@ def error_classes() -> list[type[AosError]]:
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        if cls.__module__.startswith(CATALOGUE_PACKAGES):
+        # `catalogued = False` marks a client-side mirror of another class's code.
+        if cls.__module__.startswith(CATALOGUE_PACKAGES) and vars(cls).get("catalogued", True):
             found.append(cls)
     return sorted(set(found), key=lambda cls: (cls.code, cls.__module__, cls.__qualname__))
 

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from aos.cli.errors_cmd import catalogue, duplicates, markdown
 from aos.cli.main import main
+from aos.kernel.node.errors import refused
 
 SPEC_ERRORS = Path(__file__).resolve().parents[1] / "spec" / "errors.md"
 CODE_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
@@ -16,6 +17,14 @@ CODE_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 
 def test_no_code_is_defined_twice() -> None:
     assert duplicates(catalogue()) == {}
+
+
+def test_a_mirrored_node_refusal_is_not_a_code_of_its_own() -> None:
+    # The client's mirror of a node answer carries the node's code; it must not count twice.
+    mirror = refused({"code": "node.world_unknown", "message": "no such world"}, "refused")
+    assert mirror.code == "node.world_unknown"
+    assert duplicates(catalogue()) == {}
+    assert [e.code for e in catalogue()].count("node.world_unknown") == 1
 
 
 def test_every_code_is_dotted_lower_case() -> None:

@@ -66,9 +66,9 @@ def refused(body: dict[str, Any], fallback_message: str) -> AosError:
     """The node's error answer (`{"code", "message", "hint"?, "path"?, "detail"?}`) as an error
     of the same code."""
     code = str(body.get("code") or NodeRefusedError.code)
-    kind = type(
-        "NodeRefusedError", (NodeRefusedError,), {"code": code, "hint": str(body.get("hint") or "")}
-    )
+    # A mirror of the node's class, not a class of its own: the catalogue leaves it out.
+    attributes = {"code": code, "hint": str(body.get("hint") or ""), "catalogued": False}
+    kind = type("NodeRefusedError", (NodeRefusedError,), attributes)
     found = body.get("detail")
     detail: dict[str, Any] = found if isinstance(found, dict) else {}
     path = body.get("path")
