@@ -192,11 +192,9 @@ class SpeculativeRunner(StepRunner):
     ) -> StepResult:
         new = self._instance is None or self._instance_steps >= self.warm_steps_max
         try:
-            if new:
-                self._instance, self._instance_steps = self._fresh_instance(), 0
-            instance = self._instance
-            assert instance is not None
-            self._instance_steps += 1
+            instance = self._fresh_instance() if new or self._instance is None else self._instance
+            self._instance = instance
+            self._instance_steps = 1 if new else self._instance_steps + 1
             output_bytes = instance.call(input_bytes, output_bytes_max=self.limits.output_bytes_max)
             output = decode_output(output_bytes, self.limits, module_hash=self.module_hash)
         except StepFault:
