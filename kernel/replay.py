@@ -192,8 +192,14 @@ class _Audit:
 
     def run(self, source: Store, spill_dir: Path, checks: FreshChecks | None) -> ReplayReport:
         spill_dir.mkdir()
-        replayer = _Replay(source, self.engine, self.progress, spill_dir=spill_dir, checks=checks)
-        replayer.follow_chain = True
+        replayer = _Replay(
+            source,
+            self.engine,
+            self.progress,
+            spill_dir=spill_dir,
+            checks=checks,
+            follow_chain=True,
+        )
         try:
             report = replayer.run(self.from_seq, self.from_snapshot)
         finally:
@@ -243,8 +249,9 @@ def _chain_check(source: Store, report: ReplayReport, followed: _ChainAlong | No
 class _ChainAlong:
     """`verify_chain` from genesis over the record bytes a replay compared, one at a time, as
     they come (every compared record's bytes are its stored bytes): one pass over the
-    journal instead of two. The first error is kept, and raised by `finish`, where the check
-    would have run."""
+    journal instead of two. The first error (of any kind, as the check would raise it) is
+    kept, and raised by `finish`, where the check would have run: a replay that diverges
+    first reports its divergence, as before."""
 
     def __init__(self, source: Store) -> None:
         self._error: Exception | None = None
@@ -254,7 +261,7 @@ class _ChainAlong:
             witnesses, _ = stored_heads(source, ident)
             chain = JournalChain.genesis(ident)
             self._follower = journal_chain.Follower(chain, _sparse(source, witnesses))
-        except (AosError, StoreError) as error:
+        except Exception as error:  # kept for `finish`, raised there as is
             self._error = error
 
     def take(self, seq: int, raw: bytes) -> None:
@@ -262,7 +269,7 @@ class _ChainAlong:
             return
         try:
             self._follower.take(seq, raw)
-        except (AosError, StoreError) as error:
+        except Exception as error:  # kept for `finish`, raised there as is
             self._error = error
 
     def finish(self) -> None:
@@ -295,12 +302,13 @@ class _Replay:
         keep_all_blobs: bool = False,
         spill_dir: Path | None = None,
         checks: FreshChecks | None = None,
+        follow_chain: bool = False,
     ) -> None:
         self.source = source
         self.checks = checks
         # Whether a replay from genesis follows the chain as it compares (verify does), and
         # the chain it follows.
-        self.follow_chain = False
+        self.follow_chain = follow_chain
         self.chain: _ChainAlong | None = None
         self.keep_all_blobs = keep_all_blobs
         # The scratch CAS goes to a temporary LMDB environment here, so a replay of a large

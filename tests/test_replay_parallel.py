@@ -169,3 +169,24 @@ def test_a_lost_worker_means_the_reference_decides() -> None:
         for n, data in enumerate(_inputs(3)):
             runner.step(data, seq=n)
         assert not checks.finish()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"kind": "step", "n": 1, "key": b"\x01", "list": [1, "a", None, True]},
+        {"kind": "domain_event", "value": {"f": 1.5, "g": 1.1, "h": -0.0}},  # floats: no shortcut
+        {
+            "kind": "x",
+            "big": 2**64 - 1,
+            "neg": -(2**64),
+            "nested": {"b": 1, "aa": 2, "c": {"zz": [1.0e300]}},
+        },
+    ],
+)
+def test_a_record_compares_equal_to_its_stored_bytes_and_only_to_them(value: Any) -> None:
+    stored = cbor.encode(value)
+    recorded = cbor.decode(stored)  # as the replay reads it: strictly, in canonical order
+    assert replay._same_bytes(stored, recorded)
+    changed = cbor.encode({**value, "kind": "other"})
+    assert not replay._same_bytes(changed, recorded)
