@@ -27,7 +27,7 @@ from aos.kernel.air.loader import LoadedManifest, assemble_manifest
 from aos.kernel.air.model import Manifest
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash, hash_value
-from aos.kernel.replay_parallel import FreshChecks, SpeculativeRunner
+from aos.kernel.replay_parallel import FreshChecks, audit_runner
 from aos.kernel.store import StoreError, open_store
 from aos.kernel.store.interface import Store
 from aos.kernel.store.memory_store import MemoryStore
@@ -389,7 +389,7 @@ class _Replay:
 
     def _speculative(self, module: LoadedModule, limits: StepLimits) -> StepRunner:
         assert self.checks is not None
-        return SpeculativeRunner(module, limits, self.checks)
+        return audit_runner(module, limits, self.checks)
 
     def _source_blob(self, hash_: Hash) -> bytes | None:
         """A blob the replayed steps read (spec/08 §4.1) comes from the audited store."""

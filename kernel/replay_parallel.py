@@ -64,14 +64,13 @@ class FreshChecks:
     def __init__(
         self, workers: int, module_bytes: Callable[[Hash], bytes], engine: WasmEngine
     ) -> None:
+        self._workers = workers
         self._module_bytes = module_bytes
-        command = [sys.executable, "-m", "aos.kernel.replay_parallel"]
+        self._command = [sys.executable, "-m", "aos.kernel.replay_parallel"]
         if engine.cache_dir is not None:
-            command.append(str(engine.cache_dir))
-        self._processes = [
-            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            for _ in range(workers)
-        ]
+            self._command.append(str(engine.cache_dir))
+        # Started at the first batch: a replay that never speculates starts none.
+        self._processes: list[subprocess.Popen[bytes]] = []
         self._announced: list[set[_ModuleKey]] = [set() for _ in range(workers)]
         self._in_flight = [0] * workers
         self._batch: list[tuple[_ModuleKey, StepLimits, bytes, bytes]] = []
@@ -112,8 +111,13 @@ class FreshChecks:
         self.close()
 
     def _send_batch(self) -> None:
+        if not self._processes:
+            self._processes = [
+                subprocess.Popen(self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                for _ in range(self._workers)
+            ]
         index = self._next
-        self._next = (index + 1) % len(self._processes)
+        self._next = (index + 1) % self._workers
         while self._in_flight[index] >= BATCHES_IN_FLIGHT_MAX and self.agreed:
             self._receive(index)
         pipe = self._processes[index].stdin
@@ -170,6 +174,16 @@ def _fresh_agrees(module: LoadedModule, limits: StepLimits, data: bytes, output:
         return runner.step(data, seq=0).output_bytes == output
     except StepFault:
         return False
+
+
+def audit_runner(module: LoadedModule, limits: StepLimits, checks: FreshChecks) -> StepRunner:
+    """The runner of one module on the parallel path. Only components speculate: a fresh
+    instance of one costs milliseconds (a componentize-py guest: ~1.5 ms, and its first
+    call ~1 ms more), while a core module's costs ~0.05 ms, less than sending its step to a
+    worker, so a core module runs fresh in the replaying process, as with 1 worker."""
+    if module.abi is Abi.CORE:
+        return StepRunner(module, limits=limits, determinism=Determinism.STRICT)
+    return SpeculativeRunner(module, limits, checks)
 
 
 class SpeculativeRunner(StepRunner):

@@ -13,15 +13,17 @@ from click.testing import CliRunner
 from aos.cli.main import main as aos_main
 from aos.kernel import cbor, replay
 from aos.kernel.hashing import Hash
-from aos.kernel.replay_parallel import FreshChecks, SpeculativeRunner
+from aos.kernel.replay_parallel import FreshChecks, SpeculativeRunner, audit_runner
 from aos.kernel.wasm import StepLimits, StepRunner, WasmEngine, encode_input
 from aos.kernel.world import records
 from tests.test_chain import counter_world as chained_world
 from tests.test_chain import flip_entropy, rewrite_record, store_digest
 from tests.test_replay import _rewrite_record, _seq_of, counter_world, scripted_world
+from tests.test_world import EVENT, create, inc
 from tests.wasm_guests import counter_c, counter_input, increment, shared_engine, wat
 
-WORKER_COUNTS = (1, 2, 3)
+WORKER_COUNTS = (1, 3)
+COUNTER_PY = Path(__file__).resolve().parent.parent / "manifests" / "counter"
 
 
 def _reports(path: Path, **options: Any) -> list[dict[str, Any]]:
@@ -37,9 +39,19 @@ def _all_equal(reports: list[dict[str, Any]]) -> dict[str, Any]:
     return reports[0]
 
 
+def python_world(path: Path, *, snapshot_after: int | None = None) -> None:
+    """The counter world of test_replay with the Python counter: a component, whose steps
+    the parallel path speculates on (a core module's run fresh in the replaying process)."""
+    with create(path, COUNTER_PY) as world:
+        for n in range(12):
+            world.send(EVENT, inc(f"k{n % 4}", n + 1))
+            if snapshot_after is not None and n == snapshot_after:
+                world.snapshot()
+
+
 def test_a_clean_world_reports_the_same_with_any_number_of_workers(tmp_path: Path) -> None:
     path = tmp_path / "w"
-    counter_world(path, snapshot_after=5)
+    python_world(path, snapshot_after=5)
     report = _all_equal(_reports(path))
     assert report["ok"] and report["steps"] == 12
     seq, _ = _seq_of(path, records.SNAPSHOT)
@@ -54,7 +66,7 @@ def test_every_record_kind_reports_the_same_with_any_number_of_workers(tmp_path:
 
 def test_a_tampered_step_record_is_the_same_first_divergence(tmp_path: Path) -> None:
     path = tmp_path / "w"
-    counter_world(path)
+    python_world(path)
     seq, _ = _seq_of(path, records.STEP, 3)
     _rewrite_record(path, seq, lambda record: record.update(state="blake3:" + "e" * 64))
     divergence = _all_equal(_reports(path))["divergence"]
@@ -67,7 +79,7 @@ def test_a_tampered_step_record_is_the_same_first_divergence(tmp_path: Path) -> 
 
 def test_a_tampered_input_is_the_same_first_divergence(tmp_path: Path) -> None:
     path = tmp_path / "w"
-    counter_world(path)
+    python_world(path)
     seq, _ = _seq_of(path, records.DOMAIN_EVENT, 2)
     _rewrite_record(path, seq, lambda record: record["value"]["$value"].update(by=1000))
     divergence = _all_equal(_reports(path))["divergence"]
@@ -76,12 +88,19 @@ def test_a_tampered_input_is_the_same_first_divergence(tmp_path: Path) -> None:
 
 def test_a_change_only_the_chain_shows_is_the_same_chain_break(tmp_path: Path) -> None:
     path = tmp_path / "w"
-    seq = chained_world(path)
+    seq = chained_world(path, manifest=COUNTER_PY)
     rewrite_record(path, seq, flip_entropy)
     before = store_digest(path)
     divergence = _all_equal(_reports(path))["divergence"]
     assert (divergence["what"], divergence["seq"]) == ("chain_broken", seq)
     assert store_digest(path) == before  # replaying changes nothing
+
+
+def test_only_components_speculate() -> None:
+    engine = shared_engine()
+    core = engine.load(counter_c(), abi="core")
+    with _checks(engine, counter_c()) as checks:
+        assert type(audit_runner(core, StepLimits(), checks)) is StepRunner
 
 
 def _inputs(count: int) -> list[bytes]:
