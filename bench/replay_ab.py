@@ -31,8 +31,13 @@ from aos.kernel.replay import verify
 from aos.kernel.wasm import WasmEngine
 from bench.bench_replay import COUNTER_C, COUNTER_PY, REPLAY_KEYS, _feed, _world
 
-ROUNDS = 3
-WORKLOADS = {"C": (COUNTER_C, 4000), "Python": (COUNTER_PY, 400)}
+ROUNDS = 2
+# The quick bench's workloads, and a Python one past `parallel_records_min` (2 400 records).
+WORKLOADS = {
+    "C": (COUNTER_C, 4000),
+    "Python": (COUNTER_PY, 400),
+    "Python 1200": (COUNTER_PY, 1200),
+}
 
 
 def _cpu_s() -> float:

@@ -55,6 +55,12 @@ BATCHES_IN_FLIGHT_MAX = 8
 _ModuleKey = tuple[str, str, str]  # module hash, abi, entrypoint
 
 
+class ChecksDisagreedError(Exception):
+    """A fresh run disagreed (or a worker was lost): the replay stops at the next step it
+    would send, since only the reference replay can tell what happened. Internal: never
+    leaves `replay.verify`."""
+
+
 class FreshChecks:
     """Worker processes that re-run steps on fresh instances and compare outputs. A worker
     is `python -m aos.kernel.replay_parallel`, spoken to in pickles over its stdin and
@@ -79,6 +85,8 @@ class FreshChecks:
         self.agreed = True  # False once a check disagreed or a worker was lost
 
     def submit(self, module: LoadedModule, limits: StepLimits, data: bytes, output: bytes) -> None:
+        if not self.agreed:
+            raise ChecksDisagreedError("a fresh run disagreed with the output the replay took")
         key = (str(module.module_hash), module.abi.value, module.entrypoint)
         self._batch.append((key, limits, data, output))
         if len(self._batch) >= CHECK_BATCH_STEPS:

@@ -4,6 +4,7 @@ instance, and catches one that keeps hidden state."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,15 @@ from click.testing import CliRunner
 from aos.cli.main import main as aos_main
 from aos.kernel import cbor, replay
 from aos.kernel.hashing import Hash
-from aos.kernel.replay_parallel import FreshChecks, SpeculativeRunner, audit_runner
+from aos.kernel.replay_parallel import (
+    ChecksDisagreedError,
+    FreshChecks,
+    SpeculativeRunner,
+    audit_runner,
+)
 from aos.kernel.wasm import StepLimits, StepRunner, WasmEngine, encode_input
 from aos.kernel.world import records
+from aos.kernel.world.world import WorldLimits
 from tests.test_chain import counter_world as chained_world
 from tests.test_chain import flip_entropy, rewrite_record, store_digest
 from tests.test_replay import _rewrite_record, _seq_of, counter_world, scripted_world
@@ -23,7 +30,8 @@ from tests.test_world import EVENT, create, inc
 from tests.wasm_guests import counter_c, counter_input, increment, shared_engine, wat
 
 WORKER_COUNTS = (1, 3)
-COUNTER_PY = Path(__file__).resolve().parent.parent / "manifests" / "counter"
+REPO = Path(__file__).resolve().parent.parent
+COUNTER_PY = REPO / "manifests" / "counter"
 
 
 def _reports(path: Path, **options: Any) -> list[dict[str, Any]]:
@@ -134,6 +142,8 @@ def test_hidden_state_on_the_reused_instance_is_caught_by_a_worker() -> None:
         states = [runner.step(data, seq=n).output.state for n in range(3)]
         assert states == [cbor.encode(n) for n in (1, 2, 3)]  # what the reused instance said
         assert not checks.finish()  # a fresh instance says 1 every time
+        with pytest.raises(ChecksDisagreedError):
+            runner.step(data, seq=3)  # the replay stops: only the reference can tell
 
 
 def test_a_step_the_reused_instance_cannot_decide_goes_to_the_reference() -> None:
@@ -209,3 +219,37 @@ def test_a_record_compares_equal_to_its_stored_bytes_and_only_to_them(value: Any
     assert replay._same_bytes(stored, recorded)
     changed = cbor.encode({**value, "kind": "other"})
     assert not replay._same_bytes(changed, recorded)
+
+
+def _hidden_state_world(path: Path, tmp: Path) -> None:
+    """A Python counter that adds how many times its instance was called to each count:
+    stepped live on a warm instance (`checked`, never sampled), its journal holds what a
+    fresh instance never gives."""
+    manifest = tmp / "manifest"
+    shutil.copytree(COUNTER_PY, manifest)
+    module = manifest / "module"  # artifact paths are relative to the file naming them
+    module.mkdir()
+    source = (REPO / "modules" / "examples" / "counter_py" / "counter.py").read_text()
+    marker = "    count = state.count + event.by\n"
+    assert marker in source
+    hidden = "    _CALLS.append(1)\n    count = state.count + event.by + len(_CALLS)\n"
+    source = source.replace(marker, hidden).replace(
+        "THRESHOLD_STEP = 10\n", "THRESHOLD_STEP = 10\n_CALLS: list[int] = []\n"
+    )
+    (module / "counter.py").write_text(source)
+    definitions = manifest / "defs" / "counter.yaml"
+    text = definitions.read_text().replace("../../../modules/examples/counter_py", "../module")
+    definitions.write_text(text)
+    with create(path, manifest, limits=WorldLimits(checked_sample_rate=0.0)) as world:
+        for n in range(6):
+            world.send(EVENT, inc(f"k{n % 2}", 1))
+
+
+def test_a_module_with_hidden_state_falls_back_to_the_same_report(tmp_path: Path) -> None:
+    path = tmp_path / "w"
+    _hidden_state_world(path, tmp_path)
+    divergence = _all_equal(_reports(path))["divergence"]
+    # The reused instance of the replay would agree with the warm one of the live run; the
+    # workers' fresh runs do not, so the report is the reference's: the first warm step.
+    assert divergence["what"] == "record_differs" and divergence["kind"] == "step"
+    assert divergence["fields"] == ["state"]
