@@ -40,11 +40,25 @@ def snapshot_command(world_path: str, as_json: bool) -> None:
 @click.option(
     "--from-snapshot", "from_snapshot", metavar="ID", help="A snapshot hash or record seq."
 )
+@click.option(
+    "--workers",
+    "workers_max",
+    type=int,
+    default=replay.REPLAY_WORKERS_MAX_DEFAULT,
+    show_default=True,
+    help="Processes that re-run the steps on fresh instances (replay_workers_max); 1: all in "
+    "this process. The report is the same whatever the number.",
+)
 @world_option
 @json_option
 @handles_errors
 def replay_command(
-    verify: bool, from_seq: int | None, from_snapshot: str | None, world_path: str, as_json: bool
+    verify: bool,
+    from_seq: int | None,
+    from_snapshot: str | None,
+    workers_max: int,
+    world_path: str,
+    as_json: bool,
 ) -> None:
     """Rebuild the world in a scratch store and compare every record and the head.
 
@@ -66,6 +80,7 @@ def replay_command(
         from_seq=from_seq,
         from_snapshot=from_snapshot,
         progress=progress if show_progress else None,
+        workers_max=workers_max,
     )
     if bar is not None:
         bar.__exit__(None, None, None)

@@ -27,11 +27,12 @@ from aos.kernel.air.loader import LoadedManifest, assemble_manifest
 from aos.kernel.air.model import Manifest
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash, hash_value
+from aos.kernel.replay_parallel import FreshChecks, audit_runner
 from aos.kernel.store import StoreError, open_store
 from aos.kernel.store.interface import Store
 from aos.kernel.store.memory_store import MemoryStore
-from aos.kernel.verify import verify_chain
-from aos.kernel.wasm import WasmEngine
+from aos.kernel.verify import stored_heads, verify_chain, world_id
+from aos.kernel.wasm import LoadedModule, StepLimits, StepRunner, WasmEngine
 from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import records
 from aos.kernel.world.chain import ChainBrokenError, JournalChain
@@ -47,6 +48,12 @@ from aos.kernel.world.stamps import Stamp
 from aos.kernel.world.world import World, head_at_end
 
 SCRATCH_FLUSH_RECORDS_DEFAULT = 2_000
+# Worker processes that re-run a replay's steps on fresh instances (replay_parallel.py); 1
+# runs them in the replaying process (the reference path).
+REPLAY_WORKERS_MAX_DEFAULT = 2
+# Below this many journal records a replay takes the reference path: starting workers (a
+# Python process each, loading the modules) costs more than they save.
+REPLAY_PARALLEL_RECORDS_MIN_DEFAULT = 2_000
 
 
 class ReplayError(AosError):
@@ -66,6 +73,11 @@ class ReplayTooLongError(ReplayError):
 class NotAStepError(ReplayError):
     code = "replay.not_a_step"
     hint = "only a step record leaves a state"
+
+
+class ReplayWorkersInvalidError(ReplayError):
+    code = "replay.workers_invalid"
+    hint = "give at least 1 worker (1: every step in the replaying process)"
 
 
 @dataclass
@@ -137,46 +149,140 @@ def verify(
     from_snapshot: str | None = None,
     engine: WasmEngine | None = None,
     progress: Callable[[int, int], None] | None = None,
+    workers_max: int = REPLAY_WORKERS_MAX_DEFAULT,
+    parallel_records_min: int = REPLAY_PARALLEL_RECORDS_MIN_DEFAULT,
 ) -> ReplayReport:
     """Replay the world at `world_dir` into a scratch world and compare everything.
 
     From genesis by default; `from_snapshot` (a snapshot hash or the sequence number of its
     record) starts from that snapshot; `from_seq` starts from the latest snapshot before it.
-    The audited world is opened read-only, so a running host may keep writing it."""
+    The audited world is opened read-only, so a running host may keep writing it.
+    `workers_max` > 1 re-runs the steps on fresh instances in that many worker processes
+    (replay_parallel.py) when the journal has at least `parallel_records_min` records; the
+    report is the same whatever the number."""
+    if type(workers_max) is not int or workers_max < 1:
+        raise ReplayWorkersInvalidError(
+            f"workers_max is {workers_max!r}; it must be an integer >= 1", workers_max=workers_max
+        )
     root = Path(world_dir)
     if not (root / "store").is_dir():
         raise WorldMissingError(f"no world at {root}")
+    engine = engine or WasmEngine()
+    audit = _Audit(from_seq, from_snapshot, engine, progress)
     with (
         open_store(root, readonly=True) as source,
         source.consistent(),
         tempfile.TemporaryDirectory() as scratch,
     ):
-        replayer = _Replay(source, engine or WasmEngine(), progress, spill_dir=Path(scratch))
+        if workers_max > 1 and source.journal.head() >= parallel_records_min:
+            report = _verify_parallel(audit, source, Path(scratch) / "parallel", workers_max)
+            if report is not None:
+                return report
+        return audit.run(source, Path(scratch) / "reference", None)
+
+
+@dataclass(frozen=True)
+class _Audit:
+    """One replay audit's arguments; `run` replays once (with or without workers)."""
+
+    from_seq: int | None
+    from_snapshot: str | None
+    engine: WasmEngine
+    progress: Callable[[int, int], None] | None
+
+    def run(self, source: Store, spill_dir: Path, checks: FreshChecks | None) -> ReplayReport:
+        spill_dir.mkdir()
+        replayer = _Replay(
+            source,
+            self.engine,
+            self.progress,
+            spill_dir=spill_dir,
+            checks=checks,
+            follow_chain=True,
+        )
         try:
-            report = replayer.run(from_seq, from_snapshot)
+            report = replayer.run(self.from_seq, self.from_snapshot)
         finally:
             replayer.close()
         # A re-execution names a changed derived record precisely; a changed input replays
         # consistently, and only the chain shows it (at the latest in the head's chain).
         if report.divergence is None or report.divergence.what == "head_differs":
-            _chain_check(source, report)
+            _chain_check(source, report, replayer.chain)
         return report
 
 
-def _chain_check(source: Store, report: ReplayReport) -> None:
+def _verify_parallel(
+    audit: _Audit, source: Store, spill_dir: Path, workers: int
+) -> ReplayReport | None:
+    """The audit with fresh runs in workers; None when a fresh run disagreed with the output
+    the replay took (or a worker was lost): then only the reference replay can tell."""
+    with FreshChecks(workers, source.cas.get, audit.engine) as checks:
+        try:
+            report = audit.run(source, spill_dir, checks)
+        except Exception:
+            if checks.finish():
+                raise
+            return None
+        return report if checks.finish() else None
+
+
+def _chain_check(source: Store, report: ReplayReport, followed: _ChainAlong | None) -> None:
     """The journal chain from genesis against every stored chain head (verify.py): a replay
     feeds recorded inputs back, so a changed input would replay consistently; only the chain
-    shows it. A break becomes the report's divergence. A replay from a snapshot trusts the
+    shows it. A break becomes the report's divergence. A replay from genesis followed the
+    chain over the bytes it compared as it went; a replay from a snapshot trusts the
     snapshot, so the chain is checked from the one it carries."""
-    start = None
-    if report.snapshot is not None:
-        content: Any = source.cas.get_value(Hash(report.snapshot))
-        start = JournalChain.from_value(content["chain"]) if "chain" in content else None
     try:
+        if followed is not None:
+            followed.finish()
+            return
+        start = None
+        if report.snapshot is not None:
+            content: Any = source.cas.get_value(Hash(report.snapshot))
+            start = JournalChain.from_value(content["chain"]) if "chain" in content else None
         verify_chain(source, start)
     except ChainBrokenError as error:
         report.ok = False
         report.divergence = _chain_broken(error, source)
+
+
+class _ChainAlong:
+    """`verify_chain` from genesis over the record bytes a replay compared, one at a time, as
+    they come (every compared record's bytes are its stored bytes): one pass over the
+    journal instead of two. The first error (of any kind, as the check would raise it) is
+    kept, and raised by `finish`, where the check would have run: a replay that diverges
+    first reports its divergence, as before."""
+
+    def __init__(self, source: Store) -> None:
+        self._error: Exception | None = None
+        self._follower: journal_chain.Follower | None = None
+        try:
+            ident = world_id(source)
+            witnesses, _ = stored_heads(source, ident)
+            chain = JournalChain.genesis(ident)
+            self._follower = journal_chain.Follower(chain, _sparse(source, witnesses))
+        except Exception as error:  # kept for `finish`, raised there as is
+            self._error = error
+
+    def take(self, seq: int, raw: bytes) -> None:
+        if self._error is not None or self._follower is None:
+            return
+        try:
+            self._follower.take(seq, raw)
+        except Exception as error:  # kept for `finish`, raised there as is
+            self._error = error
+
+    def finish(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+
+def _sparse(source: Store, witnesses: dict[int, bytes]) -> journal_chain.Witness:
+    """`journal_chain.marks` asked only at the sequences that have a stored head (one meta
+    listing instead of a read per record; elsewhere it would answer None)."""
+    witness = journal_chain.marks(source, witnesses)
+    stored = journal_chain.mark_seqs(source) | set(witnesses)
+    return lambda seq: witness(seq) if seq in stored else None
 
 
 def _chain_broken(error: ChainBrokenError, source: Store) -> Divergence:
@@ -195,8 +301,15 @@ class _Replay:
         *,
         keep_all_blobs: bool = False,
         spill_dir: Path | None = None,
+        checks: FreshChecks | None = None,
+        follow_chain: bool = False,
     ) -> None:
         self.source = source
+        self.checks = checks
+        # Whether a replay from genesis follows the chain as it compares (verify does), and
+        # the chain it follows.
+        self.follow_chain = follow_chain
+        self.chain: _ChainAlong | None = None
         self.keep_all_blobs = keep_all_blobs
         # The scratch CAS goes to a temporary LMDB environment here, so a replay of a large
         # world runs in bounded memory.
@@ -268,10 +381,15 @@ class _Replay:
             engine=self.engine,
             clock=str(self.config["clock"]),
             limits=recorded_limits(self.config, WorldLimits()),
+            runner_factory=None if self.checks is None else self._speculative,
         )
         world.on_append = self._capture
         world.blob_source = self._source_blob
         return world
+
+    def _speculative(self, module: LoadedModule, limits: StepLimits) -> StepRunner:
+        assert self.checks is not None
+        return audit_runner(module, limits, self.checks)
 
     def _source_blob(self, hash_: Hash) -> bytes | None:
         """A blob the replayed steps read (spec/08 §4.1) comes from the audited store."""
@@ -282,6 +400,8 @@ class _Replay:
         store = self._store(0)
         world = self._scratch(store, self.loaded(str(genesis["manifest"])))
         world.replay_genesis(Stamp.from_value(genesis["stamp"]), self.source.cas.get)
+        if self.follow_chain:
+            self.chain = _ChainAlong(self.source)
         self._compare(1, genesis)
         if world.world_id != self.config["id"]:
             raise _DivergedError(
@@ -474,9 +594,11 @@ class _Replay:
             raise _DivergedError(self._divergence(world, seq, recorded, None, "record_missing"))
         # The produced record's bytes are the ones the world encoded when it appended it; the
         # recorded one was decoded strictly, so encoding it gives its stored bytes.
-        if raw != cbor.encode_built(recorded):
+        if not _same_bytes(raw, recorded):
             found = records.value_of(produced)
             raise _DivergedError(self._divergence(world, seq, recorded, found, "record_differs"))
+        if self.chain is not None:
+            self.chain.take(seq, raw)
 
     def _divergence(
         self,
@@ -543,6 +665,19 @@ class _Replay:
                     message=f"the replayed head differs from the recorded head in {', '.join(fields)}",
                 )
             )
+
+
+# CBOR heads of floats: a record whose bytes hold none of them holds no float.
+_FLOAT_HEADS = (b"\xf9", b"\xfa", b"\xfb")
+
+
+def _same_bytes(raw: bytes, recorded: Any) -> bool:
+    """Whether `raw` is the stored form of `recorded`, a strictly decoded record. A decoded
+    record's maps are in canonical order already, so without floats (which cbor2's plain
+    mode widens) the plain encoding is the stored one and no canonical-order walk is needed."""
+    if not any(head in raw for head in _FLOAT_HEADS) and raw == cbor.encode_ordered(recorded):
+        return True
+    return raw == cbor.encode_built(recorded)
 
 
 @dataclass(frozen=True)

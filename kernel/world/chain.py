@@ -103,18 +103,31 @@ def follow(
     """Advance `chain` over `raws` (consecutive, starting at `chain.seq + 1`), comparing it
     with the stored chain head `witness(seq)` wherever there is one. The first disagreement
     is `world.chain_broken` naming the first record after the last witness that agreed."""
-    agreed = chain.seq
+    follower = Follower(chain, witness)
     for seq, raw in raws:
+        follower.take(seq, raw)
+    return chain
+
+
+class Follower:
+    """`follow` one record at a time (a replay audit feeds it the bytes it compared)."""
+
+    def __init__(self, chain: JournalChain, witness: Witness) -> None:
+        self.chain = chain
+        self._witness = witness
+        self._agreed = chain.seq
+
+    def take(self, seq: int, raw: bytes) -> None:
+        chain = self.chain
         if seq != chain.seq + 1:
             raise WorldCorruptError(f"the journal skips from seq {chain.seq} to {seq}")
         chain.advance(raw)
-        expected = witness(seq)
+        expected = self._witness(seq)
         if expected is None:
-            continue
+            return
         if expected != chain.head:
-            raise broken(agreed + 1, seq)
-        agreed = seq
-    return chain
+            raise broken(self._agreed + 1, seq)
+        self._agreed = seq
 
 
 def no_witness(_seq: int) -> bytes | None:
@@ -136,6 +149,14 @@ def marks(store: Store, extra: dict[int, bytes] | None = None) -> Witness:
         return mark if mark is not None else other
 
     return witness
+
+
+def mark_seqs(store: Store) -> set[int]:
+    """The sequences that have a flush mark in `store`, from one listing of meta (a key
+    that is not a mark's form is left out: `marks` reads each mark itself)."""
+    listed = store.meta.keys()  # Meta is not a mapping: no iteration of its own
+    found = (key[len(_MARK_PREFIX) :] for key in listed if key.startswith(_MARK_PREFIX))
+    return {int(digits) for digits in found if digits.isdigit()}
 
 
 def broken(first_bad: int, witness_seq: int) -> ChainBrokenError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aos.kernel.air import BUILTIN_EFFECTS, BUILTIN_SCHEMAS
@@ -18,10 +19,14 @@ from aos.kernel.air.model import (
 from aos.kernel.air.names import is_sys_name
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash
-from aos.kernel.wasm import StepRunner, WasmEngine
+from aos.kernel.wasm import LoadedModule, StepLimits, StepRunner, WasmEngine
 from aos.kernel.world.errors import WorkflowUnknownError
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.router import Router
+
+# Builds the runner of one module under its limits in place of the profile's own (a replay
+# audit's parallel path: kernel/replay_parallel.py).
+RunnerFactory = Callable[[LoadedModule, StepLimits], StepRunner]
 
 
 class Runtime:
@@ -34,6 +39,7 @@ class Runtime:
         sample_rate: float,
         key_bytes_max: int,
         fresh_instances: bool = False,
+        runner_factory: RunnerFactory | None = None,
     ) -> None:
         self.loaded = loaded
         self.manifest_hash = loaded.manifest_hash
@@ -43,6 +49,7 @@ class Runtime:
         # A replay audit steps every input on a fresh instance, whatever the profile: strict
         # gives exactly what checked applies (08-wasm.md), with nothing carried between steps.
         self.fresh_instances = fresh_instances
+        self.runner_factory = runner_factory
         self.schemas: dict[str, DefSchema] = dict(loaded.schemas)
         self.workflows: dict[str, DefWorkflow] = dict(loaded.workflows)
         self.effects: dict[str, DefEffect] = dict(BUILTIN_EFFECTS)
@@ -81,6 +88,10 @@ class Runtime:
             module = self.modules[definition.impl.module]
             wasm = self._blobs.get(self.module_hash(workflow))
             loaded = self._engine.load(wasm, abi=module.abi, entrypoint=definition.impl.entrypoint)
+            if self.runner_factory is not None:
+                runner = self.runner_factory(loaded, definition.step_limits())
+                self._runners[workflow] = runner
+                return runner
             runner = StepRunner(
                 loaded,
                 limits=definition.step_limits(),

@@ -64,7 +64,7 @@ from aos.kernel.world.results import RunReport as RunReport
 from aos.kernel.world.results import Settlement as Settlement
 from aos.kernel.world.results import StepOutcome as StepOutcome
 from aos.kernel.world.router import RouteError
-from aos.kernel.world.runtime import Runtime, stored_definitions
+from aos.kernel.world.runtime import RunnerFactory, Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource
 from aos.kernel.world.stepping import Stepper, dropped
@@ -108,6 +108,7 @@ class World:
         limits: WorldLimits,
         clock: str,
         fresh_instances: bool = False,
+        runner_factory: RunnerFactory | None = None,
     ) -> None:
         self._store: Store | None = store
         self._pending = PendingWrites(store)
@@ -121,6 +122,7 @@ class World:
             sample_rate=limits.checked_sample_rate,
             key_bytes_max=limits.key_bytes_max,
             fresh_instances=fresh_instances,
+            runner_factory=runner_factory,
         )
         self._cells = CellTables(
             self._pending,
@@ -240,9 +242,11 @@ class World:
         engine: WasmEngine,
         clock: str,
         limits: WorldLimits | None = None,
+        runner_factory: RunnerFactory | None = None,
     ) -> World:
         """A world over a scratch store (replay, recovery, shadow): every step runs on a fresh
-        instance, and no automatic snapshots are taken (a replay follows the recorded ones)."""
+        instance, and no automatic snapshots are taken (a replay follows the recorded ones).
+        `runner_factory`: the runners a replay audit's parallel path brings (runtime.py)."""
         return cls(
             store,
             loaded,
@@ -251,6 +255,7 @@ class World:
             limits=opening.scratch_limits(limits),
             clock=clock,
             fresh_instances=True,
+            runner_factory=runner_factory,
         )
 
     def replay_genesis(self, stamp: Stamp, module_bytes: Callable[[Hash], bytes]) -> None:
@@ -826,6 +831,7 @@ class World:
             sample_rate=self.limits.checked_sample_rate,
             key_bytes_max=self.limits.key_bytes_max,
             fresh_instances=self._runtime.fresh_instances,
+            runner_factory=self._runtime.runner_factory,
         )
         self._cells.keep(loaded.workflows)
         self._stepper.keep_faulted(loaded.workflows)
