@@ -410,7 +410,9 @@ class World:
             raise
         self.logical_ns = stamp.logical_ns
         seq = self.append(
-            records.IngressEvent(schema, event.value, stamp.to_value(), event.idempotency_key)
+            records.IngressEvent(
+                schema, event.value, stamp.to_value(), event.idempotency_key, event.encoded
+            )
         )
         event_hash = hash_bytes(self._pending.record_bytes[-1])
         self._ingress.remember(event, seq, event_hash, len(deliveries))
