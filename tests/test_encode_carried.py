@@ -20,9 +20,10 @@ from aos.kernel.world import records
 from aos.kernel.world.cellindex import CellEntry, CellIndex, key_hash
 from aos.kernel.world.errors import StepBudgetExceededError
 from aos.kernel.world.stamps import Stamp
+from aos.kernel.world.world import WorldLimits
 from tests.strategies import values
 from tests.test_router_effects import router
-from tests.test_world import EVENT, create, inc, reopen
+from tests.test_world import EVENT, create, inc, journal, reopen
 
 texts = st.text(max_size=20)
 stamps = st.builds(
@@ -172,8 +173,8 @@ def _entry(n: int, seq: int) -> CellEntry:
 
 @pytest.mark.parametrize("cache_max", [0, 1, 2, 512])
 def test_index_roots_do_not_depend_on_the_node_cache(cache_max: int) -> None:
-    reference = CellIndex(CountingCas(), bucket_entries_max=2, node_cache_entries_max=0)
-    index = CellIndex(CountingCas(), bucket_entries_max=2, node_cache_entries_max=cache_max)
+    reference = CellIndex(CountingCas(), bucket_entries_max=2, nodes_cached_max=0)
+    index = CellIndex(CountingCas(), bucket_entries_max=2, nodes_cached_max=cache_max)
     roots = [reference.empty_root, index.empty_root]
     for seq in range(1, 6):
         changes = {key_hash(cbor.encode(f"k{n}")): _entry(n, seq) for n in range(seq, 40, seq)}
@@ -189,13 +190,13 @@ def test_a_cached_index_reads_nothing_back_that_it_wrote() -> None:
     root = index.update(index.empty_root, {key_hash(bytes([n])): _entry(n, 1) for n in range(30)})
     index.update(root, {key_hash(bytes([n])): _entry(n, 2) for n in range(30)})
     assert cas.reads == 0
-    uncached = CellIndex(cas, bucket_entries_max=2, node_cache_entries_max=0)
+    uncached = CellIndex(cas, bucket_entries_max=2, nodes_cached_max=0)
     assert uncached.get(root, key_hash(bytes([5]))) == _entry(5, 1) and cas.reads > 0
 
 
 def test_a_negative_node_cache_bound_is_refused() -> None:
     with pytest.raises(ValueError):
-        CellIndex(CountingCas(), node_cache_entries_max=-1)
+        CellIndex(CountingCas(), nodes_cached_max=-1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,3 +236,19 @@ def test_routing_carries_each_delivery_its_bytes_wrapped_as_the_value_is() -> No
     assert keyed.encoded == cbor.encode(keyed.value)
     assert unkeyed.encoded == cbor.encode(value)
     assert all(d.encoded is None for d in router().route("demo/Ping@1", value))
+
+
+def test_a_world_without_a_node_cache_writes_the_same_journal_and_roots(tmp_path: Path) -> None:
+    limits = [WorldLimits(checkpoint_every_records=7, index_nodes_cached_max=n) for n in (0, 1)]
+    worlds = [create(tmp_path / f"w{n}", limits=limit) for n, limit in enumerate(limits)]
+    with worlds[0] as uncached, worlds[1] as cached:
+        for n in range(40):
+            for world in (uncached, cached):
+                world.send(EVENT, inc(f"k{n % 9}", n))
+        assert journal(uncached) == journal(cached)
+        assert uncached.snapshot()[1] == cached.snapshot()[1]
+
+
+def test_a_negative_node_cache_bound_is_refused_by_the_world_limits() -> None:
+    with pytest.raises(ValueError):
+        WorldLimits(index_nodes_cached_max=-1)

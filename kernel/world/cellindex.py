@@ -23,7 +23,7 @@ from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, digest_bytes
 
 BUCKET_ENTRIES_MAX = 16
-NODE_CACHE_ENTRIES_MAX_DEFAULT = 512
+NODES_CACHED_MAX_DEFAULT = 512
 """Decoded index nodes kept in memory (~9 KB each for a full leaf): the nodes a checkpoint
 wrote are the ones the next one reads, so a world whose changes stay within this many nodes
 never decodes one from the CAS again."""
@@ -91,18 +91,18 @@ class CellIndex:
         store: NodeStore,
         *,
         bucket_entries_max: int = BUCKET_ENTRIES_MAX,
-        node_cache_entries_max: int = NODE_CACHE_ENTRIES_MAX_DEFAULT,
+        nodes_cached_max: int = NODES_CACHED_MAX_DEFAULT,
     ) -> None:
         if bucket_entries_max < 1:
             raise ValueError("bucket_entries_max must be at least 1")
-        if node_cache_entries_max < 0:
-            raise ValueError("node_cache_entries_max must be at least 0")
+        if nodes_cached_max < 0:
+            raise ValueError("nodes_cached_max must be at least 0")
         self._store = store
         self._bucket_max = bucket_entries_max
         # Nodes by hash, oldest first. A node is content-addressed, so what is kept is what
         # the CAS holds under that hash; nothing here mutates a node it loaded or built.
         self._nodes: dict[Hash, dict[str, Any]] = {}
-        self._nodes_max = node_cache_entries_max
+        self._nodes_max = nodes_cached_max
         # While an update tracks what it supersedes: the nodes it read and wrote, and the
         # states of the entries it replaced.
         self._loaded: set[Hash] | None = None

@@ -128,6 +128,7 @@ class World:
             resident_state_bytes_max=limits.resident_state_bytes_max,
             reclaim=limits.reclaim_superseded,
             check_workflow=self._check_workflow,
+            index_nodes_cached_max=limits.index_nodes_cached_max,
         )
         self._scheduler = Scheduler()
         self.intents = IntentTracker(self._pending, lambda: self.store)
