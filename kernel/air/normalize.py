@@ -63,26 +63,17 @@ from aos.kernel.air.errors import (
 )
 from aos.kernel.air.model import DefSchema
 from aos.kernel.air.types import (
+    TYPE_NODES,
     AnyType,
-    BoolType,
-    BytesType,
-    Dec128Type,
-    DurationType,
-    HashType,
-    IntType,
     ListType,
     MapType,
-    NatType,
     OptionType,
     RecordType,
     RefCycleError,
     RefType,
     SetType,
-    TextType,
-    TimeType,
     TypeExpr,
     UnitType,
-    UuidType,
     VariantType,
     resolve,
 )
@@ -371,22 +362,7 @@ _CONTAINERS: dict[type, _Container] = {
 
 
 # Type classes `value` takes straight to their container or primitive (never a subclass).
-_PLAIN_TYPE_KINDS = frozenset(
-    {
-        BoolType,
-        IntType,
-        NatType,
-        Dec128Type,
-        BytesType,
-        TextType,
-        TimeType,
-        DurationType,
-        HashType,
-        UuidType,
-        UnitType,
-        *_CONTAINERS,
-    }
-)
+_PLAIN_TYPE_KINDS = frozenset(TYPE_NODES) - {AnyType, OptionType, RefType}
 
 
 # --------------------------------------------------------------------------------------------
