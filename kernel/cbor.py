@@ -140,9 +140,32 @@ def encode_built(value: Any) -> bytes:
 def encode_ordered(value: Any) -> bytes:
     """The canonical stored form of a value the kernel built already in canonical form: every
     map's keys in canonical order and no float anywhere in it (the fixed fields of a typed
-    journal record). Nothing is walked; cbor2's default mode writes it as it is (see
-    `canonical_body`). Anything not built that way goes through `encode_built`."""
-    return SELF_DESCRIBE_PREFIX + cbor2.dumps(value)
+    journal record), except inside `Encoded` parts, which are written as the bytes they carry.
+    Nothing is walked; cbor2's default mode writes it as it is (see `canonical_body`).
+    Anything not built that way goes through `encode_built`."""
+    return SELF_DESCRIBE_PREFIX + cbor2.dumps(value, default=_write_encoded)
+
+
+class Encoded:
+    """A value's canonical encoding, carried in place of the value inside a map the kernel
+    builds (`encode_ordered`), so a value encoded once (an admitted event, a guest's checked
+    output) is never walked or encoded again. `body` has no self-describe prefix."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    @classmethod
+    def of_stored(cls, stored: bytes) -> Encoded:
+        """The part of a value held in its stored form (self-describe prefix and all)."""
+        return cls(stored[len(SELF_DESCRIBE_PREFIX) :])
+
+
+def _write_encoded(encoder: Any, part: Any) -> None:
+    if type(part) is not Encoded:
+        raise CborUnsupportedValueError(f"cannot encode a value of type {type(part).__name__}")
+    encoder.write(part.body)
 
 
 def canonical_body(value: Any) -> bytes:
@@ -409,11 +432,45 @@ def _decode_canonical_fast(raw: bytes, depth_max: int) -> Any:
         )
     except Exception:  # bad input of any kind (RecursionError too): the checked path says why
         return _REFUSED
-    if not _plain_decoded(value):
-        return _REFUSED
-    if SELF_DESCRIBE_PREFIX + canonical_body(value) != raw:
+    try:
+        ordered = _plain_in_canonical_order(value)
+    except _FloatFoundError:
+        ordered = _plain_decoded(value)
+        body = canonical_body(value) if ordered else b""
+    else:
+        body = cbor2.dumps(value) if ordered else b""
+    if not ordered or len(body) + 3 != len(raw) or not raw.endswith(body):
         return _REFUSED
     return value
+
+
+_PLAIN_SCALARS = frozenset({type(None), bool, str, bytes, int})
+
+
+def _plain_in_canonical_order(value: Any) -> bool:
+    """Whether a decoded float-free value is of the data model with every map's keys in
+    canonical order; raises `_FloatFoundError` at the first float. With both, cbor2's
+    default mode re-encodes it canonically, so comparing that with the input is the whole
+    canonical check, and one walk does what `_plain_decoded` and `canonical_body` do."""
+    kind = type(value)
+    if kind is dict:
+        if not _KEY_TYPES.issuperset(map(type, value)):
+            return False  # checked before the order: (True,) == (1,) in the order cache
+        keys = tuple(value)
+        order = _KEY_ORDERS[keys] if keys in _KEY_ORDERS else _key_order(keys)
+        if order is not _ALREADY_CANONICAL:
+            return False
+        items: Any = value.values()
+    elif kind is list:
+        items = value
+    elif kind is float:
+        raise _FloatFoundError
+    else:
+        return kind in _PLAIN_SCALARS
+    for item in items:
+        if type(item) not in _PLAIN_SCALARS and not _plain_in_canonical_order(item):
+            return False
+    return True
 
 
 def _decode_checked(raw: bytes, canonical: bool, depth_max: int) -> Value:

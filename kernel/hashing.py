@@ -44,6 +44,13 @@ class Hash(str):
         return super().__new__(cls, text)
 
     @classmethod
+    def trusted(cls, text: str) -> Hash:
+        """A hash text the kernel wrote itself (a child link of an index node it built, read
+        back from its own CAS, whose reads check the hash again): no validation walk. Text
+        from outside goes through `parse` or `Hash(...)`."""
+        return text if type(text) is Hash else super().__new__(cls, text)
+
+    @classmethod
     def from_digest(cls, digest: bytes) -> Hash:
         if len(digest) != DIGEST_BYTES:
             raise InvalidHashError(f"a digest is {DIGEST_BYTES} bytes, not {len(digest)}")
@@ -75,7 +82,10 @@ def _validate(text: object) -> None:
 
 
 def parse(text: object) -> Hash:
-    """Validate hash text from outside and return it as a `Hash`."""
+    """Validate hash text from outside and return it as a `Hash` (a `Hash` is valid already:
+    it is returned as it is)."""
+    if type(text) is Hash:
+        return text
     _validate(text)
     assert isinstance(text, str)
     return Hash(text)

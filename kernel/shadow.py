@@ -169,8 +169,8 @@ def _difference(live: Any, proposed: Any) -> str | None:
     assert isinstance(live, StepOutcome) and isinstance(proposed, StepOutcome)
     if live.state != proposed.state:
         return "the state differs"
-    live_events = [(schema, cbor.encode(value)) for schema, value, _ in live.events]
-    proposed_events = [(schema, cbor.encode(value)) for schema, value, _ in proposed.events]
+    live_events = [(event.schema, event.encoded) for event in live.events]
+    proposed_events = [(event.schema, event.encoded) for event in proposed.events]
     if live_events != proposed_events:
         return f"emitted events differ ({len(live_events)} live, {len(proposed_events)} proposed)"
     if [(e.effect, cbor.encode(e.params)) for e in live.effects] != [

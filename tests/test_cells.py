@@ -20,6 +20,10 @@ class MemoryBlobs:
         self.blobs[h] = data
         return h
 
+    def put_hashed(self, data: bytes, hash_: Hash) -> Hash:
+        assert hash_ == hash_bytes(data)
+        return self.put(data)
+
     def get(self, hash_: Hash) -> bytes:
         self.gets += 1
         return self.blobs[hash_]

@@ -63,6 +63,7 @@ from aos.kernel.air.errors import (
 )
 from aos.kernel.air.model import DefSchema
 from aos.kernel.air.types import (
+    TYPE_NODES,
     AnyType,
     ListType,
     MapType,
@@ -177,9 +178,10 @@ class _Normalizer:
 
     def type_of(self, schema_type: TypeExpr | str, path: str) -> TypeExpr:
         if isinstance(schema_type, str):
-            if schema_type not in self.types:
-                raise SchemaUnknownError(f"unknown schema {schema_type!r}", path=path)
-            return self.types[schema_type]
+            try:
+                return self.types[schema_type]
+            except KeyError:
+                raise SchemaUnknownError(f"unknown schema {schema_type!r}", path=path) from None
         return schema_type
 
     def resolved(self, type_: TypeExpr, path: str) -> TypeExpr:
@@ -189,13 +191,19 @@ class _Normalizer:
             raise type(error)(error.message, path=path) from None
 
     def value(self, value: Any, type_: TypeExpr, path: str, depth_left: int) -> Any:
-        if isinstance(type_, RefType):
-            type_ = self.resolved(type_, path)
-        if isinstance(type_, OptionType):
-            return None if value is None else self.value(value, type_.item, path, depth_left)
-        if isinstance(type_, AnyType):
-            return self._any(value, path, depth_left)
-        container = _CONTAINERS.get(type(type_))
+        kind = type(type_)
+        if kind in _PLAIN_TYPE_KINDS:  # neither a ref, an option nor `any`: no isinstance chain
+            container = _CONTAINERS.get(kind)
+            if container is None:
+                return _PRIMITIVES[type_.TAG](value, path)
+        else:
+            if isinstance(type_, RefType):
+                type_ = self.resolved(type_, path)
+            if isinstance(type_, OptionType):
+                return None if value is None else self.value(value, type_.item, path, depth_left)
+            if isinstance(type_, AnyType):
+                return self._any(value, path, depth_left)
+            container = _CONTAINERS.get(type(type_))
         if container is not None:
             if depth_left <= 0:
                 raise ValueTooDeepError(
@@ -249,7 +257,11 @@ class _Normalizer:
     def _record(self, value: Any, type_: Any, path: str, depth_left: int) -> Any:
         assert isinstance(type_, RecordType)
         fields = _expect_text_keyed_map(value, "record", path)
-        unknown = sorted(set(fields) - set(type_.record))
+        unknown = (
+            sorted(fields.keys() - type_.record.keys())
+            if fields.keys() - type_.record.keys()
+            else []
+        )
         if unknown:
             raise ValueFieldUnknownError(
                 f"unknown field {unknown[0]!r} (fields: {', '.join(sorted(type_.record))})",
@@ -269,7 +281,7 @@ class _Normalizer:
     def _variant(self, value: Any, type_: Any, path: str, depth_left: int) -> Any:
         assert isinstance(type_, VariantType)
         body = _expect_text_keyed_map(value, "variant", path)
-        extra = sorted(set(body) - {"$tag", "$value"})
+        extra = sorted(body.keys() - _VARIANT_KEYS) if not body.keys() <= _VARIANT_KEYS else []
         if extra:
             raise ValueFieldUnknownError(
                 f"a variant value has only $tag and $value, not {extra[0]!r}",
@@ -338,6 +350,7 @@ class _Normalizer:
 
 
 _Container = Callable[[_Normalizer, Any, Any, str, int], Any]
+_VARIANT_KEYS = frozenset({"$tag", "$value"})
 
 _CONTAINERS: dict[type, _Container] = {
     RecordType: _Normalizer._record,
@@ -346,6 +359,10 @@ _CONTAINERS: dict[type, _Container] = {
     SetType: _Normalizer._set,
     MapType: _Normalizer._map,
 }
+
+
+# Type classes `value` takes straight to their container or primitive (never a subclass).
+_PLAIN_TYPE_KINDS = frozenset(TYPE_NODES) - {AnyType, OptionType, RefType}
 
 
 # --------------------------------------------------------------------------------------------

@@ -158,26 +158,31 @@ def encode_input(
     ctx: bytes | None = None,
     data: dict[str, bytes] | None = None,
 ) -> bytes:
-    """The canonical input envelope of one step, written directly as bytes.
+    """The canonical input envelope of one step, encoded in one call.
 
     Every embedded encoding was made by the kernel itself (its store, its own canonical
     encoder) a moment earlier, so it is not decoded and checked again here (spec/08 §4): only
     its type and self-describe prefix are, which costs nothing and catches a raw value passed
-    by mistake. The envelope's fixed shape is written in canonical key order (shorter key
+    by mistake. The envelope's fixed shape is built in canonical key order (shorter key
     first, then bytewise): `ctx`, `data`, `event`, `state`, `version`; `key`, `value`,
     `schema`."""
     for name, embedded in (("state", state), ("event.value", event_value), ("key", key)):
         _require_embedded(name, embedded)
     _require_embedded("ctx", ctx)
-    event = [_KEY_KEY + _bytes_item(key)] if key is not None else []
-    event += [_VALUE_KEY + _bytes_item(event_value), _SCHEMA_KEY + _text_item(event_schema)]
-    parts = [] if ctx is None else [_CTX_KEY + _bytes_item(ctx)]
+    if not isinstance(event_schema, str):
+        raise KernelInvariantError("input event.schema is not text")
+    event: dict[str, Any] = {} if key is None else {"key": key}
+    event["value"] = event_value
+    event["schema"] = event_schema
+    envelope: dict[str, Any] = {} if ctx is None else {"ctx": ctx}
     if data:
-        parts.append(_DATA_KEY + _blobs_map(data))
-    parts.append(_EVENT_KEY + _map_head(len(event)) + b"".join(event))
-    parts.append(_STATE_KEY + (_NULL_ITEM if state is None else _bytes_item(state)))
-    parts.append(_VERSION_KEY + _VERSION_ITEM)
-    return cbor.SELF_DESCRIBE_PREFIX + _map_head(len(parts)) + b"".join(parts)
+        envelope["data"] = cbor.Encoded(_blobs_map(data))
+    envelope["event"] = event
+    envelope["state"] = state
+    envelope["version"] = INPUT_ENVELOPE_VERSION
+    # Maps in canonical order holding only bytes, text, null and a small integer: cbor2's
+    # default mode writes the canonical bytes in one call.
+    return cbor.encode_ordered(envelope)
 
 
 def with_data(input_bytes: bytes, data: dict[str, bytes]) -> bytes:
@@ -221,14 +226,6 @@ def _blobs_map(data: dict[str, bytes]) -> bytes:
     pairs = sorted((_text_item(hash_), blob) for hash_, blob in data.items())
     pairs.sort(key=lambda pair: len(pair[0]))  # stable: bytewise within one length
     return _map_head(len(pairs)) + b"".join(key + _bytes_item(blob) for key, blob in pairs)
-
-
-_NULL_ITEM = b"\xf6"
-_VERSION_ITEM = bytes((INPUT_ENVELOPE_VERSION,))  # an unsigned integer below 24 is one byte
-_CTX_KEY, _DATA_KEY, _EVENT_KEY, _STATE_KEY, _VERSION_KEY = map(
-    _text_item, ("ctx", "data", "event", "state", "version")
-)
-_KEY_KEY, _VALUE_KEY, _SCHEMA_KEY = map(_text_item, ("key", "value", "schema"))
 
 
 def decode_input(data: bytes) -> StepInput:
@@ -316,14 +313,14 @@ def decode_output(data: bytes, limits: StepLimits, *, module_hash: str | None = 
         )
     state, state_value = _optional_value(body["state"], "$.state", module_hash)
     return StepOutput(
-        state=state,
-        domain_events=tuple(_event(item, index, module_hash) for index, item in enumerate(events)),
-        effects=tuple(_effect(item, index, module_hash) for index, item in enumerate(effects)),
-        ann=ann,
-        cancel=cancel,
-        reads=reads,
-        _state_value=state_value,
-        _ann_value=ann_value,
+        state,
+        tuple([_event(item, index, module_hash) for index, item in enumerate(events)]),
+        tuple([_effect(item, index, module_hash) for index, item in enumerate(effects)]),
+        ann,
+        cancel,
+        reads,
+        state_value,
+        ann_value,
     )
 
 

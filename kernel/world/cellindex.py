@@ -23,6 +23,10 @@ from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, digest_bytes
 
 BUCKET_ENTRIES_MAX = 16
+NODES_CACHED_MAX_DEFAULT = 512
+"""Decoded index nodes kept in memory (~9 KB each for a full leaf): the nodes a checkpoint
+wrote are the ones the next one reads, so a world whose changes stay within this many nodes
+never decodes one from the CAS again."""
 KEY_HASH_BYTES = 32
 DEPTH_MAX = 2 * KEY_HASH_BYTES  # one nibble per level
 
@@ -46,12 +50,13 @@ class CellEntry:
     failed: bool = False  # a step of this cell faulted; it takes no further events
 
     def to_value(self) -> dict[str, Any]:
+        """The entry as a leaf holds it, its keys in canonical order (spec/01 §3)."""
         return {
             "key": self.key,
             "state": str(self.state),
+            "failed": self.failed,
             "size_bytes": self.size_bytes,
             "last_active_seq": self.last_active_seq,
-            "failed": self.failed,
         }
 
     @staticmethod
@@ -81,11 +86,23 @@ def _nibble(digest: bytes, depth: int) -> int:
 class CellIndex:
     """Reads and batch-updates CellIndex tries in a `NodeStore`."""
 
-    def __init__(self, store: NodeStore, *, bucket_entries_max: int = BUCKET_ENTRIES_MAX) -> None:
+    def __init__(
+        self,
+        store: NodeStore,
+        *,
+        bucket_entries_max: int = BUCKET_ENTRIES_MAX,
+        nodes_cached_max: int = NODES_CACHED_MAX_DEFAULT,
+    ) -> None:
         if bucket_entries_max < 1:
             raise ValueError("bucket_entries_max must be at least 1")
+        if nodes_cached_max < 0:
+            raise ValueError("nodes_cached_max must be at least 0")
         self._store = store
         self._bucket_max = bucket_entries_max
+        # Nodes by hash, oldest first. A node is content-addressed, so what is kept is what
+        # the CAS holds under that hash; nothing here mutates a node it loaded or built.
+        self._nodes: dict[Hash, dict[str, Any]] = {}
+        self._nodes_max = nodes_cached_max
         # While an update tracks what it supersedes: the nodes it read and wrote, and the
         # states of the entries it replaced.
         self._loaded: set[Hash] | None = None
@@ -102,7 +119,7 @@ class CellIndex:
             child = node["branch"].get(_nibble(digest, depth))
             if child is None:
                 return None
-            node = self._load(Hash(child[0]))
+            node = self._load(Hash.trusted(child[0]))
             depth += 1
         for entry_digest, entry in node["leaf"]:
             if entry_digest == digest:
@@ -121,7 +138,7 @@ class CellIndex:
                 yield entry_digest, CellEntry.from_value(entry)
             return
         for nibble in sorted(node["branch"]):
-            yield from self.items(Hash(node["branch"][nibble][0]))
+            yield from self.items(Hash.trusted(node["branch"][nibble][0]))
 
     def items_after(self, root: Hash, after: bytes | None) -> Iterator[tuple[bytes, CellEntry]]:
         """The entries whose key hash is greater than `after` (every one when None), in
@@ -141,7 +158,7 @@ class CellIndex:
         for nibble in sorted(node["branch"]):
             if nibble < start:
                 continue
-            child = self._load(Hash(node["branch"][nibble][0]))
+            child = self._load(Hash.trusted(node["branch"][nibble][0]))
             yield from self._items_after(child, after if nibble == start else None, depth + 1)
 
     # -- updates ------------------------------------------------------------------------
@@ -187,7 +204,7 @@ class CellIndex:
             for digest, entry in changes:
                 old = merged.get(digest)
                 if old is not None and self._old_states is not None:
-                    self._old_states.add(Hash(old["state"]))
+                    self._old_states.add(Hash.trusted(old["state"]))
                 if entry is None:
                     merged.pop(digest, None)
                 else:
@@ -197,7 +214,7 @@ class CellIndex:
         branch: dict[int, list[Any]] = dict(node["branch"])
         for nibble, group in _group_by_nibble(changes, depth):
             slot = branch.get(nibble)
-            child = self._load(Hash(slot[0])) if slot else {"leaf": []}
+            child = self._load(Hash.trusted(slot[0])) if slot else {"leaf": []}
             new_child = self._apply(child, group, depth + 1)
             count = _node_count(new_child)
             if count == 0:
@@ -207,7 +224,7 @@ class CellIndex:
         total = sum(int(slot[1]) for slot in branch.values())
         if total <= self._bucket_max:
             return {"leaf": sorted(self._collect(branch))}
-        return {"branch": branch, "count": total}
+        return {"count": total, "branch": dict(sorted(branch.items()))}
 
     def _build(self, entries: list[tuple[bytes, Any]], depth: int) -> dict[str, Any]:
         """The canonical node for a sorted entry list at `depth`."""
@@ -222,11 +239,11 @@ class CellIndex:
             nibble: [str(self._put(self._build(group, depth + 1))), len(group)]
             for nibble, group in sorted(groups.items())
         }
-        return {"branch": branch, "count": len(entries)}
+        return {"count": len(entries), "branch": branch}
 
     def _collect(self, branch: Mapping[int, list[Any]]) -> Iterator[list[Any]]:
         for nibble in sorted(branch):
-            node = self._load(Hash(branch[nibble][0]))
+            node = self._load(Hash.trusted(branch[nibble][0]))
             if "leaf" in node:
                 yield from ([bytes(d), e] for d, e in node["leaf"])
             else:
@@ -235,18 +252,33 @@ class CellIndex:
     def _load(self, hash_: Hash) -> dict[str, Any]:
         if self._loaded is not None:
             self._loaded.add(hash_)
+        node = self._nodes.get(hash_)
+        if node is not None:
+            return node
         node = self._store.get_value(hash_)
         if not isinstance(node, dict) or not ({"leaf"} == node.keys() or "branch" in node):
             raise KernelInvariantError(f"{hash_} is not a cell index node")
+        self._keep(hash_, node)
         return node
 
     def _put(self, node: dict[str, Any]) -> Hash:
-        # Nodes are built here from entries the index made or strictly decoded from the CAS:
-        # no validation walk (a materialize writes hundreds of ~2 KB nodes).
-        hash_ = self._store.put(cbor.encode_built(node))
+        # Nodes are built here from entries the index made or strictly decoded from the CAS,
+        # every map in canonical key order (entries by `to_value`, a branch's count before
+        # its nibbles in ascending order) and no float in them: encoded as they are, with no
+        # validation walk (a materialize writes hundreds of ~2 KB nodes).
+        hash_ = self._store.put(cbor.encode_ordered(node))
         if self._written is not None:
             self._written.add(hash_)
+        self._keep(hash_, node)
         return hash_
+
+    def _keep(self, hash_: Hash, node: dict[str, Any]) -> None:
+        nodes = self._nodes
+        if hash_ in nodes or not self._nodes_max:
+            return
+        if len(nodes) >= self._nodes_max:
+            del nodes[next(iter(nodes))]
+        nodes[hash_] = node
 
 
 def _node_count(node: Mapping[str, Any]) -> int:

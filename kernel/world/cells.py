@@ -33,6 +33,8 @@ class BlobStore(Protocol):
 
     def put(self, data: bytes) -> Hash: ...
 
+    def put_hashed(self, data: bytes, hash_: Hash) -> Hash: ...
+
     def get(self, hash_: Hash) -> bytes: ...
 
     def put_value(self, value: Any) -> Hash: ...
@@ -155,9 +157,16 @@ class CellTable:
     # -- writes -------------------------------------------------------------------------
 
     def put(
-        self, key: bytes | None, state: bytes | None, seq: int, *, failed: bool = False
+        self,
+        key: bytes | None,
+        state: bytes | None,
+        seq: int,
+        *,
+        failed: bool = False,
+        state_hash: Hash | None = None,
     ) -> None:
-        """Stage the state a step produced (None deletes the cell)."""
+        """Stage the state a step produced (None deletes the cell); `state_hash` is its hash
+        when the caller computed it already (the step record names it)."""
         digest = key_hash(key if key is not None else UNKEYED)
         self._cache.pop(digest, None)
         previous = self._dirty.get(digest)
@@ -168,7 +177,9 @@ class CellTable:
             self._dirty[digest] = None
             return
         data = state if state is not None else b""
-        cell = Cell(key, data, hash_bytes(data), seq, failed, len(data))
+        if state_hash is None or state is None:
+            state_hash = hash_bytes(data)
+        cell = Cell(key, data, state_hash, seq, failed, len(data))
         self._dirty[digest] = cell
         self._unstored.add(digest)
         self._resident_bytes += len(data)
@@ -200,13 +211,13 @@ class CellTable:
                 changes[digest] = None
                 continue
             if cell.state is not None and not cell.stored:
-                self._blobs.put(cell.state)
+                self._blobs.put_hashed(cell.state, cell.state_hash)
             changes[digest] = _entry_from_cell(cell)
         self.root = self._index.update(self.root, changes, superseded)
         for digest, cell in self._dirty.items():
             if cell is not None:
                 # In the CAS now: writing it again (a failure mark) would be a second name.
-                self._remember(digest, cell if cell.stored else replace(cell, stored=True))
+                self._remember(digest, cell if cell.stored else _stored(cell))
         self._dirty.clear()
         self._unstored.clear()
         self._resident_bytes = 0
@@ -219,8 +230,8 @@ class CellTable:
         for digest in sorted(self._unstored):
             cell = self._dirty.get(digest)
             if cell is not None and cell.state is not None and not cell.stored:
-                self._blobs.put(cell.state)
-                self._dirty[digest] = replace(cell, stored=True)
+                self._blobs.put_hashed(cell.state, cell.state_hash)
+                self._dirty[digest] = _stored(cell)
         self._unstored.clear()
 
     def put_stored(self, key: bytes | None, state_hash: Hash, size_bytes: int, seq: int) -> None:
@@ -247,6 +258,19 @@ class CellTable:
         self._cache.move_to_end(digest)
         while len(self._cache) > self._cache_max:
             self._cache.popitem(last=False)
+
+
+def _stored(cell: Cell) -> Cell:
+    """`cell` with its state in the CAS (`dataclasses.replace` without its per-call cost)."""
+    return Cell(
+        cell.key,
+        cell.state,
+        cell.state_hash,
+        cell.last_active_seq,
+        cell.failed,
+        cell.size_bytes,
+        True,
+    )
 
 
 def _entry_from_cell(cell: Cell) -> CellEntry:

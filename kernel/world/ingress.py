@@ -49,6 +49,7 @@ class CheckedEvent:
 
     schema: str
     value: Any
+    encoded: bytes  # the normalized value's canonical stored form, encoded once
     idempotency_key: str | None = None
     content: str = ""  # what the idempotency key is bound to (event_content), "" without one
 
@@ -73,14 +74,14 @@ class Ingress:
         if schema not in runtime.schemas:
             raise SchemaUnknownError(f"no schema {schema} in the manifest")
         normalized = normalize(value, schema, runtime.schemas)
-        size = len(cbor.encode(normalized))
-        if size > self._event_bytes_max:
+        encoded = cbor.encode(normalized)
+        if len(encoded) > self._event_bytes_max:
             raise EventTooLargeError(
-                f"the event is {size} bytes; the limit is {self._event_bytes_max}"
+                f"the event is {len(encoded)} bytes; the limit is {self._event_bytes_max}"
             )
         if key is None:
-            return CheckedEvent(schema, normalized)
-        return CheckedEvent(schema, normalized, key, event_content(schema, normalized))
+            return CheckedEvent(schema, normalized, encoded)
+        return CheckedEvent(schema, normalized, encoded, key, event_content(schema, normalized))
 
     def first_admission(self, event: CheckedEvent) -> FirstAdmission | None:
         """The first admission of an event under the same idempotency key, if remembered
@@ -161,4 +162,4 @@ def route(runtime: Runtime, event: CheckedEvent) -> list[Delivery]:
     """The deliveries of an admitted event (a RouteError when nothing may take it)."""
     if not runtime.router.subscribed(event.schema):
         raise RouteNoSubscriberError(f"no subscription routes {event.schema}")
-    return runtime.router.route(event.schema, event.value)
+    return runtime.router.route(event.schema, event.value, event.encoded)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aos.kernel.world import receipts, worldkey
+from aos.kernel.world.cellindex import NODES_CACHED_MAX_DEFAULT
 from aos.kernel.world.cells import CACHE_CELLS_MAX_DEFAULT, RESIDENT_STATE_BYTES_MAX_DEFAULT
 from aos.kernel.world.idempotency import IDEMPOTENCY_KEYS_MAX_DEFAULT
 from aos.kernel.world.router import KEY_BYTES_MAX_DEFAULT
@@ -34,6 +35,9 @@ class WorldLimits:
     key_bytes_max: int = KEY_BYTES_MAX_DEFAULT
     cache_cells_max: int = CACHE_CELLS_MAX_DEFAULT
     resident_state_bytes_max: int = RESIDENT_STATE_BYTES_MAX_DEFAULT
+    # Decoded CellIndex nodes kept in memory (a checkpoint reads what the last one wrote);
+    # 0 decodes every node it reads from the CAS.
+    index_nodes_cached_max: int = NODES_CACHED_MAX_DEFAULT
     checked_sample_rate: float = CHECKED_SAMPLE_RATE_DEFAULT
     receipt_bytes_max: int = receipts.RECEIPT_BYTES_MAX_DEFAULT
     # A flush happens at the next safe point (between steps, after an input) once this many
@@ -74,6 +78,8 @@ class WorldLimits:
             raise ValueError("snapshots_kept_max must be at least 1 (or None)")
         if self.release_objects_per_flush_max < 1:
             raise ValueError("release_objects_per_flush_max must be at least 1")
+        if self.index_nodes_cached_max < 0:
+            raise ValueError("index_nodes_cached_max must be at least 0")
 
 
 def world_config(clock: str, world_id: str, limits: WorldLimits) -> dict[str, Any]:

@@ -73,7 +73,11 @@ class PendingWrites:
     # -- CAS view (the world's BlobStore) ----------------------------------------------------
 
     def put(self, data: bytes) -> Hash:
-        hash_ = hash_bytes(data)
+        return self.put_hashed(data, hash_bytes(data))
+
+    def put_hashed(self, data: bytes, hash_: Hash) -> Hash:
+        """`put` of bytes whose hash the kernel computed already (a cell state the step
+        record names): `hash_` must be `hash_bytes(data)`."""
         if hash_ in self.blobs:
             self._young_new.discard(hash_)  # a second reference
         elif self._store.cas.has(hash_):

@@ -115,12 +115,14 @@ class StepRecord(NamedTuple):
 
 class IngressEvent(NamedTuple):
     """An event from outside; `idempotency_key` only when its sender gave one (so records of
-    events sent without one are as they always were)."""
+    events sent without one are as they always were). `encoded` is the value's canonical
+    stored form when the admission has it (the record is then written around those bytes)."""
 
     schema: str
     value: Any
     stamp: dict[str, Any]
     idempotency_key: str | None = None
+    encoded: bytes | None = None
 
     @property
     def kind(self) -> str:
@@ -135,7 +137,17 @@ class IngressEvent(NamedTuple):
 
     def encode(self) -> bytes:
         """Its stored bytes: the value was normalized when it was admitted."""
-        return cbor.encode_built(self.to_cbor_value())
+        if self.encoded is None or not _stamp_as_built(self.stamp):
+            return cbor.encode_built(self.to_cbor_value())
+        value = {
+            "kind": DOMAIN_EVENT,
+            "stamp": self.stamp,
+            "value": cbor.Encoded.of_stored(self.encoded),
+            "schema": self.schema,
+        }
+        if self.idempotency_key is not None:
+            value["idempotency_key"] = self.idempotency_key
+        return cbor.encode_ordered(value)
 
     @classmethod
     def from_value(cls, value: dict[str, Any]) -> IngressEvent:
@@ -144,12 +156,14 @@ class IngressEvent(NamedTuple):
 
 class DerivedEvent(NamedTuple):
     """An event a step emitted: `cause` is the step record, `output_index` its place in the
-    output (the record's `index`). Its stamp is derived (stamps.py), so it is not stored."""
+    output (the record's `index`). Its stamp is derived (stamps.py), so it is not stored.
+    `encoded` is the value's canonical stored form when the step's check has it."""
 
     schema: str
     value: Any
     cause: int
     output_index: int  # not `index`, which would hide tuple.index
+    encoded: bytes | None = None
 
     @property
     def kind(self) -> str:
@@ -166,7 +180,11 @@ class DerivedEvent(NamedTuple):
 
     def encode(self) -> bytes:
         """Its stored bytes: the value was normalized when the step was checked."""
-        return cbor.encode_built(self.to_cbor_value())
+        if self.encoded is None:
+            return cbor.encode_built(self.to_cbor_value())
+        value = self.to_cbor_value()
+        value["value"] = cbor.Encoded.of_stored(self.encoded)
+        return cbor.encode_ordered(value)
 
     @classmethod
     def from_value(cls, value: dict[str, Any]) -> DerivedEvent:
@@ -216,6 +234,18 @@ class EffectReceipt(NamedTuple):
             value.get("cause"),
             value.get("payload_error"),
         )
+
+
+_STAMP_FIELDS = ("height", "entropy", "wall_ns", "manifest", "logical_ns")  # canonical order
+_STAMP_FIELD_TYPES = frozenset({int, bytes, str})
+
+
+def _stamp_as_built(stamp: dict[str, Any]) -> bool:
+    """Whether a stamp's map is as `Stamp.to_value` builds it: its keys in canonical order and
+    its fields integers, bytes and text, so the encoder has nothing to check or reorder."""
+    return tuple(stamp) == _STAMP_FIELDS and _STAMP_FIELD_TYPES.issuperset(
+        map(type, stamp.values())
+    )
 
 
 TypedRecord: TypeAlias = StepRecord | IngressEvent | DerivedEvent | EffectReceipt

@@ -4,7 +4,7 @@ receipt, a cell's summary, and a checked step output."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from aos.kernel.hashing import Hash
 from aos.kernel.world.effects import AdmittedEffect
@@ -64,10 +64,21 @@ class Settlement:
     delivered: bool = True
 
 
+class StepEvent(NamedTuple):
+    """A domain event a step emitted, checked: its normalized value, that value's canonical
+    stored form (encoded once, carried to its record and its deliveries) and its
+    deliveries."""
+
+    schema: str
+    value: Any
+    deliveries: list[Delivery]
+    encoded: bytes
+
+
 @dataclass(frozen=True)
 class StepOutcome:
     state: bytes | None
-    events: list[tuple[str, Any, list[Delivery]]]
+    events: list[StepEvent]
     effects: list[AdmittedEffect]
     fuel: int
     ann: Any = None  # the annotation the step record carries (normalized), or None

@@ -62,6 +62,9 @@ class Delivery:
     key: bytes | None  # canonical CBOR of the normalized key; None for an unkeyed workflow
     schema: str  # the workflow's event schema
     value: Any  # the event value, wrapped as a variant arm when routed through one
+    # `value`'s canonical stored form, when the router was given the event's (kept for the
+    # step's input, so an event is encoded once); None: encode `value` when needed.
+    encoded: bytes | None = None
 
 
 class Router:
@@ -86,16 +89,23 @@ class Router:
     def subscribed(self, schema: str) -> bool:
         return schema in self._by_event
 
-    def route(self, schema: str, value: Any) -> list[Delivery]:
+    def route(self, schema: str, value: Any, encoded: bytes | None = None) -> list[Delivery]:
         """Every delivery of an event, in manifest order. Raises a `RouteError` if any
-        subscription cannot deliver it, so an event is delivered everywhere or nowhere."""
+        subscription cannot deliver it, so an event is delivered everywhere or nowhere.
+        `encoded`, the normalized value's canonical stored form, is carried by each delivery
+        (wrapped as the value is)."""
         deliveries = []
         for index, subscription in self._by_event.get(schema, []):
             workflow = self._workflows[subscription.workflow]
             key = self._key(index, subscription, workflow, value)
             arm = self._arm(workflow.event, schema)
-            wrapped = value if arm is None else {"$tag": arm, "$value": value}
-            deliveries.append(Delivery(workflow.name, key, workflow.event, wrapped))
+            if arm is None:
+                deliveries.append(Delivery(workflow.name, key, workflow.event, value, encoded))
+                continue
+            wrapped = {"$tag": arm, "$value": value}
+            deliveries.append(
+                Delivery(workflow.name, key, workflow.event, wrapped, _wrapped(arm, encoded))
+            )
         return deliveries
 
     def _key(
@@ -156,6 +166,14 @@ class Router:
                 self._arms[(workflow_event, schema)] = arm
                 return arm
         raise AssertionError("manifest check guarantees an arm refs the routed schema")
+
+
+def _wrapped(arm: str, encoded: bytes | None) -> bytes | None:
+    """The stored form of `{"$tag": arm, "$value": value}` from `value`'s (keys in canonical
+    order: "$tag" is the shorter)."""
+    if encoded is None:
+        return None
+    return cbor.encode_ordered({"$tag": arm, "$value": cbor.Encoded.of_stored(encoded)})
 
 
 _MISSING = object()

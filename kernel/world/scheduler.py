@@ -8,7 +8,7 @@ starve the others. The order depends only on the order of enqueues, which the jo
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aos.kernel.world.stamps import Stamp
@@ -30,6 +30,9 @@ class Message:
     schema: str
     value: Any
     stamp: Stamp  # the event's stamp (ingress, or derived from its cause)
+    # `value`'s canonical stored form, carried from admission or the emitting step so the
+    # step's input does not encode it again (None after a restore: encoded when stepped).
+    encoded: bytes | None = field(default=None, compare=False, repr=False)
 
     def to_value(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,7 @@ class Scheduler:
                     schema=delivery.schema,
                     value=delivery.value,
                     stamp=stamp,
+                    encoded=delivery.encoded,
                 )
             )
 

@@ -43,12 +43,14 @@ class Stamp:
             raise KernelInvariantError(f"stamp entropy must be {ENTROPY_BYTES} bytes")
 
     def to_value(self) -> dict[str, Any]:
+        """The stamp as records carry it, its keys in canonical order (spec/01 §3), so a
+        record around it is encoded without reordering (`records.IngressEvent.encode`)."""
         return {
-            "wall_ns": self.wall_ns,
-            "logical_ns": self.logical_ns,
-            "entropy": self.entropy,
             "height": self.height,
+            "entropy": self.entropy,
+            "wall_ns": self.wall_ns,
             "manifest": self.manifest,
+            "logical_ns": self.logical_ns,
         }
 
     @staticmethod

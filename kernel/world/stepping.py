@@ -36,14 +36,12 @@ from aos.kernel.world.errors import (
     StepStateInvalidError,
 )
 from aos.kernel.world.intents import IntentTracker, OpenIntent
-from aos.kernel.world.results import FAULT_CODES_KEPT_MAX, RunReport, StepOutcome
-from aos.kernel.world.router import Delivery, RouteError
+from aos.kernel.world.results import FAULT_CODES_KEPT_MAX, RunReport, StepEvent, StepOutcome
+from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import Runtime
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
-from aos.kernel.world.stamps import derive_entropy
+from aos.kernel.world.stamps import Stamp
 from aos.kernel.world.tables import CellTables
-
-EmittedEvent = tuple[str, Any, list[Delivery]]  # schema, normalized value, its deliveries
 
 
 class Journal(Protocol):
@@ -92,7 +90,9 @@ class Stepper:
         state = table.state_bytes(cell) if cell is not None else None
         runner = runtime.runner(message.workflow)
         module = runner.module_hash
-        step_input = _step_input(runtime, message, state or None)
+        # The stamp the step's context and its emitted events derive from, derived once.
+        step_stamp = message.stamp.derive(message.delivery)
+        step_input = _step_input(runtime, message, state or None, step_stamp)
         try:
             result = runner.step(step_input, seq=message.seq, read_blob=read_blob)
             outcome = self.check(runtime, message, result, module)
@@ -103,7 +103,7 @@ class Stepper:
             return
         if on_step is not None:
             on_step(message, step_input, outcome)
-        self._apply(message, outcome, report)
+        self._apply(message, outcome, report, step_stamp)
 
     def check(
         self, runtime: Runtime, message: Message, result: StepResult, module: str
@@ -141,17 +141,20 @@ class Stepper:
     def keep_faulted(self, workflows: Collection[str]) -> None:
         self.faulted = {c: m for c, m in self.faulted.items() if c[0] in workflows}
 
-    def _apply(self, message: Message, outcome: StepOutcome, report: RunReport) -> None:
+    def _apply(
+        self, message: Message, outcome: StepOutcome, report: RunReport, step_stamp: Stamp
+    ) -> None:
         table = self._tables.get(message.workflow)
         cell: CellId = (message.workflow, message.key)
         cancelled = self._intents.cancellable(cell, outcome.cancel)
+        state_hash = hash_bytes(outcome.state) if outcome.state else None
         step_seq = self._journal.append(
             records.StepRecord(
                 input_seq=message.seq,
                 delivery=message.delivery,
                 workflow=message.workflow,
                 key=message.key,
-                state=str(hash_bytes(outcome.state)) if outcome.state else None,
+                state=str(state_hash) if state_hash is not None else None,
                 events=len(outcome.events),
                 intents=[str(effect.intent) for effect in outcome.effects],
                 cancelled=cancelled,
@@ -161,15 +164,16 @@ class Stepper:
         for intent in cancelled:
             self._intents.close(intent)
             self._intents.mark_cancelled(intent, step_seq)
-        table.put(message.key, outcome.state, step_seq)
+        table.put(message.key, outcome.state, step_seq, state_hash=state_hash)
         report.steps += 1
         # Fuel is reported, never journaled: a warm instance may spend less than a fresh one
         # on the same step, and the journal must not depend on the determinism profile.
         report.fuel += outcome.fuel
-        step_stamp = message.stamp.derive(message.delivery)
-        for index, (schema, value, deliveries) in enumerate(outcome.events):
-            seq = self._journal.append(records.DerivedEvent(schema, value, step_seq, index))
-            self._scheduler.enqueue_deliveries(seq, deliveries, step_stamp.derive(index))
+        for index, event in enumerate(outcome.events):
+            seq = self._journal.append(
+                records.DerivedEvent(event.schema, event.value, step_seq, index, event.encoded)
+            )
+            self._scheduler.enqueue_deliveries(seq, event.deliveries, step_stamp.derive(index))
             report.events += 1
         for effect in outcome.effects:
             self._open_intent(effect, message, cell, step_seq, report)
@@ -248,22 +252,26 @@ class Stepper:
             )
 
 
-def step_context(runtime: Runtime, message: Message) -> bytes:
-    """The encoded `sys/WorkflowContext@1` of a delivery."""
+def step_context(runtime: Runtime, message: Message, step_stamp: Stamp | None = None) -> bytes:
+    """The encoded `sys/WorkflowContext@1` of a delivery (`step_stamp`: the delivery's
+    derived stamp, when the caller has it already)."""
     workflow = runtime.workflows[message.workflow]
-    value = {
-        "now_ns": message.stamp.logical_ns,
-        "entropy": derive_entropy(message.stamp.entropy, message.delivery),
-        "journal_height": message.seq,
-        "manifest_hash": str(runtime.manifest_hash),
-        "workflow": message.workflow,
-        "key": message.key,
-        "cell_mode": workflow.keyed,
-    }
+    if step_stamp is None:
+        step_stamp = message.stamp.derive(message.delivery)
     # Every field is the kernel's own, of its schema's type already (`sys/WorkflowContext@1`:
     # time and nat are ints, hash the canonical text, key canonical bytes or null), so the
-    # value is its normalized form: tests/test_step_context.py holds this against normalize.
-    return cbor.encode_built(value)
+    # value is its normalized form, and its keys are written in canonical order (spec/01 §3),
+    # so it is encoded as it is: tests/test_step_context.py holds this against normalize.
+    value = {
+        "key": message.key,
+        "now_ns": message.stamp.logical_ns,
+        "entropy": step_stamp.entropy,
+        "workflow": message.workflow,
+        "cell_mode": workflow.keyed,
+        "manifest_hash": str(runtime.manifest_hash),
+        "journal_height": message.seq,
+    }
+    return cbor.encode_ordered(value)
 
 
 def cell_id(message: Message) -> CellId:
@@ -277,14 +285,21 @@ def dropped(seq: int, delivery: int, cell: CellId, reason: str) -> dict[str, Any
     )
 
 
-def _step_input(runtime: Runtime, message: Message, state: bytes | None) -> bytes:
+def _step_input(
+    runtime: Runtime, message: Message, state: bytes | None, step_stamp: Stamp
+) -> bytes:
     workflow = runtime.workflows[message.workflow]
+    # Normalized and encoded when it was admitted or emitted; a delivery restored from a
+    # head checkpoint carries only its value.
+    event_value = message.encoded
+    if event_value is None:
+        event_value = cbor.encode_built(message.value)
     return encode_input(
         state=state,
         event_schema=message.schema,
-        event_value=cbor.encode_built(message.value),  # normalized when it was admitted
+        event_value=event_value,
         key=message.key,
-        ctx=step_context(runtime, message) if workflow.context is not None else None,
+        ctx=step_context(runtime, message, step_stamp) if workflow.context is not None else None,
     )
 
 
@@ -299,9 +314,9 @@ def _checked_state(
         raise StepStateInvalidError(str(error), module=module) from None
 
 
-def _checked_events(runtime: Runtime, output: StepOutput, module: str) -> list[EmittedEvent]:
+def _checked_events(runtime: Runtime, output: StepOutput, module: str) -> list[StepEvent]:
     schemas = runtime.schemas
-    events: list[EmittedEvent] = []
+    events: list[StepEvent] = []
     for index, emitted in enumerate(output.domain_events):
         path = f"domain_events[{index}]"
         if is_sys_name(emitted.schema) or emitted.schema not in schemas:
@@ -309,16 +324,20 @@ def _checked_events(runtime: Runtime, output: StepOutput, module: str) -> list[E
                 f"{emitted.schema} is not a user schema of the manifest", path=path, module=module
             )
         try:
-            value = normalize(cbor.decode(emitted.value), emitted.schema, schemas)
+            decoded = cbor.decode(emitted.value)
+            value = normalize(decoded, emitted.schema, schemas)
         except (AirError, cbor.CborError) as error:
             raise StepEventInvalidError(str(error), path=path, module=module) from None
+        # The guest's bytes, proven canonical by `decode_output`, when normalizing changed
+        # nothing: the event is then never encoded again.
+        encoded = emitted.value if cbor.same_encoding(value, decoded) else cbor.encode_built(value)
         try:
-            deliveries = runtime.router.route(emitted.schema, value)
+            deliveries = runtime.router.route(emitted.schema, value, encoded)
         except RouteError as error:
             raise StepRouteError(
                 f"{error.code}: {error}", path=path, module=module, route_code=error.code
             ) from None
-        events.append((emitted.schema, value, deliveries))
+        events.append(StepEvent(emitted.schema, value, deliveries, encoded))
     return events
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 
 from aos.kernel.hashing import Hash
-from aos.kernel.world.cellindex import CellIndex
+from aos.kernel.world.cellindex import NODES_CACHED_MAX_DEFAULT, CellIndex
 from aos.kernel.world.cells import CellTable
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.scheduler import CellId
@@ -25,9 +25,10 @@ class CellTables:
         resident_state_bytes_max: int,
         reclaim: bool,
         check_workflow: Callable[[str], object],
+        index_nodes_cached_max: int = NODES_CACHED_MAX_DEFAULT,
     ) -> None:
         self._pending = pending
-        self._index = CellIndex(pending)
+        self._index = CellIndex(pending, nodes_cached_max=index_nodes_cached_max)
         self._tables: dict[str, CellTable] = {}
         self._stored_roots: dict[str, str] = {}
         # Tail states replaced before a checkpoint named them: reclaimed at the next flush.

@@ -130,6 +130,7 @@ class World:
             resident_state_bytes_max=limits.resident_state_bytes_max,
             reclaim=limits.reclaim_superseded,
             check_workflow=self._check_workflow,
+            index_nodes_cached_max=limits.index_nodes_cached_max,
         )
         self._scheduler = Scheduler()
         self.intents = IntentTracker(self._pending, lambda: self.store)
@@ -415,7 +416,9 @@ class World:
             raise
         self.logical_ns = stamp.logical_ns
         seq = self.append(
-            records.IngressEvent(schema, event.value, stamp.to_value(), event.idempotency_key)
+            records.IngressEvent(
+                schema, event.value, stamp.to_value(), event.idempotency_key, event.encoded
+            )
         )
         event_hash = hash_bytes(self._pending.record_bytes[-1])
         self._ingress.remember(event, seq, event_hash, len(deliveries))
