@@ -61,7 +61,7 @@ DEFAULT_ENTRYPOINT = "step"
 
 # The instance pool of one engine. Each linear-memory slot reserves ~4 GiB of address space
 # (wasmtime's default reservation for a 32-bit memory, which compiled code relies on) but
-# commits none, so an engine reserves ~70 GiB; a Python component takes ~35 core instances,
+# commits none, so an engine reserves ~65 GiB; a Python component takes ~35 core instances,
 # one memory and one component instance, a C module one core instance and one memory.
 POOL_MEMORIES_MAX = 16
 POOL_CORE_INSTANCES_MAX = 512
@@ -189,7 +189,7 @@ def _set_pooling(config: wasmtime.Config) -> None:
 class _PoolBudget:
     """How many pooled engines are alive in this process. wasmtime aborts the process when a
     pool's reservation fails, so pools are made only while the total stays far below what a
-    64-bit address space holds (~1,900 pools of ~70 GiB in 128 TiB), and never under a capped
+    64-bit address space holds (~2,000 pools of ~65 GiB in 128 TiB), and never under a capped
     address space (`ulimit -v`); engines beyond it are unpooled."""
 
     def __init__(self) -> None:
