@@ -53,10 +53,10 @@ class ComponentInstance:
         )
         store = self._meter.store
         try:
-            instance = module.engine.component_linker.instantiate(store, module.artifact)
-        except wasmtime.WasmtimeError as exc:
-            raise self._meter.fault(exc, "instantiation") from None
-        self._meter.check_fuel()
+            instance = self._instantiate(module.engine.component_linker, module.artifact, store)
+        except BaseException:
+            self._meter.close()
+            raise
         func = instance.get_func(store, module.entrypoint)
         if func is None:  # the export was checked at load
             raise KernelInvariantError(f"component lost its {module.entrypoint} export")
@@ -65,9 +65,22 @@ class ComponentInstance:
         self._context = store._context()
         self._lowering = _Lowering()
 
+    def _instantiate(
+        self, linker: wc.Linker, component: wc.Component, store: wasmtime.Store
+    ) -> wc.Instance:
+        try:
+            instance = linker.instantiate(store, component)
+        except wasmtime.WasmtimeError as exc:
+            raise self._meter.fault(exc, "instantiation") from None
+        self._meter.check_fuel()
+        return instance
+
     @property
     def fuel_used(self) -> int:
         return self._meter.fuel_used
+
+    def close(self) -> None:
+        self._meter.close()
 
     def call(self, data: bytes, *, output_bytes_max: int) -> bytes:
         self._meter.refuel()

@@ -62,8 +62,12 @@ class CoreInstance:
             module_hash=module_hash,
         )
         self._context = self._meter.store._context()
-        instance = _instantiate(pre, self._context, self._meter)
-        self._meter.check_fuel()
+        try:
+            instance = _instantiate(pre, self._context, self._meter)
+            self._meter.check_fuel()
+        except BaseException:
+            self._meter.close()
+            raise
         # Types were checked at load (engine._check_core), so these are the right kinds.
         self._memory = _export(self._context, instance, "memory").of.memory
         self._alloc = _export(self._context, instance, "alloc").of.func
@@ -73,6 +77,9 @@ class CoreInstance:
     @property
     def fuel_used(self) -> int:
         return self._meter.fuel_used
+
+    def close(self) -> None:
+        self._meter.close()
 
     def call(self, data: bytes, *, output_bytes_max: int) -> bytes:
         self._meter.refuel()

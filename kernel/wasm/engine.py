@@ -9,13 +9,23 @@ compiled artifacts are kept twice: in memory (a small LRU) and on disk, keyed by
 hash, the ABI, the wasmtime version and the configuration fingerprint. A disk entry carries a
 BLAKE3 checksum of its payload; a file that fails it (or that wasmtime refuses) is deleted and
 the module is compiled again.
+
+Instances come from wasmtime's pooling allocator when the process may reserve the address
+space (`POOL_*` below): a slot's memory mapping, copy-on-write data image and tables are made
+once and reset when the store is dropped, instead of mapped and unmapped per instance. The
+allocator changes no compiled code, so it is not part of the cache fingerprint. Whatever a
+pooled engine cannot instantiate (slots used up, a module beyond a slot) is instantiated by an
+unpooled twin engine, which decides as an unpooled engine always did.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import resource
 import tempfile
+import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,6 +33,7 @@ from importlib import metadata
 from pathlib import Path
 
 import wasmtime
+from wasmtime import _ffi as ffi
 from wasmtime import component as wc
 
 from aos.kernel.hashing import Hash, digest_bytes, hash_bytes, hash_value
@@ -33,7 +44,7 @@ from aos.kernel.wasm.faults import (
     WasmUsageError,
     short_reason,
 )
-from aos.kernel.wasm.limits import KIB
+from aos.kernel.wasm.limits import KIB, MEMORY_BYTES_CEILING, TABLE_ELEMENTS_MAX
 
 # Native stack the guest may use. Part of the configuration fingerprint, so a change
 # recompiles every module; a stack overflow is an ordinary `step.trap`.
@@ -47,6 +58,22 @@ COMPILED_CACHE_FILES_MAX = 256
 NAMES_LISTED_MAX = 32
 
 DEFAULT_ENTRYPOINT = "step"
+
+# The instance pool of one engine. Each linear-memory slot reserves ~4 GiB of address space
+# (wasmtime's default reservation for a 32-bit memory, which compiled code relies on) but
+# commits none, so an engine reserves ~65 GiB; a Python component takes ~35 core instances,
+# one memory and one component instance, a C module one core instance and one memory.
+POOL_MEMORIES_MAX = 16
+POOL_CORE_INSTANCES_MAX = 512
+POOL_TABLES_MAX = 512
+POOL_COMPONENT_INSTANCES_MAX = 16
+# Bytes of a linear memory left mapped (and reset in place) when its slot is freed; beyond
+# them pages go back to the OS. Measured (bench/fresh_instance.py, bench/README.md): keeping
+# 1-32 MiB made a fresh C counter slower (reset per drop > faults saved) and Python components
+# no faster or slower, so none is kept and a freed slot holds no memory.
+POOL_MEMORY_KEEP_RESIDENT_BYTES = 0
+# Pooled engines alive at once in one process (see `_PoolBudget`); a world has one engine.
+POOLED_ENGINES_MAX = 256
 
 _CORE_PREAMBLE = b"\x00asm\x01\x00\x00\x00"
 _COMPONENT_PREAMBLE = b"\x00asm\x0d\x00\x01\x00"
@@ -92,6 +119,8 @@ class EngineStats:
     disk_hits: int = 0
     memory_hits: int = 0
     disk_rejected: int = 0
+    # Instantiations a pooled engine left to its unpooled twin (slots used up, or a fault).
+    pool_fallbacks: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,12 +151,71 @@ def wasmtime_version() -> str:
     return metadata.version("wasmtime")
 
 
-def _config() -> wasmtime.Config:
+def _config(*, pooled: bool) -> wasmtime.Config:
     config = wasmtime.Config()
     # wasmtime's own cache stays off (its default): ours is keyed by content and checksummed.
     for name, value in _SETTINGS:
         setattr(config, name, value)
+    if pooled:
+        _set_pooling(config)
     return config
+
+
+def _set_pooling(config: wasmtime.Config) -> None:
+    pool = ffi.wasmtime_pooling_allocation_config_new()
+    try:
+        ffi.wasmtime_pooling_allocation_config_total_memories_set(pool, POOL_MEMORIES_MAX)
+        ffi.wasmtime_pooling_allocation_config_total_core_instances_set(
+            pool, POOL_CORE_INSTANCES_MAX
+        )
+        ffi.wasmtime_pooling_allocation_config_total_tables_set(pool, POOL_TABLES_MAX)
+        ffi.wasmtime_pooling_allocation_config_total_component_instances_set(
+            pool, POOL_COMPONENT_INSTANCES_MAX
+        )
+        # No async stacks: nothing runs async.
+        ffi.wasmtime_pooling_allocation_config_total_stacks_set(pool, 0)
+        # A slot holds any memory a step may have and any table the store limit allows, so
+        # growing behaves as on an unpooled engine (the store limits decide).
+        ffi.wasmtime_pooling_allocation_config_max_memory_size_set(pool, MEMORY_BYTES_CEILING)
+        ffi.wasmtime_pooling_allocation_config_table_elements_set(pool, TABLE_ELEMENTS_MAX)
+        ffi.wasmtime_pooling_allocation_config_linear_memory_keep_resident_set(
+            pool, POOL_MEMORY_KEEP_RESIDENT_BYTES
+        )
+        ffi.wasmtime_pooling_allocation_strategy_set(config.ptr(), pool)
+    finally:
+        ffi.wasmtime_pooling_allocation_config_delete(pool)
+
+
+class _PoolBudget:
+    """How many pooled engines are alive in this process. wasmtime aborts the process when a
+    pool's reservation fails, so pools are made only while the total stays far below what a
+    64-bit address space holds (~2,000 pools of ~65 GiB in 128 TiB), and never under a capped
+    address space (`ulimit -v`); engines beyond it are unpooled."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.alive = 0
+
+    def take(self, owner: object) -> bool:
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        with self._lock:
+            if soft != resource.RLIM_INFINITY or self.alive >= POOLED_ENGINES_MAX:
+                return False
+            self.alive += 1
+        weakref.finalize(owner, self._give_back)
+        return True
+
+    def _give_back(self) -> None:
+        with self._lock:
+            self.alive -= 1
+
+
+_POOL_BUDGET = _PoolBudget()
+
+
+def pooled_engines_alive() -> int:
+    """Pooled engines this process holds now (at most `POOLED_ENGINES_MAX`)."""
+    return _POOL_BUDGET.alive
 
 
 def _fingerprint() -> Hash:
@@ -140,8 +228,16 @@ def _fingerprint() -> Hash:
 class WasmEngine:
     """One wasmtime engine, its compile caches, and the loader of workflow modules."""
 
-    def __init__(self, *, cache_dir: Path | str | None = None, disk_cache: bool = True) -> None:
-        self.wasmtime_engine = wasmtime.Engine(_config())
+    def __init__(
+        self,
+        *,
+        cache_dir: Path | str | None = None,
+        disk_cache: bool = True,
+        pooled: bool = True,
+    ) -> None:
+        # Whether instances come from a pool; an engine asked for one may not get it.
+        self.pooled = pooled and _POOL_BUDGET.take(self)
+        self.wasmtime_engine = wasmtime.Engine(_config(pooled=self.pooled))
         self.fingerprint = _fingerprint()
         self.cache_dir: Path | None = None
         if disk_cache:
@@ -151,6 +247,8 @@ class WasmEngine:
         # Empty: core modules import nothing (refused at load).
         self._core_linker = wasmtime.Linker(self.wasmtime_engine)
         self._memory: OrderedDict[tuple[Hash, Abi], Artifact] = OrderedDict()
+        self._unpooled: WasmEngine | None = None
+        self._twins: dict[tuple[Hash, Abi, str], LoadedModule] = {}
 
     def load_file(
         self, path: Path | str, *, abi: Abi | str, entrypoint: str = DEFAULT_ENTRYPOINT
@@ -165,17 +263,60 @@ class WasmEngine:
         abi = parse_abi(abi)
         module_hash = hash_bytes(wasm)
         _check_preamble(wasm, abi, module_hash)
-        artifact, compiled_now = self._artifact(wasm, abi, module_hash)
-        pages, pre = 0, None
+        try:
+            artifact, compiled_now = self._artifact(wasm, abi, module_hash)
+        except WasmInvalidModuleError:
+            if not self.pooled:
+                raise
+            # A pooled engine also refuses a module beyond its slots (a table longer than a
+            # slot, a second memory): the unpooled twin loads it, or refuses it for good.
+            return self._twin_engine().load(wasm, abi=abi, entrypoint=entrypoint)
+        pages = 0
         if isinstance(artifact, wasmtime.Module):
             pages = _check_core(artifact, module_hash, entrypoint)
-            pre = self._core_linker.instantiate_pre(artifact)
         else:
             _check_component(artifact, self.wasmtime_engine, module_hash, entrypoint)
         if compiled_now:
             self._write_disk(artifact, abi, module_hash)
         self._remember((module_hash, abi), artifact)
+        return self._loaded(module_hash, abi, entrypoint, artifact, pages)
+
+    def _loaded(
+        self, module_hash: Hash, abi: Abi, entrypoint: str, artifact: Artifact, pages: int
+    ) -> LoadedModule:
+        pre = None
+        if isinstance(artifact, wasmtime.Module):
+            pre = self._core_linker.instantiate_pre(artifact)
         return LoadedModule(module_hash, abi, entrypoint, self, artifact, pages, pre)
+
+    def unpooled_twin(self, module: LoadedModule) -> LoadedModule:
+        """`module` on this engine's unpooled twin (made on first use, kept): where a pooled
+        instantiation fails, the twin decides. Compiled code is the same on both engines, so
+        the artifact moves across serialized, without compiling or checking again."""
+        if not self.pooled:
+            return module
+        key = (module.module_hash, module.abi, module.entrypoint)
+        twin = self._twins.get(key)
+        if twin is None:
+            twin = self._twin_engine().adopt(module)
+            self._twins[key] = twin
+        return twin
+
+    def _twin_engine(self) -> WasmEngine:
+        if self._unpooled is None:
+            self._unpooled = WasmEngine(
+                cache_dir=self.cache_dir, disk_cache=self.cache_dir is not None, pooled=False
+            )
+        return self._unpooled
+
+    def adopt(self, module: LoadedModule) -> LoadedModule:
+        """A module another engine of the same fingerprint loaded, on this engine."""
+        if module.engine.fingerprint != self.fingerprint:
+            raise WasmUsageError("a module moves only between engines of one fingerprint")
+        artifact = self._deserialize_trusted(bytes(module.artifact.serialize()), module.abi)
+        return self._loaded(
+            module.module_hash, module.abi, module.entrypoint, artifact, module.memory_pages_min
+        )
 
     # ----------------------------------------------------------------------------------------
     # The two caches
@@ -233,11 +374,14 @@ class WasmEngine:
         if digest_bytes(payload) != blob[len(_CACHE_MAGIC) : header]:
             return None
         try:
-            if abi is Abi.CORE:
-                return wasmtime.Module.deserialize(self.wasmtime_engine, payload)
-            return wc.Component.deserialize(self.wasmtime_engine, payload)
+            return self._deserialize_trusted(payload, abi)
         except wasmtime.WasmtimeError:
             return None
+
+    def _deserialize_trusted(self, payload: bytes, abi: Abi) -> Artifact:
+        if abi is Abi.CORE:
+            return wasmtime.Module.deserialize(self.wasmtime_engine, payload)
+        return wc.Component.deserialize(self.wasmtime_engine, payload)
 
     def _write_disk(self, artifact: Artifact, abi: Abi, module_hash: Hash) -> None:
         # The cache is an optimization: failing to write it never fails a load. No fsync:

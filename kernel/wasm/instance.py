@@ -20,6 +20,7 @@ from aos.kernel.wasm.faults import (
     short_reason,
     trap_frames,
 )
+from aos.kernel.wasm.limits import TABLE_ELEMENTS_MAX
 
 
 class GuestInstance(Protocol):
@@ -35,6 +36,10 @@ class GuestInstance(Protocol):
         `StepFault` (trap, fuel, output too large or out of bounds)."""
         ...
 
+    def close(self) -> None:
+        """Drop the store now (its pool slot is free again); the instance is unusable after."""
+        ...
+
 
 class MeteredStore:
     """A wasmtime store with a memory limit and a per-call fuel budget.
@@ -46,11 +51,14 @@ class MeteredStore:
         self, engine: wasmtime.Engine, *, fuel_max: int, memory_bytes_max: int, module_hash: str
     ) -> None:
         self.store = wasmtime.Store(engine)
-        self.store.set_limits(memory_size=memory_bytes_max)
+        self.store.set_limits(memory_size=memory_bytes_max, table_elements=TABLE_ELEMENTS_MAX)
         self.module_hash = module_hash
         self._fuel_max = fuel_max
         self._fuel_left: int | None = None
         self.refuel()
+
+    def close(self) -> None:
+        self.store.close()
 
     def refuel(self) -> None:
         self.store.set_fuel(self._fuel_max + 1)

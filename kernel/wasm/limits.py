@@ -19,6 +19,11 @@ GIB = 1024 * MIB
 WASM_PAGE_BYTES = 64 * KIB
 # wasm32 cannot address more than 4 GiB, so no memory limit above it means anything.
 MEMORY_BYTES_CEILING = 4 * GIB
+# Elements of one table of one instance (wasmtime store limit; a table grows past it as
+# `table.grow` returning -1, and a module declaring more cannot be instantiated). One bound
+# for pooled and unpooled engines alike, so that the pool's table slots (sized by it) never
+# decide anything; the Python counter component's largest table holds 5,670 elements.
+TABLE_ELEMENTS_MAX = 128 * KIB
 
 # Fuel (about one unit per executed wasm instruction) one step may burn, instantiation not
 # included. A pure-Python step of the SDK costs well under 1% of this; a tight loop burns it

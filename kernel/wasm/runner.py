@@ -148,6 +148,8 @@ class StepRunner:
 
     def discard_warm(self) -> None:
         """Drop the warm instance (a governance change, a snapshot, a test)."""
+        if self._warm is not None:
+            self._warm.close()
         self._warm = None
         self._warm_steps = 0
 
@@ -191,8 +193,8 @@ class StepRunner:
 
     def _run_warm(self, input_bytes: bytes, renew: bool) -> tuple[bytes, int]:
         if renew or self._warm is None:
+            self.discard_warm()
             self._warm = self._instantiate(self.limits.memory_bytes_max)
-            self._warm_steps = 0
         self._warm_steps += 1
         output_bytes = self._call(self._warm, input_bytes)
         return output_bytes, self._warm.fuel_used
@@ -235,8 +237,13 @@ class StepRunner:
 
     def _attempt(self, input_bytes: bytes, memory_bytes_max: int) -> tuple[bytes, int]:
         instance = self._instantiate(memory_bytes_max)
-        output_bytes = self._call(instance, input_bytes)
-        return output_bytes, instance.fuel_used
+        try:
+            output_bytes = self._call(instance, input_bytes)
+            return output_bytes, instance.fuel_used
+        finally:
+            # Now, not when the garbage collector gets to it (a fault's traceback holds the
+            # instance): the store's pool slot is free for the next step.
+            instance.close()
 
     def _call(self, instance: GuestInstance, input_bytes: bytes) -> bytes:
         """Call the guest; while its output is a read request, call it again with the blobs
@@ -315,12 +322,20 @@ class StepRunner:
         )
 
     def _instantiate(self, memory_bytes_max: int) -> GuestInstance:
+        """A fresh instance from the engine's pool; where the pool cannot make one (slots used
+        up, a module beyond a slot, or a fault), the unpooled twin engine makes it or raises
+        the fault, exactly as an unpooled engine would."""
         kind = CoreInstance if self.module.abi is Abi.CORE else ComponentInstance
-        return kind(
-            self.module,
-            fuel_max=self.limits.fuel_per_step_max,
-            memory_bytes_max=memory_bytes_max,
-        )
+        fuel_max = self.limits.fuel_per_step_max
+        engine = self.module.engine
+        try:
+            return kind(self.module, fuel_max=fuel_max, memory_bytes_max=memory_bytes_max)
+        except StepFault:
+            if not engine.pooled:
+                raise
+        engine.stats.pool_fallbacks += 1
+        twin = engine.unpooled_twin(self.module)
+        return kind(twin, fuel_max=fuel_max, memory_bytes_max=memory_bytes_max)
 
     def _decode(self, output_bytes: bytes) -> StepOutput:
         return decode_output(output_bytes, self.limits, module_hash=self.module_hash)
