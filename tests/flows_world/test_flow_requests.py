@@ -21,6 +21,7 @@ from aos.kernel import cbor
 from aos.kernel.hashing import hash_value
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
+from aos.kernel.node.worlds import MountedWorld, WorldsRouter
 from tests.flows_world.support import FlowWorld, make_flow_world
 from tests.test_world import engine
 
@@ -369,4 +370,13 @@ def test_status_fast_path_answers_as_the_fastapi_route(tmp_path: Path) -> None:
                 404,
                 "flow.execution_unknown",
             )
+            # Behind a mount (several worlds per process) the route is the path after it.
+            mounted = MountedWorld(
+                "one", node.world_id, fast, lambda _: {}, lambda: None, lambda: None
+            )
+            process = TestClient(WorldsRouter([mounted]))  # no lifespan: as uvicorn runs it
+            for path in ["w1", "a/b", "nope"]:
+                got = process.get(f"/worlds/one/v1/executions/{path}")
+                want = reference.get(f"/v1/executions/{path}")
+                assert (got.status_code, got.content) == (want.status_code, want.content)
             assert ok(client.get("/v1/world"))["height"] == height
