@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
 from aos.kernel import cbor
+from aos.kernel.node.adapter_api import FastRead, add_fast_read
 from aos.kernel.node.node import Node
 from aos.kernel.world.world import World
 
@@ -52,9 +53,28 @@ class CancelRequest(_Request):
     reason: str | None = Field(None, max_length=1000)
 
 
+EXECUTIONS_PREFIX = "/v1/executions/"
+EVENTS_SUFFIX = "/events"
+
+
+async def execution_status(node: Node, exec_id: str) -> dict[str, Any]:
+    """`GET /v1/executions/{exec}`: the execution's state (ops.status) as JSON."""
+    return await node.host.run(lambda world: cbor.to_json(ops.status(world, exec_id)))
+
+
 def add_flow_routes(app: FastAPI, node: Node) -> None:
     """Serve the flow operations (a world without the flow workflows answers
-    `world.workflow_unknown`)."""
+    `world.workflow_unknown`). A client polls an execution's status while it runs, so that
+    route is also served ahead of FastAPI (kernel/node/adapter_api.py), by the same function;
+    `/v1/executions/{exec}/events` is left to its FastAPI route."""
+    add_fast_read(
+        app,
+        FastRead(
+            EXECUTIONS_PREFIX,
+            lambda rest: not rest.endswith(EVENTS_SUFFIX),
+            lambda exec_id: execution_status(node, exec_id),
+        ),
+    )
 
     @app.post("/v1/flows", tags=["flows"])
     async def deploy(request: DeployRequest) -> dict[str, Any]:
@@ -126,7 +146,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     @app.get("/v1/executions/{exec_id:path}", tags=["flows"])
     async def status(exec_id: str) -> dict[str, Any]:
         """The execution's state: status, version, business and engine state."""
-        return await node.host.run(lambda world: cbor.to_json(ops.status(world, exec_id)))
+        return await execution_status(node, exec_id)
 
 
 def _data(value: Any, path: str) -> Any:

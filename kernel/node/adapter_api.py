@@ -1,11 +1,15 @@
-"""The adapters' hot endpoints, `POST /v1/leases` and `POST /v1/receipts`, served as plain ASGI
-(spec/04-effects.md §9.3): a sequential flow makes one or two of these requests per task, and
-FastAPI's routing, dependency solving and pydantic models cost more event-loop time than the
-route bodies. `AdapterFastPath` answers exactly these two requests ahead of the FastAPI app,
-behind `RequestGuard` (so the size, time and JSON depth limits hold as for every request), with
-the same checks in the same order: the signature first (kernel/adapters/auth.py), then the
-body's shape, strictly typed, then the node. The FastAPI routes of the same paths call the same
-functions (they describe the endpoints in the OpenAPI document).
+"""The node's hot endpoints served as plain ASGI: the adapters' `POST /v1/leases` and
+`POST /v1/receipts` (spec/04-effects.md §9.3), and the GET routes registered as `FastRead`s
+(a flow execution's status, which a client polls while it runs). A sequential flow makes one or
+two adapter requests per task and its client a status poll every few milliseconds, and
+FastAPI's routing, dependency solving, pydantic models and response encoding cost more
+event-loop time (and GIL time taken from the host thread's step) than the route bodies.
+`AdapterFastPath` answers exactly these requests ahead of the FastAPI app, behind
+`RequestGuard` (so the size, time and JSON depth limits hold as for every request), with the
+same checks in the same order: the signature first (kernel/adapters/auth.py), then the body's
+shape, strictly typed, then the node. The FastAPI routes of the same paths call the same
+functions (they describe the endpoints in the OpenAPI document), and an error is answered as
+the app's error handler answers it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
+
+from fastapi import FastAPI
 
 from aos.kernel import cbor, jsontext
 from aos.kernel.errors import AosError
@@ -106,26 +113,56 @@ def _integer(value: Any, path: str) -> int:
 # The ASGI front
 
 
-class AdapterFastPath:
-    """Serves `POST /v1/leases` and `POST /v1/receipts` itself and hands every other request
-    to `app`. Placed behind `RequestGuard`, which has read the whole body."""
+@dataclass(frozen=True)
+class FastRead:
+    """A GET route served ahead of the FastAPI app: a route path under `prefix` whose rest
+    `serves` accepts is answered with `answer(rest)` (JSON-ready). What `serves` refuses goes to
+    the app, so a more specific route under the same prefix keeps its FastAPI handler."""
 
-    def __init__(self, app: ASGIApp, *, node: Node) -> None:
+    prefix: str
+    serves: Callable[[str], bool]
+    answer: Callable[[str], Awaitable[Any]]
+
+
+def add_fast_read(app: FastAPI, read: FastRead) -> None:
+    """Serve `read` on `app` (made by `create_app`), before it serves its first request."""
+    reads: list[FastRead] = app.state.fast_reads
+    reads.append(read)
+
+
+class AdapterFastPath:
+    """Serves `POST /v1/leases`, `POST /v1/receipts` and the registered `FastRead`s itself and
+    hands every other request to `app`. Placed behind `RequestGuard`, which has read the whole
+    body."""
+
+    def __init__(self, app: ASGIApp, *, node: Node, reads: list[FastRead]) -> None:
         self.app = app
         self.node = node
+        self.reads = reads  # filled by add_fast_read until the app serves
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Behind a mount (several worlds per process) the route is the path after `root_path`;
-        # the adapter signed the whole path, so that is the target checked.
-        path = route_path(scope) if scope["type"] == "http" else None
-        if scope["type"] != "http" or scope["method"] != "POST" or path not in _SERVED:
-            await self.app(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            # Behind a mount (several worlds per process) the route is the path after
+            # `root_path`; the adapter signed the whole path, so that is the target checked.
+            path = route_path(scope)
+            if scope["method"] == "POST" and path in _SERVED:
+                await self._adapter_request(scope, receive, send, path)
+                return
+            if scope["method"] == "GET":
+                for read in self.reads:
+                    rest = path[len(read.prefix) :]
+                    if path.startswith(read.prefix) and read.serves(rest):
+                        await _answering(send, read.answer(rest))
+                        return
+        await self.app(scope, receive, send)
+
+    async def _adapter_request(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         body = await _body(receive)
         if body is None:
             return  # the client went away
         headers = _headers(scope)
-        try:
+
+        async def answer() -> dict[str, Any]:
             query = scope.get("query_string", b"").decode("latin-1")
             identity = self.node.verifier.verify(
                 method="POST",
@@ -134,18 +171,25 @@ class AdapterFastPath:
                 headers=headers,
             )
             if path == LEASES_PATH:
-                answer = await serve_lease(self.node, identity, body)
-            else:
-                answer = await serve_receipt(self.node, identity, body, headers.get("content-type"))
-        except AosError as error:
-            await send_json(send, http_status(error), {"error": error.to_dict()})
-            return
-        except Exception as error:
-            log.error("request failed", exc_info=error)
-            internal = NodeInternalError(f"{type(error).__name__}: {error}")
-            await send_json(send, http_status(internal), {"error": internal.to_dict()})
-            return
-        await send_json(send, 200, answer)
+                return await serve_lease(self.node, identity, body)
+            return await serve_receipt(self.node, identity, body, headers.get("content-type"))
+
+        await _answering(send, answer())
+
+
+async def _answering(send: Send, answer: Awaitable[Any]) -> None:
+    """Send `answer`'s value, or its error as the app's error handler would."""
+    try:
+        value = await answer
+    except AosError as error:
+        await send_json(send, http_status(error), {"error": error.to_dict()})
+        return
+    except Exception as error:
+        log.error("request failed", exc_info=error)
+        internal = NodeInternalError(f"{type(error).__name__}: {error}")
+        await send_json(send, http_status(internal), {"error": internal.to_dict()})
+        return
+    await send_json(send, 200, value)
 
 
 _SERVED = frozenset({LEASES_PATH, RECEIPTS_PATH})

@@ -30,6 +30,7 @@ from aos.kernel.node.adapter_api import (
     LEASES_PATH,
     RECEIPTS_PATH,
     AdapterFastPath,
+    FastRead,
     route_path,
     serve_lease,
     serve_receipt,
@@ -78,8 +79,10 @@ def create_app(node: Node) -> FastAPI:
     _add_routes(app, node)
     add_read_routes(app, node)
     _add_body_schemas(app)
+    reads: list[FastRead] = []
+    app.state.fast_reads = reads  # add_fast_read
     # Added first, so it runs inside the guard: the guard's limits hold for the fast path.
-    app.add_middleware(AdapterFastPath, node=node)
+    app.add_middleware(AdapterFastPath, node=node, reads=reads)
     app.add_middleware(
         RequestGuard,
         bytes_max=node.limits.request_bytes_max,

@@ -21,6 +21,7 @@ from aos.kernel import cbor
 from aos.kernel.hashing import hash_value
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
+from aos.kernel.node.worlds import MountedWorld, WorldsRouter
 from tests.flows_world.support import FlowWorld, make_flow_world
 from tests.test_world import engine
 
@@ -329,3 +330,53 @@ def test_playbooks_deploy_over_http_and_a_broken_one_changes_nothing(client: Tes
         "$.workflow[0].tool.kind",
     )
     assert (ok(client.get("/v1/world"))["height"], ok(client.get("/v1/flows"))) == before
+
+
+def test_status_fast_path_answers_as_the_fastapi_route(tmp_path: Path) -> None:
+    """`GET /v1/executions/{exec}` is served ahead of FastAPI (a client polls it while an
+    execution runs): the same bytes and statuses as the FastAPI route of the same path, for
+    a running, a finished, an unknown and a slash-named execution; `.../events` still goes to
+    its own route. A refused read changes nothing."""
+    made = make_flow_world(tmp_path / "w")
+    made.world.close()
+    with Node.open_path(made.path, sync=False, engine=engine()) as node:
+        fast, plain = create_app(node), create_app(node)
+        add_flow_routes(fast, node)
+        add_flow_routes(plain, node)
+        plain.state.fast_reads.clear()  # before its first request: FastAPI answers all
+        # Without its FastAPI route, `fast` answers status only through the fast path.
+        fast.router.routes[:] = [
+            r
+            for r in fast.router.routes
+            if getattr(r, "path", "") != "/v1/executions/{exec_id:path}"
+        ]
+        with TestClient(fast) as client, TestClient(plain) as reference:
+            ok(client.post("/v1/flows", json={"text": WAIT_FLOW}))
+            ok(client.post("/v1/flows", json={"text": QUICK_FLOW}))
+            ok(client.post("/v1/flows/t%2Fwait/run", json={"exec": "w1"}))
+            ok(client.post("/v1/flows/t%2Fquick/run", json={"exec": "a/b"}))
+            height = ok(client.get("/v1/world"))["height"]
+            paths = ["w1", "a/b", "nope", "", "events", "w1/events", "a/b/events", "nope/events"]
+            for path in paths:
+                got = client.get(f"/v1/executions/{path}")
+                want = reference.get(f"/v1/executions/{path}")
+                assert (got.status_code, got.content) == (want.status_code, want.content), path
+            running = ok(client.get("/v1/executions/w1"))
+            assert running == cbor.to_json(node.host.call(lambda w: ops.status(w, "w1")))
+            assert running["status"] == "running"
+            assert ok(client.get("/v1/executions/a/b"))["status"] == "completed"
+            unknown = client.get("/v1/executions/nope")
+            assert (unknown.status_code, unknown.json()["error"]["code"]) == (
+                404,
+                "flow.execution_unknown",
+            )
+            # Behind a mount (several worlds per process) the route is the path after it.
+            mounted = MountedWorld(
+                "one", node.world_id, fast, lambda _: {}, lambda: None, lambda: None
+            )
+            process = TestClient(WorldsRouter([mounted]))  # no lifespan: as uvicorn runs it
+            for path in ["w1", "a/b", "nope"]:
+                got = process.get(f"/worlds/one/v1/executions/{path}")
+                want = reference.get(f"/v1/executions/{path}")
+                assert (got.status_code, got.content) == (want.status_code, want.content)
+            assert ok(client.get("/v1/world"))["height"] == height
