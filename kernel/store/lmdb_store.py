@@ -306,6 +306,9 @@ class LmdbStore:
         # The reservation of the last commit against what it really took (tests, bench).
         self.last_commit_pages_bound = 0
         self.last_commit_pages_new = 0
+        # The writer's knowledge that the `doomed` database has no row (it is the only one
+        # writing): most worlds never doom anything, and every flush asks (`LmdbCas.doomed`).
+        self.doomed_empty = False
         self._journal = LmdbJournal(self)
         self._cas = LmdbCas(self)
         self._meta = LmdbMeta(self)
@@ -457,6 +460,8 @@ class LmdbStore:
                     self._grow()
                     continue
                 self._head = pending.last_seq
+                if any(pending.doomed.values()):
+                    self.doomed_empty = False
                 self.last_commit_pages_new = self._env.info()["last_pgno"] + 1 - used_pages
                 return
         raise KernelInvariantError("the map grew too many times for one batch")
@@ -493,6 +498,14 @@ class LmdbStore:
         """Allocate the blocks this transaction may write; the pages in use before it."""
         if self._reservation is None:
             raise KernelInvariantError("a read-only store does not write")
+        info = self._env.info()
+        used_pages = int(info["last_pgno"]) + 1
+        map_pages = int(info["map_size"]) // self._psize
+        if self._reservation.reserved_bytes >= map_pages * self._psize:
+            # The whole map is allocated and LMDB writes nothing past it: whatever this
+            # transaction takes is covered, so its bound need not be computed.
+            self.last_commit_pages_bound = map_pages - used_pages
+            return used_pages
         dbs = {
             "journal": self._journal_db,
             "cas": self._cas_db,
@@ -709,11 +722,13 @@ class LmdbCas(CasWrites):
         """The first `limit` doomed rows with a sequence below `before_seq`, in (sequence,
         digest) order."""
         store = self._store
-        if store._doomed_db is None:
+        if store._doomed_db is None or store.doomed_empty:
             return []
         end = codec.seq_key(before_seq)
         rows: list[tuple[int, Hash]] = []
         with store._reading() as txn, txn.cursor(db=store._doomed_db) as cursor:
+            if not store.readonly:
+                store.doomed_empty = txn.stat(store._doomed_db)["entries"] == 0
             for key in cursor.iternext(keys=True, values=False):
                 if key[: codec.SEQ_KEY_BYTES] >= end:
                     break
