@@ -76,6 +76,8 @@ def _validate(text: object) -> None:
 
 def parse(text: object) -> Hash:
     """Validate hash text from outside and return it as a `Hash`."""
+    if type(text) is Hash:
+        return text  # made only from valid text or a digest
     _validate(text)
     assert isinstance(text, str)
     return Hash(text)

@@ -426,6 +426,23 @@ class LmdbStore:
                 if pinned is not None:
                     pinned.abort()
 
+    def _read_value(self, key: bytes, db: lmdb._Database) -> bytes | None:
+        """One key's value: `_reading` for a single get, without a generator (the writer asks
+        a few of these in every flush)."""
+        with self._txn_lock:
+            self._check_open()
+            txn = self._pinned
+            try:
+                if txn is not None:
+                    return txn.get(key, db=db)
+                txn = _begin_read(self._env)
+                try:
+                    return txn.get(key, db=db)
+                finally:
+                    txn.abort()
+            except lmdb.Error as exc:
+                raise StoreIoError(f"cannot read the store: {exc}") from exc
+
     @contextmanager
     def _reading(self) -> Iterator[_Txn]:
         with self._txn_lock:
@@ -523,7 +540,6 @@ class LmdbStore:
         return used_pages
 
     def _put_pending(self, txn: _Txn, pending: PendingBatch) -> None:
-        self._check_tail(txn, pending.head_before)
         reclaim_db, doomed_db = self._reclaim_db, self._doomed_db
         if reclaim_db is None or doomed_db is None:
             raise KernelInvariantError("a writable store has the reclaim databases")
@@ -555,22 +571,25 @@ class LmdbStore:
                 txn.delete(key, db=self._meta_db)
             else:
                 txn.put(key, value, db=self._meta_db)
-        if pending.journal:
+        self._append_journal(txn, pending)
+
+    def _append_journal(self, txn: _Txn, pending: PendingBatch) -> None:
+        """Check that the batch continues the journal exactly where it ends (so the journal
+        has no gap), then append its records, through one cursor."""
+        head = pending.head_before
+        with txn.cursor(db=self._journal_db) as cursor:
+            last = codec.seq_from_key(cursor.key()) if cursor.last() else 0
+            if last != head:
+                raise KernelInvariantError(f"journal head is {last}; the batch was built on {head}")
+            if not pending.journal:
+                return
             items = [
                 (codec.seq_key(seq), raw)
                 for seq, raw in enumerate(pending.journal, pending.first_seq)
             ]
-            with txn.cursor(db=self._journal_db) as cursor:
-                _, added = cursor.putmulti(items, overwrite=False, append=True)
-            if added != len(items):
-                raise KernelInvariantError(f"journal append stored {added} of {len(items)}")
-
-    def _check_tail(self, txn: _Txn, head: int) -> None:
-        """The batch continues the journal exactly where it ends, and the journal has no gap."""
-        with txn.cursor(db=self._journal_db) as cursor:
-            last = codec.seq_from_key(cursor.key()) if cursor.last() else 0
-        if last != head:
-            raise KernelInvariantError(f"journal head is {last}; the batch was built on {head}")
+            _, added = cursor.putmulti(items, overwrite=False, append=True)
+        if added != len(items):
+            raise KernelInvariantError(f"journal append stored {added} of {len(items)}")
         entries = txn.stat(self._journal_db)["entries"]
         if entries != last:
             raise StoreJournalGapError(
@@ -676,8 +695,7 @@ class LmdbCas(CasWrites):
         """The blob, checked against its hash."""
         checked = hashing.parse(content_hash)
         store = self._store
-        with store._reading() as txn:
-            data = txn.get(checked.digest, db=store._cas_db)
+        data = store._read_value(checked.digest, store._cas_db)
         if data is None:
             raise StoreNotFoundError(f"no blob {checked}", hash=str(checked))
         return codec.verify_blob(checked, data)
@@ -686,8 +704,7 @@ class LmdbCas(CasWrites):
         """Whether a blob is stored under this hash (its bytes are not checked)."""
         checked = hashing.parse(content_hash)
         store = self._store
-        with store._reading() as txn:
-            return txn.get(checked.digest, db=store._cas_db) is not None
+        return store._read_value(checked.digest, store._cas_db) is not None
 
     def hashes(self) -> Iterator[Hash]:
         """Every stored hash in digest order, read in chunks of short transactions."""
@@ -706,8 +723,7 @@ class LmdbCas(CasWrites):
         store = self._store
         if store._reclaim_db is None:
             return None
-        with store._reading() as txn:
-            raw = txn.get(checked.digest, db=store._reclaim_db)
+        raw = store._read_value(checked.digest, store._reclaim_db)
         return None if raw is None else codec.decode_mark(raw)
 
     def marks_count(self) -> int:
@@ -763,8 +779,7 @@ class LmdbMeta(MetaWrites):
         """The value of `key`; `default` if absent and given, else `store.not_found`."""
         store = self._store
         raw_key = codec.meta_key(key, store.limits)
-        with store._reading() as txn:
-            raw = txn.get(raw_key, db=store._meta_db)
+        raw = store._read_value(raw_key, store._meta_db)
         if raw is not None:
             return codec.decode_meta_value(key, raw)
         if isinstance(default, _Absent):
