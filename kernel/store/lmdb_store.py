@@ -581,6 +581,11 @@ class LmdbStore:
             last = codec.seq_from_key(cursor.key()) if cursor.last() else 0
             if last != head:
                 raise KernelInvariantError(f"journal head is {last}; the batch was built on {head}")
+            entries = txn.stat(self._journal_db)["entries"]
+            if entries != last:
+                raise StoreJournalGapError(
+                    f"the journal ends at {last} but holds {entries} records", head=last
+                )
             if not pending.journal:
                 return
             items = [
@@ -590,11 +595,6 @@ class LmdbStore:
             _, added = cursor.putmulti(items, overwrite=False, append=True)
         if added != len(items):
             raise KernelInvariantError(f"journal append stored {added} of {len(items)}")
-        entries = txn.stat(self._journal_db)["entries"]
-        if entries != last:
-            raise StoreJournalGapError(
-                f"the journal ends at {last} but holds {entries} records", head=last
-            )
 
     def _checked_head(self) -> int:
         with self._reading() as txn:
