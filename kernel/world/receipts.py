@@ -247,7 +247,9 @@ def envelope(
     receipt when the payload did not fit (spec/04-effects.md §2)."""
     if error is None:
         status = {"$tag": body["status"]}
-        return RECEIPT_ENVELOPE, {**origin, "status": status, "payload": cbor.encode(payload)}
+        # The payload is part of a body `parse` encoded (and, when ok, normalized since).
+        payload_bytes = cbor.encode_built(payload)
+        return RECEIPT_ENVELOPE, {**origin, "status": status, "payload": payload_bytes}
     return RECEIPT_REJECTED, {
         **origin,
         "error_code": error[0],
