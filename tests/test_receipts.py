@@ -12,7 +12,7 @@ import pytest
 from aos.kernel import cbor, replay
 from aos.kernel.adapters.signing import signed_receipt
 from aos.kernel.hashing import hash_bytes
-from aos.kernel.world import records
+from aos.kernel.world import receipts, records
 from aos.kernel.world.errors import ClockManualOnlyError, TimeBackwardsError
 from aos.kernel.world.receipts import REJECTED_TEXT_CHARS_MAX, ReceiptError
 from aos.kernel.world.world import World, WorldLimits
@@ -202,6 +202,32 @@ def test_receipt_size_limit(tmp_path: Path) -> None:
             "adapter": big["body"]["adapter"],
             "status": "ok",
         }
+
+
+@pytest.mark.parametrize("signature_bytes", [0, 23, 24, 64, 255, 256, 70_000])
+@pytest.mark.parametrize("pad_chars", [0, 23, 300, 70_000])
+def test_the_size_limit_is_the_whole_receipt_encoding_at_its_edge(
+    signature_bytes: int, pad_chars: int
+) -> None:
+    """`parse` sizes a receipt from its body's encoding (made once, for the signature check
+    too): a receipt of exactly `receipt_bytes_max` bytes passes, one byte less refuses it."""
+    value = {
+        "body": {
+            "world": "w",
+            "intent": str(hash_bytes(b"i")),
+            "status": "ok",
+            "payload": {"pad": "x" * pad_chars},
+            "adapter": "demo/adapter@1",
+            "started_ns": 10,
+            "finished_ns": 20,
+        },
+        "signature": bytes(signature_bytes),
+    }
+    size = len(cbor.encode(value))
+    parsed = receipts.parse(value, receipt_bytes_max=size)
+    assert parsed.body_bytes == cbor.encode(value["body"])
+    with pytest.raises(receipts.ReceiptTooLargeError):
+        receipts.parse(value, receipt_bytes_max=size - 1)
 
 
 def test_a_refused_receipt_is_journaled_as_a_bounded_digest(tmp_path: Path) -> None:

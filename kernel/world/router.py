@@ -136,8 +136,7 @@ class Router:
             types = {name: definition.type_ for name, definition in self._schemas.items()}
             resolved = resolve(types[workflow_event], types)
             found = isinstance(resolved, VariantType) and any(
-                isinstance(arm, RefType) and arm.ref == schema
-                for arm in resolved.variant.values()
+                isinstance(arm, RefType) and arm.ref == schema for arm in resolved.variant.values()
             )
             self._accepts[(workflow_event, schema)] = found
         return found
