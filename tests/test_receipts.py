@@ -145,6 +145,18 @@ def test_a_forged_signature_is_refused(world: World) -> None:
     _refused(world, receipt(world, intent, seed=STRANGER_SEED), "receipt.signature_invalid")
 
 
+def test_a_malleated_signature_is_refused(world: World) -> None:
+    """The same signature with L added to its S (little-endian, the second half) is a valid
+    point equation but not the signer's encoding: refused, and the receipt still settles."""
+    [intent] = open_intents(world)
+    signed = receipt(world, intent)
+    group_order = 2**252 + 27742317777372353535851937790883648493
+    r, s = signed["signature"][:32], int.from_bytes(signed["signature"][32:], "little")
+    malleated = {**signed, "signature": r + (s + group_order).to_bytes(32, "little")}
+    _refused(world, malleated, "receipt.signature_invalid")
+    assert world.settle(signed).seq is not None
+
+
 def test_an_unknown_adapter_is_refused(world: World) -> None:
     [intent] = open_intents(world)
     _refused(world, receipt(world, intent, adapter="demo/nobody@1"), "receipt.adapter_unknown")
