@@ -157,6 +157,12 @@ def test_a_malleated_signature_is_refused(world: World) -> None:
     assert world.settle(signed).seq is not None
 
 
+def test_a_receipt_outside_the_data_model_is_malformed(world: World) -> None:
+    [intent] = open_intents(world)
+    signed = receipt(world, intent)
+    _refused(world, {**signed, "body": {**signed["body"], "payload": {1, 2}}}, "receipt.malformed")
+
+
 def test_an_unknown_adapter_is_refused(world: World) -> None:
     [intent] = open_intents(world)
     _refused(world, receipt(world, intent, adapter="demo/nobody@1"), "receipt.adapter_unknown")

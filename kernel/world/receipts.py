@@ -22,7 +22,7 @@ from aos.kernel.air import RECEIPT_ENVELOPE, RECEIPT_REJECTED
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.model import DefAdapter, DefEffect
 from aos.kernel.air.normalize import normalize
-from aos.kernel.errors import AosError, KernelInvariantError
+from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes, is_hash
 
 RECEIPT_BYTES_MAX_DEFAULT = 1024 * 1024
@@ -144,7 +144,8 @@ def parse(value: Any, *, receipt_bytes_max: int = RECEIPT_BYTES_MAX_DEFAULT) -> 
     if body["finished_ns"] < body["started_ns"]:
         raise ReceiptMalformedError("finished_ns is before started_ns", path="$.body.finished_ns")
     if body_bytes is None:
-        raise KernelInvariantError("a well-formed receipt body has an encoding")
+        # A value outside the data model (a set, a dict subclass): nothing was signed over it.
+        raise ReceiptMalformedError("the receipt has no canonical CBOR encoding", path="$")
     return Receipt(body, signature, body_bytes)
 
 
