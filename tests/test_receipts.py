@@ -12,7 +12,7 @@ import pytest
 from aos.kernel import cbor, replay
 from aos.kernel.adapters.signing import signed_receipt
 from aos.kernel.hashing import hash_bytes
-from aos.kernel.world import records
+from aos.kernel.world import receipts, records
 from aos.kernel.world.errors import ClockManualOnlyError, TimeBackwardsError
 from aos.kernel.world.receipts import REJECTED_TEXT_CHARS_MAX, ReceiptError
 from aos.kernel.world.world import World, WorldLimits
@@ -145,6 +145,24 @@ def test_a_forged_signature_is_refused(world: World) -> None:
     _refused(world, receipt(world, intent, seed=STRANGER_SEED), "receipt.signature_invalid")
 
 
+def test_a_malleated_signature_is_refused(world: World) -> None:
+    """The same signature with L added to its S (little-endian, the second half) is a valid
+    point equation but not the signer's encoding: refused, and the receipt still settles."""
+    [intent] = open_intents(world)
+    signed = receipt(world, intent)
+    group_order = 2**252 + 27742317777372353535851937790883648493
+    r, s = signed["signature"][:32], int.from_bytes(signed["signature"][32:], "little")
+    malleated = {**signed, "signature": r + (s + group_order).to_bytes(32, "little")}
+    _refused(world, malleated, "receipt.signature_invalid")
+    assert world.settle(signed).seq is not None
+
+
+def test_a_receipt_outside_the_data_model_is_malformed(world: World) -> None:
+    [intent] = open_intents(world)
+    signed = receipt(world, intent)
+    _refused(world, {**signed, "body": {**signed["body"], "payload": {1, 2}}}, "receipt.malformed")
+
+
 def test_an_unknown_adapter_is_refused(world: World) -> None:
     [intent] = open_intents(world)
     _refused(world, receipt(world, intent, adapter="demo/nobody@1"), "receipt.adapter_unknown")
@@ -202,6 +220,32 @@ def test_receipt_size_limit(tmp_path: Path) -> None:
             "adapter": big["body"]["adapter"],
             "status": "ok",
         }
+
+
+@pytest.mark.parametrize("signature_bytes", [0, 23, 24, 64, 255, 256, 70_000])
+@pytest.mark.parametrize("pad_chars", [0, 23, 300, 70_000])
+def test_the_size_limit_is_the_whole_receipt_encoding_at_its_edge(
+    signature_bytes: int, pad_chars: int
+) -> None:
+    """`parse` sizes a receipt from its body's encoding (made once, for the signature check
+    too): a receipt of exactly `receipt_bytes_max` bytes passes, one byte less refuses it."""
+    value = {
+        "body": {
+            "world": "w",
+            "intent": str(hash_bytes(b"i")),
+            "status": "ok",
+            "payload": {"pad": "x" * pad_chars},
+            "adapter": "demo/adapter@1",
+            "started_ns": 10,
+            "finished_ns": 20,
+        },
+        "signature": bytes(signature_bytes),
+    }
+    size = len(cbor.encode(value))
+    parsed = receipts.parse(value, receipt_bytes_max=size)
+    assert parsed.body_bytes == cbor.encode(value["body"])
+    with pytest.raises(receipts.ReceiptTooLargeError):
+        receipts.parse(value, receipt_bytes_max=size - 1)
 
 
 def test_a_refused_receipt_is_journaled_as_a_bounded_digest(tmp_path: Path) -> None:

@@ -57,6 +57,8 @@ def test_marks_and_doomed_rows_are_kept_and_go_with_a_deleted_blob(
                 batch.cas_mark(hash_, Mark("young", 7))
         assert [store.cas.mark(h) for h in (a, b, c)] == [Mark("young", 7)] * 3
         assert store.cas.marks_count() == 3
+        # No row yet: the LMDB writer remembers it, and must forget it when one is written.
+        assert store.cas.doomed(13) == []
         with store.batch() as batch:
             batch.cas_mark(a, None)
             batch.cas_delete(b)
@@ -73,6 +75,9 @@ def test_marks_and_doomed_rows_are_kept_and_go_with_a_deleted_blob(
         with store.batch() as batch:
             batch.cas_forget_doomed(12, c)
         assert store.cas.doomed(13) == []
+        with store.batch() as batch:
+            batch.cas_mark(a, Mark("doomed", 5))
+        assert store.cas.doomed(13) == [(5, a)]
 
 
 def test_a_failed_batch_changes_no_mark(tmp_path: Path) -> None:

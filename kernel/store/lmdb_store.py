@@ -306,6 +306,9 @@ class LmdbStore:
         # The reservation of the last commit against what it really took (tests, bench).
         self.last_commit_pages_bound = 0
         self.last_commit_pages_new = 0
+        # The writer's knowledge that the `doomed` database has no row (it is the only one
+        # writing): most worlds never doom anything, and every flush asks (`LmdbCas.doomed`).
+        self.doomed_empty = False
         self._journal = LmdbJournal(self)
         self._cas = LmdbCas(self)
         self._meta = LmdbMeta(self)
@@ -423,6 +426,23 @@ class LmdbStore:
                 if pinned is not None:
                     pinned.abort()
 
+    def _read_value(self, key: bytes, db: lmdb._Database) -> bytes | None:
+        """One key's value: `_reading` for a single get, without a generator (the writer asks
+        a few of these in every flush)."""
+        with self._txn_lock:
+            self._check_open()
+            txn = self._pinned
+            try:
+                if txn is not None:
+                    return txn.get(key, db=db)
+                txn = _begin_read(self._env)
+                try:
+                    return txn.get(key, db=db)
+                finally:
+                    txn.abort()
+            except lmdb.Error as exc:
+                raise StoreIoError(f"cannot read the store: {exc}") from exc
+
     @contextmanager
     def _reading(self) -> Iterator[_Txn]:
         with self._txn_lock:
@@ -457,6 +477,8 @@ class LmdbStore:
                     self._grow()
                     continue
                 self._head = pending.last_seq
+                if any(pending.doomed.values()):
+                    self.doomed_empty = False
                 self.last_commit_pages_new = self._env.info()["last_pgno"] + 1 - used_pages
                 return
         raise KernelInvariantError("the map grew too many times for one batch")
@@ -493,6 +515,14 @@ class LmdbStore:
         """Allocate the blocks this transaction may write; the pages in use before it."""
         if self._reservation is None:
             raise KernelInvariantError("a read-only store does not write")
+        info = self._env.info()
+        used_pages = int(info["last_pgno"]) + 1
+        map_pages = int(info["map_size"]) // self._psize
+        if self._reservation.reserved_bytes >= map_pages * self._psize:
+            # The whole map is allocated and LMDB writes nothing past it: whatever this
+            # transaction takes is covered, so its bound need not be computed.
+            self.last_commit_pages_bound = map_pages - used_pages
+            return used_pages
         dbs = {
             "journal": self._journal_db,
             "cas": self._cas_db,
@@ -510,7 +540,6 @@ class LmdbStore:
         return used_pages
 
     def _put_pending(self, txn: _Txn, pending: PendingBatch) -> None:
-        self._check_tail(txn, pending.head_before)
         reclaim_db, doomed_db = self._reclaim_db, self._doomed_db
         if reclaim_db is None or doomed_db is None:
             raise KernelInvariantError("a writable store has the reclaim databases")
@@ -542,27 +571,30 @@ class LmdbStore:
                 txn.delete(key, db=self._meta_db)
             else:
                 txn.put(key, value, db=self._meta_db)
-        if pending.journal:
+        self._append_journal(txn, pending)
+
+    def _append_journal(self, txn: _Txn, pending: PendingBatch) -> None:
+        """Check that the batch continues the journal exactly where it ends (so the journal
+        has no gap), then append its records, through one cursor."""
+        head = pending.head_before
+        with txn.cursor(db=self._journal_db) as cursor:
+            last = codec.seq_from_key(cursor.key()) if cursor.last() else 0
+            if last != head:
+                raise KernelInvariantError(f"journal head is {last}; the batch was built on {head}")
+            entries = txn.stat(self._journal_db)["entries"]
+            if entries != last:
+                raise StoreJournalGapError(
+                    f"the journal ends at {last} but holds {entries} records", head=last
+                )
+            if not pending.journal:
+                return
             items = [
                 (codec.seq_key(seq), raw)
                 for seq, raw in enumerate(pending.journal, pending.first_seq)
             ]
-            with txn.cursor(db=self._journal_db) as cursor:
-                _, added = cursor.putmulti(items, overwrite=False, append=True)
-            if added != len(items):
-                raise KernelInvariantError(f"journal append stored {added} of {len(items)}")
-
-    def _check_tail(self, txn: _Txn, head: int) -> None:
-        """The batch continues the journal exactly where it ends, and the journal has no gap."""
-        with txn.cursor(db=self._journal_db) as cursor:
-            last = codec.seq_from_key(cursor.key()) if cursor.last() else 0
-        if last != head:
-            raise KernelInvariantError(f"journal head is {last}; the batch was built on {head}")
-        entries = txn.stat(self._journal_db)["entries"]
-        if entries != last:
-            raise StoreJournalGapError(
-                f"the journal ends at {last} but holds {entries} records", head=last
-            )
+            _, added = cursor.putmulti(items, overwrite=False, append=True)
+        if added != len(items):
+            raise KernelInvariantError(f"journal append stored {added} of {len(items)}")
 
     def _checked_head(self) -> int:
         with self._reading() as txn:
@@ -663,8 +695,7 @@ class LmdbCas(CasWrites):
         """The blob, checked against its hash."""
         checked = hashing.parse(content_hash)
         store = self._store
-        with store._reading() as txn:
-            data = txn.get(checked.digest, db=store._cas_db)
+        data = store._read_value(checked.digest, store._cas_db)
         if data is None:
             raise StoreNotFoundError(f"no blob {checked}", hash=str(checked))
         return codec.verify_blob(checked, data)
@@ -673,8 +704,7 @@ class LmdbCas(CasWrites):
         """Whether a blob is stored under this hash (its bytes are not checked)."""
         checked = hashing.parse(content_hash)
         store = self._store
-        with store._reading() as txn:
-            return txn.get(checked.digest, db=store._cas_db) is not None
+        return store._read_value(checked.digest, store._cas_db) is not None
 
     def hashes(self) -> Iterator[Hash]:
         """Every stored hash in digest order, read in chunks of short transactions."""
@@ -693,8 +723,7 @@ class LmdbCas(CasWrites):
         store = self._store
         if store._reclaim_db is None:
             return None
-        with store._reading() as txn:
-            raw = txn.get(checked.digest, db=store._reclaim_db)
+        raw = store._read_value(checked.digest, store._reclaim_db)
         return None if raw is None else codec.decode_mark(raw)
 
     def marks_count(self) -> int:
@@ -709,11 +738,13 @@ class LmdbCas(CasWrites):
         """The first `limit` doomed rows with a sequence below `before_seq`, in (sequence,
         digest) order."""
         store = self._store
-        if store._doomed_db is None:
+        if store._doomed_db is None or store.doomed_empty:
             return []
         end = codec.seq_key(before_seq)
         rows: list[tuple[int, Hash]] = []
         with store._reading() as txn, txn.cursor(db=store._doomed_db) as cursor:
+            if not store.readonly:
+                store.doomed_empty = txn.stat(store._doomed_db)["entries"] == 0
             for key in cursor.iternext(keys=True, values=False):
                 if key[: codec.SEQ_KEY_BYTES] >= end:
                     break
@@ -748,8 +779,7 @@ class LmdbMeta(MetaWrites):
         """The value of `key`; `default` if absent and given, else `store.not_found`."""
         store = self._store
         raw_key = codec.meta_key(key, store.limits)
-        with store._reading() as txn:
-            raw = txn.get(raw_key, db=store._meta_db)
+        raw = store._read_value(raw_key, store._meta_db)
         if raw is not None:
             return codec.decode_meta_value(key, raw)
         if isinstance(default, _Absent):

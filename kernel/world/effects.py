@@ -24,7 +24,7 @@ from aos.kernel import cbor
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.model import DefEffect, DefSchema, DefWorkflow
 from aos.kernel.air.normalize import normalize
-from aos.kernel.hashing import Hash, hash_value
+from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.wasm.envelope import EmittedEffect
 from aos.kernel.world.errors import (
     EffectParamsInvalidError,
@@ -73,18 +73,20 @@ def admit(
         raise EffectParamsInvalidError(
             f"params of {emitted.effect}: {error}", path=path, module=module
         ) from None
+    # Hashed without a validation walk: the params were strictly decoded and normalized
+    # just above, and the identity's other parts are the kernel's.
     identity: dict[str, Any] = {
         "origin_workflow": workflow.name,
         "origin_key": key,
         "effect": emitted.effect,
-        "params": str(hash_value(params)),
+        "params": str(hash_bytes(cbor.encode_built(params))),
     }
     if emitted.idempotency_key is not None:
         identity["idempotency_key"] = emitted.idempotency_key
     else:
         identity["input_seq"] = input_seq
         identity["index"] = index
-    intent = hash_value({"identity": identity, "params": params})
+    intent = hash_bytes(cbor.encode_built({"identity": identity, "params": params}))
     return AdmittedEffect(
         intent=intent,
         effect=emitted.effect,

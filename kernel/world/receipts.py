@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.adapters.signing import verify_body
+from aos.kernel.adapters.signing import verify_encoded
 from aos.kernel.air import RECEIPT_ENVELOPE, RECEIPT_REJECTED
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.model import DefAdapter, DefEffect
@@ -30,6 +30,8 @@ REJECTED_TEXT_CHARS_MAX = 200
 """Characters kept of each text a `receipt_rejected` record copies from a refused receipt
 (its intent, adapter and status) and of the refusal's message."""
 STATUSES = ("ok", "error", "timeout")
+_RECEIPT_KEYS = frozenset({"body", "signature"})
+_BODY_KEY = cbor.encode("body", self_describe=False)
 _BODY_KEYS = frozenset(
     {"world", "intent", "status", "payload", "adapter", "started_ns", "finished_ns"}
 )
@@ -91,10 +93,12 @@ class ReceiptAdapterNotAllowedError(ReceiptError):
 
 @dataclass(frozen=True)
 class Receipt:
-    """A receipt that passed the shape checks."""
+    """A receipt that passed the shape checks, with the canonical encoding of its body (what
+    the adapter signed), made once while checking its size."""
 
     body: dict[str, Any]
     signature: bytes
+    body_bytes: bytes
 
     @property
     def intent(self) -> str:
@@ -111,10 +115,11 @@ class Receipt:
 
 def parse(value: Any, *, receipt_bytes_max: int = RECEIPT_BYTES_MAX_DEFAULT) -> Receipt:
     """Check a receipt's shape (not yet its signature or intent)."""
-    size = len(cbor.encode(value)) if _encodable(value) else 0
+    body_bytes = _body_bytes(value)
+    size = _encoded_size(value, body_bytes)
     if size > receipt_bytes_max:
         raise ReceiptTooLargeError(f"the receipt is {size} bytes; the limit is {receipt_bytes_max}")
-    if not isinstance(value, dict) or set(value) != {"body", "signature"}:
+    if not isinstance(value, dict) or set(value) != _RECEIPT_KEYS:
         raise ReceiptMalformedError("a receipt is a map of exactly body and signature")
     body, signature = value["body"], value["signature"]
     if not isinstance(signature, bytes):
@@ -138,7 +143,32 @@ def parse(value: Any, *, receipt_bytes_max: int = RECEIPT_BYTES_MAX_DEFAULT) -> 
             )
     if body["finished_ns"] < body["started_ns"]:
         raise ReceiptMalformedError("finished_ns is before started_ns", path="$.body.finished_ns")
-    return Receipt(body, signature)
+    if body_bytes is None:
+        # A value outside the data model (a set, a dict subclass): nothing was signed over it.
+        raise ReceiptMalformedError("the receipt has no canonical CBOR encoding", path="$")
+    return Receipt(body, signature, body_bytes)
+
+
+def _body_bytes(value: Any) -> bytes | None:
+    """The canonical encoding of a receipt's body, when the receipt is a map of a body and
+    a signature and the body has one (else None: the shape checks refuse it)."""
+    if type(value) is not dict or value.keys() != _RECEIPT_KEYS:
+        return None
+    try:
+        return cbor.encode(value["body"])
+    except cbor.CborError:
+        return None
+
+
+def _encoded_size(value: Any, body_bytes: bytes | None) -> int:
+    """The size of the receipt's canonical encoding (0 when it has none), from the body's
+    encoding when there is one: the map's other parts are a few fixed items."""
+    if body_bytes is None or type(value["signature"]) is not bytes:
+        return len(cbor.encode(value)) if _encodable(value) else 0
+    prefix = len(cbor.SELF_DESCRIBE_PREFIX)
+    rest = cbor.encode({"signature": value["signature"]}, self_describe=False)
+    # One map header of two entries replaces the one-entry header `rest` starts with.
+    return prefix + len(_BODY_KEY) + (len(body_bytes) - prefix) + len(rest)
 
 
 def _encodable(value: Any) -> bool:
@@ -161,7 +191,7 @@ def authenticate(
     adapter = adapters.get(receipt.adapter)
     if adapter is None:
         raise ReceiptAdapterUnknownError(f"no adapter {receipt.adapter} in the manifest")
-    if not verify_body(adapter.public_key_bytes, receipt.body, receipt.signature):
+    if not verify_encoded(adapter.public_key_bytes, receipt.body_bytes, receipt.signature):
         raise ReceiptSignatureInvalidError(f"the signature is not {receipt.adapter}'s")
 
 
@@ -218,7 +248,9 @@ def envelope(
     receipt when the payload did not fit (spec/04-effects.md §2)."""
     if error is None:
         status = {"$tag": body["status"]}
-        return RECEIPT_ENVELOPE, {**origin, "status": status, "payload": cbor.encode(payload)}
+        # The payload is part of a body `parse` encoded (and, when ok, normalized since).
+        payload_bytes = cbor.encode_built(payload)
+        return RECEIPT_ENVELOPE, {**origin, "status": status, "payload": payload_bytes}
     return RECEIPT_REJECTED, {
         **origin,
         "error_code": error[0],

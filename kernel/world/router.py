@@ -85,6 +85,7 @@ class Router:
         for index, subscription in enumerate(subscriptions):
             self._by_event.setdefault(subscription.event, []).append((index, subscription))
         self._arms: dict[tuple[str, str], str | None] = {}
+        self._accepts: dict[tuple[str, str], bool] = {}
 
     def subscribed(self, schema: str) -> bool:
         return schema in self._by_event
@@ -139,11 +140,16 @@ class Router:
         """Whether a workflow taking `workflow_event` can be delivered `schema`."""
         if workflow_event == schema:
             return True
-        types = {name: definition.type_ for name, definition in self._schemas.items()}
-        resolved = resolve(types[workflow_event], types)
-        return isinstance(resolved, VariantType) and any(
-            isinstance(arm, RefType) and arm.ref == schema for arm in resolved.variant.values()
-        )
+        # Asked for every settled receipt; the answer depends on the manifest only.
+        found = self._accepts.get((workflow_event, schema))
+        if found is None:
+            types = {name: definition.type_ for name, definition in self._schemas.items()}
+            resolved = resolve(types[workflow_event], types)
+            found = isinstance(resolved, VariantType) and any(
+                isinstance(arm, RefType) and arm.ref == schema for arm in resolved.variant.values()
+            )
+            self._accepts[(workflow_event, schema)] = found
+        return found
 
     def wrap(self, workflow_event: str, schema: str, value: Any) -> Any:
         """`value` of `schema` as a workflow taking `workflow_event` receives it."""
