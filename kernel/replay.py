@@ -136,7 +136,10 @@ class ReplayReport:
         }
 
 
-class _DivergedError(Exception):
+class DivergedError(Exception):
+    """A replay's first disagreement with the record, raised where it is found and turned
+    into the report's divergence by the audit that ran the replay (verify here, shadow)."""
+
     def __init__(self, divergence: Divergence) -> None:
         super().__init__(divergence.message)
         self.divergence = divergence
@@ -192,7 +195,7 @@ class _Audit:
 
     def run(self, source: Store, spill_dir: Path, checks: FreshChecks | None) -> ReplayReport:
         spill_dir.mkdir()
-        replayer = _Replay(
+        replayer = Replayer(
             source,
             self.engine,
             self.progress,
@@ -292,7 +295,10 @@ def _chain_broken(error: ChainBrokenError, source: Store) -> Divergence:
     return Divergence(seq, "chain_broken", kind=kind, expected=record, message=str(error))
 
 
-class _Replay:
+class Replayer:
+    """Replays an audited store's journal into a scratch world and compares every record
+    (verify here; shadow runs one against a proposed manifest)."""
+
     def __init__(
         self,
         source: Store,
@@ -337,7 +343,7 @@ class _Replay:
                 report.start_seq = snapshot[0] + 1
                 report.snapshot = str(snapshot[1])
             self.replay(world, report)
-        except _DivergedError as diverged:
+        except DivergedError as diverged:
             report.ok = False
             report.divergence = diverged.divergence
         except ChainBrokenError as error:  # folding the recorded tail checks the chain
@@ -404,7 +410,7 @@ class _Replay:
             self.chain = _ChainAlong(self.source)
         self._compare(1, genesis)
         if world.world_id != self.config["id"]:
-            raise _DivergedError(
+            raise DivergedError(
                 Divergence(1, "record_differs", "manifest", message="world id differs")
             )
         return world
@@ -488,7 +494,7 @@ class _Replay:
                     while seq not in self.produced and world.step_next():
                         report.steps += 1
             if seq not in self.produced:
-                raise _DivergedError(self._divergence(world, seq, recorded, None, "record_missing"))
+                raise DivergedError(self._divergence(world, seq, recorded, None, "record_missing"))
             self._compare(seq, recorded, world)
             since_flush += 1
             if since_flush >= SCRATCH_FLUSH_RECORDS_DEFAULT:
@@ -502,7 +508,7 @@ class _Replay:
         if extra and not partial:
             seq = extra[0]
             found = records.value_of(self.produced[seq])
-            raise _DivergedError(
+            raise DivergedError(
                 Divergence(seq, "record_extra", found=found, message="the replay produced more")
             )
         if compare_head:
@@ -512,7 +518,7 @@ class _Replay:
         record: Any
         for seq, record in self.source.journal.read(start, self.end):
             if not isinstance(record, dict) or "kind" not in record:
-                raise _DivergedError(Divergence(seq, "integrity", message="a record is not a map"))
+                raise DivergedError(Divergence(seq, "integrity", message="a record is not a map"))
             yield seq, record
 
     def _feed(self, world: World, seq: int, recorded: dict[str, Any]) -> None:
@@ -546,15 +552,15 @@ class _Replay:
                 world.operate(Operation.parse(recorded))
             else:
                 world.force_stamp(None)
-                raise _DivergedError(
+                raise DivergedError(
                     Divergence(seq, "input_refused", kind, message=f"cannot replay a {kind} input")
                 )
         except (RouteError, ReceiptError):
             pass  # a refused input is journaled as refused: the comparison checks that
-        except _DivergedError:
+        except DivergedError:
             raise
         except AosError as error:
-            raise _DivergedError(
+            raise DivergedError(
                 Divergence(
                     seq,
                     "input_refused",
@@ -591,12 +597,12 @@ class _Replay:
         produced = self.produced.pop(seq, None)
         raw = self.produced_bytes.pop(seq, None)
         if produced is None or raw is None:
-            raise _DivergedError(self._divergence(world, seq, recorded, None, "record_missing"))
+            raise DivergedError(self._divergence(world, seq, recorded, None, "record_missing"))
         # The produced record's bytes are the ones the world encoded when it appended it; the
         # recorded one was decoded strictly, so encoding it gives its stored bytes.
         if not _same_bytes(raw, recorded):
             found = records.value_of(produced)
-            raise _DivergedError(self._divergence(world, seq, recorded, found, "record_differs"))
+            raise DivergedError(self._divergence(world, seq, recorded, found, "record_differs"))
         if self.chain is not None:
             self.chain.take(seq, raw)
 
@@ -655,7 +661,7 @@ class _Replay:
                 for k in set(recorded) | set(found)
                 if cbor.encode(recorded.get(k)) != cbor.encode(found.get(k))
             )
-            raise _DivergedError(
+            raise DivergedError(
                 Divergence(
                     self.end,
                     "head_differs",
@@ -701,7 +707,7 @@ def state_after(source: Store, seq: int, *, engine: WasmEngine, records_max: int
     if not isinstance(found, dict) or found.get("kind") != records.STEP:
         raise NotAStepError(f"record {seq} is not a step")
     with tempfile.TemporaryDirectory() as scratch:
-        replayer = _Replay(source, engine, None, spill_dir=Path(scratch))
+        replayer = Replayer(source, engine, None, spill_dir=Path(scratch))
         try:
             snapshot = replayer.choose_snapshot(seq, None)
             start = snapshot[0] + 1 if snapshot is not None else 2
@@ -722,7 +728,7 @@ def state_after(source: Store, seq: int, *, engine: WasmEngine, records_max: int
             info = world.cell_info(workflow, key_bytes)
             key = cbor.decode(key_bytes) if key_bytes else None
             state = None if info is None else world.state(workflow, key)
-        except _DivergedError as diverged:
+        except DivergedError as diverged:
             raise WorldCorruptError(
                 f"the journal does not replay: {diverged.divergence.message}",
                 seq=diverged.divergence.seq,
@@ -752,7 +758,7 @@ def recover(world_dir: str | Path, *, engine: WasmEngine | None = None) -> Recov
     root = Path(world_dir)
     skipped: list[str] = []
     with open_store(root, readonly=True) as source, source.consistent():
-        replayer = _Replay(source, engine or WasmEngine(), None, keep_all_blobs=True)
+        replayer = Replayer(source, engine or WasmEngine(), None, keep_all_blobs=True)
         candidates: list[tuple[int, Hash] | None] = [*reversed(_snapshot_records(source)), None]
         for candidate in candidates:
             report = ReplayReport(ok=True, start_seq=2, end_seq=replayer.end)
@@ -768,7 +774,7 @@ def recover(world_dir: str | Path, *, engine: WasmEngine | None = None) -> Recov
             except (WorldCorruptError, StoreError) as error:
                 skipped.append(f"{'genesis' if candidate is None else candidate[1]}: {error}")
                 continue
-            except _DivergedError as diverged:
+            except DivergedError as diverged:
                 raise WorldCorruptError(
                     f"the journal does not replay: {diverged.divergence.message}",
                     seq=diverged.divergence.seq,

@@ -28,7 +28,7 @@ from aos.kernel.governance import (
     GovUnknownProposalError,
     ShadowReport,
 )
-from aos.kernel.replay import ReplayReport, _DivergedError, _Replay
+from aos.kernel.replay import DivergedError, Replayer, ReplayReport
 from aos.kernel.store import open_store
 from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.wasm import StepFault, WasmEngine
@@ -58,7 +58,7 @@ def shadow(
         entry = head.get("proposals", {}).get(proposal)
         if entry is None:
             raise GovUnknownProposalError(f"no proposal {proposal}")
-        replayer = _Replay(source, engine, progress, spill_dir=Path(scratch))
+        replayer = Replayer(source, engine, progress, spill_dir=Path(scratch))
         old = replayer.loaded(str(head["manifest"]))
         new = replayer.loaded(str(entry["manifest"]))
         live = replayer.from_genesis()
@@ -76,7 +76,7 @@ def shadow(
             replayer.replay(
                 live, ReplayReport(ok=True, start_seq=2, end_seq=replayer.end), compare_head=False
             )
-        except _DivergedError as diverged:
+        except DivergedError as diverged:
             # The live history itself does not replay: no shadow can be trusted.
             raise GovShadowFailedError(
                 f"the live journal does not replay: {diverged.divergence.message}",

@@ -1,4 +1,5 @@
-"""No module reaches into another's private members (STYLE: `obj._x` only for obj self/cls).
+"""No module reaches into another's private members (STYLE: `obj._x` only for obj self/cls),
+nor imports another module's private names (`from aos.x import _name`).
 
 An AST walk over kernel/, cli/ and flows/ fails on every attribute access `x._name` where `x`
 is not `self` or `cls`, with two documented exceptions:
@@ -75,6 +76,22 @@ def _violations(path: Path, root: Path = ROOT) -> list[str]:
     return found
 
 
+def _private_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """`from aos.x import _name`: another module's private name taken by import."""
+    relative = path.relative_to(root).as_posix()
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=relative)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if not (node.level or (node.module or "").split(".")[0] in ("aos", "aos_sdk")):
+            continue
+        for alias in node.names:
+            if alias.name.startswith("_") and not alias.name.startswith("__"):
+                found.append(f"{relative}:{node.lineno}: {node.module}.{alias.name}")
+    return found
+
+
 def _sources() -> list[Path]:
     return sorted(p for d in SOURCE_DIRS for p in (ROOT / d).rglob("*.py"))
 
@@ -82,6 +99,25 @@ def _sources() -> list[Path]:
 def test_no_module_reaches_into_private_members() -> None:
     found = [violation for path in _sources() for violation in _violations(path)]
     assert found == []
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    found = [violation for path in _sources() for violation in _private_imports(path)]
+    assert found == []
+
+
+def test_the_import_check_sees_a_private_import(tmp_path: Path) -> None:
+    source = (
+        "from aos.kernel.replay import Replayer, _hidden\n"
+        "from collections import _chain\n"
+        "from . import _sibling\n"
+    )
+    module = tmp_path / "probe.py"
+    module.write_text(source, encoding="utf-8")
+    assert _private_imports(module, tmp_path) == [
+        "probe.py:1: aos.kernel.replay._hidden",
+        "probe.py:3: None._sibling",
+    ]
 
 
 def test_the_check_sees_a_reach_in(tmp_path: Path) -> None:
