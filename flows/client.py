@@ -9,15 +9,20 @@ load."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from aos.flows.operations import TERMINAL_STATUSES
 from aos.kernel import cbor
 from aos.kernel.node.errors import NodeUnreachableError, refused
 
 REQUEST_TIMEOUT_S = 60.0
+WAIT_MS_PER_REQUEST = 20_000
+"""Longest one long-poll asks the node to wait (below its default `long_poll_ms_max`, 30 s,
+and the request timeout); a longer wait is several requests."""
 
 
 class FlowNodeClient:
@@ -45,13 +50,44 @@ class FlowNodeClient:
         return self._call("GET", "/v1/flows")
 
     def run(
-        self, name: str, workload: Any, *, exec_id: str | None = None, version: int | None = None
+        self,
+        name: str,
+        workload: Any,
+        *,
+        exec_id: str | None = None,
+        version: int | None = None,
+        wait_ms: int = 0,
     ) -> dict[str, Any]:
+        """Start an execution; with `wait_ms` (at most the node's `long_poll_ms_max`), the
+        answer comes once it ended or after that many ms, with its status then."""
         body = {"workload": cbor.to_json(workload), "exec": exec_id, "version": version}
+        if wait_ms:
+            body["wait_ms"] = wait_ms
         return self._call("POST", f"/v1/flows/{quote(name, safe='')}/run", body)
 
-    def status(self, exec_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/executions/{quote(exec_id, safe='')}")
+    def status(self, exec_id: str, *, wait_ms: int = 0) -> dict[str, Any]:
+        """The execution's state; with `wait_ms`, once it ended or after that many ms."""
+        query = f"?wait_ms={wait_ms}" if wait_ms else ""
+        return self._call("GET", f"/v1/executions/{quote(exec_id, safe='')}{query}")
+
+    def run_to_end(self, name: str, workload: Any, *, wait_s: float) -> tuple[str, str]:
+        """Start an execution of `name` and wait (long-polls) up to `wait_s` for its end: its
+        id and its status then."""
+        started = self.run(name, workload, wait_ms=min(int(wait_s * 1000), WAIT_MS_PER_REQUEST))
+        exec_id, status = str(started["exec"]), str(started["status"])
+        if status not in TERMINAL_STATUSES:
+            status = str(self.wait(exec_id, wait_s)["status"])
+        return exec_id, status
+
+    def wait(self, exec_id: str, wait_s: float) -> dict[str, Any]:
+        """The execution's state once it ended, or when `wait_s` passed: long-polls of at most
+        `WAIT_MS_PER_REQUEST` each, so the answer comes as soon as its last step is durable."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            state = self.status(exec_id, wait_ms=max(0, min(left_ms, WAIT_MS_PER_REQUEST)))
+            if state.get("status") in TERMINAL_STATUSES or left_ms <= 0:
+                return state
 
     def events(self, exec_id: str) -> list[dict[str, Any]]:
         answer = self._call("GET", f"/v1/executions/{quote(exec_id, safe='')}/events")

@@ -3,8 +3,8 @@ each run on the node's host thread, the world's one writer.
 
     POST /v1/flows                        {text, source?}  deploy  -> {name, version, definition, changed}
     GET  /v1/flows                        flows and executions
-    POST /v1/flows/{name}/run             {workload, exec?, version?, business_ref?}
-    GET  /v1/executions/{exec}            the execution's state
+    POST /v1/flows/{name}/run             {workload, exec?, version?, business_ref?, wait_ms?}
+    GET  /v1/executions/{exec}[?wait_ms=N] the execution's state (once it ended, or N ms passed)
     GET  /v1/executions/{exec}/events     {events: [{seq, event, ...}]}
     POST /v1/executions/{exec}/signal     {name, payload, expect_version?}
     POST /v1/executions/{exec}/cancel     {reason?}
@@ -12,17 +12,24 @@ each run on the node's host thread, the world's one writer.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
+from aos.flows.world import EXEC_WORKFLOW
 from aos.kernel import cbor
 from aos.kernel.node.adapter_api import FastRead, add_fast_read
-from aos.kernel.node.node import Node
+from aos.kernel.node.cell_watch import wait_for_cell
+from aos.kernel.node.errors import RequestInvalidError
+from aos.kernel.node.node import Node, within
 from aos.kernel.world.world import World
+
+T = TypeVar("T")
 
 
 class _Request(BaseModel):
@@ -41,6 +48,9 @@ class RunRequest(_Request):
     exec: str | None = None
     version: int | None = Field(None, ge=1)
     business_ref: str | None = Field(None, max_length=1000)
+    wait_ms: int = Field(
+        0, ge=0, description="Answer once the execution ended, or after this many ms."
+    )
 
 
 class SignalRequest(_Request):
@@ -57,9 +67,59 @@ EXECUTIONS_PREFIX = "/v1/executions/"
 EVENTS_SUFFIX = "/events"
 
 
-async def execution_status(node: Node, exec_id: str) -> dict[str, Any]:
-    """`GET /v1/executions/{exec}`: the execution's state (ops.status) as JSON."""
-    return await node.host.run(lambda world: cbor.to_json(ops.status(world, exec_id)))
+WAIT_PARAMETER = "wait_ms"
+
+
+async def execution_status(node: Node, exec_id: str, query: str = "") -> dict[str, Any]:
+    """`GET /v1/executions/{exec}[?wait_ms=N]`: the execution's state (ops.status) as JSON;
+    with `wait_ms`, once the execution has ended or after N ms (a long-poll: no step of the
+    execution is missed, and what is answered is durable)."""
+    wait_ms = _wait_ms(node, query)
+    if wait_ms == 0:
+        return await node.host.run(lambda world: cbor.to_json(ops.status(world, exec_id)))
+
+    def look(world: World) -> tuple[bool, dict[str, Any]]:
+        state = ops.status(world, exec_id)  # an unknown execution is refused at the first look
+        return state["status"] in ops.TERMINAL_STATUSES, cbor.to_json(state)
+
+    return await wait_for_execution(node, exec_id, look, wait_ms)
+
+
+async def wait_for_execution(
+    node: Node, exec_id: str, look: Callable[[World], tuple[bool, T]], wait_ms: int
+) -> T:
+    """`look` on the host thread, again after each step of the execution, until it says the
+    execution ended or `wait_ms` passed; its last value."""
+    key = await node.host.run(lambda world: world.key_bytes(EXEC_WORKFLOW, exec_id))
+
+    async def looking() -> tuple[bool, T]:
+        return await node.host.run(look)
+
+    return await wait_for_cell(node.host.cells, (EXEC_WORKFLOW, key), looking, wait_ms)
+
+
+def _wait_ms(node: Node, query: str) -> int:
+    """The query's `wait_ms` (0 when absent), within the node's `long_poll_ms_max`; any other
+    query parameter is refused."""
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True, max_num_fields=1)
+    except ValueError:
+        pairs = [("", "")] if query else []
+    if not pairs:
+        return 0
+    (name, text), *_ = pairs
+    if name != WAIT_PARAMETER:
+        raise RequestInvalidError(f"the one query parameter is {WAIT_PARAMETER}", path="$query")
+    if not (text.isascii() and text.isdigit() and len(text) <= WAIT_DIGITS_MAX):
+        raise RequestInvalidError(
+            f"{WAIT_PARAMETER} is a whole number of milliseconds", path=f"$query.{WAIT_PARAMETER}"
+        )
+    wait_ms = int(text)
+    within(WAIT_PARAMETER, wait_ms, node.limits.long_poll_ms_max, minimum=0, at="$query")
+    return wait_ms
+
+
+WAIT_DIGITS_MAX = 9
 
 
 def add_flow_routes(app: FastAPI, node: Node) -> None:
@@ -72,7 +132,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         FastRead(
             EXECUTIONS_PREFIX,
             lambda rest: not rest.endswith(EVENTS_SUFFIX),
-            lambda exec_id: execution_status(node, exec_id),
+            lambda exec_id, query: execution_status(node, exec_id, query),
         ),
     )
 
@@ -89,8 +149,10 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
     @app.post("/v1/flows/{name:path}/run", tags=["flows"])
     async def run(name: str, request: RunRequest) -> dict[str, Any]:
-        """Start an execution, pinned to the latest version (or `version`)."""
+        """Start an execution, pinned to the latest version (or `version`); with `wait_ms`,
+        answer once it ended (or after that many ms) with its status then."""
         workload = _data(request.workload, "$.workload") if request.workload is not None else None
+        within(WAIT_PARAMETER, request.wait_ms, node.limits.long_poll_ms_max, minimum=0)
 
         def start(world: World) -> dict[str, Any]:
             started = ops.start(
@@ -110,7 +172,16 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
                 "status": state["status"],
             }
 
-        return await node.host.run(start)
+        started = await node.host.run(start)
+        if request.wait_ms == 0 or started["status"] in ops.TERMINAL_STATUSES:
+            return started
+
+        def look(world: World) -> tuple[bool, str]:
+            status = str(ops.status(world, started["exec"])["status"])
+            return status in ops.TERMINAL_STATUSES, status
+
+        status = await wait_for_execution(node, started["exec"], look, request.wait_ms)
+        return {**started, "status": status}
 
     @app.get("/v1/executions/{exec_id:path}/events", tags=["flows"])
     async def events(exec_id: str) -> dict[str, Any]:
@@ -144,9 +215,15 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         return await node.host.run(send)
 
     @app.get("/v1/executions/{exec_id:path}", tags=["flows"])
-    async def status(exec_id: str) -> dict[str, Any]:
-        """The execution's state: status, version, business and engine state."""
-        return await execution_status(node, exec_id)
+    async def status(
+        exec_id: str,
+        request: Request,
+        wait_ms: str | None = Query(None, description="Long-poll: answer once it ended."),
+    ) -> dict[str, Any]:
+        """The execution's state: status, version, business and engine state; with `wait_ms`,
+        once the execution has ended or after that many ms (long-poll)."""
+        del wait_ms  # documented here; the query is read with the fast path's own checks
+        return await execution_status(node, exec_id, request.url.query)
 
 
 def _data(value: Any, path: str) -> Any:

@@ -116,12 +116,13 @@ def _integer(value: Any, path: str) -> int:
 @dataclass(frozen=True)
 class FastRead:
     """A GET route served ahead of the FastAPI app: a route path under `prefix` whose rest
-    `serves` accepts is answered with `answer(rest)` (JSON-ready). What `serves` refuses goes to
-    the app, so a more specific route under the same prefix keeps its FastAPI handler."""
+    `serves` accepts is answered with `answer(rest, query)` (JSON-ready; `query` is the raw
+    query string, decoded as latin-1 like ASGI's). What `serves` refuses goes to the app, so a
+    more specific route under the same prefix keeps its FastAPI handler."""
 
     prefix: str
     serves: Callable[[str], bool]
-    answer: Callable[[str], Awaitable[Any]]
+    answer: Callable[[str, str], Awaitable[Any]]
 
 
 def add_fast_read(app: FastAPI, read: FastRead) -> None:
@@ -152,7 +153,7 @@ class AdapterFastPath:
                 for read in self.reads:
                     rest = path[len(read.prefix) :]
                     if path.startswith(read.prefix) and read.serves(rest):
-                        await _answering(send, read.answer(rest))
+                        await _answering(send, read.answer(rest, _query(scope)))
                         return
         await self.app(scope, receive, send)
 
@@ -163,7 +164,7 @@ class AdapterFastPath:
         headers = _headers(scope)
 
         async def answer() -> dict[str, Any]:
-            query = scope.get("query_string", b"").decode("latin-1")
+            query = _query(scope)
             identity = self.node.verifier.verify(
                 method="POST",
                 target=scope["path"] + (f"?{query}" if query else ""),
@@ -201,6 +202,11 @@ def route_path(scope: Scope) -> str:
     path: str = scope.get("path", "")
     root = scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root + "/") else path
+
+
+def _query(scope: Scope) -> str:
+    query: bytes = scope.get("query_string", b"")
+    return query.decode("latin-1")
 
 
 async def _body(receive: Receive) -> bytes | None:

@@ -40,6 +40,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from aos.kernel import cbor
 from aos.kernel.air import TIMER_ADAPTER, TIMER_SET_EFFECT
 from aos.kernel.errors import AosError, KernelInvariantError
+from aos.kernel.node.cell_watch import Cell, CellWatch
 from aos.kernel.node.errors import NodeBusyError, NodeInternalError
 from aos.kernel.node.leases import LeaseManager, PublishedIntent
 from aos.kernel.node.limits import NodeLimits
@@ -128,6 +129,7 @@ class WorldHost:
         self._drain = False
         self._last_tick_s = 0.0
         self._held: Any = None  # the job that ended a batch, run next
+        self.cells = CellWatch(waiters_max=limits.cell_waiters_max)  # woken after each publish
         self.batches = 0  # batches run, and the operations in them (tests, benches)
         self.batched = 0
         self.world_id = ""
@@ -211,6 +213,7 @@ class WorldHost:
             self._stopping = True
             self._world.close()
             self._fail_waiting()
+            self.cells.wake_all()
 
     def _serve(self) -> None:
         while True:
@@ -400,10 +403,15 @@ class WorldHost:
         fresh: list[PublishedIntent] = []
         settled: dict[str, int] = {}  # intent -> its effect_receipt's seq
         cancelled: set[str] = set()
+        stepped: list[Cell] = []
+        watching = self.cells.watching
         timers_changed = False
         for seq, record in world.store.journal.read(self._published_height + 1, head):
             if not isinstance(record, dict):
                 raise KernelInvariantError(f"journal record {seq} is not a map")
+            if watching and record["kind"] in _STEPPED_KINDS:
+                key = record["key"]
+                stepped.append((str(record["workflow"]), key if isinstance(key, bytes) else None))
             if record["kind"] == records.EFFECT_INTENT:
                 timers_changed |= record["effect"] == TIMER_SET_EFFECT
                 published = _published(world, seq, record)
@@ -429,6 +437,8 @@ class WorldHost:
             self._timer_pending = world.next_timer_ns() is not None
         if self._watcher is not None:
             self._watcher.published(fresh, settled, cancelled)
+        if stepped:
+            self.cells.stepped(stepped)
 
     def _publish_open_intents(self, world: World) -> None:
         """On open: intents journaled (and flushed) before this node started are still open."""
@@ -455,6 +465,9 @@ class WorldHost:
                     return
             if isinstance(job, (_Job, _BatchJob)) and job.future.set_running_or_notify_cancel():
                 job.future.set_exception(WorldClosedError("the node stopped"))
+
+
+_STEPPED_KINDS = frozenset({records.STEP, records.STEP_FAULT})
 
 
 class _UnexpectedFailureError(Exception):

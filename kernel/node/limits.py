@@ -31,6 +31,9 @@ JSON_DEPTH_MAX_DEFAULT = 64
 """Deepest JSON a request body or query value may nest (kernel/jsontext.py)."""
 LEASES_PER_REQUEST_MAX_DEFAULT = 100
 LONG_POLL_MS_MAX_DEFAULT = 30_000
+CELL_WAITERS_MAX_DEFAULT = 1024
+"""Requests waiting at once for a cell to step (`GET /v1/executions/{exec}?wait_ms=N`); past it
+a new one is `node.busy`."""
 LEASE_MS_DEFAULT = 30_000
 """How long an adapter holds a leased intent before it is handed out again."""
 TIMER_TICK_MS_DEFAULT = 50
@@ -75,6 +78,7 @@ class NodeLimits:
     json_depth_max: int = JSON_DEPTH_MAX_DEFAULT
     leases_per_request_max: int = LEASES_PER_REQUEST_MAX_DEFAULT
     long_poll_ms_max: int = LONG_POLL_MS_MAX_DEFAULT
+    cell_waiters_max: int = CELL_WAITERS_MAX_DEFAULT
     lease_ms: int = LEASE_MS_DEFAULT
     timer_tick_ms: int = TIMER_TICK_MS_DEFAULT
     journal_records_per_request_max: int = JOURNAL_RECORDS_PER_REQUEST_MAX_DEFAULT

@@ -256,7 +256,7 @@ class Node:
     ) -> dict[str, Any]:
         """Lease as `adapter`, which must be the `identity` that signed the request."""
         _acting_as(identity, adapter, "$.adapter")
-        _within("wait_ms", wait_ms, self.limits.long_poll_ms_max, minimum=0)
+        within("wait_ms", wait_ms, self.limits.long_poll_ms_max, minimum=0)
         wanted = self._leasable(adapter, effects, count, "$")
         leases = await wait_for_leases(self.leases, adapter, wanted, count, wait_ms)
         return {"world_id": self.world_id, "leases": [_lease(lease) for lease in leases]}
@@ -264,7 +264,7 @@ class Node:
     def _leasable(self, adapter: str, effects: list[str], count: int, at: str) -> list[str]:
         """The effects a lease request of `adapter` names (all it may settle when it names
         none), each checked against the manifest; `at` is where the request sits in the body."""
-        _within("max", count, self.limits.leases_per_request_max, at=at)
+        within("max", count, self.limits.leases_per_request_max, at=at)
         allowed = self._effects_of.get(adapter)
         if allowed is None:
             raise LeaseAdapterUnknownError(f"no adapter {adapter} in the manifest")
@@ -399,7 +399,7 @@ class Node:
     ) -> dict[str, Any]:
         """Open tasks, oldest first, that pass every filter given."""
         human, inbox = self._human()
-        _within("limit", limit, self.limits.tasks_per_request_max)
+        within("limit", limit, self.limits.tasks_per_request_max)
         found = inbox.select(
             self.leases.open_for(human.name, sys.maxsize),
             assignee=assignee,
@@ -587,7 +587,9 @@ def _acting_as(identity: str, named: str, path: str) -> None:
         )
 
 
-def _within(name: str, value: int, maximum: int, *, minimum: int = 1, at: str = "$") -> None:
+def within(name: str, value: int, maximum: int, *, minimum: int = 1, at: str = "$") -> None:
+    """Refuse a request's `name` outside `[minimum, maximum]`: below is `request.invalid`,
+    above is `node.limit_exceeded` (a node's limit, named in the error)."""
     if value < minimum:
         raise RequestInvalidError(f"{name} must be at least {minimum}", path=f"{at}.{name}")
     if value > maximum:

@@ -357,6 +357,9 @@ def test_status_fast_path_answers_as_the_fastapi_route(tmp_path: Path) -> None:
             ok(client.post("/v1/flows/t%2Fquick/run", json={"exec": "a/b"}))
             height = ok(client.get("/v1/world"))["height"]
             paths = ["w1", "a/b", "nope", "", "events", "w1/events", "a/b/events", "nope/events"]
+            # The long-poll's query is read by the same checks on both routes.
+            paths += ["w1?wait_ms=1", "a/b?wait_ms=5000", "nope?wait_ms=5", "w1?wait_ms=x"]
+            paths += ["w1?wait_ms=99999999", "w1?other=1", "w1?wait_ms=1&wait_ms=2"]
             for path in paths:
                 got = client.get(f"/v1/executions/{path}")
                 want = reference.get(f"/v1/executions/{path}")
