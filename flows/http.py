@@ -12,7 +12,6 @@ each run on the node's host thread, the world's one writer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
@@ -24,7 +23,7 @@ from aos.flows.document import load_flow
 from aos.flows.world import EXEC_WORKFLOW
 from aos.kernel import cbor
 from aos.kernel.node.adapter_api import FastRead, add_fast_read
-from aos.kernel.node.cell_watch import wait_for_cell
+from aos.kernel.node.cell_watch import Cell, Look, wait_for_cell
 from aos.kernel.node.errors import RequestInvalidError
 from aos.kernel.node.node import Node, within
 from aos.kernel.world.world import World
@@ -75,27 +74,30 @@ async def execution_status(node: Node, exec_id: str, query: str = "") -> dict[st
     with `wait_ms`, once the execution has ended or after N ms (a long-poll: no step of the
     execution is missed, and what is answered is durable)."""
     wait_ms = _wait_ms(node, query)
-    if wait_ms == 0:
-        return await node.host.run(lambda world: cbor.to_json(ops.status(world, exec_id)))
 
     def look(world: World) -> tuple[bool, dict[str, Any]]:
         state = ops.status(world, exec_id)  # an unknown execution is refused at the first look
         return state["status"] in ops.TERMINAL_STATUSES, cbor.to_json(state)
 
-    return await wait_for_execution(node, exec_id, look, wait_ms)
+    return await wait_for_execution(node, {"exec": exec_id}, look, wait_ms)
 
 
 async def wait_for_execution(
-    node: Node, exec_id: str, look: Callable[[World], tuple[bool, T]], wait_ms: int
+    node: Node,
+    execution: dict[str, Any],
+    look: Look[T],
+    wait_ms: int,
+    *,
+    first: Look[T] | None = None,
 ) -> T:
-    """`look` on the host thread, again after each step of the execution, until it says the
-    execution ended or `wait_ms` passed; its last value."""
-    key = await node.host.run(lambda world: world.key_bytes(EXEC_WORKFLOW, exec_id))
+    """`look` on the host thread (`first` the first time), again after each step of the
+    execution `execution["exec"]` (known once `first` ran), until it says the execution ended
+    or `wait_ms` passed; its last value."""
 
-    async def looking() -> tuple[bool, T]:
-        return await node.host.run(look)
+    def cell(world: World) -> Cell:
+        return EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, execution["exec"])
 
-    return await wait_for_cell(node.host.cells, (EXEC_WORKFLOW, key), looking, wait_ms)
+    return await wait_for_cell(node.host, cell, look, wait_ms, first=first)
 
 
 def _wait_ms(node: Node, query: str) -> int:
@@ -154,8 +156,14 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         workload = _data(request.workload, "$.workload") if request.workload is not None else None
         within(WAIT_PARAMETER, request.wait_ms, node.limits.long_poll_ms_max, minimum=0)
 
-        def start(world: World) -> dict[str, Any]:
-            started = ops.start(
+        started: dict[str, Any] = {}
+
+        def look(world: World) -> tuple[bool, dict[str, Any]]:
+            status = ops.status(world, started["exec"])["status"]
+            return status in ops.TERMINAL_STATUSES, {**started, "status": status}
+
+        def start(world: World) -> tuple[bool, dict[str, Any]]:
+            run = ops.start(
                 world,
                 name,
                 workload=workload,
@@ -163,25 +171,12 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
                 version=request.version,
                 business_ref=request.business_ref,
             )
-            state = ops.status(world, started.exec)
-            return {
-                "exec": started.exec,
-                "flow": started.flow,
-                "version": started.version,
-                "definition": started.definition,
-                "status": state["status"],
-            }
+            started.update(
+                exec=run.exec, flow=run.flow, version=run.version, definition=run.definition
+            )
+            return look(world)
 
-        started = await node.host.run(start)
-        if request.wait_ms == 0 or started["status"] in ops.TERMINAL_STATUSES:
-            return started
-
-        def look(world: World) -> tuple[bool, str]:
-            status = str(ops.status(world, started["exec"])["status"])
-            return status in ops.TERMINAL_STATUSES, status
-
-        status = await wait_for_execution(node, started["exec"], look, request.wait_ms)
-        return {**started, "status": status}
+        return await wait_for_execution(node, started, look, request.wait_ms, first=start)
 
     @app.get("/v1/executions/{exec_id:path}/events", tags=["flows"])
     async def events(exec_id: str) -> dict[str, Any]:

@@ -213,7 +213,7 @@ class WorldHost:
             self._stopping = True
             self._world.close()
             self._fail_waiting()
-            self.cells.wake_all()
+            self.cells.stop()
 
     def _serve(self) -> None:
         while True:
@@ -438,7 +438,7 @@ class WorldHost:
         if self._watcher is not None:
             self._watcher.published(fresh, settled, cancelled)
         if stepped:
-            self.cells.stepped(stepped)
+            self.cells.stepped(world, stepped)
 
     def _publish_open_intents(self, world: World) -> None:
         """On open: intents journaled (and flushed) before this node started are still open."""

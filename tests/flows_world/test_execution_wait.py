@@ -5,7 +5,6 @@ with the state then; bad waits are typed refusals that change nothing; waiters a
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,11 +12,14 @@ from typing import Any
 
 import pytest
 
+from aos.flows import operations as ops
+from aos.flows.errors import FlowError
 from aos.flows.http import add_flow_routes
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
-from aos.kernel.node.cell_watch import CellWatch, wait_for_cell
+from aos.kernel.node.cell_watch import CellWatch
 from aos.kernel.node.errors import NodeBusyError
+from aos.kernel.world.errors import WorldClosedError
 from tests.flows_world.support import make_flow_world
 from tests.flows_world.test_flow_requests import QUICK_FLOW, TestClient, ok
 from tests.flows_world.test_flow_requests import WAIT_FLOW as HOLD_FLOW
@@ -164,37 +166,53 @@ def test_waiters_are_bounded(node: Node, client: TestClient) -> None:
 # The watch itself
 
 
-def test_the_watch_wakes_only_the_cells_that_stepped() -> None:
+def test_the_watch_looks_again_only_for_the_cells_that_stepped(tmp_path: Path) -> None:
+    made = make_flow_world(tmp_path / "w")
     watch = CellWatch(waiters_max=3)
-    woken: list[str] = []
-    a = watch.add(("w", b"a"), lambda: woken.append("a"))
-    watch.add(("w", b"b"), lambda: woken.append("b"))
-    watch.add(("v", None), lambda: woken.append("singleton"))
-    with pytest.raises(NodeBusyError) as caught:
-        watch.add(("w", b"c"), lambda: woken.append("c"))
-    assert caught.value.detail["limit"] == 3
-    watch.stepped([("w", b"a"), ("w", b"a"), ("x", b"b"), ("v", None)])
-    assert woken == ["a", "singleton"]  # each waiter once; another workflow's key is not b
-    watch.remove(a)
-    watch.remove(a)  # removing twice is harmless
-    watch.stepped([("w", b"a")])
-    assert woken == ["a", "singleton"]
-    watch.wake_all()
-    assert sorted(woken[2:]) == ["b", "singleton"]
-    assert watch.waiters == 2
+    looked: list[str] = []
+    delivered: dict[str, Any] = {}
+
+    def waiter(name: str, done_at: int) -> tuple[Any, Any]:
+        def look(_: Any) -> tuple[bool, int]:
+            looked.append(name)
+            return looked.count(name) >= done_at, looked.count(name)
+
+        return look, lambda value: delivered.setdefault(name, value)
+
+    try:
+        a = watch.add(("w", b"a"), *waiter("a", 1))
+        watch.add(("w", b"b"), *waiter("b", 2))
+        watch.add(("v", None), *waiter("singleton", 9))
+        with pytest.raises(NodeBusyError) as caught:
+            watch.add(("w", b"c"), *waiter("c", 1))
+        assert caught.value.detail["limit"] == 3
+        watch.stepped(made.world, [("w", b"b"), ("w", b"b"), ("x", b"a"), ("v", None)])
+        assert looked == ["b", "singleton"]  # once each; another workflow's key a is not a
+        assert delivered == {}
+        watch.stepped(made.world, [("w", b"a"), ("w", b"b")])
+        assert delivered == {"a": 1, "b": 2}  # each wait over: delivered and forgotten
+        assert not watch.remove(a)
+        assert watch.waiters == 1
+        watch.stop()
+        assert isinstance(delivered["singleton"], WorldClosedError)
+        assert watch.waiters == 0
+    finally:
+        made.world.close()
 
 
-def test_a_step_between_the_look_and_the_wait_is_not_missed() -> None:
-    """The waiter is registered before its first look, so a step that lands while it looks
-    wakes it: the second look sees the end."""
+def test_a_look_that_is_refused_delivers_the_refusal(tmp_path: Path) -> None:
+    made = make_flow_world(tmp_path / "w")
     watch = CellWatch(waiters_max=1)
-    looks: list[int] = []
+    delivered: list[Any] = []
 
-    async def look() -> tuple[bool, int]:
-        looks.append(len(looks))
-        if len(looks) == 1:
-            watch.stepped([("w", b"k")])  # the step lands during the first look
-        return len(looks) > 1, len(looks)
+    def look(world: Any) -> tuple[bool, Any]:
+        return True, ops.status(world, "nope")  # refused: flow.execution_unknown
 
-    assert asyncio.run(wait_for_cell(watch, ("w", b"k"), look, LONG_WAIT_MS)) == 2
-    assert watch.waiters == 0
+    try:
+        watch.add(("w", b"a"), look, delivered.append)
+        watch.stepped(made.world, [("w", b"a")])
+        [error] = delivered
+        assert isinstance(error, FlowError) and error.code == "flow.execution_unknown"
+        assert watch.waiters == 0
+    finally:
+        made.world.close()
