@@ -213,6 +213,86 @@ def _encode_array(out: bytearray, value: list[Any] | tuple[Any, ...], depth_left
             _encode_into(out, item, left)
 
 
+def encode_copied(value: Any, *, depth_max: int = NESTING_DEPTH_MAX_DEFAULT) -> tuple[bytes, Any]:
+    """`encode(value)` (self-described) and `decoded_copy(value)` in one walk: a step's state
+    is encoded and kept for the next input (`envelope.StateMemo`), and walking it once is
+    cheaper than walking it twice. Raises what `encode` raises."""
+    out = bytearray(SELF_DESCRIBE_PREFIX)
+    copy = _encode_copy_into(out, value, depth_max)
+    return bytes(out), copy
+
+
+def _encode_copy_into(out: bytearray, value: Any, depth_left: int) -> Any:
+    kind = type(value)
+    if kind is dict:
+        if depth_left <= 0:
+            _check_depth(depth_left)
+        return _encode_copy_map(out, value, depth_left)
+    if kind is list or kind is tuple:
+        if depth_left <= 0:
+            _check_depth(depth_left)
+        return _encode_copy_array(out, value, depth_left)
+    _encode_into(out, value, depth_left)
+    if kind is float and math.isnan(value):
+        return _NAN_VALUE
+    return value
+
+
+def _encode_copy_map(out: bytearray, value: dict[Any, Any], depth_left: int) -> dict[Any, Any]:
+    """`_encode_map`, building the copy (keys in canonical order) as it goes."""
+    keys = tuple(value)
+    if not _KEY_TYPES.issuperset(map(type, keys)):
+        _reject_key(keys)
+    order = _MAP_MEMO.get(keys)
+    if order is None:
+        order = _key_order(keys, depth_left)
+        if len(keys) <= MAP_MEMO_KEYS_MAX and len(_MAP_MEMO) < MAP_MEMO_MAX:
+            _MAP_MEMO[keys] = order
+    count = len(order)
+    out += bytes((0xA0 | count,)) if count < 24 else _head_bytes(5, count)
+    left = depth_left - 1
+    memo = _TEXT_MEMO
+    copy: dict[Any, Any] = {}
+    for key, key_bytes in order:
+        out += key_bytes
+        item = value[key]
+        kind = type(item)
+        if kind is str and item in memo:
+            out += memo[item]
+            copy[key] = item
+        elif kind is int and 0 <= item < 24:
+            out.append(item)
+            copy[key] = item
+        elif item is None:
+            out.append(0xF6)
+            copy[key] = None
+        elif kind is dict and left > 0:
+            copy[key] = _encode_copy_map(out, item, left)
+        elif kind is list and left > 0:
+            copy[key] = _encode_copy_array(out, item, left)
+        else:
+            copy[key] = _encode_copy_into(out, item, left)
+    return copy
+
+
+def _encode_copy_array(out: bytearray, value: list[Any] | tuple[Any, ...], depth_left: int) -> Any:
+    count = len(value)
+    out += bytes((0x80 | count,)) if count < 24 else _head_bytes(4, count)
+    left = depth_left - 1
+    copy: list[Any] = []
+    append = copy.append
+    for item in value:
+        if type(item) is int and 0 <= item < 24:
+            out.append(item)
+            append(item)
+        elif type(item) is bytes:
+            out += _head_bytes(2, len(item)) + item
+            append(item)
+        else:
+            append(_encode_copy_into(out, item, left))
+    return copy
+
+
 def _key_order(keys: tuple[Any, ...], depth_left: int) -> tuple[tuple[Any, bytes], ...]:
     entries: list[tuple[Any, bytes]] = []
     for key in keys:
