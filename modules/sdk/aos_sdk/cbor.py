@@ -512,6 +512,28 @@ class _Reader:
                     raise CborError("cbor.malformed", "text string is not valid UTF-8") from None
             elif 0xA0 < initial < 0xB8 and left > 0:  # a map of fewer than 24 entries
                 result[key], offset = self._map(initial - 0xA0, offset + 1, left)
+            elif 0x40 <= initial < 0x58:  # short bytes (keys, ids)
+                start, offset = offset + 1, offset + 1 + initial - 0x40
+                if offset > size:
+                    raise _truncated()
+                result[key] = data[start:offset]
+            elif (initial == 0x58 or initial == 0x78) and offset + 1 < size:
+                # Bytes or text of 24-255 (hashes, entropy, embedded values), in place.
+                length = data[offset + 1]
+                start, offset = offset + 2, offset + 2 + length
+                if offset > size:
+                    raise _truncated()
+                if check and length < 24:
+                    self.non_canonical = True
+                if initial == 0x58:
+                    result[key] = data[start:offset]
+                else:
+                    try:
+                        result[key] = data[start:offset].decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise CborError(
+                            "cbor.malformed", "text string is not valid UTF-8"
+                        ) from None
             else:
                 result[key], offset = item(offset, left)
         return result, offset
