@@ -46,7 +46,8 @@ _SIMPLE_VALUES = (False, True, None)  # f4, f5, f6
 _NAN_VALUE = struct.unpack(">e", _NAN[1:])[0]  # what decoding the one NaN gives
 
 _TEXT_MEMO: dict[str, bytes] = {}
-_MAP_MEMO: dict[tuple[Any, ...], tuple[tuple[Any, bytes], ...]] = {}
+# A map shape (its keys, in the map's order): the map's head and its keys in canonical order.
+_MAP_MEMO: dict[tuple[Any, ...], tuple[bytes, tuple[tuple[Any, bytes], ...]]] = {}
 
 
 class CborError(ValueError):
@@ -170,13 +171,11 @@ def _encode_map(out: bytearray, value: dict[Any, Any], depth_left: int) -> None:
     # once the key types are checked (True == 1 and a str subclass equals its text).
     if not _KEY_TYPES.issuperset(map(type, keys)):
         _reject_key(keys)
-    order = _MAP_MEMO.get(keys)
-    if order is None:
-        order = _key_order(keys, depth_left)
-        if len(keys) <= MAP_MEMO_KEYS_MAX and len(_MAP_MEMO) < MAP_MEMO_MAX:
-            _MAP_MEMO[keys] = order
-    count = len(order)
-    out += bytes((0xA0 | count,)) if count < 24 else _head_bytes(5, count)
+    shape = _MAP_MEMO.get(keys)
+    if shape is None:
+        shape = _new_shape(keys, depth_left)
+    head, order = shape
+    out += head
     left = depth_left - 1
     memo = _TEXT_MEMO
     for key, key_bytes in order:
@@ -204,10 +203,14 @@ def _encode_array(out: bytearray, value: list[Any] | tuple[Any, ...], depth_left
     out += bytes((0x80 | count,)) if count < 24 else _head_bytes(4, count)
     left = depth_left - 1
     for item in value:
-        # Inline what long lists mostly hold (a loop's items and its encoded results).
-        if type(item) is int and 0 <= item < 24:
+        # Inline what long lists mostly hold (a loop's items and its encoded results, the
+        # records of the history and of the marking).
+        kind = type(item)
+        if kind is int and 0 <= item < 24:
             out.append(item)
-        elif type(item) is bytes:
+        elif kind is dict and left > 0:
+            _encode_map(out, item, left)
+        elif kind is bytes:
             out += _head_bytes(2, len(item)) + item
         else:
             _encode_into(out, item, left)
@@ -243,13 +246,11 @@ def _encode_copy_map(out: bytearray, value: dict[Any, Any], depth_left: int) -> 
     keys = tuple(value)
     if not _KEY_TYPES.issuperset(map(type, keys)):
         _reject_key(keys)
-    order = _MAP_MEMO.get(keys)
-    if order is None:
-        order = _key_order(keys, depth_left)
-        if len(keys) <= MAP_MEMO_KEYS_MAX and len(_MAP_MEMO) < MAP_MEMO_MAX:
-            _MAP_MEMO[keys] = order
-    count = len(order)
-    out += bytes((0xA0 | count,)) if count < 24 else _head_bytes(5, count)
+    shape = _MAP_MEMO.get(keys)
+    if shape is None:
+        shape = _new_shape(keys, depth_left)
+    head, order = shape
+    out += head
     left = depth_left - 1
     memo = _TEXT_MEMO
     copy: dict[Any, Any] = {}
@@ -282,15 +283,31 @@ def _encode_copy_array(out: bytearray, value: list[Any] | tuple[Any, ...], depth
     copy: list[Any] = []
     append = copy.append
     for item in value:
-        if type(item) is int and 0 <= item < 24:
+        kind = type(item)
+        if kind is int and 0 <= item < 24:
             out.append(item)
             append(item)
-        elif type(item) is bytes:
+        elif kind is dict and left > 0:
+            append(_encode_copy_map(out, item, left))
+        elif kind is bytes:
             out += _head_bytes(2, len(item)) + item
             append(item)
+        elif item is None:
+            out.append(0xF6)
+            append(None)
         else:
             append(_encode_copy_into(out, item, left))
     return copy
+
+
+def _new_shape(
+    keys: tuple[Any, ...], depth_left: int
+) -> tuple[bytes, tuple[tuple[Any, bytes], ...]]:
+    """A map shape's head and canonical key order, memoized while the table has room."""
+    shape = (_head_bytes(5, len(keys)), _key_order(keys, depth_left))
+    if len(keys) <= MAP_MEMO_KEYS_MAX and len(_MAP_MEMO) < MAP_MEMO_MAX:
+        _MAP_MEMO[keys] = shape
+    return shape
 
 
 def _key_order(keys: tuple[Any, ...], depth_left: int) -> tuple[tuple[Any, bytes], ...]:
@@ -319,9 +336,8 @@ def decoded_copy(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
         keys = tuple(value)
-        order = _MAP_MEMO.get(keys)
-        if order is None:
-            order = _key_order(keys, NESTING_DEPTH_MAX_DEFAULT)
+        shape = _MAP_MEMO.get(keys)
+        order = shape[1] if shape is not None else _key_order(keys, NESTING_DEPTH_MAX_DEFAULT)
         if _IMMUTABLE_SCALARS.issuperset(map(type, value.values())):  # checked at C speed
             return {key: value[key] for key, _ in order}
         return {key: _copied(value[key]) for key, _ in order}
