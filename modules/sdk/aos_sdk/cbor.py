@@ -550,6 +550,22 @@ class _Reader:
                         raise CborError(
                             "cbor.malformed", "text string is not valid UTF-8"
                         ) from None
+            elif 0x18 <= initial <= 0x1B:  # an unsigned integer of 1-8 bytes (times, counts)
+                start, offset = offset + 1, offset + 1 + (1 << (initial - 0x18))
+                if offset > size:
+                    raise _truncated()
+                value = int.from_bytes(data[start:offset], "big")
+                if check and value < _SHORTEST_MIN[initial - 0x18 + 24]:
+                    self.non_canonical = True
+                result[key] = value
+            elif initial == 0x59 and offset + 2 < size:  # bytes of 256-65535 (embedded values)
+                length = (data[offset + 1] << 8) | data[offset + 2]
+                start, offset = offset + 3, offset + 3 + length
+                if offset > size:
+                    raise _truncated()
+                if check and length < 0x100:
+                    self.non_canonical = True
+                result[key] = data[start:offset]
             else:
                 result[key], offset = item(offset, left)
         return result, offset
