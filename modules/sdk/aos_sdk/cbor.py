@@ -186,8 +186,11 @@ def _encode_map(out: bytearray, value: dict[Any, Any], depth_left: int) -> None:
         kind = type(item)
         if kind is str and item in memo:
             out += memo[item]
-        elif kind is int and 0 <= item < 24:
-            out.append(item)
+        elif kind is int:
+            if 0 <= item < 24:
+                out.append(item)
+            else:
+                _encode_int(out, item)
         elif item is None:
             out.append(0xF6)
         elif kind is dict and left > 0:
@@ -261,8 +264,11 @@ def _encode_copy_map(out: bytearray, value: dict[Any, Any], depth_left: int) -> 
         if kind is str and item in memo:
             out += memo[item]
             copy[key] = item
-        elif kind is int and 0 <= item < 24:
-            out.append(item)
+        elif kind is int:
+            if 0 <= item < 24:
+                out.append(item)
+            else:
+                _encode_int(out, item)
             copy[key] = item
         elif item is None:
             out.append(0xF6)
