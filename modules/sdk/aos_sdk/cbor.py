@@ -245,7 +245,9 @@ def _encode_copy_into(out: bytearray, value: Any, depth_left: int) -> Any:
 
 
 def _encode_copy_map(out: bytearray, value: dict[Any, Any], depth_left: int) -> dict[Any, Any]:
-    """`_encode_map`, building the copy (keys in canonical order) as it goes."""
+    """`_encode_map`, building the copy (keys in canonical order) as it goes. Its opening
+    repeats `_encode_map`'s on purpose: a shared helper is one more Python call per map, which
+    inside a component costs ~15% more fuel for a step's encoding."""
     keys = tuple(value)
     if not _KEY_TYPES.issuperset(map(type, keys)):
         _reject_key(keys)
