@@ -22,31 +22,14 @@ from tests.flow_interpreter.harness import Execution, arc, effects, flow, step, 
 def _definition() -> dict[str, Any]:
     """A sequential loop (its results kept encoded until it is done), Jinja templates in
     args and in a guard, then a step reading the loop's results."""
+    twice = {"n": "{{ iter.item }}", "twice": "{{ iter.item * 2 }}"}
+    call = task("c", "call", tool={"kind": "echo"}, args=twice)
+    done = arc("after", when="{{ event.name == 'loop.done' }}")
+    total = "{{ each.results | map(attribute='sq') | sum }}-{{ workload.tag }}"
     return flow(
         [
-            step(
-                "each",
-                [
-                    task(
-                        "c",
-                        "call",
-                        tool={"kind": "echo"},
-                        args={"n": "{{ iter.item }}", "twice": "{{ iter.item * 2 }}"},
-                    )
-                ],
-                loop={"in": "{{ workload.items }}", "mode": "sequential"},
-                arcs=[arc("after", when="{{ event.name == 'loop.done' }}")],
-            ),
-            step(
-                "after",
-                [
-                    task(
-                        "sum",
-                        "noop",
-                        result="{{ each.results | map(attribute='sq') | sum }}-{{ workload.tag }}",
-                    )
-                ],
-            ),
+            step("each", [call], loop={"in": "{{ workload.items }}"}, arcs=[done]),
+            step("after", [task("sum", "noop", result=total)]),
         ]
     )
 
