@@ -330,3 +330,48 @@ def test_decoded_copy_shares_no_container() -> None:
     copy["z"]["b"].append(3)
     copy["y"][0]["a"]["new"] = 1
     assert inner == {"b": [1, 2], "a": {}}
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(values)
+def test_encode_copied_is_encode_and_decoded_copy(value: Any) -> None:
+    for given_value in (value, _with_tuples(value)):
+        encoded, copy = sdk_cbor.encode_copied(given_value)
+        assert encoded == sdk_cbor.encode(given_value)
+        assert _shape(copy) == _shape(sdk_cbor.decoded_copy(given_value))
+
+
+def test_encode_copied_shares_no_container() -> None:
+    inner = {"b": [1, 2], "a": {}}
+    value = {"z": inner, "y": [inner]}
+    _, copy = sdk_cbor.encode_copied(value)
+    assert list(copy["z"]) == ["a", "b"]
+    copy["z"]["b"].append(3)
+    copy["y"][0]["a"]["new"] = 1
+    assert inner == {"b": [1, 2], "a": {}}
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        ({"a": [2**64]}, "cbor.integer_range"),
+        ({"k": {1.5: 1}}, "cbor.key_type"),
+        ([{"k": object()}], "cbor.unsupported_value"),
+        ({"s": {1, 2}}, "cbor.unsupported_value"),
+    ],
+)
+def test_encode_copied_rejects_what_encode_rejects(value: Any, code: str) -> None:
+    with pytest.raises(sdk_cbor.CborError) as caught:
+        sdk_cbor.encode_copied(value)
+    assert caught.value.code == code
+
+
+def test_encode_copied_depth_limit_is_encodes() -> None:
+    deep: Any = 0
+    for _ in range(64):
+        deep = [deep]
+    assert sdk_cbor.encode_copied(deep)[0] == sdk_cbor.encode(deep)
+    for too_deep in ([deep], {"k": deep}):
+        with pytest.raises(sdk_cbor.CborError) as caught:
+            sdk_cbor.encode_copied(too_deep)
+        assert caught.value.code == "cbor.depth_exceeded"

@@ -547,6 +547,18 @@ def test_state_memo_bounds() -> None:
     assert envelope.StateMemo().entries_max == envelope.STATE_MEMO_ENTRIES_MAX_DEFAULT
 
 
+def test_state_memo_stops_copying_after_a_state_too_large_to_keep() -> None:
+    small, large = {"n": 1}, {"n": "x" * 100}
+    memo = envelope.StateMemo(state_bytes_max=len(cbor.encode(small)))
+    assert memo.copying
+    memo.keep(cbor.encode(large), large)
+    assert not memo.copying and len(memo) == 0
+    encoded, copy = cbor.encode_copied(small)
+    memo.keep(encoded, small, copy)
+    assert memo.copying and memo.take(encoded) is copy
+    assert not envelope.StateMemo(entries_max=0).copying
+
+
 def test_a_state_the_encoder_refuses_fails_as_converting_it_would() -> None:
     wf: Workflow[Any] = Workflow("demo/Bad@1")
     wf.on("demo/Bad@1")(lambda state, event, ctx: {"tags": {1, 2}})

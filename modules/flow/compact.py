@@ -145,11 +145,20 @@ def _fill(record: Any, defaults: dict[str, Any]) -> Any:
 def _strip(record: Any, defaults: dict[str, Any]) -> Any:
     if type(record) is not dict:
         return record
-    # Inline (no call per field): this runs over every record of the state on every step.
-    return {
-        key: value
-        for key, value in record.items()
-        if (default := defaults.get(key, _ABSENT)) is _ABSENT
-        or type(value) is not type(default)
-        or value != default
-    }
+    # A copy less the fields at their defaults, checked once per default (a table has fewer
+    # fields than an expanded record, and most are null: no call per field, this runs over
+    # every record of the state on every step).
+    stripped = dict(record)
+    for key in _NULLS[id(defaults)]:
+        if key in stripped and stripped[key] is None:
+            del stripped[key]
+    for key, default, kind in _OTHERS[id(defaults)]:
+        value = stripped.get(key, _ABSENT)
+        if type(value) is kind and value == default:
+            del stripped[key]
+    return stripped
+
+
+# Per table: the fields whose default is null, and the others with their default and its type.
+_NULLS = {id(t): tuple(k for k, d in t.items() if d is None) for t in _TABLES}
+_OTHERS = {id(t): tuple((k, d, type(d)) for k, d in t.items() if d is not None) for t in _TABLES}

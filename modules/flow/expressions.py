@@ -5,9 +5,11 @@ A string is a template iff it contains `{{` or `{%`. A whole-string plain path
 in a sandboxed Jinja2 environment and the text is read back as a literal when it looks like
 one. Guards are templates (truthy) or JSONPath queries over the namespace.
 
-Compiled template code and compiled JSONPath queries are memoized by their source text
-(pure, bounded). The Jinja2 environment itself is made per step: it carries the step's blob
-reader, so that a template walking into a `{"$ref"}` result loads it."""
+Compiled templates and compiled JSONPath queries are memoized by their source text (pure,
+bounded). One Jinja2 environment serves every step (made at import, so it is in the
+component's snapshot): making one costs about as much as a small step inside a component.
+Each step hands it that step's blob reader before it renders, so that a template walking into
+a `{"$ref"}` result loads it; nothing else in it changes between steps."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 CODE_MAX = 1024
 JSONPATH_MAX = 1024
 _CODE: dict[str, Any] = {}
+_TEMPLATES: dict[str, Any] = {}  # by source text, bound to the one environment
 _JSONPATH: dict[str, Any] = {}
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -72,16 +75,12 @@ class Evaluator:
 
     def __init__(self, blobs: Blobs) -> None:
         self.blobs = blobs
-        self._env: _Environment | None = None
-        self.templates: dict[str, Any] = {}
 
     @property
     def env(self) -> _Environment:
-        """Made on first use: most steps render only plain paths, which need no Jinja2, and
-        an environment costs about as much as the rest of a small step inside a component."""
-        if self._env is None:
-            self._env = _Environment(self.blobs)
-        return self._env
+        """The shared environment, reading this step's blobs."""
+        _ENVIRONMENT.blobs = self.blobs
+        return _ENVIRONMENT
 
     def render(self, value: Any, scope: dict[str, Any]) -> Any:
         """A TEMPLATE: strings that are templates render, containers are rebuilt (so a value
@@ -98,7 +97,7 @@ class Evaluator:
         plain = _PLAIN_PATH.fullmatch(text)
         if plain is not None and plain.group(1) not in _LITERAL_NAMES:
             return self.resolve(plain.group(1), scope)
-        template = self._template(text)
+        template = _template(self.env, text)
         try:
             rendered = template.render(scope)
         except Exception as error:  # Jinja raises many types; each is an expression error
@@ -135,15 +134,14 @@ class Evaluator:
             text = "{{ " + text + " }}"
         return truthy(self.render_text(text, scope))
 
-    def _template(self, text: str) -> Any:
-        template = self.templates.get(text)
-        if template is None:
-            code = _compiled(self.env, text)
-            template = self.env.template_class.from_code(
-                self.env, code, self.env.make_globals(None)
-            )
-            self.templates[text] = template
-        return template
+
+def _template(env: _Environment, text: str) -> Any:
+    template = _TEMPLATES.get(text)
+    if template is None:
+        code = _compiled(env, text)
+        template = env.template_class.from_code(env, code, env.make_globals(None))
+        remember(_TEMPLATES, text, template, CODE_MAX)
+    return template
 
 
 def _step_into(blobs: Blobs, value: Any, key: Any, path: str) -> Any:
@@ -272,9 +270,9 @@ class _Environment(ImmutableSandboxedEnvironment):
     """Sandboxed and strict; map keys win over attributes (`r.items` is the key `items`),
     and references are loaded when a path walks into them."""
 
-    def __init__(self, blobs: Blobs) -> None:
+    def __init__(self) -> None:
         super().__init__(undefined=_ChainedUndefined, autoescape=False, keep_trailing_newline=True)
-        self._blobs = blobs
+        self.blobs: Blobs | None = None  # the rendering step's (`Evaluator.env`)
         self.filters.update(FILTERS)
         self.globals.update(FUNCTIONS)
 
@@ -288,8 +286,8 @@ class _Environment(ImmutableSandboxedEnvironment):
         return super().getitem(self._loaded(obj, argument), argument)
 
     def _loaded(self, obj: Any, key: Any) -> Any:
-        if is_ref(obj) and key not in ("$ref", "size", "schema_hint"):
-            return self._blobs.deref(obj)
+        if is_ref(obj) and key not in ("$ref", "size", "schema_hint") and self.blobs is not None:
+            return self.blobs.deref(obj)
         return obj
 
 
@@ -396,3 +394,5 @@ FUNCTIONS = {
     "upper": _upper,
     "first": _first,
 }
+
+_ENVIRONMENT = _Environment()

@@ -234,6 +234,37 @@ def test_a_missing_ref_is_a_read_request() -> None:
     assert events(served)[-1]["status"] == "completed"
 
 
+def test_one_jinja_environment_reads_each_steps_own_blobs() -> None:
+    """The environment is shared by every step: a step whose blob was not sent asks for it,
+    even when the step before it (another execution) rendered with that very blob."""
+    definition = flow(
+        [
+            step(
+                "a",
+                [
+                    task("get", "call", tool={"kind": "http"}),
+                    task("x", "noop", result="{{ _prev.x * 10 }}"),
+                ],
+            )
+        ]
+    )
+    first = Execution("e1")
+    first.receipt(effects(first.start(definition))[0], {"$ref": store(first.blobs, {"x": 1})})
+    assert first.business["steps"]["a"] == 10
+    second = Execution("e2")
+    call = effects(second.start(definition))[0]
+    digest = store(second.blobs, {"x": 1})  # the first execution's blob
+    blobs_module._DECODED.clear()
+    event = {"$tag": "Receipt", "$value": envelope("e2", call, {"$ref": digest, "size": 3})}
+    ctx = testing.make_ctx(workflow="aos/FlowExec@1", now_ns=second.now_ns, key="e2")
+    data = testing.input_bytes(second.state, testing.Event(EXEC_EVENT, event, key="e2"), ctx)
+    assert digest in sdk_envelope.decode_output(app.flow.step_bytes(data)).reads
+    served = testing.step(
+        app.flow, second.state, testing.Event(EXEC_EVENT, event, key="e2"), ctx, blobs=second.blobs
+    )
+    assert served.state["business"]["steps"]["a"] == 10
+
+
 def test_jinja_literals_are_constants_not_paths() -> None:
     assert _value(
         {"t": "{{ true }}", "f": "{{ false }}", "n": "{{ none }}", "T": "{{ True }}"}

@@ -71,6 +71,8 @@ class StepOutput:
     reads: list[str] = field(default_factory=list)
 
 
+_ABSENT: Any = object()
+
 # A warm instance's memo of the states it output (see `StateMemo`).
 STATE_MEMO_ENTRIES_MAX_DEFAULT = 8
 STATE_MEMO_STATE_BYTES_MAX_DEFAULT = 65_536  # a warm heap holds 8 such states at most
@@ -92,18 +94,28 @@ class StateMemo:
         self.entries_max = entries_max
         self.state_bytes_max = state_bytes_max
         self._states: dict[bytes, Any] = {}
+        self._copying = entries_max >= 1
 
     def __len__(self) -> int:
         return len(self._states)
 
-    def keep(self, encoded: bytes, value: Any) -> None:
-        """Note that `value` (plain data) was output as `encoded`."""
-        if len(encoded) > self.state_bytes_max or self.entries_max < 1:
+    def keep(self, encoded: bytes, value: Any, copy: Any = _ABSENT) -> None:
+        """Note that `value` (plain data) was output as `encoded`; `copy`, when given, is
+        `cbor.decoded_copy(value)` already (`cbor.encode_copied`)."""
+        self._copying = len(encoded) <= self.state_bytes_max and self.entries_max >= 1
+        if not self._copying:
             return
         self._states.pop(encoded, None)
         while len(self._states) >= self.entries_max:
             del self._states[next(iter(self._states))]  # the oldest
-        self._states[encoded] = cbor.decoded_copy(value)
+        self._states[encoded] = cbor.decoded_copy(value) if copy is _ABSENT else copy
+
+    @property
+    def copying(self) -> bool:
+        """Whether the next state should be encoded with its copy (`cbor.encode_copied`):
+        not while the memo keeps nothing, nor right after a state too large to keep (a
+        large state's copy would mostly be thrown away)."""
+        return self._copying
 
     def take(self, encoded: bytes) -> Any:
         """The state `encoded` decodes to: from the memo (and out of it), else decoded."""
@@ -111,9 +123,6 @@ class StateMemo:
         if found is not _ABSENT:
             return found
         return cbor.decode(encoded, trusted=True)
-
-
-_ABSENT: Any = object()
 
 
 def decode_input(data: bytes, states: StateMemo | None = None) -> StepInput:
@@ -212,15 +221,15 @@ def _state_bytes(state: Any, typed: bool, states: StateMemo | None) -> bytes:
     """The state's encoding. A typed state is encoded as it is when it is plain data (the
     usual case); when the encoder refuses it, it is converted first, which gives the same
     bytes, or the same error, as converting it always would."""
-    if not typed:
-        encoded = cbor.encode(state)
-    else:
-        try:
-            encoded = cbor.encode(state)
-        except cbor.CborError:
-            return cbor.encode(schema.to_value(state))
+    copying = states is not None and states.copying
+    try:
+        encoded, copy = cbor.encode_copied(state) if copying else (cbor.encode(state), _ABSENT)
+    except cbor.CborError:
+        if not typed:
+            raise
+        return cbor.encode(schema.to_value(state))
     if states is not None:
-        states.keep(encoded, state)
+        states.keep(encoded, state, copy)
     return encoded
 
 
