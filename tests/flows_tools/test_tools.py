@@ -10,6 +10,7 @@ a small probe world (`fixtures/world`: the flow world's tool effects, no interpr
 from __future__ import annotations
 
 import json
+import math
 import socket
 import subprocess
 import threading
@@ -28,6 +29,7 @@ from click.testing import CliRunner
 from aos.cli.adapter_cmd import adapter_group
 from aos.flows.tools import (
     TOOL_EFFECTS,
+    Renewer,
     ToolContext,
     ToolOutcome,
     handlers_for,
@@ -496,6 +498,59 @@ def test_calls_share_one_renewer_thread_and_each_keeps_its_own_lease() -> None:
         call.join()
     assert renewed.count("a") >= 2 and renewed.count("b") >= 2
     assert renewed.count("cancelled") == 1  # revoked: never renewed again
+
+
+def test_quick_calls_leave_the_renewer_thread_asleep() -> None:
+    renewed: list[str] = []
+
+    class FakeAdapter:
+        def renew(self, held: Lease) -> bool:
+            renewed.append(held.lease_id)
+            return True
+
+    release = threading.Event()
+
+    def work(params: Any, held: Lease) -> Result:
+        if params == "wait":
+            release.wait()
+        elif params:
+            time.sleep(params)
+        return Result("ok", params)
+
+    renewer = Renewer(cast(Adapter, FakeAdapter()))
+    handler = renewing(cast(Adapter, FakeAdapter()), work, renewer)
+    # A long call: its first renewal is due in 200 s, and the thread sleeps until then.
+    running = threading.Thread(
+        target=handler, args=("wait", replace(lease(ECHO, "wait", 600_000), lease_id="long"))
+    )
+    running.start()
+    deadline = time.monotonic() + 30
+    while not math.isfinite(renewer.wake_at) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert math.isfinite(renewer.wake_at)
+    wakes = renewer.wakes
+    for _ in range(50):  # each due after the thread's wake-up: none wakes it
+        assert handler(0, lease(ECHO, 0, 600_000)) == Result("ok", 0)
+    assert renewer.wakes == wakes and renewed == []
+    # One due before it (a third of 300 ms) wakes it, and is renewed while it runs.
+    assert handler(0.45, replace(lease(ECHO, 0.45, 300), lease_id="short")) == Result("ok", 0.45)
+    assert renewer.wakes > wakes and renewed.count("short") >= 2 and "long" not in renewed
+    release.set()
+    running.join()
+
+
+def test_a_call_context_is_the_context_with_its_intent(tmp_path: Path, blobs: Blobs) -> None:
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    ctx = context(blobs, python_paths=(folder,))
+    folder.rmdir()  # checked when the context was made, not again for each call
+    with pytest.raises(AdapterConfigInvalidError):
+        replace(ctx, intent="blake3:" + "0" * 64)
+    call_ctx = ctx.for_intent("blake3:" + "0" * 64)
+    assert call_ctx.intent == "blake3:" + "0" * 64 and ctx.intent == INTENT
+    assert {k: v for k, v in vars(call_ctx).items() if k != "intent"} == {
+        k: v for k, v in vars(ctx).items() if k != "intent"
+    }
 
 
 @pytest.mark.parametrize(
