@@ -349,6 +349,31 @@ def test_a_payload_over_the_receipt_limit_is_an_error_receipt(node: FakeNode) ->
     assert "too large" in body["payload"]["message"]
 
 
+@pytest.mark.parametrize("spare_bytes", [0, -1])
+def test_the_receipt_limit_holds_to_the_byte(spare_bytes: int) -> None:
+    # The size is checked before the signature is made, with a stand-in of its length.
+    now_ns = 10**18
+    payload = {"blob": b"x" * 3000}
+    node = FakeNode()
+    body = {
+        "world": node.world_id,
+        "intent": intent_hash(1),
+        "status": "ok",
+        "payload": payload,
+        "adapter": ADAPTER,
+        "started_ns": now_ns,
+        "finished_ns": now_ns,
+    }
+    size = len(cbor.encode({"body": body, "signature": bytes(64)}))
+    settled = _settle_with(
+        node,
+        lambda params, lease: Result("ok", payload),
+        receipt_bytes_max=size + spare_bytes,
+        clock_ns=lambda: now_ns,
+    )
+    assert settled["status"] == ("ok" if spare_bytes == 0 else "error")
+
+
 def test_timeout_and_error_results_keep_their_status(node: FakeNode) -> None:
     body = _settle_with(node, lambda params, lease: Result.timeout("slow", after_s=3))
     assert body["status"] == "timeout"

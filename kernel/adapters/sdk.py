@@ -38,7 +38,13 @@ import httpx
 
 from aos.kernel import cbor
 from aos.kernel.adapters.auth import AdapterAuth
-from aos.kernel.adapters.signing import SEED_BYTES, public_key_of, sign_body
+from aos.kernel.adapters.signing import (
+    SEED_BYTES,
+    SIGNATURE_BYTES,
+    public_key_of,
+    sign_body,
+    sign_encoded,
+)
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
@@ -405,14 +411,18 @@ class NodeClient:
         params: dict[str, str] | None = None,
         stop: threading.Event | None = None,
         raw: bytes | None = None,
+        json_text: str | None = None,
     ) -> Any:
-        """The decoded JSON answer to a JSON `body` (or to `raw` bytes, sent as
-        application/octet-stream). Transport failures and 408/429/5xx answers are retried
-        (waits cut short by `stop`); any other error answer raises `adapter.node_refused`."""
+        """The decoded JSON answer to a JSON `body` (or to `json_text`, a body already encoded
+        as JSON, or to `raw` bytes, sent as application/octet-stream). Transport failures and
+        408/429/5xx answers are retried (waits cut short by `stop`); any other error answer
+        raises `adapter.node_refused`."""
         content: str | bytes | None = None
         headers: dict[str, str] | None = None
         if raw is not None:
             content, headers = raw, _OCTET_HEADERS
+        elif json_text is not None:
+            content, headers = json_text, _JSON_HEADERS
         elif body is not None:
             content, headers = json.dumps(body, allow_nan=False), _JSON_HEADERS
         delays = self.retry.delays_ms()
@@ -726,7 +736,7 @@ class Adapter:
         # The host clock may step back; a receipt must not finish before it started.
         finished_ns = max(self._clock_ns(), started_ns)
         try:
-            wire, signature, result = self._signed(lease, result, started_ns, finished_ns)
+            text, signature, result = self._signed(lease, result, started_ns, finished_ns)
         except ReceiptError as error:
             # Not the payload's fault (that became an error receipt): the lease itself cannot
             # make a valid receipt, say an intent that is not a hash. The node would refuse it.
@@ -735,7 +745,7 @@ class Adapter:
         else:
             # A stopping adapter takes no more work, even from a receipt's answer.
             ask = then_lease and not self._stop.is_set()
-            outcome = self._post(lease, result, wire, signature, then_lease=ask)
+            outcome = self._post(lease, result, text, signature, then_lease=ask)
         with self._slots:
             self.summary.add(outcome)
         if self.on_outcome is not None:
@@ -860,10 +870,10 @@ class Adapter:
 
     def _signed(
         self, lease: Lease, result: Result, started_ns: int, finished_ns: int
-    ) -> tuple[Any, bytes, Result]:
-        """The receipt body as JSON and its signature. The body is signed in exactly the form
-        the node decodes from that JSON, so the signature holds on the other side. A payload
-        that cannot be sent (no JSON/CBOR form, or over the receipt limit) becomes an
+    ) -> tuple[str, bytes, Result]:
+        """The receipt body as JSON text and its signature. The body is signed in exactly the
+        form the node decodes from that JSON, so the signature holds on the other side. A
+        payload that cannot be sent (no JSON/CBOR form, or over the receipt limit) becomes an
         `error` receipt saying why, since the node would refuse it and leave the intent open."""
         try:
             return (*self._sign(lease, result, started_ns, finished_ns), result)
@@ -875,7 +885,7 @@ class Adapter:
 
     def _sign(
         self, lease: Lease, result: Result, started_ns: int, finished_ns: int
-    ) -> tuple[Any, bytes]:
+    ) -> tuple[str, bytes]:
         body = {
             "world": self.world_id,
             "intent": lease.intent,
@@ -886,24 +896,28 @@ class Adapter:
             "finished_ns": finished_ns,
         }
         wire = cbor.to_json(body)
-        json.dumps(wire, allow_nan=False)  # raises now, not inside the retry loop
+        text = json.dumps(wire, allow_nan=False)  # raises now, not inside the retry loop
         canonical = cbor.from_json(wire)
-        signature = sign_body(self._seed, canonical)
         # The kernel's own shape and size checks, so a receipt the node must refuse is caught
-        # here, where it can still become an error receipt.
-        parse({"body": canonical, "signature": signature}, receipt_bytes_max=self.receipt_bytes_max)
-        return wire, signature
+        # here, where it can still become an error receipt. Its size counts a signature's
+        # length only, so a stand-in does; what is signed is the encoding it made.
+        checked = parse(
+            {"body": canonical, "signature": bytes(SIGNATURE_BYTES)},
+            receipt_bytes_max=self.receipt_bytes_max,
+        )
+        return text, sign_encoded(self._seed, checked.body_bytes)
 
     def _post(
-        self, lease: Lease, result: Result, wire: Any, signature: bytes, *, then_lease: bool = False
+        self, lease: Lease, result: Result, body: str, signature: bytes, *, then_lease: bool = False
     ) -> Outcome:
-        receipt: dict[str, Any] = {
-            "receipt": {"body": wire, "signature": {"$bytes": signature.hex()}}
-        }
-        if then_lease:
-            receipt["lease"] = {"effects": self.effects, "max": 1}
+        """Post the receipt of `body` (its JSON text, as `_signed` made it: the body is not
+        encoded again) and `signature`."""
+        receipt = f'{{"body":{body},"signature":{{"$bytes":"{signature.hex()}"}}}}'
+        ask = f',"lease":{json.dumps({"effects": self.effects, "max": 1})}' if then_lease else ""
         try:
-            answer = self._receipt_client.request("POST", "/v1/receipts", receipt)
+            answer = self._receipt_client.request(
+                "POST", "/v1/receipts", json_text=f'{{"receipt":{receipt}{ask}}}'
+            )
         except AdapterNodeRefusedError as error:
             code = str(error.detail.get("node_code"))
             log.warning("the node refused the receipt of %s: %s", lease.intent, error)
