@@ -22,6 +22,7 @@ trusts what they sign.
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import logging
 import queue
@@ -311,6 +312,8 @@ class _PollInterrupted(BaseException):
 # The node client
 
 
+URLS_CACHED_MAX = 64
+"""Request URLs a node client keeps parsed (the fixed paths; a lease's own paths come and go)."""
 FOLLOW_TIMEOUT_S = 2.0
 """Timeout of one `GET /v1/worlds/{world}/node` while following the world."""
 # The node's answers that mean "the world is not served here any more": ask where it is.
@@ -369,10 +372,23 @@ class NodeRoute:
         return url.rstrip("/") if isinstance(url, str) and live else None
 
 
+class _NoCookies(http.cookiejar.CookieJar):
+    """A jar that keeps nothing: the node sets no cookies (adapter requests are signed, not
+    sessions), and reading every answer's headers for them is work on each request."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+
 class NodeClient:
     """JSON requests to a world host with bounded retries. Safe to share between threads.
     With a `route`, a node that is gone or answers that the world moved is followed (each
-    attempt goes to the route's node of the moment)."""
+    attempt goes to the route's node of the moment).
+
+    Each request is built as an `httpx.Request` of an absolute URL (parsed once per node and
+    path) with only the headers the node reads (content type, and the signature's), not
+    through the client's defaults: httpx's merging of base URL, default headers and cookies
+    is much of its cost per request, and an adapter's chain pays it once per task."""
 
     def __init__(
         self,
@@ -389,13 +405,16 @@ class NodeClient:
         self.route = route
         self.timeout_s = timeout_s
         self.attempts = 0  # requests sent, retries included (tests read it)
+        self._base = base_url.rstrip("/")
+        # (node, path) -> its URL; cleared when full (paths with a lease id in them vary).
+        self._urls: dict[tuple[str, str], httpx.URL] = {}
         self._client = httpx.Client(
-            base_url=base_url,
             transport=transport,
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=connections_max),
             trust_env=False,  # a loopback node must not be sent through an HTTP proxy
             auth=auth,  # every attempt is signed afresh: a retry is a new nonce
+            cookies=_NoCookies(),
         )
 
     def close(self) -> None:
@@ -427,18 +446,20 @@ class NodeClient:
             content, headers = json.dumps(body, allow_nan=False), _JSON_HEADERS
         delays = self.retry.delays_ms()
         failure = ""
+        timeout = {"timeout": httpx.Timeout(self.timeout_s + extra_timeout_s).as_dict()}
         for attempt in range(self.retry.attempts_max):
             self.attempts += 1
             node = self._node()
+            request = httpx.Request(
+                method,
+                self._url(node, path),
+                content=content,
+                params=params,
+                headers=headers,
+                extensions=timeout,
+            )
             try:
-                response = self._client.request(
-                    method,
-                    path,
-                    content=content,
-                    params=params,
-                    headers=headers,
-                    timeout=self.timeout_s + extra_timeout_s,
-                )
+                response = self._client.send(request)
             except httpx.TransportError as error:
                 failure = f"{type(error).__name__}: {error}"
             else:
@@ -462,9 +483,17 @@ class NodeClient:
 
     def _node(self) -> str:
         """The node this attempt goes to (the route's, when following the world)."""
-        if self.route is not None and str(self._client.base_url).rstrip("/") != self.route.url:
-            self._client.base_url = httpx.URL(self.route.url)
-        return str(self._client.base_url).rstrip("/")
+        if self.route is not None:
+            self._base = self.route.url
+        return self._base
+
+    def _url(self, node: str, path: str) -> httpx.URL:
+        url = self._urls.get((node, path))
+        if url is None:
+            if len(self._urls) >= URLS_CACHED_MAX:
+                self._urls.clear()
+            url = self._urls[(node, path)] = httpx.URL(node + path)
+        return url
 
     def _moved(self, response: httpx.Response) -> str:
         """The node's error code when it says the world is not served there any more (only
