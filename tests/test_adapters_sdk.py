@@ -23,7 +23,10 @@ from aos.kernel.adapters.sdk import (
     AdapterNodeProtocolError,
     AdapterNodeUnreachableError,
     AdapterNoHandlersError,
+    URLS_CACHED_MAX,
     Lease,
+    NodeClient,
+    NodeRoute,
     Result,
     RetryPolicy,
 )
@@ -387,6 +390,50 @@ def test_a_result_status_is_checked() -> None:
 
 # --------------------------------------------------------------------------------------------
 # Retries
+
+
+def test_request_urls_are_kept_parsed_per_node_and_path_up_to_a_limit() -> None:
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        if request.url.host == "old":
+            raise httpx.ConnectError("gone", request=request)
+        if request.url.path == "/v1/worlds/w/node":
+            return httpx.Response(200, json={"url": "http://new", "live": True})
+        return httpx.Response(200, json={"cookies": request.headers.get("cookie")},
+                              headers={"set-cookie": "session=1"})  # fmt: skip
+
+    transport = httpx.MockTransport(handle)
+    client = NodeClient("http://node.test/", retry=FAST_RETRY, transport=transport)
+    try:
+        for n in range(URLS_CACHED_MAX):
+            client.request("GET", f"/v1/x/{n}")
+        client.request("GET", "/v1/x/0")  # kept: no second entry
+        assert client.urls_cached == URLS_CACHED_MAX
+        client.request("GET", "/v1/y", params={"a": "1"})  # one past the limit: kept afresh
+        assert client.urls_cached == 1
+        # The query is not part of what is kept, and no cookie the node sets comes back.
+        assert client.request("GET", "/v1/y", params={"a": "2"}) == {"cookies": None}
+    finally:
+        client.close()
+    assert seen[0] == "http://node.test/v1/x/0"
+    assert seen[-2:] == ["http://node.test/v1/y?a=1", "http://node.test/v1/y?a=2"]
+    # A path kept for one node is not used for another: the route's move is followed.
+    route = NodeRoute("http://old", ["http://other"], world=lambda: "w", transport=transport)
+    moving = NodeClient("http://old", retry=FAST_RETRY, transport=transport, route=route)
+    try:
+        assert moving.request("GET", "/v1/y") == {"cookies": None}
+        assert moving.request("GET", "/v1/y") == {"cookies": None}
+    finally:
+        moving.close()
+    assert seen[-5:] == [
+        "http://old/v1/y",
+        "http://old/v1/worlds/w/node",
+        "http://other/v1/worlds/w/node",
+        "http://new/v1/y",
+        "http://new/v1/y",
+    ]
 
 
 def test_backoff_is_exponential_and_capped() -> None:

@@ -22,7 +22,6 @@ trusts what they sign.
 
 from __future__ import annotations
 
-import http.cookiejar
 import json
 import logging
 import queue
@@ -80,6 +79,7 @@ ERROR_MESSAGE_CHARS_MAX = 500
 _HTTP_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _JSON_HEADERS = {"content-type": "application/json"}
 _OCTET_HEADERS = {"content-type": "application/octet-stream"}
+_NO_HEADERS: dict[str, str] = {}
 
 Status = Literal["ok", "error", "timeout"]
 STATUSES: tuple[Status, ...] = ("ok", "error", "timeout")
@@ -372,12 +372,27 @@ class NodeRoute:
         return url.rstrip("/") if isinstance(url, str) and live else None
 
 
-class _NoCookies(http.cookiejar.CookieJar):
-    """A jar that keeps nothing: the node sets no cookies (adapter requests are signed, not
-    sessions), and reading every answer's headers for them is work on each request."""
+class _NoCookies(httpx.Cookies):
+    """Cookies that stay empty: the node sets none (adapter requests are signed, not a
+    session), and looking for them in every answer is work on each request."""
 
-    def extract_cookies(self, response: Any, request: Any) -> None:
+    def extract_cookies(self, response: httpx.Response) -> None:
         return None
+
+
+_NO_COOKIES = _NoCookies()
+
+
+class _Http(httpx.Client):
+    """httpx's client, keeping no cookies (`_NoCookies`)."""
+
+    @property  # type: ignore[override]
+    def cookies(self) -> httpx.Cookies:
+        return _NO_COOKIES
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        del cookies  # nothing is kept
 
 
 class NodeClient:
@@ -386,9 +401,11 @@ class NodeClient:
     attempt goes to the route's node of the moment).
 
     Each request is built as an `httpx.Request` of an absolute URL (parsed once per node and
-    path) with only the headers the node reads (content type, and the signature's), not
-    through the client's defaults: httpx's merging of base URL, default headers and cookies
-    is much of its cost per request, and an adapter's chain pays it once per task."""
+    path) with only the headers the node reads (content type, and `auth`'s signature,
+    made afresh for every attempt: a retry is a new nonce), not through the client's
+    defaults: httpx's merging of base URL, default headers and cookies, and an auth flow's
+    second pass over the headers, are much of its cost per request, and an adapter's chain
+    pays it once per task."""
 
     def __init__(
         self,
@@ -398,27 +415,31 @@ class NodeClient:
         timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
         transport: httpx.BaseTransport | None = None,
         connections_max: int = CONCURRENCY_DEFAULT,
-        auth: httpx.Auth | None = None,
+        auth: AdapterAuth | None = None,
         route: NodeRoute | None = None,
     ) -> None:
         self.retry = retry
+        self._auth = auth
         self.route = route
         self.timeout_s = timeout_s
         self.attempts = 0  # requests sent, retries included (tests read it)
         self._base = base_url.rstrip("/")
         # (node, path) -> its URL; cleared when full (paths with a lease id in them vary).
         self._urls: dict[tuple[str, str], httpx.URL] = {}
-        self._client = httpx.Client(
+        self._client = _Http(
             transport=transport,
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=connections_max),
             trust_env=False,  # a loopback node must not be sent through an HTTP proxy
-            auth=auth,  # every attempt is signed afresh: a retry is a new nonce
-            cookies=_NoCookies(),
         )
 
     def close(self) -> None:
         self._client.close()
+
+    @property
+    def urls_cached(self) -> int:
+        """Request URLs kept parsed (at most URLS_CACHED_MAX)."""
+        return len(self._urls)
 
     def request(
         self,
@@ -436,30 +457,24 @@ class NodeClient:
         as JSON, or to `raw` bytes, sent as application/octet-stream). Transport failures and
         408/429/5xx answers are retried (waits cut short by `stop`); any other error answer
         raises `adapter.node_refused`."""
-        content: str | bytes | None = None
-        headers: dict[str, str] | None = None
+        content: bytes | None = None
+        headers = _NO_HEADERS
         if raw is not None:
             content, headers = raw, _OCTET_HEADERS
         elif json_text is not None:
-            content, headers = json_text, _JSON_HEADERS
+            content, headers = json_text.encode(), _JSON_HEADERS
         elif body is not None:
-            content, headers = json.dumps(body, allow_nan=False), _JSON_HEADERS
+            content, headers = json.dumps(body, allow_nan=False).encode(), _JSON_HEADERS
         delays = self.retry.delays_ms()
         failure = ""
         timeout = {"timeout": httpx.Timeout(self.timeout_s + extra_timeout_s).as_dict()}
         for attempt in range(self.retry.attempts_max):
             self.attempts += 1
             node = self._node()
-            request = httpx.Request(
-                method,
-                self._url(node, path),
-                content=content,
-                params=params,
-                headers=headers,
-                extensions=timeout,
-            )
             try:
-                response = self._client.send(request)
+                response = self._client.send(
+                    self._request(method, node, path, params, content, headers, timeout)
+                )
             except httpx.TransportError as error:
                 failure = f"{type(error).__name__}: {error}"
             else:
@@ -486,6 +501,23 @@ class NodeClient:
         if self.route is not None:
             self._base = self.route.url
         return self._base
+
+    def _request(
+        self,
+        method: str,
+        node: str,
+        path: str,
+        params: dict[str, str] | None,
+        content: bytes | None,
+        headers: dict[str, str],
+        extensions: dict[str, Any],
+    ) -> httpx.Request:
+        url = self._url(node, path)
+        if params:
+            url = url.copy_merge_params(params)
+        if self._auth is not None:
+            headers = {**headers, **self._auth.headers_for(method, url, content or b"")}
+        return httpx.Request(method, url, content=content, headers=headers, extensions=extensions)
 
     def _url(self, node: str, path: str) -> httpx.URL:
         url = self._urls.get((node, path))
