@@ -17,13 +17,13 @@ import pytest
 
 from aos.kernel import cbor
 from aos.kernel.adapters.sdk import (
+    URLS_CACHED_MAX,
     Adapter,
     AdapterConfigInvalidError,
     AdapterEffectDuplicateError,
     AdapterNodeProtocolError,
     AdapterNodeUnreachableError,
     AdapterNoHandlersError,
-    URLS_CACHED_MAX,
     Lease,
     NodeClient,
     NodeRoute,

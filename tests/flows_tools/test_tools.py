@@ -451,19 +451,28 @@ def test_make_adapter_names_and_effects() -> None:
         assert (other.name, other.effects) == ("acme/echo@2", [ECHO])
 
 
-def test_a_running_call_keeps_its_lease() -> None:
-    renewed: list[str] = []
+class Renewals:
+    """What the renewer calls in place of an adapter: it notes each renewal, and answers that
+    the lease `revoked` was cancelled."""
 
-    class FakeAdapter:
-        def renew(self, held: Lease) -> bool:
-            renewed.append(held.lease_id)
-            return True
+    def __init__(self, revoked: str = "") -> None:
+        self.renewed: list[str] = []
+        self.revoked = revoked
+
+    def renew(self, held: Lease) -> bool:
+        self.renewed.append(held.lease_id)
+        return held.lease_id != self.revoked
+
+
+def test_a_running_call_keeps_its_lease() -> None:
+    renewals = Renewals()
+    renewed = renewals.renewed
 
     def slow(params: Any, held: Lease) -> Result:
         time.sleep(0.45)
         return Result("ok", params)
 
-    handler = renewing(cast(Adapter, FakeAdapter()), slow)
+    handler = renewing(cast(Adapter, renewals), slow)
     assert handler(7, lease(ECHO, 7, expires_in_ms=300)) == Result("ok", 7)
     count = len(renewed)
     assert count >= 2  # every 0.1 s (a third of the 300 ms left)
@@ -472,18 +481,14 @@ def test_a_running_call_keeps_its_lease() -> None:
 
 
 def test_calls_share_one_renewer_thread_and_each_keeps_its_own_lease() -> None:
-    renewed: list[str] = []
-
-    class FakeAdapter:
-        def renew(self, held: Lease) -> bool:
-            renewed.append(held.lease_id)
-            return held.lease_id != "cancelled"  # the node revoked that one
+    renewals = Renewals(revoked="cancelled")  # the node revoked that one
+    renewed = renewals.renewed
 
     def slow(params: Any, held: Lease) -> Result:
         time.sleep(params)
         return Result("ok", params)
 
-    handler = renewing(cast(Adapter, FakeAdapter()), slow)
+    handler = renewing(cast(Adapter, renewals), slow)
     before = threading.active_count()
     for _ in range(20):  # quick calls: no renewal, no thread each
         assert handler(0, lease(ECHO, 0)) == Result("ok", 0)
@@ -501,12 +506,8 @@ def test_calls_share_one_renewer_thread_and_each_keeps_its_own_lease() -> None:
 
 
 def test_quick_calls_leave_the_renewer_thread_asleep() -> None:
-    renewed: list[str] = []
-
-    class FakeAdapter:
-        def renew(self, held: Lease) -> bool:
-            renewed.append(held.lease_id)
-            return True
+    renewals = Renewals()
+    renewed = renewals.renewed
 
     release = threading.Event()
 
@@ -517,8 +518,8 @@ def test_quick_calls_leave_the_renewer_thread_asleep() -> None:
             time.sleep(params)
         return Result("ok", params)
 
-    renewer = Renewer(cast(Adapter, FakeAdapter()))
-    handler = renewing(cast(Adapter, FakeAdapter()), work, renewer)
+    renewer = Renewer(cast(Adapter, renewals))
+    handler = renewing(cast(Adapter, renewals), work, renewer)
     # A long call: its first renewal is due in 200 s, and the thread sleeps until then.
     running = threading.Thread(
         target=handler, args=("wait", replace(lease(ECHO, "wait", 600_000), lease_id="long"))
