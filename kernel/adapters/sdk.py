@@ -386,7 +386,7 @@ _NO_COOKIES = _NoCookies()
 class _Http(httpx.Client):
     """httpx's client, keeping no cookies (`_NoCookies`)."""
 
-    @property  # type: ignore[override]
+    @property
     def cookies(self) -> httpx.Cookies:
         return _NO_COOKIES
 
