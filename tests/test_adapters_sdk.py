@@ -338,7 +338,7 @@ def test_a_handler_that_returns_no_result_is_an_error_receipt(node: FakeNode) ->
     assert "dict, not a Result" in body["payload"]["message"]
 
 
-@pytest.mark.parametrize("payload", [{1, 2}, float("nan"), (1, 2)])
+@pytest.mark.parametrize("payload", [{1, 2}, float("nan"), (1, 2), 2**70])
 def test_a_payload_with_no_wire_form_is_an_error_receipt(node: FakeNode, payload: Any) -> None:
     body = _settle_with(node, lambda params, lease: Result("ok", {"value": payload}))
     assert body["status"] == "error"

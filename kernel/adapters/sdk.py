@@ -51,6 +51,7 @@ from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
 from aos.kernel.world.receipts import (
     RECEIPT_BYTES_MAX_DEFAULT,
     ReceiptError,
+    ReceiptMalformedError,
     ReceiptTooLargeError,
     parse,
 )
@@ -962,10 +963,14 @@ class Adapter:
         # The kernel's own shape and size checks, so a receipt the node must refuse is caught
         # here, where it can still become an error receipt. Its size counts a signature's
         # length only, so a stand-in does; what is signed is the encoding it made.
-        checked = parse(
-            {"body": canonical, "signature": bytes(SIGNATURE_BYTES)},
-            receipt_bytes_max=self.receipt_bytes_max,
-        )
+        try:
+            checked = parse(
+                {"body": canonical, "signature": bytes(SIGNATURE_BYTES)},
+                receipt_bytes_max=self.receipt_bytes_max,
+            )
+        except ReceiptMalformedError:
+            cbor.encode(canonical)  # a body with no CBOR form (say a 70-bit integer): say why
+            raise
         return text, sign_encoded(self._seed, checked.body_bytes)
 
     def _post(
