@@ -41,6 +41,11 @@ def _processes(proc: Path) -> dict[int, tuple[int, int]]:
     return found
 
 
+def children(pid: int, *, proc: Path = PROC) -> list[int]:
+    """The live child processes of `pid`."""
+    return sorted(child for child, (ppid, _) in _processes(proc).items() if ppid == pid)
+
+
 def tree_cpu_s(roots: Iterable[int], *, proc: Path = PROC) -> float:
     """CPU seconds used so far by the processes `roots` and every live descendant."""
     table = _processes(proc)

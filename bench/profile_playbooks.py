@@ -9,7 +9,11 @@ with each phase of the adapter's loop timed:
 * receipt round trip: POST /v1/receipts until the node answers (the node verifies, journals,
   steps the interpreter, commits with fsync, publishes the next intent, answers);
 * next lease: the receipt's answer -> the next intent's lease: none when the receipt's answer
-  carried it (the SDK's chained leases, spec/10 §2), else the long-poll's answer.
+  carried it (the SDK's chained leases, spec/10 §2), else the long-poll's answer;
+* adapter turnaround: a receipt's answer is back from the HTTP transport -> the next receipt's
+  request enters it: everything the adapter does between two receipts of a chain (answer and
+  lease parsing, dispatch, the worker, signing, the request's own signature, httpx's request
+  building), the adapter side of the gap the node sees between answering and the next POST.
 
     .venv/bin/python -m bench.profile_playbooks [--case loop20] [--executions 5] [--poll-s 0.01]
         # --poll-s: poll the status that often instead of the run's long-poll
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,8 +33,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+import httpx
 
 from aos.flows.client import FlowNodeClient
 from aos.flows.operations import TERMINAL_STATUSES
@@ -37,19 +44,29 @@ from aos.flows.tools import TOOL_EFFECTS, ToolContext, handlers_for, renewing
 from aos.kernel.adapters.keys import read_seed
 from aos.kernel.adapters.sdk import Adapter, Lease, Outcome, Result
 from bench.bench_playbooks import AOS_FILES, EXECUTION_S_MAX, PYTHON_ALLOW, REPO
-from bench.proc_cpu import tree_cpu_s
+from bench.proc_cpu import children, tree_cpu_s
 
 PYTHON_EFFECT = "aos/tool.python@1"
 WARMUP = 3
 
 
 class TimedAdapter(Adapter):
-    """The SDK adapter, noting when each phase of a lease starts and ends."""
+    """The SDK adapter, noting when each phase of a lease starts and ends, and the CPU time
+    its handler thread spends on each lease (its answer's parsing, the tool's side of the
+    worker call, signing, the receipt's request)."""
 
     marks: list[tuple[str, float]]
+    cpu_s: list[float]
 
     def note(self, name: str) -> None:
         self.marks.append((name, time.perf_counter()))
+
+    def handle(self, lease: Lease, *, then_lease: bool = False) -> Outcome:
+        started = time.thread_time()
+        try:
+            return super().handle(lease, then_lease=then_lease)
+        finally:
+            self.cpu_s.append(time.thread_time() - started)
 
     def _lease(self, max_leases: int, wait_ms: int) -> list[Lease]:
         leases = super()._lease(max_leases, wait_ms)
@@ -66,7 +83,7 @@ class TimedAdapter(Adapter):
 
     def _signed(
         self, lease: Lease, result: Result, started_ns: int, finished_ns: int
-    ) -> tuple[Any, bytes, Result]:
+    ) -> tuple[str, bytes, Result]:
         self.note("sign")
         try:
             return super()._signed(lease, result, started_ns, finished_ns)
@@ -74,14 +91,31 @@ class TimedAdapter(Adapter):
             self.note("signed")
 
     def _post(
-        self, lease: Lease, result: Result, wire: Any, signature: bytes, *, then_lease: bool = False
+        self, lease: Lease, result: Result, body: str, signature: bytes, *, then_lease: bool = False
     ) -> Outcome:
         self.note("post")
-        outcome = super()._post(lease, result, wire, signature, then_lease=then_lease)
+        outcome = super()._post(lease, result, body, signature, then_lease=then_lease)
         self.note("posted")
         if outcome.next_leases:
             self.note("leased")  # the next lease came with the receipt's answer
         return outcome
+
+
+class TimedTransport(httpx.HTTPTransport):
+    """The SDK's transport, noting when a receipt's request goes out and its answer is back."""
+
+    def __init__(self, marks: list[tuple[str, float]]) -> None:
+        super().__init__()
+        self.marks = marks  # the adapter's
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        receipt = request.url.path == "/v1/receipts"
+        if receipt:
+            self.marks.append(("receipt out", time.perf_counter()))
+        response = super().handle_request(request)
+        if receipt:
+            self.marks.append(("receipt in", time.perf_counter()))
+        return response
 
 
 PHASES = {
@@ -90,6 +124,10 @@ PHASES = {
     "sign": ("sign", "signed"),
     "receipt round trip (node)": ("post", "posted"),
     "next lease after the receipt's answer": ("posted", "leased"),
+    "adapter turnaround (answer in -> receipt out)": ("receipt in", "receipt out"),
+    "  answer read and parsed (answer in -> posted)": ("receipt in", "posted"),
+    "  next lease to its handler (posted -> call)": ("posted", "call"),
+    "  receipt request built and signed (post -> out)": ("post", "receipt out"),
 }
 
 
@@ -125,13 +163,16 @@ def node_up(folder: Path) -> Iterator[tuple[str, Path, int]]:
 
 
 def python_adapter(url: str, keys: Path, *, chain: bool = True) -> TimedAdapter:
+    marks: list[tuple[str, float]] = []
     adapter = TimedAdapter(
         name=TOOL_EFFECTS[PYTHON_EFFECT],
         seed=read_seed(keys / "python.key"),
         node=url,
         chain_leases=chain,
+        transport=TimedTransport(marks),
     )
-    adapter.marks = []
+    adapter.marks = marks
+    adapter.cpu_s = []
     context = ToolContext(
         intent="", python_allow=(PYTHON_ALLOW,), python_paths=(REPO,), put_blob=adapter.put_blob
     )
@@ -153,11 +194,18 @@ def execute(client: FlowNodeClient, name: str, poll_s: float) -> float:
     return time.perf_counter() - started
 
 
+@dataclass
+class Profile:
+    seconds: list[float]  # per execution
+    adapter: TimedAdapter
+    node_cpu_s: float  # per execution, the node's process tree
+    workers_cpu_s: float  # per execution, the python workers (this process's other children)
+
+
 def profile(
     folder: Path, case: str, executions: int, poll_s: float, *, chain: bool = True
-) -> tuple[list[float], TimedAdapter, float]:
-    """Run `executions` of `case` after the warm-up; their seconds, the adapter's marks, and
-    the node's CPU seconds (its process tree) per execution."""
+) -> Profile:
+    """Run `executions` of `case` after the warm-up, timing the adapter's phases."""
     with node_up(folder) as (url, keys, pid), FlowNodeClient(url) as client:
         adapter = python_adapter(url, keys, chain=chain)
         serving = threading.Thread(target=lambda: adapter.run(install_signals=False))
@@ -167,10 +215,13 @@ def profile(
             name = str(client.deploy(file.read_text(), source=str(file))["name"])
             for _ in range(WARMUP):
                 execute(client, name, poll_s)
-            adapter.marks.clear()
-            cpu_s = tree_cpu_s([pid])
+            adapter.marks.clear()  # the transport's list too
+            adapter.cpu_s.clear()
+            workers = [child for child in children(os.getpid()) if child != pid]
+            node_s, workers_s = tree_cpu_s([pid]), tree_cpu_s(workers)
             seconds = [execute(client, name, poll_s) for _ in range(executions)]
-            return seconds, adapter, (tree_cpu_s([pid]) - cpu_s) / executions
+            node_s, workers_s = tree_cpu_s([pid]) - node_s, tree_cpu_s(workers) - workers_s
+            return Profile(seconds, adapter, node_s / executions, workers_s / executions)
         finally:
             adapter.stop()
             serving.join()
@@ -184,21 +235,29 @@ def main() -> None:
     parser.add_argument("--no-chain", action="store_true", help="receipts ask for no lease")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="aos-profile-pb-") as folder:
-        seconds, adapter, cpu_s = profile(
+        found = profile(
             Path(folder),
             options.case,
             options.executions,
             options.poll_s,
             chain=not options.no_chain,
         )
-    print(f"{options.case}: median {statistics.median(seconds) * 1000:.1f} ms per execution")
-    print(f"  node CPU time: {cpu_s * 1000:.1f} ms per execution")
+    adapter = found.adapter
+    print(f"{options.case}: median {statistics.median(found.seconds) * 1000:.1f} ms per execution")
+    print(f"  node CPU time: {found.node_cpu_s * 1000:.1f} ms per execution")
+    print(f"  python workers' CPU time: {found.workers_cpu_s * 1000:.1f} ms per execution")
+    if adapter.cpu_s:
+        cpu_ms = statistics.median(adapter.cpu_s) * 1000
+        mean_ms = statistics.fmean(adapter.cpu_s) * 1000
+        print(
+            f"  adapter CPU time per task (its handler thread): median {cpu_ms:.2f} ms  mean {mean_ms:.2f} ms"
+        )
     for phase, values in phases(adapter.marks, gap_s_max=0.5).items():
         if values:
             median_ms = statistics.median(values) * 1000
             mean_ms = statistics.fmean(values) * 1000
             print(
-                f"  {phase:40s} n={len(values):4d}  median {median_ms:7.2f} ms  mean {mean_ms:7.2f} ms"
+                f"  {phase:48s} n={len(values):4d}  median {median_ms:7.2f} ms  mean {mean_ms:7.2f} ms"
             )
 
 

@@ -34,6 +34,7 @@ the call's `result_inline_bytes_max` is stored with `put_blob` and the payload n
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -217,6 +218,14 @@ class ToolContext:
             raise AdapterConfigInvalidError(
                 f"result_inline_bytes_cap is 0..{RESULT_INLINE_BYTES_CAP_DEFAULT}"
             )
+
+    def for_intent(self, intent: str) -> ToolContext:
+        """This context for a call of `intent`. Not checked again, as `replace` would: only the
+        intent differs, and checking the rest re-reads the file system (the python paths) on
+        every call."""
+        call = copy.copy(self)
+        object.__setattr__(call, "intent", intent)
+        return call
 
     def python_allows(self, module: str) -> bool:
         return any(module == p or module.startswith(p + ".") for p in self.python_allow)
@@ -763,7 +772,7 @@ def handlers_for(kind: str, context: ToolContext) -> dict[str, Handler]:
     effect = _effect_of(kind)
 
     def handle(params: Any, lease: Lease) -> Result:
-        outcome = run_tool(lease.effect, params, context=replace(context, intent=lease.intent))
+        outcome = run_tool(lease.effect, params, context=context.for_intent(lease.intent))
         return outcome.to_result()
 
     return {effect: handle}
@@ -812,11 +821,12 @@ def make_adapter(
     return adapter
 
 
-def renewing(adapter: Adapter, handler: Handler) -> Handler:
+def renewing(adapter: Adapter, handler: Handler, renewer: Renewer | None = None) -> Handler:
     """`handler`, with its lease renewed every third of its remaining time while it runs.
-    One renewer thread serves every call of the handler: a call costs two dictionary
-    updates, not a thread of its own (most calls end long before their first renewal)."""
-    renewer = _Renewer(adapter)
+    One renewer thread serves every call of the handler (a new `Renewer` of `adapter`, or
+    the one given): a call costs two dictionary updates, not a thread of its own (most calls
+    end long before their first renewal)."""
+    renewer = renewer or Renewer(adapter)
 
     def handle(params: Any, lease: Lease) -> Result:
         renewer.track(lease)
@@ -828,30 +838,47 @@ def renewing(adapter: Adapter, handler: Handler) -> Handler:
     return handle
 
 
-class _Renewer:
+class Renewer:
     """Renews the leases of running calls, each every `interval` (a third of the time its
     lease had left when the call started, at least RENEW_INTERVAL_S_MIN), from one daemon
-    thread started at the first call."""
+    thread started at the first call.
+
+    A call wakes the thread only when its first renewal is due before the thread's next
+    wake-up: a quick call (most of them) then costs two dictionary updates under a lock and
+    no thread switch, which would otherwise be paid on every call of a chain."""
 
     def __init__(self, adapter: Adapter) -> None:
         self.adapter = adapter
         self._changed = threading.Condition()
         self._due: dict[str, tuple[float, float, Lease]] = {}  # lease id -> (at, interval, lease)
         self._thread: threading.Thread | None = None
+        # Minus infinite while the thread is not waiting: it looks at `_due` before it waits
+        # again, so nothing added meanwhile is missed (see `wake_at`).
+        self._wake_at = -math.inf
+        self.wakes = 0  # times the thread woke to look at `_due` (tests read it)
 
     def track(self, lease: Lease) -> None:
         left_ms = lease.expires_unix_ms - time.time_ns() // 1_000_000
         interval_s = max(RENEW_INTERVAL_S_MIN, left_ms / 3000)
+        due_at = time.monotonic() + interval_s
         with self._changed:
-            self._due[lease.lease_id] = (time.monotonic() + interval_s, interval_s, lease)
+            self._due[lease.lease_id] = (due_at, interval_s, lease)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True)
                 self._thread.start()
-            self._changed.notify()
+            if due_at < self._wake_at:
+                self._changed.notify()
 
     def done(self, lease: Lease) -> None:
         with self._changed:
             self._due.pop(lease.lease_id, None)
+
+    @property
+    def wake_at(self) -> float:
+        """When the waiting thread wakes by itself (`time.monotonic()` seconds): infinite while
+        it waits for a call, minus infinite while it is not waiting (or not started)."""
+        with self._changed:
+            return self._wake_at
 
     def _run(self) -> None:
         while True:
@@ -870,9 +897,11 @@ class _Renewer:
                 now = time.monotonic()
                 due = [(k, i, lease) for k, (at, i, lease) in self._due.items() if at <= now]
                 if due:
+                    self._wake_at = -math.inf
                     return due
-                soonest = min((at for at, _, _ in self._due.values()), default=None)
-                self._changed.wait(None if soonest is None else soonest - now)
+                self._wake_at = min((at for at, _, _ in self._due.values()), default=math.inf)
+                self._changed.wait(None if self._wake_at == math.inf else self._wake_at - now)
+                self.wakes += 1
 
     def _renewed(self, lease: Lease) -> bool:
         try:

@@ -17,6 +17,7 @@ import pytest
 
 from aos.kernel import cbor
 from aos.kernel.adapters.sdk import (
+    URLS_CACHED_MAX,
     Adapter,
     AdapterConfigInvalidError,
     AdapterEffectDuplicateError,
@@ -24,6 +25,8 @@ from aos.kernel.adapters.sdk import (
     AdapterNodeUnreachableError,
     AdapterNoHandlersError,
     Lease,
+    NodeClient,
+    NodeRoute,
     Result,
     RetryPolicy,
 )
@@ -335,7 +338,7 @@ def test_a_handler_that_returns_no_result_is_an_error_receipt(node: FakeNode) ->
     assert "dict, not a Result" in body["payload"]["message"]
 
 
-@pytest.mark.parametrize("payload", [{1, 2}, float("nan"), (1, 2)])
+@pytest.mark.parametrize("payload", [{1, 2}, float("nan"), (1, 2), 2**70])
 def test_a_payload_with_no_wire_form_is_an_error_receipt(node: FakeNode, payload: Any) -> None:
     body = _settle_with(node, lambda params, lease: Result("ok", {"value": payload}))
     assert body["status"] == "error"
@@ -347,6 +350,31 @@ def test_a_payload_over_the_receipt_limit_is_an_error_receipt(node: FakeNode) ->
     body = _settle_with(node, lambda params, lease: big, receipt_bytes_max=4096)
     assert body["status"] == "error"
     assert "too large" in body["payload"]["message"]
+
+
+@pytest.mark.parametrize("spare_bytes", [0, -1])
+def test_the_receipt_limit_holds_to_the_byte(spare_bytes: int) -> None:
+    # The size is checked before the signature is made, with a stand-in of its length.
+    now_ns = 10**18
+    payload = {"blob": b"x" * 3000}
+    node = FakeNode()
+    body = {
+        "world": node.world_id,
+        "intent": intent_hash(1),
+        "status": "ok",
+        "payload": payload,
+        "adapter": ADAPTER,
+        "started_ns": now_ns,
+        "finished_ns": now_ns,
+    }
+    size = len(cbor.encode({"body": body, "signature": bytes(64)}))
+    settled = _settle_with(
+        node,
+        lambda params, lease: Result("ok", payload),
+        receipt_bytes_max=size + spare_bytes,
+        clock_ns=lambda: now_ns,
+    )
+    assert settled["status"] == ("ok" if spare_bytes == 0 else "error")
 
 
 def test_timeout_and_error_results_keep_their_status(node: FakeNode) -> None:
@@ -362,6 +390,50 @@ def test_a_result_status_is_checked() -> None:
 
 # --------------------------------------------------------------------------------------------
 # Retries
+
+
+def test_request_urls_are_kept_parsed_per_node_and_path_up_to_a_limit() -> None:
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        if request.url.host == "old":
+            raise httpx.ConnectError("gone", request=request)
+        if request.url.path == "/v1/worlds/w/node":
+            return httpx.Response(200, json={"url": "http://new", "live": True})
+        return httpx.Response(200, json={"cookies": request.headers.get("cookie")},
+                              headers={"set-cookie": "session=1"})  # fmt: skip
+
+    transport = httpx.MockTransport(handle)
+    client = NodeClient("http://node.test/", retry=FAST_RETRY, transport=transport)
+    try:
+        for n in range(URLS_CACHED_MAX):
+            client.request("GET", f"/v1/x/{n}")
+        client.request("GET", "/v1/x/0")  # kept: no second entry
+        assert client.urls_cached == URLS_CACHED_MAX
+        client.request("GET", "/v1/y", params={"a": "1"})  # one past the limit: kept afresh
+        assert client.urls_cached == 1
+        # The query is not part of what is kept, and no cookie the node sets comes back.
+        assert client.request("GET", "/v1/y", params={"a": "2"}) == {"cookies": None}
+    finally:
+        client.close()
+    assert seen[0] == "http://node.test/v1/x/0"
+    assert seen[-2:] == ["http://node.test/v1/y?a=1", "http://node.test/v1/y?a=2"]
+    # A path kept for one node is not used for another: the route's move is followed.
+    route = NodeRoute("http://old", ["http://other"], world=lambda: "w", transport=transport)
+    moving = NodeClient("http://old", retry=FAST_RETRY, transport=transport, route=route)
+    try:
+        assert moving.request("GET", "/v1/y") == {"cookies": None}
+        assert moving.request("GET", "/v1/y") == {"cookies": None}
+    finally:
+        moving.close()
+    assert seen[-5:] == [
+        "http://old/v1/y",
+        "http://old/v1/worlds/w/node",
+        "http://other/v1/worlds/w/node",
+        "http://new/v1/y",
+        "http://new/v1/y",
+    ]
 
 
 def test_backoff_is_exponential_and_capped() -> None:

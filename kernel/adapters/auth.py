@@ -147,22 +147,25 @@ class AdapterAuth(httpx.Auth):
         self._clock_ms = clock_ms
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers.update(self.headers_for(request.method, request.url, request.content))
+        yield request
+
+    def headers_for(self, method: str, url: httpx.URL, body: bytes) -> dict[str, str]:
+        """The auth headers of one request to `url` with `body` (a fresh nonce each time), or
+        none while the world id is not known. For a client that builds its requests' headers
+        in one go (the SDK's), rather than through `auth=`."""
         world = self._world if isinstance(self._world, str) else self._world()
         if world is None:
-            yield request
-            return
-        request.headers.update(
-            request_headers(
-                self._seed,
-                world=world,
-                adapter=self.adapter,
-                method=request.method,
-                target=_target(request.url),
-                body=request.content,
-                at_ms=self._clock_ms(),
-            )
+            return {}
+        return request_headers(
+            self._seed,
+            world=world,
+            adapter=self.adapter,
+            method=method,
+            target=_target(url),
+            body=body,
+            at_ms=self._clock_ms(),
         )
-        yield request
 
 
 @dataclass

@@ -38,13 +38,20 @@ import httpx
 
 from aos.kernel import cbor
 from aos.kernel.adapters.auth import AdapterAuth
-from aos.kernel.adapters.signing import SEED_BYTES, public_key_of, sign_body
+from aos.kernel.adapters.signing import (
+    SEED_BYTES,
+    SIGNATURE_BYTES,
+    public_key_of,
+    sign_body,
+    sign_encoded,
+)
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
 from aos.kernel.world.receipts import (
     RECEIPT_BYTES_MAX_DEFAULT,
     ReceiptError,
+    ReceiptMalformedError,
     ReceiptTooLargeError,
     parse,
 )
@@ -73,6 +80,7 @@ ERROR_MESSAGE_CHARS_MAX = 500
 _HTTP_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _JSON_HEADERS = {"content-type": "application/json"}
 _OCTET_HEADERS = {"content-type": "application/octet-stream"}
+_NO_HEADERS: dict[str, str] = {}
 
 Status = Literal["ok", "error", "timeout"]
 STATUSES: tuple[Status, ...] = ("ok", "error", "timeout")
@@ -305,6 +313,8 @@ class _PollInterrupted(BaseException):
 # The node client
 
 
+URLS_CACHED_MAX = 64
+"""Request URLs a node client keeps parsed (the fixed paths; a lease's own paths come and go)."""
 FOLLOW_TIMEOUT_S = 2.0
 """Timeout of one `GET /v1/worlds/{world}/node` while following the world."""
 # The node's answers that mean "the world is not served here any more": ask where it is.
@@ -363,10 +373,40 @@ class NodeRoute:
         return url.rstrip("/") if isinstance(url, str) and live else None
 
 
+class _NoCookies(httpx.Cookies):
+    """Cookies that stay empty: the node sets none (adapter requests are signed, not a
+    session), and looking for them in every answer is work on each request."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+_NO_COOKIES = _NoCookies()
+
+
+class _Http(httpx.Client):
+    """httpx's client, keeping no cookies (`_NoCookies`)."""
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return _NO_COOKIES
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        del cookies  # nothing is kept
+
+
 class NodeClient:
     """JSON requests to a world host with bounded retries. Safe to share between threads.
     With a `route`, a node that is gone or answers that the world moved is followed (each
-    attempt goes to the route's node of the moment)."""
+    attempt goes to the route's node of the moment).
+
+    Each request is built as an `httpx.Request` of an absolute URL (parsed once per node and
+    path) with only the headers the node reads (content type, and `auth`'s signature,
+    made afresh for every attempt: a retry is a new nonce), not through the client's
+    defaults: httpx's merging of base URL, default headers and cookies, and an auth flow's
+    second pass over the headers, are much of its cost per request, and an adapter's chain
+    pays it once per task."""
 
     def __init__(
         self,
@@ -376,24 +416,31 @@ class NodeClient:
         timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
         transport: httpx.BaseTransport | None = None,
         connections_max: int = CONCURRENCY_DEFAULT,
-        auth: httpx.Auth | None = None,
+        auth: AdapterAuth | None = None,
         route: NodeRoute | None = None,
     ) -> None:
         self.retry = retry
+        self._auth = auth
         self.route = route
         self.timeout_s = timeout_s
         self.attempts = 0  # requests sent, retries included (tests read it)
-        self._client = httpx.Client(
-            base_url=base_url,
+        self._base = base_url.rstrip("/")
+        # (node, path) -> its URL; cleared when full (paths with a lease id in them vary).
+        self._urls: dict[tuple[str, str], httpx.URL] = {}
+        self._client = _Http(
             transport=transport,
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=connections_max),
             trust_env=False,  # a loopback node must not be sent through an HTTP proxy
-            auth=auth,  # every attempt is signed afresh: a retry is a new nonce
         )
 
     def close(self) -> None:
         self._client.close()
+
+    @property
+    def urls_cached(self) -> int:
+        """Request URLs kept parsed (at most URLS_CACHED_MAX)."""
+        return len(self._urls)
 
     def request(
         self,
@@ -405,29 +452,29 @@ class NodeClient:
         params: dict[str, str] | None = None,
         stop: threading.Event | None = None,
         raw: bytes | None = None,
+        json_text: str | None = None,
     ) -> Any:
-        """The decoded JSON answer to a JSON `body` (or to `raw` bytes, sent as
-        application/octet-stream). Transport failures and 408/429/5xx answers are retried
-        (waits cut short by `stop`); any other error answer raises `adapter.node_refused`."""
-        content: str | bytes | None = None
-        headers: dict[str, str] | None = None
+        """The decoded JSON answer to a JSON `body` (or to `json_text`, a body already encoded
+        as JSON, or to `raw` bytes, sent as application/octet-stream). Transport failures and
+        408/429/5xx answers are retried (waits cut short by `stop`); any other error answer
+        raises `adapter.node_refused`."""
+        content: bytes | None = None
+        headers = _NO_HEADERS
         if raw is not None:
             content, headers = raw, _OCTET_HEADERS
+        elif json_text is not None:
+            content, headers = json_text.encode(), _JSON_HEADERS
         elif body is not None:
-            content, headers = json.dumps(body, allow_nan=False), _JSON_HEADERS
+            content, headers = json.dumps(body, allow_nan=False).encode(), _JSON_HEADERS
         delays = self.retry.delays_ms()
         failure = ""
+        timeout = {"timeout": httpx.Timeout(self.timeout_s + extra_timeout_s).as_dict()}
         for attempt in range(self.retry.attempts_max):
             self.attempts += 1
             node = self._node()
             try:
-                response = self._client.request(
-                    method,
-                    path,
-                    content=content,
-                    params=params,
-                    headers=headers,
-                    timeout=self.timeout_s + extra_timeout_s,
+                response = self._client.send(
+                    self._request(method, node, path, params, content, headers, timeout)
                 )
             except httpx.TransportError as error:
                 failure = f"{type(error).__name__}: {error}"
@@ -452,9 +499,34 @@ class NodeClient:
 
     def _node(self) -> str:
         """The node this attempt goes to (the route's, when following the world)."""
-        if self.route is not None and str(self._client.base_url).rstrip("/") != self.route.url:
-            self._client.base_url = httpx.URL(self.route.url)
-        return str(self._client.base_url).rstrip("/")
+        if self.route is not None:
+            self._base = self.route.url
+        return self._base
+
+    def _request(
+        self,
+        method: str,
+        node: str,
+        path: str,
+        params: dict[str, str] | None,
+        content: bytes | None,
+        headers: dict[str, str],
+        extensions: dict[str, Any],
+    ) -> httpx.Request:
+        url = self._url(node, path)
+        if params:
+            url = url.copy_merge_params(params)
+        if self._auth is not None:
+            headers = {**headers, **self._auth.headers_for(method, url, content or b"")}
+        return httpx.Request(method, url, content=content, headers=headers, extensions=extensions)
+
+    def _url(self, node: str, path: str) -> httpx.URL:
+        url = self._urls.get((node, path))
+        if url is None:
+            if len(self._urls) >= URLS_CACHED_MAX:
+                self._urls.clear()
+            url = self._urls[(node, path)] = httpx.URL(node + path)
+        return url
 
     def _moved(self, response: httpx.Response) -> str:
         """The node's error code when it says the world is not served there any more (only
@@ -726,7 +798,7 @@ class Adapter:
         # The host clock may step back; a receipt must not finish before it started.
         finished_ns = max(self._clock_ns(), started_ns)
         try:
-            wire, signature, result = self._signed(lease, result, started_ns, finished_ns)
+            text, signature, result = self._signed(lease, result, started_ns, finished_ns)
         except ReceiptError as error:
             # Not the payload's fault (that became an error receipt): the lease itself cannot
             # make a valid receipt, say an intent that is not a hash. The node would refuse it.
@@ -735,7 +807,7 @@ class Adapter:
         else:
             # A stopping adapter takes no more work, even from a receipt's answer.
             ask = then_lease and not self._stop.is_set()
-            outcome = self._post(lease, result, wire, signature, then_lease=ask)
+            outcome = self._post(lease, result, text, signature, then_lease=ask)
         with self._slots:
             self.summary.add(outcome)
         if self.on_outcome is not None:
@@ -860,10 +932,10 @@ class Adapter:
 
     def _signed(
         self, lease: Lease, result: Result, started_ns: int, finished_ns: int
-    ) -> tuple[Any, bytes, Result]:
-        """The receipt body as JSON and its signature. The body is signed in exactly the form
-        the node decodes from that JSON, so the signature holds on the other side. A payload
-        that cannot be sent (no JSON/CBOR form, or over the receipt limit) becomes an
+    ) -> tuple[str, bytes, Result]:
+        """The receipt body as JSON text and its signature. The body is signed in exactly the
+        form the node decodes from that JSON, so the signature holds on the other side. A
+        payload that cannot be sent (no JSON/CBOR form, or over the receipt limit) becomes an
         `error` receipt saying why, since the node would refuse it and leave the intent open."""
         try:
             return (*self._sign(lease, result, started_ns, finished_ns), result)
@@ -875,7 +947,7 @@ class Adapter:
 
     def _sign(
         self, lease: Lease, result: Result, started_ns: int, finished_ns: int
-    ) -> tuple[Any, bytes]:
+    ) -> tuple[str, bytes]:
         body = {
             "world": self.world_id,
             "intent": lease.intent,
@@ -886,24 +958,32 @@ class Adapter:
             "finished_ns": finished_ns,
         }
         wire = cbor.to_json(body)
-        json.dumps(wire, allow_nan=False)  # raises now, not inside the retry loop
+        text = json.dumps(wire, allow_nan=False)  # raises now, not inside the retry loop
         canonical = cbor.from_json(wire)
-        signature = sign_body(self._seed, canonical)
         # The kernel's own shape and size checks, so a receipt the node must refuse is caught
-        # here, where it can still become an error receipt.
-        parse({"body": canonical, "signature": signature}, receipt_bytes_max=self.receipt_bytes_max)
-        return wire, signature
+        # here, where it can still become an error receipt. Its size counts a signature's
+        # length only, so a stand-in does; what is signed is the encoding it made.
+        try:
+            checked = parse(
+                {"body": canonical, "signature": bytes(SIGNATURE_BYTES)},
+                receipt_bytes_max=self.receipt_bytes_max,
+            )
+        except ReceiptMalformedError:
+            cbor.encode(canonical)  # a body with no CBOR form (say a 70-bit integer): say why
+            raise
+        return text, sign_encoded(self._seed, checked.body_bytes)
 
     def _post(
-        self, lease: Lease, result: Result, wire: Any, signature: bytes, *, then_lease: bool = False
+        self, lease: Lease, result: Result, body: str, signature: bytes, *, then_lease: bool = False
     ) -> Outcome:
-        receipt: dict[str, Any] = {
-            "receipt": {"body": wire, "signature": {"$bytes": signature.hex()}}
-        }
-        if then_lease:
-            receipt["lease"] = {"effects": self.effects, "max": 1}
+        """Post the receipt of `body` (its JSON text, as `_signed` made it: the body is not
+        encoded again) and `signature`."""
+        receipt = f'{{"body":{body},"signature":{{"$bytes":"{signature.hex()}"}}}}'
+        ask = f',"lease":{json.dumps({"effects": self.effects, "max": 1})}' if then_lease else ""
         try:
-            answer = self._receipt_client.request("POST", "/v1/receipts", receipt)
+            answer = self._receipt_client.request(
+                "POST", "/v1/receipts", json_text=f'{{"receipt":{receipt}{ask}}}'
+            )
         except AdapterNodeRefusedError as error:
             code = str(error.detail.get("node_code"))
             log.warning("the node refused the receipt of %s: %s", lease.intent, error)

@@ -40,7 +40,13 @@ def public_key_of(seed: bytes) -> bytes:
 
 def sign_body(seed: bytes, body: Any) -> bytes:
     """The signature of a receipt body (any canonical value)."""
-    return _private_key(bytes(seed)).sign(cbor.encode(body))
+    return sign_encoded(seed, cbor.encode(body))
+
+
+def sign_encoded(seed: bytes, encoded: bytes) -> bytes:
+    """`sign_body` for a body whose canonical encoding the caller has already made (say while
+    checking its size), so it is not encoded a second time."""
+    return _private_key(bytes(seed)).sign(encoded)
 
 
 def verify_body(public_key: bytes, body: Any, signature: bytes) -> bool:

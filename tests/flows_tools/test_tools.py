@@ -10,6 +10,7 @@ a small probe world (`fixtures/world`: the flow world's tool effects, no interpr
 from __future__ import annotations
 
 import json
+import math
 import socket
 import subprocess
 import threading
@@ -28,6 +29,7 @@ from click.testing import CliRunner
 from aos.cli.adapter_cmd import adapter_group
 from aos.flows.tools import (
     TOOL_EFFECTS,
+    Renewer,
     ToolContext,
     ToolOutcome,
     handlers_for,
@@ -449,19 +451,28 @@ def test_make_adapter_names_and_effects() -> None:
         assert (other.name, other.effects) == ("acme/echo@2", [ECHO])
 
 
-def test_a_running_call_keeps_its_lease() -> None:
-    renewed: list[str] = []
+class Renewals:
+    """What the renewer calls in place of an adapter: it notes each renewal, and answers that
+    the lease `revoked` was cancelled."""
 
-    class FakeAdapter:
-        def renew(self, held: Lease) -> bool:
-            renewed.append(held.lease_id)
-            return True
+    def __init__(self, revoked: str = "") -> None:
+        self.renewed: list[str] = []
+        self.revoked = revoked
+
+    def renew(self, held: Lease) -> bool:
+        self.renewed.append(held.lease_id)
+        return held.lease_id != self.revoked
+
+
+def test_a_running_call_keeps_its_lease() -> None:
+    renewals = Renewals()
+    renewed = renewals.renewed
 
     def slow(params: Any, held: Lease) -> Result:
         time.sleep(0.45)
         return Result("ok", params)
 
-    handler = renewing(cast(Adapter, FakeAdapter()), slow)
+    handler = renewing(cast(Adapter, renewals), slow)
     assert handler(7, lease(ECHO, 7, expires_in_ms=300)) == Result("ok", 7)
     count = len(renewed)
     assert count >= 2  # every 0.1 s (a third of the 300 ms left)
@@ -470,18 +481,14 @@ def test_a_running_call_keeps_its_lease() -> None:
 
 
 def test_calls_share_one_renewer_thread_and_each_keeps_its_own_lease() -> None:
-    renewed: list[str] = []
-
-    class FakeAdapter:
-        def renew(self, held: Lease) -> bool:
-            renewed.append(held.lease_id)
-            return held.lease_id != "cancelled"  # the node revoked that one
+    renewals = Renewals(revoked="cancelled")  # the node revoked that one
+    renewed = renewals.renewed
 
     def slow(params: Any, held: Lease) -> Result:
         time.sleep(params)
         return Result("ok", params)
 
-    handler = renewing(cast(Adapter, FakeAdapter()), slow)
+    handler = renewing(cast(Adapter, renewals), slow)
     before = threading.active_count()
     for _ in range(20):  # quick calls: no renewal, no thread each
         assert handler(0, lease(ECHO, 0)) == Result("ok", 0)
@@ -496,6 +503,55 @@ def test_calls_share_one_renewer_thread_and_each_keeps_its_own_lease() -> None:
         call.join()
     assert renewed.count("a") >= 2 and renewed.count("b") >= 2
     assert renewed.count("cancelled") == 1  # revoked: never renewed again
+
+
+def test_quick_calls_leave_the_renewer_thread_asleep() -> None:
+    renewals = Renewals()
+    renewed = renewals.renewed
+
+    release = threading.Event()
+
+    def work(params: Any, held: Lease) -> Result:
+        if params == "wait":
+            release.wait()
+        elif params:
+            time.sleep(params)
+        return Result("ok", params)
+
+    renewer = Renewer(cast(Adapter, renewals))
+    handler = renewing(cast(Adapter, renewals), work, renewer)
+    # A long call: its first renewal is due in 200 s, and the thread sleeps until then.
+    running = threading.Thread(
+        target=handler, args=("wait", replace(lease(ECHO, "wait", 600_000), lease_id="long"))
+    )
+    running.start()
+    deadline = time.monotonic() + 30
+    while not math.isfinite(renewer.wake_at) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert math.isfinite(renewer.wake_at)
+    wakes = renewer.wakes
+    for _ in range(50):  # each due after the thread's wake-up: none wakes it
+        assert handler(0, lease(ECHO, 0, 600_000)) == Result("ok", 0)
+    assert renewer.wakes == wakes and renewed == []
+    # One due before it (a third of 300 ms) wakes it, and is renewed while it runs.
+    assert handler(0.45, replace(lease(ECHO, 0.45, 300), lease_id="short")) == Result("ok", 0.45)
+    assert renewer.wakes > wakes and renewed.count("short") >= 2 and "long" not in renewed
+    release.set()
+    running.join()
+
+
+def test_a_call_context_is_the_context_with_its_intent(tmp_path: Path, blobs: Blobs) -> None:
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    ctx = context(blobs, python_paths=(folder,))
+    folder.rmdir()  # checked when the context was made, not again for each call
+    with pytest.raises(AdapterConfigInvalidError):
+        replace(ctx, intent="blake3:" + "0" * 64)
+    call_ctx = ctx.for_intent("blake3:" + "0" * 64)
+    assert call_ctx.intent == "blake3:" + "0" * 64 and ctx.intent == INTENT
+    assert {k: v for k, v in vars(call_ctx).items() if k != "intent"} == {
+        k: v for k, v in vars(ctx).items() if k != "intent"
+    }
 
 
 @pytest.mark.parametrize(
