@@ -68,7 +68,7 @@ bad_py = load_example("bad_py/capabilities/bad_capabilities.py", "aos_build_bad_
 
 @pytest.fixture(scope="session")
 def build_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
     return cache.mkdir("aos_builds") if cache is not None else tmp_path_factory.mktemp("builds")
 
 

@@ -30,7 +30,7 @@ from tests.flow_interpreter.harness import (
 
 @pytest.fixture(scope="module")
 def runner(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> StepRunner:
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
     build_cache = cache.mkdir("aos_builds") if cache is not None else tmp_path_factory.mktemp("b")
     built = build_python(FLOW_DIR, cache_dir=build_cache)
     engine = WasmEngine(cache_dir=Path(build_cache).parent / "aos_engine_compiled")
