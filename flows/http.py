@@ -67,6 +67,7 @@ EVENTS_SUFFIX = "/events"
 
 
 WAIT_PARAMETER = "wait_ms"
+WAIT_DIGITS_MAX = 9  # a wait past long_poll_ms_max is refused anyway; this bounds the parse
 
 
 async def execution_status(node: Node, exec_id: str, query: str = "") -> dict[str, Any]:
@@ -119,9 +120,6 @@ def _wait_ms(node: Node, query: str) -> int:
     wait_ms = int(text)
     within(WAIT_PARAMETER, wait_ms, node.limits.long_poll_ms_max, minimum=0, at="$query")
     return wait_ms
-
-
-WAIT_DIGITS_MAX = 9
 
 
 def add_flow_routes(app: FastAPI, node: Node) -> None:
