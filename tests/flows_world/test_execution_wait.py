@@ -216,3 +216,25 @@ def test_a_look_that_is_refused_delivers_the_refusal(tmp_path: Path) -> None:
         assert watch.waiters == 0
     finally:
         made.world.close()
+
+
+def test_a_stopping_node_answers_its_waiters(tmp_path: Path) -> None:
+    """A request waiting for an execution's end when the node stops is answered (503
+    `world.closed`), not left hanging until its wait runs out."""
+    made = make_flow_world(tmp_path / "w")
+    made.world.close()
+    limits = NodeLimits(long_poll_ms_max=LONG_WAIT_MS)
+    node = Node.open_path(made.path, sync=False, engine=engine(), limits=limits)
+    node.start()
+    app = create_app(node)
+    add_flow_routes(app, node)
+    with TestClient(app) as client:
+        ok(client.post("/v1/flows", json={"text": HOLD_FLOW}))
+        ok(client.post("/v1/flows/t%2Fwait/run", json={"exec": "h1"}))
+        thread, answers = in_thread(lambda: client.get(f"/v1/executions/h1?wait_ms={LONG_WAIT_MS}"))
+        wait_for_waiters(node, 1)
+        node.close()
+        thread.join()
+    [answer] = answers
+    assert (answer.status_code, answer.json()["error"]["code"]) == (503, "world.closed")
+    assert node.host.cells.waiters == 0
