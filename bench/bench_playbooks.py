@@ -244,7 +244,8 @@ class AosNode:
 
     def execute(self, name: str) -> tuple[float, str]:
         started = time.perf_counter()
-        execution, status = self.client.run_to_end(name, None, wait_s=EXECUTION_S_MAX)
+        ended = self.client.run_to_end(name, None, wait_s=EXECUTION_S_MAX)
+        execution, status = str(ended["exec"]), str(ended["status"])
         seconds = time.perf_counter() - started
         if status not in TERMINAL_STATUSES:
             raise BenchCheckError(f"{name}: execution {execution} overran")

@@ -23,7 +23,7 @@ from aos.cli.common import emit_json, handles_errors, json_option, table, world_
 from aos.flows import flowlang
 from aos.flows import operations as ops
 from aos.flows.cfd import FlowDefinition, canonical_value
-from aos.flows.client import WAIT_MS_PER_REQUEST, FlowNodeClient
+from aos.flows.client import FlowNodeClient
 from aos.flows.config import ToolConfig, load_config
 from aos.flows.document import load_flow
 from aos.flows.draw import to_mermaid, to_text
@@ -407,11 +407,10 @@ def run_command(
             definition = _definition(Path(target), workbook)
             text, source = _sent(Path(target), workbook, definition)
             name = client.deploy(text, source=source)["name"]
-        # --wait: the node answers the run once it ended (long-polls, no polling interval).
-        wait_ms = 0 if wait_s is None else min(int(wait_s * 1000), WAIT_MS_PER_REQUEST)
-        body = client.run(name, value, exec_id=exec_id, version=version, wait_ms=wait_ms)
-        if wait_s is not None and body["status"] not in ops.TERMINAL_STATUSES:
-            body["status"] = client.wait(str(body["exec"]), wait_s - wait_ms / 1000)["status"]
+        if wait_s is None:
+            body = client.run(name, value, exec_id=exec_id, version=version)
+        else:  # the node answers once it ended (long-polls, no polling interval)
+            body = client.run_to_end(name, value, wait_s=wait_s, exec_id=exec_id, version=version)
     else:
         with _opened(world_path) as world:
             name = target

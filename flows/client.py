@@ -70,14 +70,22 @@ class FlowNodeClient:
         query = f"?wait_ms={wait_ms}" if wait_ms else ""
         return self._call("GET", f"/v1/executions/{quote(exec_id, safe='')}{query}")
 
-    def run_to_end(self, name: str, workload: Any, *, wait_s: float) -> tuple[str, str]:
-        """Start an execution of `name` and wait (long-polls) up to `wait_s` for its end: its
-        id and its status then."""
-        started = self.run(name, workload, wait_ms=min(int(wait_s * 1000), WAIT_MS_PER_REQUEST))
-        exec_id, status = str(started["exec"]), str(started["status"])
-        if status not in TERMINAL_STATUSES:
-            status = str(self.wait(exec_id, wait_s)["status"])
-        return exec_id, status
+    def run_to_end(
+        self,
+        name: str,
+        workload: Any,
+        *,
+        wait_s: float,
+        exec_id: str | None = None,
+        version: int | None = None,
+    ) -> dict[str, Any]:
+        """Start an execution of `name` and wait (long-polls) up to `wait_s` in all for its
+        end: the run's answer, with the status then."""
+        wait_ms = min(int(wait_s * 1000), WAIT_MS_PER_REQUEST)
+        started = self.run(name, workload, exec_id=exec_id, version=version, wait_ms=wait_ms)
+        if started["status"] not in TERMINAL_STATUSES:
+            started["status"] = self.wait(str(started["exec"]), wait_s - wait_ms / 1000)["status"]
+        return started
 
     def wait(self, exec_id: str, wait_s: float) -> dict[str, Any]:
         """The execution's state once it ended, or when `wait_s` passed: long-polls of at most
