@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,7 +36,6 @@ from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, World
 
 WORKLOAD_BYTES_MAX = 1024 * 1024
 WAIT_S_MAX = 24 * 3600.0
-POLL_S = 0.25
 
 
 def node_option(fn: Any) -> Any:
@@ -544,16 +542,9 @@ def events_command(
 
 def _follow(client: FlowNodeClient, exec_id: str, as_json: bool) -> None:
     """Print events as the node journals them (one JSON object a line with --json) until the
-    execution ends."""
-    shown = 0
-    while True:
-        events = client.events(exec_id)
-        for event in events[shown:]:
-            click.echo(json.dumps(event, sort_keys=True) if as_json else _event_line(event))
-        shown = len(events)
-        if any(e.get("event") == "playbook.finished" for e in events):
-            return
-        time.sleep(POLL_S)
+    execution has ended: long-polls, so each event shows once its step is durable."""
+    for event in client.follow(exec_id):
+        click.echo(json.dumps(event, sort_keys=True) if as_json else _event_line(event))
 
 
 @flow_group.command("signal")

@@ -10,6 +10,7 @@ load."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -98,8 +99,33 @@ class FlowNodeClient:
                 return state
 
     def events(self, exec_id: str) -> list[dict[str, Any]]:
-        answer = self._call("GET", f"/v1/executions/{quote(exec_id, safe='')}/events")
-        return list(answer["events"])
+        """The execution's whole history as journaled so far (page after page)."""
+        found: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            page = self.events_page(exec_id, after=after)
+            found.extend(page["events"])
+            if not page["more"]:
+                return found
+            after = int(page["last_seq"])
+
+    def events_page(self, exec_id: str, *, after: int = 0, wait_ms: int = 0) -> dict[str, Any]:
+        """The events of the execution's step records after journal sequence `after`: a
+        page (`last_seq` is where the next starts); with `wait_ms`, an empty page of a
+        running execution is answered after its next step or after that many ms."""
+        query = f"?after={after}" + (f"&wait_ms={wait_ms}" if wait_ms else "")
+        return self._call("GET", f"/v1/executions/{quote(exec_id, safe='')}/events{query}")
+
+    def follow(self, exec_id: str) -> Iterator[dict[str, Any]]:
+        """The execution's events, each once, as the node journals them (long-polls: no
+        polling interval), until it has ended and every event was given."""
+        after = 0
+        while True:
+            page = self.events_page(exec_id, after=after, wait_ms=WAIT_MS_PER_REQUEST)
+            yield from page["events"]
+            after = int(page["last_seq"])
+            if page["status"] in TERMINAL_STATUSES and not page["more"]:
+                return
 
     def signal(
         self, exec_id: str, name: str, payload: Any, expect_version: int | None

@@ -5,13 +5,15 @@ each run on the node's host thread, the world's one writer.
     GET  /v1/flows                        flows and executions
     POST /v1/flows/{name}/run             {workload, exec?, version?, business_ref?, wait_ms?}
     GET  /v1/executions/{exec}[?wait_ms=N] the execution's state (once it ended, or N ms passed)
-    GET  /v1/executions/{exec}/events     {events: [{seq, event, ...}]}
+    GET  /v1/executions/{exec}/events[?after=SEQ&limit=N&wait_ms=N]
+                                          {events: [{seq, event, ...}], status, last_seq, more}
     POST /v1/executions/{exec}/signal     {name, payload, expect_version?}
     POST /v1/executions/{exec}/cancel     {reason?}
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
@@ -68,19 +70,87 @@ EVENTS_SUFFIX = "/events"
 
 WAIT_PARAMETER = "wait_ms"
 WAIT_DIGITS_MAX = 9  # a wait past long_poll_ms_max is refused anyway; this bounds the parse
+AFTER_PARAMETER = "after"
+AFTER_DIGITS_MAX = 18  # a journal sequence stays below 2**63
+LIMIT_PARAMETER = "limit"
+LIMIT_DIGITS_MAX = 9
 
 
 async def execution_status(node: Node, exec_id: str, query: str = "") -> dict[str, Any]:
     """`GET /v1/executions/{exec}[?wait_ms=N]`: the execution's state (ops.status) as JSON;
     with `wait_ms`, once the execution has ended or after N ms (a long-poll: no step of the
     execution is missed, and what is answered is durable)."""
-    wait_ms = _wait_ms(node, query)
+    wait_ms = _wait_ms(node, _query(query, {WAIT_PARAMETER: WAIT_DIGITS_MAX}))
 
     def look(world: World) -> tuple[bool, dict[str, Any]]:
         state = ops.status(world, exec_id)  # an unknown execution is refused at the first look
         return state["status"] in ops.TERMINAL_STATUSES, cbor.to_json(state)
 
     return await wait_for_execution(node, {"exec": exec_id}, look, wait_ms)
+
+
+_EVENTS_QUERY = {
+    AFTER_PARAMETER: AFTER_DIGITS_MAX,
+    LIMIT_PARAMETER: LIMIT_DIGITS_MAX,
+    WAIT_PARAMETER: WAIT_DIGITS_MAX,
+}
+
+
+async def execution_events(node: Node, exec_id: str, query: str = "") -> dict[str, Any]:
+    """`GET /v1/executions/{exec}/events[?after=SEQ&limit=N&wait_ms=N]`: the history events of
+    the execution's step records after journal sequence `after` (0: from its start), at most
+    `limit` (whole records) and at most `journal_scan_records_per_turn` records looked at;
+    `last_seq` is where the next page starts, `more` says it stopped before the journal's head.
+    With `wait_ms`, an empty page of a running execution is answered after its next step (or
+    after N ms): `aos flow events --follow` reads the history as it is journaled."""
+    found = _query(query, _EVENTS_QUERY)
+    wait_ms = _wait_ms(node, found)
+    limits = node.limits
+    limit = found.get(LIMIT_PARAMETER, limits.events_per_request_max)
+    within(LIMIT_PARAMETER, limit, limits.events_per_request_max, at="$query")
+    after = found.get(AFTER_PARAMETER, 0)
+
+    def look(world: World) -> tuple[bool, dict[str, Any]]:
+        page = ops.history_page(
+            world,
+            exec_id,
+            after=after,
+            events_max=limit,
+            scan_records_max=limits.journal_scan_records_per_turn,
+        )
+        done = bool(page.events) or page.more or page.status in ops.TERMINAL_STATUSES
+        events = [{"seq": e.seq, **cbor.to_json(e.event)} for e in page.events]
+        answer = {"events": events, "status": page.status, "last_seq": page.last_seq}
+        return done, {**answer, "more": page.more}
+
+    return await wait_for_execution(node, {"exec": exec_id}, look, wait_ms)
+
+
+def _query(query: str, allowed: Mapping[str, int]) -> dict[str, int]:
+    """The query's parameters, each a whole number: any name not in `allowed` (a name and the
+    most digits it may have), a repeated name, or a value that is not digits is refused."""
+    names = ", ".join(sorted(allowed))
+    try:
+        pairs = parse_qsl(
+            query, keep_blank_values=True, strict_parsing=True, max_num_fields=len(allowed)
+        )
+    except ValueError:
+        raise RequestInvalidError(f"the query parameters are {names}", path="$query") from None
+    found: dict[str, int] = {}
+    for name, text in pairs:
+        if name not in allowed or name in found:
+            raise RequestInvalidError(f"the query parameters are {names}, each once", path="$query")
+        if not (text.isascii() and text.isdigit() and len(text) <= allowed[name]):
+            raise RequestInvalidError(f"{name} is a whole number", path=f"$query.{name}")
+        found[name] = int(text)
+    return found
+
+
+def _wait_ms(node: Node, query: Mapping[str, int]) -> int:
+    """The query's `wait_ms` (0 when absent), within the node's `long_poll_ms_max`."""
+    wait_ms = query.get(WAIT_PARAMETER, 0)
+    within(WAIT_PARAMETER, wait_ms, node.limits.long_poll_ms_max, minimum=0, at="$query")
+    return wait_ms
 
 
 async def wait_for_execution(
@@ -101,32 +171,19 @@ async def wait_for_execution(
     return await wait_for_cell(node.host, cell, look, wait_ms, first=first)
 
 
-def _wait_ms(node: Node, query: str) -> int:
-    """The query's `wait_ms` (0 when absent), within the node's `long_poll_ms_max`; any other
-    query parameter is refused."""
-    try:
-        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True, max_num_fields=1)
-    except ValueError:
-        pairs = [("", "")] if query else []
-    if not pairs:
-        return 0
-    (name, text), *_ = pairs
-    if name != WAIT_PARAMETER:
-        raise RequestInvalidError(f"the one query parameter is {WAIT_PARAMETER}", path="$query")
-    if not (text.isascii() and text.isdigit() and len(text) <= WAIT_DIGITS_MAX):
-        raise RequestInvalidError(
-            f"{WAIT_PARAMETER} is a whole number of milliseconds", path=f"$query.{WAIT_PARAMETER}"
-        )
-    wait_ms = int(text)
-    within(WAIT_PARAMETER, wait_ms, node.limits.long_poll_ms_max, minimum=0, at="$query")
-    return wait_ms
-
-
 def add_flow_routes(app: FastAPI, node: Node) -> None:
     """Serve the flow operations (a world without the flow workflows answers
-    `world.workflow_unknown`). A client polls an execution's status while it runs, so that
-    route is also served ahead of FastAPI (kernel/node/adapter_api.py), by the same function;
-    `/v1/executions/{exec}/events` is left to its FastAPI route."""
+    `world.workflow_unknown`). A client polls (or long-polls) an execution's status and its
+    events while it runs, so those two routes are also served ahead of FastAPI
+    (kernel/node/adapter_api.py), by the same functions as their FastAPI routes."""
+    add_fast_read(
+        app,
+        FastRead(
+            EXECUTIONS_PREFIX,
+            lambda rest: rest.endswith(EVENTS_SUFFIX),
+            lambda rest, query: execution_events(node, rest[: -len(EVENTS_SUFFIX)], query),
+        ),
+    )
     add_fast_read(
         app,
         FastRead(
@@ -177,14 +234,17 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         return await wait_for_execution(node, started, look, request.wait_ms, first=start)
 
     @app.get("/v1/executions/{exec_id:path}/events", tags=["flows"])
-    async def events(exec_id: str) -> dict[str, Any]:
-        """The execution's history events, each with its step record's sequence."""
-
-        def read(world: World) -> dict[str, Any]:
-            found = ops.history(world, exec_id)
-            return {"events": [{"seq": e.seq, **cbor.to_json(e.event)} for e in found]}
-
-        return await node.host.run(read)
+    async def events(
+        exec_id: str,
+        request: Request,
+        after: str | None = Query(None, description="Only events of records after this seq."),
+        limit: str | None = Query(None, description="At most this many events."),
+        wait_ms: str | None = Query(None, description="Long-poll: answer at the next step."),
+    ) -> dict[str, Any]:
+        """The execution's history events, each with its step record's sequence, a page at a
+        time (`last_seq`, `more`); with `wait_ms`, an empty page waits for the next step."""
+        del after, limit, wait_ms  # documented here; read with the fast path's own checks
+        return await execution_events(node, exec_id, request.url.query)
 
     @app.post("/v1/executions/{exec_id:path}/signal", tags=["flows"])
     async def signal(exec_id: str, request: SignalRequest) -> dict[str, Any]:

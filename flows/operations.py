@@ -234,22 +234,62 @@ def history(
     """The execution's history events in journal order, read from the annotations of its
     step records (spec/11 §6), from the record that started it."""
     state = status(world, exec_id)
-    return list(_history(world, exec_id, int(state["started_seq"]), scan_records_max))
-
-
-def _history(world: World, exec_id: str, first: int, scan_max: int) -> Iterator[HistoryEvent]:
+    first = int(state["started_seq"])
+    last = min(world.store.journal.head(), first + scan_records_max - 1)
     key = world.key_bytes(EXEC_WORKFLOW, exec_id)
-    last = min(world.store.journal.head(), first + scan_max - 1)
-    for seq, record in world.store.journal.read(max(first, 1), last):
-        if not isinstance(record, dict) or record.get("kind") != records.STEP:
-            continue
-        if record["workflow"] != EXEC_WORKFLOW or record["key"] != key:
-            continue
-        ann: Any = record.get("ann")
-        events = ann.get("events", []) if isinstance(ann, dict) else []
-        for event in events if isinstance(events, list) else []:
-            if isinstance(event, dict):
-                yield HistoryEvent(seq, event)
+    return [e for seq, record in _records(world, first, last) for e in _events(seq, record, key)]
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """A part of an execution's history: the events of the step records after some journal
+    sequence, up to `last_seq`, the last record it looked at (the next page starts after it)."""
+
+    events: list[HistoryEvent]
+    last_seq: int
+    more: bool  # stopped at a bound before the journal's head: ask again after last_seq
+    status: str  # the execution's status when the page was read
+
+
+def history_page(
+    world: World, exec_id: str, *, after: int, events_max: int, scan_records_max: int
+) -> HistoryPage:
+    """The history events of the step records after journal sequence `after`: whole records,
+    stopping after the record that brings them to `events_max` or after `scan_records_max`
+    records looked at (so one page holds the world's one writer for a bounded time)."""
+    state = status(world, exec_id)
+    first = max(int(state["started_seq"]), after + 1)
+    head = world.store.journal.head()
+    last = min(head, first + scan_records_max - 1)
+    key = world.key_bytes(EXEC_WORKFLOW, exec_id)
+    events: list[HistoryEvent] = []
+    last_seq = max(after, first - 1)
+    for seq, record in _records(world, first, last):
+        events.extend(_events(seq, record, key))
+        last_seq = seq
+        if len(events) >= events_max:
+            break
+    return HistoryPage(events, last_seq, last_seq < head, str(state["status"]))
+
+
+def _records(world: World, first: int, last: int) -> Iterator[tuple[int, Any]]:
+    first = max(first, 1)
+    if first <= last:
+        yield from world.store.journal.read(first, last)
+
+
+def _events(seq: int, record: Any, key: bytes | None) -> Iterator[HistoryEvent]:
+    """The history events a journal record carries for the execution whose cell key is `key`:
+    those in its annotation if it is one of that execution's step records."""
+    if not isinstance(record, dict) or record.get("kind") != records.STEP:
+        return
+    if record["workflow"] != EXEC_WORKFLOW or record["key"] != key:
+        return
+    ann: Any = record.get("ann")
+    events = ann.get("events", []) if isinstance(ann, dict) else []
+    for event in events if isinstance(events, list) else []:
+        if isinstance(event, dict):
+            yield HistoryEvent(seq, event)
 
 
 _EVENT_DETAIL_KEYS = ("status", "attempt", "index", "to", "wait", "signal", "child", "total")

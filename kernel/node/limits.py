@@ -59,6 +59,9 @@ TAIL_POLL_MS_DEFAULT = 250
 TAIL_STREAM_MS_MAX_DEFAULT = 300_000
 """How long one live tail stays open; an EventSource then reconnects where it left off."""
 TASKS_PER_REQUEST_MAX_DEFAULT = 1000
+EVENTS_PER_REQUEST_MAX_DEFAULT = 1000
+"""History events one answer of `GET /v1/executions/{exec}/events` holds (whole step records:
+the record that reaches it is the last)."""
 HOST_QUEUE_MAX_DEFAULT = 10_000
 """World operations waiting for the writer thread; past it requests get `node.busy`."""
 HOST_BATCH_MAX_DEFAULT = 256
@@ -86,6 +89,7 @@ class NodeLimits:
     journal_scan_records_per_turn: int = JOURNAL_SCAN_RECORDS_PER_TURN_DEFAULT
     cells_per_request_max: int = CELLS_PER_REQUEST_MAX_DEFAULT
     tasks_per_request_max: int = TASKS_PER_REQUEST_MAX_DEFAULT
+    events_per_request_max: int = EVENTS_PER_REQUEST_MAX_DEFAULT
     value_bytes_shown_max: int = VALUE_BYTES_SHOWN_MAX_DEFAULT
     state_replay_records_max: int = STATE_REPLAY_RECORDS_MAX_DEFAULT
     tail_streams_max: int = TAIL_STREAMS_MAX_DEFAULT

@@ -334,9 +334,9 @@ def test_playbooks_deploy_over_http_and_a_broken_one_changes_nothing(client: Tes
 
 def test_status_fast_path_answers_as_the_fastapi_route(tmp_path: Path) -> None:
     """`GET /v1/executions/{exec}` is served ahead of FastAPI (a client polls it while an
-    execution runs): the same bytes and statuses as the FastAPI route of the same path, for
-    a running, a finished, an unknown and a slash-named execution; `.../events` still goes to
-    its own route. A refused read changes nothing."""
+    execution runs), and so is `.../events`: the same bytes and statuses as the FastAPI
+    routes of the same paths, for a running, a finished, an unknown and a slash-named
+    execution, with and without their queries. A refused read changes nothing."""
     made = make_flow_world(tmp_path / "w")
     made.world.close()
     with Node.open_path(made.path, sync=False, engine=engine()) as node:
@@ -344,11 +344,10 @@ def test_status_fast_path_answers_as_the_fastapi_route(tmp_path: Path) -> None:
         add_flow_routes(fast, node)
         add_flow_routes(plain, node)
         plain.state.fast_reads.clear()  # before its first request: FastAPI answers all
-        # Without its FastAPI route, `fast` answers status only through the fast path.
+        # Without their FastAPI routes, `fast` answers these only through the fast path.
+        fast_only = {"/v1/executions/{exec_id:path}", "/v1/executions/{exec_id:path}/events"}
         fast.router.routes[:] = [
-            r
-            for r in fast.router.routes
-            if getattr(r, "path", "") != "/v1/executions/{exec_id:path}"
+            r for r in fast.router.routes if getattr(r, "path", "") not in fast_only
         ]
         with TestClient(fast) as client, TestClient(plain) as reference:
             ok(client.post("/v1/flows", json={"text": WAIT_FLOW}))
@@ -360,6 +359,9 @@ def test_status_fast_path_answers_as_the_fastapi_route(tmp_path: Path) -> None:
             # The long-poll's query is read by the same checks on both routes.
             paths += ["w1?wait_ms=1", "a/b?wait_ms=5000", "nope?wait_ms=5", "w1?wait_ms=x"]
             paths += ["w1?wait_ms=99999999", "w1?other=1", "w1?wait_ms=1&wait_ms=2"]
+            paths += ["w1/events?after=1&limit=1", "a/b/events?after=2&wait_ms=9&limit=1000"]
+            paths += ["w1/events?wait_ms=1", "w1/events?limit=0", "w1/events?after=-1"]
+            paths += ["nope/events?wait_ms=5", "a/b/events?after=1&after=2", "w1/events?x=1"]
             for path in paths:
                 got = client.get(f"/v1/executions/{path}")
                 want = reference.get(f"/v1/executions/{path}")
