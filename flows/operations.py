@@ -33,6 +33,8 @@ EXEC_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
 """Execution ids given by users; `:` and `~` are kept for derived ids (children,
 continue-with), so a user id never collides with one."""
 HISTORY_SCAN_RECORDS_MAX_DEFAULT = 1_000_000
+HISTORY_SCAN_CHUNK_RECORDS = 512
+"""Records `history_tail` reads at a time, going back from the head."""
 SIGNAL_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 EXEC_ID_RANDOM_BYTES = 6
 RESERVED_WORKLOAD_KEYS = ("$iteration", "$iter_parent")
@@ -270,6 +272,35 @@ def history_page(
         if len(events) >= events_max:
             break
     return HistoryPage(events, last_seq, last_seq < head, str(state["status"]))
+
+
+@dataclass(frozen=True)
+class HistoryTail:
+    """An execution's newest history events, in journal order."""
+
+    events: list[HistoryEvent]
+    complete: bool  # the scan reached the execution's start and nothing older was cut
+
+
+def history_tail(
+    world: World, exec_id: str, *, events_max: int, scan_records_max: int
+) -> HistoryTail:
+    """The newest `events_max` history events, found by reading the journal back from its
+    head at most `scan_records_max` records (so a page that shows them holds the world's one
+    writer for a bounded time, however long ago the execution started)."""
+    first = int(status(world, exec_id)["started_seq"])
+    key = world.key_bytes(EXEC_WORKFLOW, exec_id)
+    newest: list[HistoryEvent] = []  # newest first
+    top = world.store.journal.head()
+    left = scan_records_max
+    while top >= first and left > 0 and len(newest) <= events_max:
+        bottom = max(first, top - min(HISTORY_SCAN_CHUNK_RECORDS, left) + 1)
+        for seq, record in reversed(list(world.store.journal.read(bottom, top))):
+            newest.extend(reversed(list(_events(seq, record, key))))
+        left -= top - bottom + 1
+        top = bottom - 1
+    complete = top < first and len(newest) <= events_max
+    return HistoryTail(newest[:events_max][::-1], complete)
 
 
 def _records(world: World, first: int, last: int) -> Iterator[tuple[int, Any]]:

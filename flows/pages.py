@@ -15,14 +15,15 @@ from aos.flows.cfd import decode_definition
 from aos.flows.draw_svg import Marking, to_svg
 from aos.flows.world import is_flow_world
 from aos.kernel import cbor
-from aos.kernel.node.inspector import UI_PATH, Inspector
+from aos.kernel.node.inspector import PAGE_SCAN_RECORDS_MAX, UI_PATH, Inspector
 from aos.kernel.world.world import World
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 EXECUTIONS_SHOWN_MAX = 500
 """Executions the flows page lists (the JSON API's GET /v1/flows has them all)."""
 HISTORY_SHOWN_MAX = 200
-"""The newest history events an execution page shows."""
+"""The newest history events an execution page shows (found within the inspector's
+`PAGE_SCAN_RECORDS_MAX` records back from the head)."""
 
 
 def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
@@ -57,12 +58,17 @@ def _execution(world: World, exec_id: str) -> dict[str, Any]:
     drawing = None
     if raw is not None:
         drawing = to_svg(decode_definition(raw), Marking.of_state(state))
-    history = ops.history(world, exec_id)[-HISTORY_SHOWN_MAX:]
+    history = ops.history_tail(
+        world, exec_id, events_max=HISTORY_SHOWN_MAX, scan_records_max=PAGE_SCAN_RECORDS_MAX
+    )
     engine = state.get("engine") if isinstance(state.get("engine"), dict) else {}
     return {
         "state": cbor.to_json(state),
         "drawing": drawing,
         "marking": Marking.of_state(state),
         "waits": cbor.to_json((engine or {}).get("waits", {})),
-        "history": [(event.seq, ops.describe_event(event.event)) for event in reversed(history)],
+        "history": [
+            (event.seq, ops.describe_event(event.event)) for event in reversed(history.events)
+        ],
+        "history_complete": history.complete,
     }

@@ -18,10 +18,12 @@ import pytest
 from aos.flows import operations as ops
 from aos.flows.client import FlowNodeClient
 from aos.flows.http import add_flow_routes
+from aos.flows.pages import add_flow_pages
 from aos.flows.world import create_flow_world
 from aos.kernel import cbor
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
+from aos.kernel.node.inspector import add_inspector
 from tests.flows_world.support import make_flow_world
 from tests.flows_world.test_execution_wait import in_thread, wait_for_waiters
 from tests.flows_world.test_flow_requests import QUICK_FLOW, TestClient, ok
@@ -61,6 +63,7 @@ def run_long(client: TestClient, exec_id: str) -> None:
 def serve(node: Node) -> TestClient:
     app = create_app(node)
     add_flow_routes(app, node)
+    add_flow_pages(app, add_inspector(app, node))
     return TestClient(app)
 
 
@@ -217,6 +220,42 @@ def test_an_unknown_execution_is_refused_without_waiting(client: TestClient) -> 
         404,
         "flow.execution_unknown",
     )
+
+
+def test_the_history_tail_is_the_newest_events_within_its_scan(
+    node: Node, client: TestClient
+) -> None:
+    """`ops.history_tail` (the inspector's execution page): the newest events in journal
+    order, complete when the scan reached the execution's start with nothing cut."""
+    run_long(client, "l1")
+    ok(client.post("/v1/flows/t%2Fquick/run", json={"exec": "q1"}))  # records after l1's
+    whole = history(node, "l1")
+
+    def tail(events_max: int, scan_records_max: int) -> tuple[list[dict[str, Any]], bool]:
+        found = node.host.call(
+            lambda world: ops.history_tail(
+                world, "l1", events_max=events_max, scan_records_max=scan_records_max
+            )
+        )
+        return [{"seq": e.seq, **cbor.to_json(e.event)} for e in found.events], found.complete
+
+    assert tail(len(whole), 10_000) == (whole, True)
+    assert tail(len(whole) + 1, 10_000) == (whole, True)
+    assert tail(2, 10_000) == (whole[-2:], False)
+    height = node.host.call(lambda world: world.height)
+    started = whole[0]["seq"] - 1  # the start event's record, before its step's
+    events, complete = tail(1000, height - whole[-1]["seq"] + 1)  # back to l1's last step only
+    assert events == [e for e in whole if e["seq"] == whole[-1]["seq"]] and not complete
+    assert tail(1000, height - started + 1) == (whole, True)
+
+
+def test_the_execution_page_shows_the_newest_events(node: Node, client: TestClient) -> None:
+    run_long(client, "l1")
+    page = client.get("/ui/flows/executions/l1")
+    assert page.status_code == 200
+    seqs = [f"#{e['seq']}" for e in history(node, "l1")]
+    assert all(seq in page.text for seq in seqs)
+    assert "history-older" not in page.text
 
 
 def test_follow_prints_each_event_once_and_ends_with_the_execution(tmp_path: Path) -> None:
