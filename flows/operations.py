@@ -30,6 +30,8 @@ from aos.kernel.world import records
 from aos.kernel.world.world import RunReport, World
 
 EXEC_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
+EXEC_ID_RESERVED_SUFFIX = "/events"
+"""The node's events route (spec/11 §9.1): no execution id ends in it."""
 """Execution ids given by users; `:` and `~` are kept for derived ids (children,
 continue-with), so a user id never collides with one."""
 HISTORY_SCAN_RECORDS_MAX_DEFAULT = 1_000_000
@@ -383,6 +385,13 @@ def _check_exec_id(exec_id: str) -> None:
     if not EXEC_ID_PATTERN.fullmatch(exec_id):
         raise FlowRequestInvalidError(
             f"execution id {exec_id!r}: 1-128 of letters, digits, '.', '_', '-', '/'",
+            path="$.exec",
+        )
+    if exec_id.endswith(EXEC_ID_RESERVED_SUFFIX):
+        # GET /v1/executions/{exec}/events is the history of {exec}: an execution named so
+        # could not have its own status read over HTTP.
+        raise FlowRequestInvalidError(
+            f"execution id {exec_id!r}: it may not end in {EXEC_ID_RESERVED_SUFFIX!r}",
             path="$.exec",
         )
 

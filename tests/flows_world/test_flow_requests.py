@@ -146,7 +146,7 @@ def test_refused_requests_change_nothing_on_an_embedded_world(flows: FlowWorld) 
     )
     refused(flows, "flow.execution_exists", lambda: ops.start(world, "t/wait", exec_id="w1"))
     refused(flows, "flow.execution_exists", lambda: ops.start(world, "t/quick", exec_id="done1"))
-    for bad_id in ["", "bad id", "-x", "a:b", "a~b", "x" * 129, "é"]:
+    for bad_id in ["", "bad id", "-x", "a:b", "a~b", "x" * 129, "é", "a/events", "e/x/events"]:
         error = refused(
             flows, "flow.request_invalid", lambda i=bad_id: ops.start(world, "t/wait", exec_id=i)
         )
