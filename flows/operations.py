@@ -26,6 +26,7 @@ from aos.flows.world import (
 )
 from aos.kernel import cbor
 from aos.kernel.hashing import Hash, hash_bytes
+from aos.kernel.store.views import read_back
 from aos.kernel.world import records
 from aos.kernel.world.world import RunReport, World
 
@@ -35,8 +36,6 @@ EXEC_ID_RESERVED_SUFFIX = "/events"
 """Execution ids given by users; `:` and `~` are kept for derived ids (children,
 continue-with), so a user id never collides with one."""
 HISTORY_SCAN_RECORDS_MAX_DEFAULT = 1_000_000
-HISTORY_SCAN_CHUNK_RECORDS = 512
-"""Records `history_tail` reads at a time, going back from the head."""
 SIGNAL_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 EXEC_ID_RANDOM_BYTES = 6
 RESERVED_WORKLOAD_KEYS = ("$iteration", "$iter_parent")
@@ -293,15 +292,14 @@ def history_tail(
     first = int(status(world, exec_id)["started_seq"])
     key = world.key_bytes(EXEC_WORKFLOW, exec_id)
     newest: list[HistoryEvent] = []  # newest first
-    top = world.store.journal.head()
-    left = scan_records_max
-    while top >= first and left > 0 and len(newest) <= events_max:
-        bottom = max(first, top - min(HISTORY_SCAN_CHUNK_RECORDS, left) + 1)
-        for seq, record in reversed(list(world.store.journal.read(bottom, top))):
-            newest.extend(reversed(list(_events(seq, record, key))))
-        left -= top - bottom + 1
-        top = bottom - 1
-    complete = top < first and len(newest) <= events_max
+    head = world.store.journal.head()
+    back = read_back(world.store.journal, head, records_max=scan_records_max, bottom=first)
+    for seq, record in back:
+        newest.extend(reversed(list(_events(seq, record, key))))
+        if len(newest) > events_max:
+            break
+    reached = head - first + 1 <= scan_records_max  # the scan could read the first record
+    complete = reached and len(newest) <= events_max
     return HistoryTail(newest[:events_max][::-1], complete)
 
 

@@ -29,6 +29,7 @@ from aos.kernel.store import (
 )
 from aos.kernel.store.codec import seq_key
 from aos.kernel.store.lmdb_store import STORE_DIR_NAME
+from aos.kernel.store.views import read_back
 from tests.store_backends import StoreOpener
 
 KIB = 1024
@@ -98,6 +99,23 @@ def test_journal_read_crosses_chunks(store: Store) -> None:
     seqs = [seq for seq, record in store.journal.read() if record == event(seq)]
     assert seqs == list(range(1, 2501))
     assert [seq for seq, _ in store.journal.read(1000, limit=1100)] == list(range(1000, 2100))
+
+
+def test_journal_read_back_is_newest_first_and_bounded(store: Store) -> None:
+    """`read_back` across its chunks (512 records), down to `bottom`, at most `records_max`."""
+    store.journal.append([event(n) for n in range(1, 1201)])
+    back = list(read_back(store.journal, 1200, records_max=10_000))
+    assert [seq for seq, _ in back] == list(range(1200, 0, -1))
+    assert all(record == event(seq) for seq, record in back)
+    assert [s for s, _ in read_back(store.journal, 1100, records_max=600)] == list(
+        range(1100, 500, -1)
+    )
+    assert [s for s, _ in read_back(store.journal, 700, records_max=10_000, bottom=690)] == list(
+        range(700, 689, -1)
+    )
+    assert list(read_back(store.journal, 5, records_max=0)) == []
+    assert list(read_back(store.journal, 5, records_max=3, bottom=6)) == []
+    assert list(read_back(store.journal, 0, records_max=3)) == []
 
 
 def test_journal_appends_interleaved_with_reading(store: Store) -> None:

@@ -21,6 +21,7 @@ from aos.kernel import cbor, replay
 from aos.kernel.adapters.signing import verify_body
 from aos.kernel.hashing import hash_bytes, is_hash
 from aos.kernel.node.errors import NodeLimitExceededError, QueryInvalidError
+from aos.kernel.store.views import read_back
 from aos.kernel.world import records
 from aos.kernel.world.cellindex import key_hash
 from aos.kernel.world.errors import CellMissingError
@@ -31,8 +32,6 @@ JOURNAL_ROWS_DEFAULT = 100
 CELLS_ROWS_DEFAULT = 1000
 ROWS_DEFAULT = 50
 """Rows of any other page when the request names no `limit`."""
-SCAN_CHUNK_RECORDS = 512
-"""Records read per step of a newest-first scan (the journal reads forward only)."""
 
 CELL_STATUSES = ("running", "waiting", "completed", "failed")
 FAILED_KINDS = frozenset(
@@ -449,15 +448,8 @@ def _scan_back(
 
 
 def _backwards(world: World, top: int, scan_max: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    journal = world.store.journal
-    left = scan_max
-    while top >= 1 and left > 0:
-        bottom = max(1, top - min(SCAN_CHUNK_RECORDS, left) + 1)
-        chunk = list(journal.read(bottom, top))
-        for seq, value in reversed(chunk):
-            yield seq, _record(value)
-        left -= len(chunk)
-        top = bottom - 1
+    for seq, value in read_back(world.store.journal, top, records_max=scan_max):
+        yield seq, _record(value)
 
 
 def record_at(world: World, seq: int) -> dict[str, Any]:

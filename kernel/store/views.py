@@ -13,6 +13,10 @@ from aos.kernel.hashing import Hash
 from aos.kernel.store import codec
 from aos.kernel.store.batch import PendingBatch
 from aos.kernel.store.errors import StoreJournalGapError, StoreUsageError
+from aos.kernel.store.interface import Journal
+
+READ_BACK_CHUNK_RECORDS = 512
+"""Records `read_back` fetches at a time."""
 
 # Fetch up to `count` (seq, raw record) rows with `start <= seq <= last`, in order.
 ChunkFetcher = Callable[[int, int, int], list[tuple[int, bytes]]]
@@ -122,3 +126,19 @@ def _contiguous(
             yield seq, codec.decode_record(seq, raw)
             expected += 1
         count -= len(chunk)
+
+
+def read_back(
+    journal: Journal, top: int, *, records_max: int, bottom: int = 1
+) -> Iterator[tuple[int, cbor.Value]]:
+    """Records from `top` down to `bottom`, newest first, at most `records_max` of them. The
+    journal reads forward only, so they are fetched `READ_BACK_CHUNK_RECORDS` at a time: for
+    readers that want the newest matches of a filter and must bound what they look at (the
+    inspector's pages, an execution's newest history)."""
+    left = records_max
+    while top >= max(bottom, 1) and left > 0:
+        low = max(bottom, 1, top - min(READ_BACK_CHUNK_RECORDS, left) + 1)
+        chunk = list(journal.read(low, top))
+        yield from reversed(chunk)
+        left -= len(chunk)
+        top = low - 1
