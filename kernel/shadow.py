@@ -16,7 +16,8 @@ A shadow promises nothing about branches the history never took (seed §3.8).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from aos.kernel.governance import (
     ShadowReport,
 )
 from aos.kernel.replay import DivergedError, Replayer, ReplayReport
-from aos.kernel.store import open_store
+from aos.kernel.store import Store, open_store
 from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.wasm import StepFault, WasmEngine
 from aos.kernel.world.errors import WorldMissingError
@@ -45,20 +46,12 @@ def shadow(
     progress: Callable[[int, int], None] | None = None,
 ) -> ShadowReport:
     """Shadow `proposal` against the history of the world at `world_dir` (read-only)."""
-    root = Path(world_dir)
-    if not (root / "store").is_dir():
-        raise WorldMissingError(f"no world at {root}")
     engine = engine or WasmEngine()
-    with (
-        open_store(root, readonly=True) as source,
-        source.consistent(),
-        tempfile.TemporaryDirectory() as scratch,
-    ):
+    with recorded_history(world_dir, engine, progress) as (source, replayer):
         head: Any = head_at_end(source, engine)
         entry = head.get("proposals", {}).get(proposal)
         if entry is None:
             raise GovUnknownProposalError(f"no proposal {proposal}")
-        replayer = Replayer(source, engine, progress, spill_dir=Path(scratch))
         old = replayer.loaded(str(head["manifest"]))
         new = replayer.loaded(str(entry["manifest"]))
         live = replayer.from_genesis()
@@ -82,14 +75,36 @@ def shadow(
                 f"the live journal does not replay: {diverged.divergence.message}",
                 seq=diverged.divergence.seq,
             ) from None
-        finally:
-            replayer.close()
         report.cells = sorted(runner.cells.values(), key=lambda c: (c.workflow, repr(c.key)))
         report.removed_workflows = sorted(set(old.workflows) - set(new.workflows))
         report.intents_affected = _intents_affected(head["open_intents"], old, new)
         report.routing = _routing_diff(old, new)
         report.allowlists = _allowlist_diff(old, new)
         return report
+
+
+@contextmanager
+def recorded_history(
+    world_dir: str | Path,
+    engine: WasmEngine,
+    progress: Callable[[int, int], None] | None,
+) -> Iterator[tuple[Store, Replayer]]:
+    """The world's store, read-only as of one commit (beside a serving writer), and a
+    replayer of its journal whose scratch CAS spills to a temporary folder: what every shadow
+    replays (governance here, flow versions in flows/shadow.py)."""
+    root = Path(world_dir)
+    if not (root / "store").is_dir():
+        raise WorldMissingError(f"no world at {root}")
+    with (
+        open_store(root, readonly=True) as source,
+        source.consistent(),
+        tempfile.TemporaryDirectory() as scratch,
+    ):
+        replayer = Replayer(source, engine, progress, spill_dir=Path(scratch))
+        try:
+            yield source, replayer
+        finally:
+            replayer.close()
 
 
 class _Beside:

@@ -50,43 +50,60 @@ class ShadowResult:
 async def run_shadow(world_dir: Path, proposal: str, *, timeout_ms: int) -> ShadowResult:
     """Run a worker for `proposal` and wait at most `timeout_ms` for its answer; a worker that
     takes longer is killed (`node.shadow_timeout`)."""
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
+    found = await run_worker(
         __name__,
-        str(world_dir),
-        proposal,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        limit=SHADOW_OUTPUT_BYTES_MAX,
+        [str(world_dir), proposal],
+        timeout_ms=timeout_ms,
+        what=f"the shadow of {proposal}",
     )
-    try:
-        out, err = await asyncio.wait_for(worker.communicate(), timeout_ms / 1000)
-    except TimeoutError:
-        worker.kill()
-        await worker.wait()
-        raise ShadowTimeoutError(
-            f"the shadow of {proposal} took more than {timeout_ms} ms", limit=timeout_ms
-        ) from None
-    return _answer(out, err, worker.returncode)
-
-
-def _answer(out: bytes, err: bytes, returncode: int | None) -> ShadowResult:
-    try:
-        found: Any = cbor.decode(out)
-    except AosError:
-        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise KernelInvariantError(
-            f"the shadow worker exited {returncode} without an answer: {tail[0]}"
-        ) from None
-    if "error" in found:
-        raise refused(found["error"], "the shadow failed")
     return ShadowResult(
         report=bytes(found["report"]),
         state_height=int(found["state_height"]),
         summary={str(k): int(v) for k, v in found["summary"].items()},
     )
+
+
+async def run_worker(
+    module: str, args: list[str], *, timeout_ms: int, what: str, stdin: bytes = b""
+) -> dict[str, Any]:
+    """Run `python -m MODULE ARGS...` (given `stdin`), a worker that answers one canonical
+    CBOR map on stdout: its answer, or `{"error": {code, message, ...}}`, raised here as the
+    error it names. A worker that takes longer than `timeout_ms` is killed
+    (`node.shadow_timeout`). Flow shadows and migrations (flows/shadow_worker.py) run so."""
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        limit=SHADOW_OUTPUT_BYTES_MAX,
+    )
+    try:
+        out, err = await asyncio.wait_for(worker.communicate(stdin), timeout_ms / 1000)
+    except TimeoutError:
+        worker.kill()
+        await worker.wait()
+        raise ShadowTimeoutError(
+            f"{what} took more than {timeout_ms} ms", limit=timeout_ms
+        ) from None
+    return _answer(out, err, worker.returncode, what)
+
+
+def _answer(out: bytes, err: bytes, returncode: int | None, what: str) -> dict[str, Any]:
+    try:
+        found: Any = cbor.decode(out)
+    except AosError:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise KernelInvariantError(
+            f"the worker for {what} exited {returncode} without an answer: {tail[0]}"
+        ) from None
+    if not isinstance(found, dict):
+        raise KernelInvariantError(f"the worker for {what} answered no map")
+    if "error" in found:
+        raise refused(found["error"], f"{what} failed")
+    return found
 
 
 def main(argv: list[str]) -> int:
