@@ -58,7 +58,7 @@ def _opened(world_path: str) -> Iterator[World]:
         world.close()
 
 
-def _definition(path: Path, workbook: Path | None = None) -> FlowDefinition:
+def read_definition(path: Path, workbook: Path | None = None) -> FlowDefinition:
     if workbook is not None and flowlang.is_flow_source(str(path)):
         entries = flowlang.read_workbook(_read_bytes(workbook), source=str(workbook))
         text = _read_text(path)
@@ -101,7 +101,7 @@ def check_command(files: tuple[Path, ...], workbook: Path | None, as_json: bool)
     results: list[dict[str, Any]] = []
     for path in files:
         try:
-            definition = _definition(path, workbook)
+            definition = read_definition(path, workbook)
             value = canonical_value(definition)
             digest = str(cbor_hash(value))
             results.append({"file": str(path), "ok": True, "name": definition.name, "hash": digest})
@@ -148,7 +148,7 @@ def _print_checks(results: list[dict[str, Any]], as_json: bool) -> None:
 def compile_command(file: Path, out: Path | None, workbook: Path | None, as_json: bool) -> None:
     """The canonical definition: JSON on stdout, or canonical CBOR into OUT when it ends in
     .cbor (JSON otherwise)."""
-    value = canonical_value(_definition(file, workbook))
+    value = canonical_value(read_definition(file, workbook))
     if out is not None and out.suffix == ".cbor":
         out.write_bytes(cbor.encode(value))
         click.echo(f"wrote {out}  {cbor_hash(value)}")
@@ -173,7 +173,7 @@ def draw_command(file: Path, fmt: str, workbook: Path | None, as_json: bool) -> 
     if fmt == "mermaid" and flowlang.is_flow_source(str(file)):
         text = flowlang.to_mermaid(flowlang.graph_of(_read_text(file), source=str(file)))
     else:
-        definition = _definition(file, workbook)
+        definition = read_definition(file, workbook)
         text = to_mermaid(definition) if fmt == "mermaid" else to_text(definition)
     if as_json:
         emit_json({"format": fmt, "text": text})
@@ -263,9 +263,9 @@ def deploy_command(
 ) -> None:
     """Check FILE and journal it as a new version of its flow (the same definition as the
     latest version changes nothing). Prints name, version and definition hash."""
-    definition = _definition(file, workbook)
+    definition = read_definition(file, workbook)
     if node_url is not None:
-        text, source = _sent(file, workbook, definition)
+        text, source = sent_to_node(file, workbook, definition)
         body = FlowNodeClient(node_url).deploy(text, source=source)
     else:
         with _opened(world_path) as world:
@@ -277,7 +277,7 @@ def deploy_command(
     click.echo(f"deployed  {body['name']} v{body['version']}  {body['definition']}{note}")
 
 
-def _sent(file: Path, workbook: Path | None, definition: FlowDefinition) -> tuple[str, str]:
+def sent_to_node(file: Path, workbook: Path | None, definition: FlowDefinition) -> tuple[str, str]:
     """The text and source name a node is sent to deploy FILE. The node compiles what it is
     sent and knows no workbook: a `.flow` file bound by one is sent as its definition."""
     if workbook is not None and flowlang.is_flow_source(str(file)):
@@ -392,7 +392,7 @@ def run_command(
         )
     if local:
         config = load_config(config_file)
-        definition = _definition(Path(target), workbook)
+        definition = read_definition(Path(target), workbook)
         base = file_base if file_base is not None else Path(target).resolve().parent
         _run_local(
             definition, value, exec_id, python_allow, config, world_path, as_json, file_base=base
@@ -402,8 +402,8 @@ def run_command(
         client = FlowNodeClient(node_url)
         name = target
         if Path(target).is_file():
-            definition = _definition(Path(target), workbook)
-            text, source = _sent(Path(target), workbook, definition)
+            definition = read_definition(Path(target), workbook)
+            text, source = sent_to_node(Path(target), workbook, definition)
             name = client.deploy(text, source=source)["name"]
         if wait_s is None:
             body = client.run(name, value, exec_id=exec_id, version=version)
@@ -413,7 +413,7 @@ def run_command(
         with _opened(world_path) as world:
             name = target
             if Path(target).is_file():
-                name = ops.deploy(world, _definition(Path(target), workbook)).name
+                name = ops.deploy(world, read_definition(Path(target), workbook)).name
             started = ops.start(world, name, workload=value, exec_id=exec_id, version=version)
             body = {**_started_json(started), "status": ops.status(world, started.exec)["status"]}
     _print_started(body, as_json)

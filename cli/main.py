@@ -65,7 +65,7 @@ COMMANDS: dict[str, CommandRef] = {
         "Governance: propose, shadow, approve or reject, and apply manifest changes.",
     ),
     "flow": CommandRef(
-        ("aos.cli.flow_cmd",),
+        ("aos.cli.flow_cmd", "aos.cli.flow_shadow_cmd"),
         "flow_group",
         "Declarative flows: definitions, executions, their history (spec/11-flows.md).",
     ),

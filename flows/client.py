@@ -21,6 +21,9 @@ from aos.kernel import cbor
 from aos.kernel.node.errors import NodeUnreachableError, refused
 
 REQUEST_TIMEOUT_S = 60.0
+SHADOW_TIMEOUT_S = 900.0
+"""How long a shadow or a migration may take over HTTP (the node bounds it by its own
+`shadow_ms_max`, 10 minutes by default)."""
 WAIT_MS_PER_REQUEST = 20_000
 """Longest one long-poll asks the node to wait (below its default `long_poll_ms_max`, 30 s,
 and the request timeout); a longer wait is several requests."""
@@ -137,12 +140,44 @@ class FlowNodeClient:
         body = {"reason": reason}
         return self._call("POST", f"/v1/executions/{quote(exec_id, safe='')}/cancel", body)
 
-    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    def shadow(
+        self,
+        name: str,
+        *,
+        version: int | None = None,
+        text: str | None = None,
+        source: str = "",
+        execs: tuple[str, ...] = (),
+        executions_max: int,
+    ) -> dict[str, Any]:
+        """The shadow report of a deployed version of `name`, or of the definition `text`
+        (spec/11 §10.1). It replays the world's history: it may take as long as the node's
+        `shadow_ms_max` allows."""
+        body = {
+            "version": version,
+            "text": text,
+            "source": source,
+            "exec": list(execs),
+            "executions_max": executions_max,
+        }
+        path = f"/v1/flows/{quote(name, safe='')}/shadow"
+        return self._call("POST", path, body, timeout_s=SHADOW_TIMEOUT_S)
+
+    def migrate(self, exec_id: str, version: int | None) -> dict[str, Any]:
+        """Move a running execution to another deployed version (spec/11 §10.2)."""
+        path = f"/v1/executions/{quote(exec_id, safe='')}/migrate"
+        return self._call("POST", path, {"version": version}, timeout_s=SHADOW_TIMEOUT_S)
+
+    def _call(
+        self, method: str, path: str, body: Any = None, *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         if self._http is None:
             tls = not self.url.startswith("http://")
             self._http = httpx.Client(timeout=self.timeout_s, verify=tls)
         try:
-            response = self._http.request(method, self.url + path, json=body)
+            response = self._http.request(
+                method, self.url + path, json=body, timeout=timeout_s or self.timeout_s
+            )
         except httpx.HTTPError as failure:
             raise NodeUnreachableError(f"{self.url}: {failure}") from None
         try:

@@ -9,25 +9,37 @@ each run on the node's host thread, the world's one writer.
                                           {events: [{seq, event, ...}], status, last_seq, more}
     POST /v1/executions/{exec}/signal     {name, payload, expect_version?}
     POST /v1/executions/{exec}/cancel     {reason?}
+    POST /v1/flows/{name}/shadow          {version? | text, source?; exec?, executions_max?}
+                                          the shadow report (spec/11 §10.1), from a worker process
+    POST /v1/executions/{exec}/migrate    {version?}  shadowed in a worker, then journaled (§10.2)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from aos.flows import migration
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
+from aos.flows.shadow import (
+    SHADOW_EXECS_NAMED_MAX,
+    SHADOW_EXECUTIONS_LIMIT,
+    SHADOW_EXECUTIONS_MAX_DEFAULT,
+)
+from aos.flows.shadow_worker import plan_in_worker, shadow_in_worker
 from aos.flows.world import EXEC_WORKFLOW
 from aos.kernel import cbor
 from aos.kernel.node.adapter_api import FastRead, add_fast_read
 from aos.kernel.node.cell_watch import Cell, Look, wait_for_cell
 from aos.kernel.node.errors import RequestInvalidError
 from aos.kernel.node.node import Node, within
+from aos.kernel.node.shadow_worker import ShadowUnavailableError
 from aos.kernel.world.world import World
 
 T = TypeVar("T")
@@ -62,6 +74,25 @@ class SignalRequest(_Request):
 
 class CancelRequest(_Request):
     reason: str | None = Field(None, max_length=1000)
+
+
+EXEC_ID_LENGTH_MAX = 128
+
+
+class ShadowRequest(_Request):
+    version: int | None = Field(None, ge=1, description="A deployed version [the latest].")
+    text: str | None = Field(None, description="Or a definition of the flow, not deployed.")
+    source: str = Field("", max_length=1000, description="A name for errors (a file name).")
+    exec: list[Annotated[str, Field(max_length=EXEC_ID_LENGTH_MAX)]] = Field(
+        default_factory=list,
+        max_length=SHADOW_EXECS_NAMED_MAX,
+        description="Only these executions [every execution of the flow].",
+    )
+    executions_max: int = Field(SHADOW_EXECUTIONS_MAX_DEFAULT, ge=1, le=SHADOW_EXECUTIONS_LIMIT)
+
+
+class MigrateRequest(_Request):
+    version: int | None = Field(None, ge=1, description="A deployed version [the latest].")
 
 
 EXECUTIONS_PREFIX = "/v1/executions/"
@@ -267,6 +298,38 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
         return await node.host.run(send)
 
+    @app.post("/v1/flows/{name:path}/shadow", tags=["flows"])
+    async def shadow(name: str, request: ShadowRequest) -> dict[str, Any]:
+        """Replay the world's history read-only with another definition of the flow beside
+        each of its executions: which reproduce, and where the others first differ."""
+        if request.text is not None and request.version is not None:
+            raise ops.FlowRequestInvalidError("give a version or a text, not both", path="$")
+        return await shadow_in_worker(
+            _world_dir(node),
+            name,
+            request.version,
+            request.exec,
+            request.executions_max,
+            text=request.text,
+            source=request.source,
+            timeout_ms=node.limits.shadow_ms_max,
+        )
+
+    @app.post("/v1/executions/{exec_id:path}/migrate", tags=["flows"])
+    async def migrate(exec_id: str, request: MigrateRequest) -> dict[str, Any]:
+        """Move a running execution to another deployed version of its flow, where a shadow
+        shows that version reproduces its whole history."""
+        planned = await plan_in_worker(
+            _world_dir(node), exec_id, request.version, timeout_ms=node.limits.shadow_ms_max
+        )
+
+        def apply(world: World) -> dict[str, Any]:
+            migration.apply(world, planned)
+            status = ops.status(world, exec_id)["status"]
+            return {**planned.to_value(), "status": status, "seq": world.height}
+
+        return await node.host.run(apply)
+
     @app.get("/v1/executions/{exec_id:path}", tags=["flows"])
     async def status(
         exec_id: str,
@@ -277,6 +340,12 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         once the execution has ended or after that many ms (long-poll)."""
         del wait_ms  # documented here; the query is read with the fast path's own checks
         return await execution_status(node, exec_id, request.url.query)
+
+
+def _world_dir(node: Node) -> Path:
+    if node.world_path is None:
+        raise ShadowUnavailableError("this node did not open its world from a folder")
+    return Path(node.world_path)
 
 
 def _data(value: Any, path: str) -> Any:

@@ -323,7 +323,18 @@ def _events(seq: int, record: Any, key: bytes | None) -> Iterator[HistoryEvent]:
             yield HistoryEvent(seq, event)
 
 
-_EVENT_DETAIL_KEYS = ("status", "attempt", "index", "to", "wait", "signal", "child", "total")
+_EVENT_DETAIL_KEYS = (
+    "status",
+    "attempt",
+    "index",
+    "to",
+    "wait",
+    "signal",
+    "child",
+    "total",
+    "from_version",
+    "to_version",
+)
 
 
 def describe_event(event: dict[str, Any]) -> str:

@@ -34,6 +34,7 @@ DEPLOY_EVENT = "aos/FlowDeploy@1"
 START_EVENT = "aos/FlowStart@1"
 SIGNAL_EVENT = "aos/FlowSignal@1"
 CANCEL_EVENT = "aos/FlowCancel@1"
+MIGRATE_EVENT = "aos/FlowMigrate@1"
 HUMAN_EFFECT = "aos/human.task@1"
 
 # Adapter identity -> the key file's name in a key folder.

@@ -1,5 +1,5 @@
 """The execution cell of `aos/FlowExec@1`: one handler for `aos/FlowExecEvent@1` (Start,
-Signal, Cancel, Ended, Receipt).
+Signal, Cancel, Ended, Receipt, Migrate).
 
 Every input is first checked against the open waits without touching the state: a stale
 one returns the state exactly as it came (version included) and records why. Any other
@@ -38,6 +38,8 @@ def on_event(state: Any, event: Any, ctx: Any) -> Any:
         ctx.annotate({"events": [_stale_event(tag, value, "no execution")]})
         return DELETE
     working = compact.expanded(state)
+    if tag == "Migrate":
+        return _migrate(state, working, value, ctx)
     apply, stale = _resolve(working, tag, value)
     if apply is None:
         ctx.annotate({"events": [stale]})
@@ -104,6 +106,8 @@ def _stale_fields(tag: Any, value: dict[str, Any], reason: str) -> dict[str, Any
         return {"event": "start.stale", "exec": value.get("exec"), "reason": reason}
     if tag == "Cancel":
         return {"event": "cancel.stale", "reason": reason}
+    if tag == "Migrate":
+        return {"event": "migrate.stale", "version": value.get("version"), "reason": reason}
     return {"event": "input.unknown", "tag": tag if type(tag) is str else None, "reason": reason}
 
 
@@ -229,6 +233,49 @@ def _begin_iteration(run: Run, marker: Any) -> None:
             "parent": run.engine["outer"],
         },
     }
+
+
+# -- migrating to another version --------------------------------------------------------------
+
+
+def _migrate(state: Any, working: dict[str, Any], value: dict[str, Any], ctx: Any) -> Any:
+    """The execution goes on under another definition of its flow. The host sends this only
+    where a shadow showed that definition reproduces the execution's whole recorded history,
+    state included (spec/11 §10), so the state is the one the new definition would have
+    reached: only the definition it names changes. Anything else is stale, state untouched."""
+    reason = _migrate_refusal(working, value)
+    if reason is not None:
+        ctx.annotate({"events": [_stale_event("Migrate", value, reason)]})
+        return state
+    before = {"version": working["version"], "definition": working["definition"]}
+    working["version"] = value["version"]
+    working["definition"] = value["definition"]
+    return _apply(working, ctx, lambda run: _migrated(run, before))
+
+
+def _migrate_refusal(state: dict[str, Any], value: dict[str, Any]) -> str | None:
+    if state["status"] != "running":
+        return f"the execution is {state['status']}"
+    if value.get("flow") != state["flow"]:
+        return "the definition is another flow's"
+    if value.get("from_definition") != state["definition"]:
+        return "the execution runs another definition"
+    if value.get("expect_version") != state["engine_version"]:
+        return f"the execution moved on to version {state['engine_version']}"
+    version = value.get("version")
+    if not definition.is_hash(value.get("definition")) or type(version) is not int or version < 0:
+        return "the migration names no definition"
+    return None
+
+
+def _migrated(run: Run, before: dict[str, Any]) -> None:
+    run.history.add(
+        "execution.migrated",
+        from_version=before["version"],
+        to_version=run.state["version"],
+        from_definition=before["definition"],
+        to_definition=run.state["definition"],
+    )
 
 
 # -- applying an input ------------------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""Migrating a running execution to another deployed version of its flow (spec/11 §10.2).
+
+An execution is pinned at its start to one definition. Moving it is allowed only where a
+shadow (`shadow.py`) shows the other definition reproduces the execution's whole recorded
+history, every decision and the state it reached (but for the definition it names), so that
+going on under it is exactly as if the execution had run it from its start. Then one input is
+journaled, `aos/FlowMigrate@1`, and the interpreter swaps the definition, recording
+`execution.migrated` in the history.
+
+A migration is planned read-only (`plan`: the shadow, which may take as long as a replay)
+and applied on the writer (`apply`). Between the two the execution may move on; `apply`
+refuses then (`flow.migration_stale`, nothing journaled) and the interpreter would record a
+`migrate.stale` for an input that raced past that check, its state untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aos.flows.errors import FlowError
+from aos.flows.operations import (
+    STATUS_RUNNING,
+    ExecutionEndedError,
+    FlowRequestInvalidError,
+    status,
+)
+from aos.flows.shadow import ExecutionShadow, deployed_target, shadow_flow
+from aos.flows.world import MIGRATE_EVENT
+from aos.kernel.wasm import WasmEngine
+from aos.kernel.world.world import RunReport, World
+
+
+class MigrationRefusedError(FlowError):
+    code = "flow.migration_refused"
+    hint = "aos flow shadow FLOW --version N shows where the version departs from the history"
+
+
+class MigrationStaleError(FlowError):
+    code = "flow.migration_stale"
+    hint = "the execution moved on since its shadow: run the migration again"
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    """What a shadow allowed: move `exec` from `from_definition` to `definition` while it is
+    at engine version `expect_version`."""
+
+    exec: str
+    flow: str
+    from_version: int
+    from_definition: str
+    version: int
+    definition: str
+    expect_version: int
+    steps: int  # recorded steps the shadow reproduced
+
+    def event(self) -> dict[str, Any]:
+        return {
+            "exec": self.exec,
+            "flow": self.flow,
+            "version": self.version,
+            "definition": self.definition,
+            "from_definition": self.from_definition,
+            "expect_version": self.expect_version,
+        }
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "exec": self.exec,
+            "flow": self.flow,
+            "from_version": self.from_version,
+            "from_definition": self.from_definition,
+            "version": self.version,
+            "definition": self.definition,
+            "expect_version": self.expect_version,
+            "steps": self.steps,
+        }
+
+
+def plan(
+    world_dir: str | Path,
+    exec_id: str,
+    version: int | None = None,
+    *,
+    engine: WasmEngine | None = None,
+) -> MigrationPlan:
+    """Shadow `version` (the flow's latest when None) against the execution's recorded
+    history, read-only, and say whether it may move there."""
+    with World.reading(world_dir, engine=engine) as world:
+        state = _running(world, exec_id)
+        target = deployed_target(world, str(state["flow"]), version)
+    if target.definition == state["definition"]:
+        raise FlowRequestInvalidError(
+            f"{exec_id} already runs version {state['version']} ({target.definition})",
+            path="$.version",
+        )
+    report = shadow_flow(world_dir, target, execs=(exec_id,), engine=engine)
+    shadowed = next(e for e in report.executions if e.exec == exec_id)
+    _check_reproduced(shadowed, target.version)
+    assert target.version is not None and shadowed.engine_version is not None
+    return MigrationPlan(
+        exec=exec_id,
+        flow=target.flow,
+        from_version=shadowed.version,
+        from_definition=shadowed.definition,
+        version=target.version,
+        definition=target.definition,
+        expect_version=shadowed.engine_version,
+        steps=shadowed.steps,
+    )
+
+
+def apply(world: World, planned: MigrationPlan) -> RunReport:
+    """Journal the migration, if the execution is still where its shadow left it."""
+    state = _running(world, planned.exec)
+    moved = (state["definition"], state["engine_version"]) != (
+        planned.from_definition,
+        planned.expect_version,
+    )
+    if moved:
+        raise MigrationStaleError(
+            f"{planned.exec} is at version {state['engine_version']} now; its shadow ended at "
+            f"{planned.expect_version}",
+            exec=planned.exec,
+        )
+    return world.send(MIGRATE_EVENT, planned.event())[1]
+
+
+def _running(world: World, exec_id: str) -> dict[str, Any]:
+    state = status(world, exec_id)
+    if state["status"] != STATUS_RUNNING:
+        raise ExecutionEndedError(
+            f"execution {exec_id} has ended ({state['status']}): only a running one migrates",
+            exec=exec_id,
+        )
+    return state
+
+
+def _check_reproduced(shadowed: ExecutionShadow, version: int | None) -> None:
+    if shadowed.diverged_at is not None:
+        raise MigrationRefusedError(
+            f"version {version} departs from {shadowed.exec}'s history at seq "
+            f"{shadowed.diverged_at} ({shadowed.difference})",
+            exec=shadowed.exec,
+            seq=shadowed.diverged_at,
+            difference=shadowed.difference,
+        )
+    if not shadowed.migratable:
+        raise MigrationRefusedError(
+            f"version {version} makes {shadowed.exec}'s decisions but reaches another engine "
+            "state (its waits, tokens or loops differ)",
+            exec=shadowed.exec,
+        )
