@@ -57,10 +57,11 @@ SHADOW_EXECUTIONS_LIMIT = 100_000
 """The largest `executions_max` a caller may ask for."""
 SHADOW_EXECS_NAMED_MAX = 1000
 """Most executions a caller may name."""
-START_TAG_FIELD, START_VALUE_FIELD, START_TAG = "$tag", "$value", "Start"
-"""How a start reaches the execution's cell: `aos/FlowStart@1` routed into the variant input
-`aos/FlowExecEvent@1` (flows/world-manifest)."""
+TAG_FIELD, VALUE_FIELD, START_TAG, MIGRATE_TAG = "$tag", "$value", "Start", "Migrate"
+"""How a start or a migration reaches the execution's cell: `aos/FlowStart@1` and
+`aos/FlowMigrate@1` routed into arms of the variant input `aos/FlowExecEvent@1`."""
 _PINNED_FIELDS = ("version", "definition")
+_MIGRATED_FIELDS = ("from_version", "to_version", "from_definition", "to_definition")
 """The fields of `playbook.started` that name the definition: they differ by construction."""
 
 
@@ -82,7 +83,9 @@ class ShadowTarget:
 
 @dataclass
 class ExecutionShadow:
-    """One execution: how many of its recorded steps were shadowed, and where it diverged."""
+    """One execution: how many of its recorded steps were shadowed, and where it diverged.
+    `version`, `definition`, `status` and `engine_version` are the recorded ones at the end
+    of the history."""
 
     exec: str
     version: int
@@ -235,16 +238,23 @@ class _Beside:
         if message.workflow != EXEC_WORKFLOW or message.key is None:
             return
         if message.key in self.states:
-            self._shadow(message, step_input, recorded, start=None)
-        elif _start_of(message.value) is not None and message.key not in self.followed:
+            migration = _arm(message.value, MIGRATE_TAG)
+            if migration is None:
+                self._shadow(message, step_input, recorded, replaced=None)
+            else:
+                self._follow_migration(message, step_input, recorded, migration)
+        elif _arm(message.value, START_TAG) is not None and message.key not in self.followed:
             start = self._followed_start(message, step_input)
             if start is not None:
-                self._shadow(message, step_input, recorded, start=start)
+                self._shadow(message, step_input, recorded, replaced=start)
 
     def finish(self) -> None:
         """Each execution's recorded end, and whether its shadow reached the same state."""
         for key, shadowed in self.followed.items():
             recorded = status(self.live, shadowed.exec)
+            # What it runs at the end: another version than its start's, if it migrated.
+            shadowed.version = int(recorded.get("version") or 0)
+            shadowed.definition = str(recorded.get("definition"))
             shadowed.status = str(recorded.get("status"))
             shadowed.engine_version = int(recorded.get("engine_version") or 0)
             state = self.states.get(key)
@@ -258,7 +268,7 @@ class _Beside:
         """The start with the shadowed definition, when this start begins an execution this
         shadow follows (a start to a cell that has a state is stale and begins none)."""
         key = message.key
-        value = _start_of(message.value)
+        value = _arm(message.value, START_TAG)
         if key is None or value is None or value.get("flow") != self.target.flow:
             return None
         envelope: Any = cbor.decode(step_input)
@@ -283,16 +293,45 @@ class _Beside:
         self.followed[key] = shadowed
         self.states[key] = None
         swapped = {**value, "definition": self.target.definition, "version": self.target.version}
-        return {START_TAG_FIELD: START_TAG, START_VALUE_FIELD: swapped}
+        return {TAG_FIELD: START_TAG, VALUE_FIELD: swapped}
+
+    def _follow_migration(
+        self, message: Message, step_input: bytes, recorded: Any, value: dict[str, Any]
+    ) -> None:
+        """A migration the history holds. The shadow runs the target already, so it migrates
+        to the target itself, which moves its engine version as the recorded one moved (the
+        definitions the history events name are not compared). A recorded migration that was
+        stale changed nothing, and the shadow skips it too."""
+        key = message.key
+        assert key is not None
+        state = self.states[key]
+        applied = isinstance(recorded, StepOutcome) and not any(
+            event.get("event") == "migrate.stale" for event in _history(recorded)
+        )
+        if not applied or state is None:
+            self.followed[key].steps += 1
+            return
+        itself = {
+            **value,
+            "definition": self.target.definition,
+            "from_definition": self.target.definition,
+            "version": self.target.version or 0,
+            "expect_version": _engine_version(state),
+        }
+        self._shadow(
+            message, step_input, recorded, replaced={TAG_FIELD: MIGRATE_TAG, VALUE_FIELD: itself}
+        )
 
     def _shadow(
-        self, message: Message, step_input: bytes, recorded: Any, start: dict[str, Any] | None
+        self, message: Message, step_input: bytes, recorded: Any, replaced: dict[str, Any] | None
     ) -> None:
+        """Run the target beside the recorded step (on `replaced` instead of the recorded
+        input, when given) and compare."""
         key = message.key
         assert key is not None
         shadowed = self.followed[key]
         shadowed.steps += 1
-        proposed = self._run(message, step_input, self.states[key], start)
+        proposed = self._run(message, step_input, self.states[key], replaced)
         difference = _first_difference(recorded, proposed)
         if difference is not None:
             shadowed.diverged_at = self._step_seq()
@@ -313,12 +352,12 @@ class _Beside:
         message: Message,
         step_input: bytes,
         state: bytes | None,
-        start: dict[str, Any] | None,
+        replaced: dict[str, Any] | None,
     ) -> Any:
         envelope: Any = cbor.decode(step_input)
         envelope["state"] = state
-        if start is not None:
-            envelope["event"]["value"] = cbor.encode(start)
+        if replaced is not None:
+            envelope["event"]["value"] = cbor.encode(replaced)
         runner = self._runner()
         try:
             result = runner.step(cbor.encode(envelope), seq=message.seq, read_blob=self._read)
@@ -357,19 +396,30 @@ def _unpinned(state: Any) -> Any:
     return {name: value for name, value in state.items() if name not in _PINNED_FIELDS}
 
 
-def _start_of(delivered: Any) -> dict[str, Any] | None:
-    """The start an execution's cell is delivered (`aos/FlowStart@1` routed into the
-    execution's variant input), or None for any other input."""
-    if not isinstance(delivered, dict) or delivered.get(START_TAG_FIELD) != START_TAG:
+def _engine_version(state: bytes) -> Any:
+    value: Any = cbor.decode(state)
+    return value.get("engine_version") if isinstance(value, dict) else None
+
+
+def _arm(delivered: Any, tag: str) -> dict[str, Any] | None:
+    """The value of an execution's variant input when it is the arm `tag`, else None."""
+    if not isinstance(delivered, dict) or delivered.get(TAG_FIELD) != tag:
         return None
-    value = delivered.get(START_VALUE_FIELD)
+    value = delivered.get(VALUE_FIELD)
     return value if isinstance(value, dict) else None
 
 
 def _comparable(event: dict[str, Any]) -> dict[str, Any]:
-    if event.get("event") != "playbook.started":
-        return event
-    return {name: value for name, value in event.items() if name not in _PINNED_FIELDS}
+    """A history event without the fields that name a definition."""
+    name = event.get("event")
+    pinned = (
+        _PINNED_FIELDS
+        if name == "playbook.started"
+        else _MIGRATED_FIELDS
+        if name == "execution.migrated"
+        else ()
+    )
+    return {field: value for field, value in event.items() if field not in pinned}
 
 
 def _first_difference(recorded: Any, proposed: Any) -> tuple[str, Any, Any] | None:

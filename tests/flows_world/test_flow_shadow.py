@@ -253,6 +253,31 @@ def test_a_migrated_execution_goes_on_under_the_new_version_and_replays(recorded
     assert report.ok, report.divergence
 
 
+def test_a_migrated_execution_is_shadowed_through_its_migration(recorded: Path) -> None:
+    """A later shadow of e1, which moved from v1 to v2, follows the migration (the shadow
+    migrates to its own target there) and may move e1 again; v1's e2 is shadowed as before."""
+    planned = migration.plan(recorded, "e1", 2, engine=engine())
+    with World.open(recorded, engine=engine()) as world:
+        migration.apply(world, planned)
+        ops.deploy(world, load_definition(V2_LATER.replace("{ok: false}", "{ok: false, v: 5}")))
+    report = shadow_of(recorded, 5)
+    found = by_exec(report)
+    assert (found["e1"].version, found["e1"].outcome, found["e1"].steps) == (2, "reproduces", 3)
+    assert found["e1"].migratable and found["e1"].engine_version == 3
+    assert (found["e2"].version, found["e2"].outcome, found["e2"].migratable) == (
+        1,
+        "reproduces",
+        True,
+    )
+    again = migration.plan(recorded, "e1", 5, engine=engine())
+    assert (again.from_version, again.version, again.expect_version) == (2, 5, 3)
+    with World.open(recorded, engine=engine()) as world:
+        migration.apply(world, again)
+        ops.signal(world, "e1", "go")
+        assert ops.status(world, "e1")["business"]["steps"]["c"] == {"ok": False, "v": 5}
+    assert replay.verify(recorded, engine=engine()).ok
+
+
 @pytest.mark.parametrize(
     ("exec_id", "version", "code"),
     [
