@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from aos.cli.common import EXIT_ERROR, emit_json, handles_errors, json_option, world_option
+from aos.cli.common import (
+    EXIT_ERROR,
+    emit_json,
+    handles_errors,
+    json_option,
+    progress_bar,
+    world_option,
+)
 from aos.cli.remote import node_call, node_option, serving_node
 from aos.cli.world_cmd import opened_world, read_world, world_group
 from aos.kernel import cbor, export, gc, replay, verify
@@ -65,25 +72,14 @@ def replay_command(
     Exits 1 at the first divergence, naming its sequence, cell, module and fields."""
     if from_seq is not None and from_snapshot is not None:
         raise click.UsageError("--from and --from-snapshot exclude each other")
-    show_progress = not as_json and sys.stderr.isatty()
-    bar: Any = None
-
-    def progress(seq: int, end: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = click.progressbar(length=end, label="replaying", file=sys.stderr)
-            bar.__enter__()
-        bar.update(seq - bar.pos)
-
-    report = replay.verify(
-        world_path,
-        from_seq=from_seq,
-        from_snapshot=from_snapshot,
-        progress=progress if show_progress else None,
-        workers_max=workers_max,
-    )
-    if bar is not None:
-        bar.__exit__(None, None, None)
+    with progress_bar("replaying", as_json=as_json) as progress:
+        report = replay.verify(
+            world_path,
+            from_seq=from_seq,
+            from_snapshot=from_snapshot,
+            progress=progress,
+            workers_max=workers_max,
+        )
     if as_json:
         emit_json(report.to_value())
     else:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
@@ -77,3 +78,27 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+@contextmanager
+def progress_bar(label: str, *, as_json: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A replay's progress as a bar on stderr, when stderr is a terminal and the command does
+    not answer JSON; None otherwise. Yields what `replay.verify` and the shadows take as
+    `progress`: called with the sequence reached and the last one."""
+    if as_json or not sys.stderr.isatty():
+        yield None
+        return
+    bar: Any = None
+
+    def update(seq: int, end: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = click.progressbar(length=end, label=label, file=sys.stderr)
+            bar.__enter__()
+        bar.update(seq - bar.pos)
+
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)

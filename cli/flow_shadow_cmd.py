@@ -13,13 +13,21 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
+from aos.cli.common import (
+    emit_json,
+    handles_errors,
+    json_option,
+    progress_bar,
+    table,
+    world_option,
+)
 from aos.cli.flow_cmd import (
     flow_group,
     node_option,
@@ -83,7 +91,11 @@ def shadow_command(
     ask = _Ask(target, Path(target).is_file(), version, execs, executions_max, workbook)
     if ask.is_file and version is not None:
         raise ops.FlowRequestInvalidError("--version names a deployed version; TARGET is a file")
-    report = _shadow_on_node(node_url, ask) if node_url else _shadow_here(world_path, ask)
+    if node_url:
+        report = _shadow_on_node(node_url, ask)
+    else:
+        with progress_bar("shadowing", as_json=as_json) as progress:
+            report = _shadow_here(world_path, ask, progress)
     if as_json:
         emit_json(report)
     else:
@@ -104,7 +116,9 @@ class _Ask:
     workbook: Path | None
 
 
-def _shadow_here(world_path: str, ask: _Ask) -> dict[str, Any]:
+def _shadow_here(
+    world_path: str, ask: _Ask, progress: Callable[[int, int], None] | None
+) -> dict[str, Any]:
     with World.reading(world_path) as world:
         shadowed: ShadowTarget
         if ask.is_file:
@@ -112,7 +126,13 @@ def _shadow_here(world_path: str, ask: _Ask) -> dict[str, Any]:
         else:
             shadowed = deployed_target(world, ask.target, ask.version)
         check_execs(world, shadowed.flow, ask.execs)
-    report = shadow_flow(world_path, shadowed, execs=ask.execs, executions_max=ask.executions_max)
+    report = shadow_flow(
+        world_path,
+        shadowed,
+        execs=ask.execs,
+        executions_max=ask.executions_max,
+        progress=progress,
+    )
     return dict(cbor.to_json(report.to_value()))
 
 
@@ -209,12 +229,12 @@ def migrate_command(
     if dry_run:
         if node_url is not None:
             raise ops.FlowRequestInvalidError("--dry-run shadows here: give --world, not --node")
-        body = migration.plan(world_path, exec_id, version).to_value()
+        body = _plan_here(world_path, exec_id, version, as_json).to_value()
     elif (url := serving_node(world_path, node_url)) is not None:
         with FlowNodeClient(url) as client:
             body = client.migrate(exec_id, version)
     else:
-        body = _apply_here(world_path, migration.plan(world_path, exec_id, version))
+        body = _apply_here(world_path, _plan_here(world_path, exec_id, version, as_json))
     if as_json:
         emit_json(body)
         return
@@ -226,6 +246,13 @@ def migrate_command(
     )
     if "status" in body:
         click.echo(f"status    {body['status']}")
+
+
+def _plan_here(
+    world_path: str, exec_id: str, version: int | None, as_json: bool
+) -> migration.MigrationPlan:
+    with progress_bar("shadowing", as_json=as_json) as progress:
+        return migration.plan(world_path, exec_id, version, progress=progress)
 
 
 def _apply_here(world_path: str, planned: migration.MigrationPlan) -> dict[str, Any]:

@@ -13,8 +13,6 @@ journaled input, so `aos world replay --verify` replays governance history too.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from aos.cli.common import (
     fail,
     handles_errors,
     json_option,
+    progress_bar,
     table,
     world_option,
 )
@@ -246,33 +245,11 @@ def shadow_command(
 
 def _shadow_here(world_path: str, proposal: str, *, as_json: bool) -> tuple[Any, Any, int]:
     """Shadow with the world alone (no node serves it): replay read-only, then journal."""
-    with _progress("shadowing", enabled=not as_json and sys.stderr.isatty()) as progress:
+    with progress_bar("shadowing", as_json=as_json) as progress:
         report = shadow.shadow(world_path, proposal, progress=progress)
     with opened_world(world_path) as world:
         governance.record_shadow(world, proposal, report)
         return cbor.to_json(report.to_value()), world.proposals[proposal]["shadow"], world.height
-
-
-@contextmanager
-def _progress(label: str, *, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress bar on stderr (a terminal only), as `aos world replay` draws it."""
-    if not enabled:
-        yield None
-        return
-    bar: Any = None
-
-    def update(seq: int, end: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = click.progressbar(length=end, label=label, file=sys.stderr)
-            bar.__enter__()
-        bar.update(seq - bar.pos)
-
-    try:
-        yield update
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
 
 
 def _echo_report(report: dict[str, Any], *, limit: int) -> None:

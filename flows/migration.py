@@ -15,6 +15,7 @@ refuses then (`flow.migration_stale`, nothing journaled) and the interpreter wou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,7 @@ def plan(
     version: int | None = None,
     *,
     engine: WasmEngine | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> MigrationPlan:
     """Shadow `version` (the flow's latest when None) against the execution's recorded
     history, read-only, and say whether it may move there."""
@@ -96,7 +98,7 @@ def plan(
             f"{exec_id} already runs version {state['version']} ({target.definition})",
             path="$.version",
         )
-    report = shadow_flow(world_dir, target, execs=(exec_id,), engine=engine)
+    report = shadow_flow(world_dir, target, execs=(exec_id,), engine=engine, progress=progress)
     shadowed = next(e for e in report.executions if e.exec == exec_id)
     _check_reproduced(shadowed, target.version)
     assert target.version is not None and shadowed.engine_version is not None
