@@ -10,7 +10,8 @@
 3. A declarative flow (`aos.cli.demo_flows`), in process on the embedded default: a tool call
    retried through timers, a human task the demo completes, a signal, a fork and a join; then
    a NoETL v10 playbook (`flows/examples/hello.yaml`) with python tasks and a parallel loop,
-   and a `.flow` file of the arrow language (`flows/examples/merge.flow`).
+   a `.flow` file of the arrow language (`flows/examples/merge.flow`), and a new version of a
+   flow shadowed against the old one's executions, one of them migrated to it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def main() -> None:
     demo_flows.playbook()
     _heading("and a .flow file of the arrow language: a meet, the merge operator, a guard")
     demo_flows.flow_language()
+    _heading("and a new version: shadowed against the old one's executions, one migrated")
+    demo_flows.versions()
 
 
 def _heading(text: str) -> None:

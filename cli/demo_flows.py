@@ -5,7 +5,9 @@ process, deploys `flows/examples/restock.flow.yaml` and runs it: the inventory c
 twice (a local HTTP server answering 503) and is retried through timers, a manager approves
 the purchase (the demo completes the human task), the supplier's confirmation arrives as a
 signal, and two tool calls run in parallel before a join closes the execution. It prints the
-execution's history and checks the world with `replay --verify`.
+execution's history and checks the world with `replay --verify`. Then, each on a world of its
+own: a NoETL playbook (`playbook`), a `.flow` file (`flow_language`), and a new version of a
+flow shadowed against the old one's executions, one migrated to it (`versions`).
 """
 
 from __future__ import annotations
@@ -21,18 +23,21 @@ from typing import Any
 
 import click
 
+from aos.flows import migration, shadow
 from aos.flows import operations as ops
 from aos.flows.cfd import load_definition
 from aos.flows.document import load_flow
 from aos.flows.local import LocalAdapters
 from aos.flows.world import create_flow_world
 from aos.kernel import replay
-from aos.kernel.world.world import CLOCK_MANUAL
+from aos.kernel.world.world import CLOCK_MANUAL, World
 
 DEMO_DIR = Path(".aos-demo-flows")
 DEFINITION = Path("flows/examples/restock.flow.yaml")
 PLAYBOOK = Path("flows/examples/hello.yaml")
 ARROW_FLOW = Path("flows/examples/merge.flow")
+APPROVAL = Path("flows/examples/approval.yaml")
+APPROVAL_V2 = Path("flows/examples/approval-v2.yaml")
 FAILURES_BEFORE_SUCCESS = 2
 ON_HAND = 3
 TARGET = 20
@@ -144,6 +149,41 @@ def flow_language() -> None:
     report = replay.verify(world_dir)
     click.echo(f"replay --verify: {report.records} records; {'ok' if report.ok else 'FAILED'}")
     if not report.ok or state["status"] != "completed":
+        raise SystemExit(1)
+
+
+def versions() -> None:
+    """A new version of a flow against the executions of the old one
+    (`flows/examples/approval*.yaml`): the shadow says which it reproduces and where the
+    others differ, and the one still waiting moves to the new version; then replay."""
+    world_dir = DEMO_DIR / "versions-world"
+    if world_dir.exists():
+        shutil.rmtree(world_dir)
+    world, _ = create_flow_world(world_dir, clock=CLOCK_MANUAL)
+    with world:
+        v1 = ops.deploy(world, load_flow(APPROVAL.read_bytes(), source=str(APPROVAL)))
+        for exec_id in ("a-1", "a-2"):
+            ops.start(world, v1.name, exec_id=exec_id)
+        ops.signal(world, "a-2", "decided", "yes")
+        v2 = ops.deploy(world, load_flow(APPROVAL_V2.read_bytes(), source=str(APPROVAL_V2)))
+        click.echo(f"deployed  {v2.name} v1 and v2; a-1 waits on v1, a-2 completed on v1")
+        target = shadow.deployed_target(world, v2.name, v2.version)
+    report = shadow.shadow_flow(world_dir, target)
+    for found in report.executions:
+        where = "" if found.diverged_at is None else f" at seq {found.diverged_at}: "
+        detail = f"{found.difference} ({found.recorded!r} -> {found.shadow!r})" if where else ""
+        click.echo(f"shadow v2  {found.exec} ({found.status}): {found.outcome}{where}{detail}")
+    planned = migration.plan(world_dir, "a-1", v2.version)
+    with World.open(world_dir) as world:
+        migration.apply(world, planned)
+        ops.signal(world, "a-1", "decided", "yes")
+        steps = ops.status(world, "a-1")["business"]["steps"]
+    click.echo(f"migrated  a-1 v1 -> v2, then decided: {steps['record']}")
+    report_ok = replay.verify(world_dir)
+    click.echo(
+        f"replay --verify: {report_ok.records} records; {'ok' if report_ok.ok else 'FAILED'}"
+    )
+    if not report_ok.ok or steps["record"]["by"] != "v2":
         raise SystemExit(1)
 
 
