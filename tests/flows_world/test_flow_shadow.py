@@ -17,6 +17,7 @@ from aos.flows import migration
 from aos.flows import operations as ops
 from aos.flows.cfd import load_definition
 from aos.flows.http import add_flow_routes
+from aos.flows.local import LocalAdapters
 from aos.flows.shadow import (
     SHADOW_EXECUTIONS_LIMIT,
     FlowShadowReport,
@@ -34,6 +35,7 @@ from aos.kernel.world.world import World
 from tests.flows_world.support import FlowWorld, make_flow_world
 from tests.flows_world.test_flow_cli import aos, ok_json, ok_text, refused
 from tests.flows_world.test_flow_requests import TestClient
+from tests.flows_world.test_stale_and_replay import EVERYTHING, _run_everything
 from tests.test_node_process import node_process
 from tests.test_world import engine
 
@@ -444,3 +446,40 @@ def test_cli_beside_a_serving_node_process(recorded: Path) -> None:
         assert remote["version"] == 4 and remote["executions"][0]["difference"] == "history"
     with World.reading(recorded, engine=engine()) as world:
         assert ops.status(world, "e2")["version"] == 2
+
+
+def test_a_version_that_changes_nothing_reproduces_every_construct(tmp_path: Path) -> None:
+    """Retries through timers, a parallel loop, a human task, a signal and a child: a version
+    that differs only in a limit no execution reaches reproduces every execution, the waiting
+    one is migratable, and after its migration it completes and the world replays."""
+    flows = make_flow_world(tmp_path / "w")
+    with flows.world:
+        _run_everything(flows)  # e1: completed
+        ops.start(flows.world, "t/everything", exec_id="later")
+        flows.adapters.drain()  # later: waits for its person and its signal
+        flows.deploy(EVERYTHING + "limits: {history_events_per_step_max: 999}\n")
+    with World.reading(flows.path, engine=engine()) as world:
+        target = deployed_target(world, "t/everything", 2)
+    found = by_exec(shadow_flow(flows.path, target, engine=engine()))
+    assert [found[e].outcome for e in ("e1", "later")] == ["reproduces", "reproduces"]
+    assert (found["e1"].migratable, found["later"].migratable) == (False, True)
+    assert found["e1"].steps > 10
+    planned = migration.plan(flows.path, "later", 2, engine=engine())
+    reopened = _reopened(flows)
+    with reopened.world:
+        migration.apply(reopened.world, planned)
+        (task,) = reopened.human_tasks()
+        reopened.adapters.complete_task(str(task["intent"]), {"approved": True})
+        ops.signal(reopened.world, "later", "go", {"at": 2})
+        reopened.adapters.drain()
+        assert (reopened.state("later")["status"], reopened.state("later")["version"]) == (
+            "completed",
+            2,
+        )
+    assert replay.verify(flows.path, engine=engine()).ok
+
+
+def _reopened(flows: FlowWorld) -> FlowWorld:
+    world = World.open(flows.path, engine=engine())
+    adapters = LocalAdapters(world, flows.keys, python_allow=("tests",))
+    return FlowWorld(world, flows.keys, adapters, flows.path)
