@@ -4,9 +4,10 @@ Before a new version of a flow takes new executions, or to see what an edit woul
 `shadow_flow` asks of every recorded execution of the flow: would this definition have made
 the same decisions on the same inputs, and where does it first differ?
 
-The world's journal is replayed read-only from genesis (the governance shadow's replay,
-spec/06), so every execution's cell receives exactly the inputs it received live: its start,
-each receipt, signal, timer and child's end, with the same context. Beside each step of a
+The world's journal is replayed read-only (the governance shadow's replay, spec/06), from the
+newest snapshot before the first start of the executions shadowed, so every execution's cell
+receives exactly the inputs it received live: its start, each receipt, signal, timer and
+child's end, with the same context. Beside each step of a
 shadowed execution the interpreter runs again on the execution's *shadow state*, the state the
 shadowed definition has produced for it so far; its start is the recorded start with the
 definition (and version) swapped. Both steps are checked by the kernel's own output checks.
@@ -133,6 +134,7 @@ class FlowShadowReport:
     executions: list[ExecutionShadow] = field(default_factory=list)
     on_target: int = 0  # executions already pinned to the shadowed definition: not shadowed
     more: bool = False  # executions past `executions_max` were not shadowed
+    from_snapshot: int | None = None  # the snapshot the replay began at (None: genesis)
 
     def summary(self) -> dict[str, int]:
         diverge = sum(1 for e in self.executions if e.diverged_at is not None)
@@ -149,6 +151,7 @@ class FlowShadowReport:
             "version": self.version,
             "definition": self.definition,
             "state_height": self.state_height,
+            "from_snapshot": self.from_snapshot,
             "summary": self.summary(),
             "more": self.more,
             "executions": [e.to_value() for e in self.executions],
@@ -196,22 +199,68 @@ def shadow_flow(
             f"executions_max is {executions_max}; it is 1..{SHADOW_EXECUTIONS_LIMIT}",
             path="$.executions_max",
         )
-    with recorded_history(world_dir, engine or WasmEngine(), progress) as (_, replayer):
-        report = FlowShadowReport(target.flow, target.version, target.definition, replayer.end)
-        try:
-            live = replayer.from_genesis()
-            beside = _Beside(live, target, report, frozenset(execs), executions_max)
-            live.on_step = beside.on_step
-            whole = ReplayReport(ok=True, start_seq=2, end_seq=replayer.end)
-            replayer.replay(live, whole, compare_head=False)
-        except DivergedError as diverged:
-            # The recorded history itself does not replay: no shadow of it can be trusted.
-            raise ShadowReplayError(
-                f"the recorded history does not replay: {diverged.divergence.message}",
-                seq=diverged.divergence.seq,
-            ) from None
-        beside.finish()
-        return report
+    engine = engine or WasmEngine()
+    with World.reading(world_dir, engine=engine) as world:
+        starts = _starts(world, target.flow, execs)
+        height = world.height
+    if not starts:  # no execution of the flow: nothing to replay
+        return FlowShadowReport(target.flow, target.version, target.definition, height)
+    shadowing = _Shadowing(world_dir, target, frozenset(execs), executions_max, engine, progress)
+    report, seen = shadowing.run(from_seq=min(starts.values()))
+    if not set(starts) <= seen:
+        # An execution of the flow started before the snapshot the replay began at (a start
+        # delivered later than its record): only the whole history shows it.
+        report, seen = shadowing.run(from_seq=None)
+    return report
+
+
+@dataclass(frozen=True)
+class _Shadowing:
+    world_dir: str | Path
+    target: ShadowTarget
+    named: frozenset[str]
+    executions_max: int
+    engine: WasmEngine
+    progress: Callable[[int, int], None] | None
+
+    def run(self, *, from_seq: int | None) -> tuple[FlowShadowReport, set[str]]:
+        """Replay from the newest snapshot before `from_seq` (from genesis when None or when
+        there is none), the target beside each followed execution; the report and the
+        executions of the flow whose start the replay saw."""
+        with recorded_history(self.world_dir, self.engine, self.progress) as (_, replayer):
+            target = self.target
+            report = FlowShadowReport(target.flow, target.version, target.definition, replayer.end)
+            snapshot = replayer.choose_snapshot(from_seq, None)
+            try:
+                if snapshot is None:
+                    live, first = replayer.from_genesis(), 2
+                else:
+                    live, first = replayer.from_snapshot(*snapshot), snapshot[0] + 1
+                    report.from_snapshot = snapshot[0]
+                beside = _Beside(live, target, report, self.named, self.executions_max)
+                live.on_step = beside.on_step
+                history = ReplayReport(ok=True, start_seq=first, end_seq=replayer.end)
+                replayer.replay(live, history, compare_head=False)
+            except DivergedError as diverged:
+                # The recorded history itself does not replay: no shadow of it can be trusted.
+                raise ShadowReplayError(
+                    f"the recorded history does not replay: {diverged.divergence.message}",
+                    seq=diverged.divergence.seq,
+                ) from None
+            beside.finish()
+            return report, beside.seen
+
+
+def _starts(world: World, flow: str, execs: Collection[str]) -> dict[str, int]:
+    """The journal sequence of the start of each execution of `flow` (the named ones, or
+    all), as its state records it."""
+    ids = execs or [str(cell.key) for cell in world.cells_after(EXEC_WORKFLOW, None)]
+    found: dict[str, int] = {}
+    for exec_id in ids:
+        state = world.state(EXEC_WORKFLOW, exec_id)
+        if isinstance(state, dict) and state.get("flow") == flow:
+            found[exec_id] = int(state.get("started_seq") or 0)
+    return found
 
 
 class _Beside:
@@ -231,6 +280,7 @@ class _Beside:
         self.named = named
         self.executions_max = executions_max
         self.followed: dict[bytes, ExecutionShadow] = {}
+        self.seen: set[str] = set()  # executions of the flow whose start the replay met
         self.states: dict[bytes, bytes | None] = {}  # per followed, undiverged execution
         self.runner: StepRunner | None = None
 
@@ -275,6 +325,7 @@ class _Beside:
         if envelope.get("state") is not None:
             return None
         exec_id = value.get("exec")
+        self.seen.add(str(exec_id))
         if self.named and exec_id not in self.named:
             return None
         if value.get("definition") == self.target.definition:

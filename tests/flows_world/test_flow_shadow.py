@@ -15,6 +15,7 @@ import pytest
 
 from aos.flows import migration
 from aos.flows import operations as ops
+from aos.flows import shadow as shadow_module
 from aos.flows.cfd import load_definition
 from aos.flows.http import add_flow_routes
 from aos.flows.local import LocalAdapters
@@ -35,7 +36,7 @@ from aos.kernel.world.world import World
 from tests.flows_world.support import FlowWorld, make_flow_world
 from tests.flows_world.test_flow_cli import aos, ok_json, ok_text, refused
 from tests.flows_world.test_flow_requests import TestClient
-from tests.flows_world.test_stale_and_replay import EVERYTHING, _run_everything
+from tests.flows_world.test_stale_and_replay import EVERYTHING, run_everything
 from tests.test_node_process import node_process
 from tests.test_world import engine
 
@@ -454,7 +455,7 @@ def test_a_version_that_changes_nothing_reproduces_every_construct(tmp_path: Pat
     one is migratable, and after its migration it completes and the world replays."""
     flows = make_flow_world(tmp_path / "w")
     with flows.world:
-        _run_everything(flows)  # e1: completed
+        run_everything(flows)  # e1: completed
         ops.start(flows.world, "t/everything", exec_id="later")
         flows.adapters.drain()  # later: waits for its person and its signal
         flows.deploy(EVERYTHING + "limits: {history_events_per_step_max: 999}\n")
@@ -483,3 +484,44 @@ def _reopened(flows: FlowWorld) -> FlowWorld:
     world = World.open(flows.path, engine=engine())
     adapters = LocalAdapters(world, flows.keys, python_allow=("tests",))
     return FlowWorld(world, flows.keys, adapters, flows.path)
+
+
+def test_a_shadow_replays_from_the_newest_snapshot_before_its_executions(tmp_path: Path) -> None:
+    """Executions started after a snapshot are shadowed from it, with the same result as from
+    genesis; when the executions start before every snapshot, the replay starts at genesis."""
+    flows = make_flow_world(tmp_path / "w")
+    with flows.world:
+        _record(flows)
+        snapshot_seq, _ = flows.world.snapshot()
+        ops.start(flows.world, FLOW, workload={"n": 7}, exec_id="late", version=1)
+        flows.adapters.drain()
+    named = shadow_of(flows.path, 2, execs=("late",))
+    assert named.from_snapshot == snapshot_seq
+    every = shadow_of(flows.path, 2)
+    assert every.from_snapshot is None
+    assert by_exec(named)["late"].to_value() == by_exec(every)["late"].to_value()
+    assert by_exec(named)["late"].migratable
+
+
+def test_a_start_before_the_chosen_snapshot_falls_back_to_genesis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the starts the state records were ever later than the start inputs, the replay
+    from a snapshot would miss executions; the shadow sees that and replays from genesis."""
+    flows = make_flow_world(tmp_path / "w")
+    with flows.world:
+        _record(flows)
+        flows.world.snapshot()
+        height = flows.world.height
+    monkeypatch.setattr(shadow_module, "_starts", lambda *_: {"e1": height + 1})
+    report = shadow_of(flows.path, 2, execs=("e1",))
+    assert report.from_snapshot is None
+    assert [e.exec for e in report.executions] == ["e1"]
+
+
+def test_a_flow_without_executions_needs_no_replay(recorded: Path) -> None:
+    with World.reading(recorded, engine=engine()) as world:
+        target = deployed_target(world, "t/other", None)
+        height = world.height
+    report = shadow_flow(recorded, target, execs=("e1",), engine=engine())
+    assert (report.executions, report.state_height, report.from_snapshot) == ([], height, None)

@@ -160,7 +160,7 @@ steps: [{name: w, tasks: [{do: call, tool: {kind: echo}, args: {n: "{{ workload.
 """
 
 
-def _run_everything(flows: FlowWorld) -> None:
+def run_everything(flows: FlowWorld) -> None:
     flows.deploy(CHILD)
     flows.run(EVERYTHING)
     (task,) = flows.human_tasks()
@@ -178,7 +178,7 @@ def _run_everything(flows: FlowWorld) -> None:
 def test_replay_verifies_a_world_that_ran_flows(tmp_path: Path) -> None:
     flows = make_flow_world(tmp_path / "w")
     with flows.world:
-        _run_everything(flows)
+        run_everything(flows)
         names = flows.names()
         assert names.count("task.attempt.failed") == 2  # a retry rule may retry ok outcomes
         assert {"human.task.completed", "signal.received", "child.ended"} <= set(names)
@@ -190,7 +190,7 @@ def test_replay_verifies_a_world_that_ran_flows(tmp_path: Path) -> None:
 def test_changing_one_journaled_receipt_is_the_first_divergence(tmp_path: Path) -> None:
     flows = make_flow_world(tmp_path / "w")
     with flows.world:
-        _run_everything(flows)
+        run_everything(flows)
         receipts = [
             seq
             for seq, r in flows.journal()
