@@ -216,6 +216,8 @@ def shadow_flow(
 
 @dataclass(frozen=True)
 class _Shadowing:
+    """What one shadow is asked; `run` replays the history once for it."""
+
     world_dir: str | Path
     target: ShadowTarget
     named: frozenset[str]
