@@ -99,7 +99,9 @@ def plan(
             path="$.version",
         )
     report = shadow_flow(world_dir, target, execs=(exec_id,), engine=engine, progress=progress)
-    shadowed = next(e for e in report.executions if e.exec == exec_id)
+    shadowed = next((e for e in report.executions if e.exec == exec_id), None)
+    if shadowed is None:  # its start is not in the replayed history: nothing to rely on
+        raise MigrationRefusedError(f"the shadow did not meet {exec_id}'s start", exec=exec_id)
     _check_reproduced(shadowed, target.version)
     assert target.version is not None and shadowed.engine_version is not None
     return MigrationPlan(

@@ -383,6 +383,25 @@ def test_cli_migrate_dry_run_then_for_real(recorded: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["flow", "migrate", "e1", "--to", "0"],
+        ["flow", "migrate", "e1", "--to", "two"],
+        ["flow", "migrate"],
+        ["flow", "shadow", FLOW, "--executions-max", "0"],
+        ["flow", "shadow", FLOW, "--executions-max", str(SHADOW_EXECUTIONS_LIMIT + 1)],
+        ["flow", "shadow", FLOW, "--version", "0"],
+        ["flow", "shadow"],
+    ],
+)
+def test_cli_usage_errors_exit_2_and_change_nothing(recorded: Path, args: list[str]) -> None:
+    before = journal_of(recorded)
+    result = aos(*args, "--world", recorded)
+    assert result.exit_code == 2, result.output
+    assert journal_of(recorded) == before
+
+
 # --------------------------------------------------------------------------------------------
 # the node: shadows and plans in a worker process, the migration on the writer
 
