@@ -32,7 +32,9 @@ from aos.kernel.errors import AosError
 from aos.kernel.node.shadow_worker import run_worker
 from aos.kernel.world.world import World
 
-REQUEST_BYTES_MAX = 1024 * 1024
+REQUEST_BYTES_MAX = 4 * 1024 * 1024
+"""Largest request a worker reads: a definition's text (at most `definition_bytes_max`,
+1 MiB) and up to 1,000 execution ids, with room to spare."""
 
 
 async def shadow_in_worker(
