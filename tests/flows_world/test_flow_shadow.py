@@ -7,6 +7,8 @@ replayed like any other; refusals that change nothing; the CLI and the node's ro
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,10 @@ from aos.flows import migration
 from aos.flows import operations as ops
 from aos.flows import shadow as shadow_module
 from aos.flows.cfd import load_definition
-from aos.flows.http import add_flow_routes
+from aos.flows.http import EXEC_ID_LENGTH_MAX, add_flow_routes
 from aos.flows.local import LocalAdapters
 from aos.flows.shadow import (
+    SHADOW_EXECS_NAMED_MAX,
     SHADOW_EXECUTIONS_LIMIT,
     FlowShadowReport,
     check_execs,
@@ -27,8 +30,9 @@ from aos.flows.shadow import (
     file_target,
     shadow_flow,
 )
+from aos.flows.shadow_worker import REQUEST_BYTES_MAX
 from aos.flows.world import MIGRATE_EVENT
-from aos.kernel import replay
+from aos.kernel import cbor, replay
 from aos.kernel.errors import AosError
 from aos.kernel.node import Node
 from aos.kernel.node.app import create_app
@@ -544,3 +548,50 @@ def test_a_flow_without_executions_needs_no_replay(recorded: Path) -> None:
         height = world.height
     report = shadow_flow(recorded, target, execs=("e1",), engine=engine())
     assert (report.executions, report.state_height, report.from_snapshot) == ([], height, None)
+
+
+def test_named_executions_at_their_limit(recorded: Path) -> None:
+    names = [f"x{index}" for index in range(SHADOW_EXECS_NAMED_MAX)]
+    with World.reading(recorded, engine=engine()) as world:
+        with pytest.raises(AosError) as at_limit:  # counted, then looked up: x0 is unknown
+            check_execs(world, FLOW, names)
+        assert at_limit.value.code == "flow.execution_unknown"
+        with pytest.raises(AosError) as over:
+            check_execs(world, FLOW, [*names, "x-over"])
+        assert over.value.code == "flow.request_invalid"
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"exec": ["x" * EXEC_ID_LENGTH_MAX]}, 404),  # a well-formed id of no execution
+        ({"exec": ["x" * (EXEC_ID_LENGTH_MAX + 1)]}, 422),
+        ({"exec": [f"x{i}" for i in range(SHADOW_EXECS_NAMED_MAX + 1)]}, 422),
+        ({"executions_max": SHADOW_EXECUTIONS_LIMIT + 1}, 422),
+    ],
+)
+def test_node_shadow_bounds(served: TestClient, body: dict[str, Any], status: int) -> None:
+    answer = served.post("/v1/flows/t%2Forder/shadow", json=body)
+    assert answer.status_code == status, answer.text
+
+
+@pytest.mark.parametrize(
+    ("extra", "code"), [(0, "flow.request_invalid"), (1, "flow.request_invalid")]
+)
+def test_a_worker_reads_a_request_up_to_its_bound(recorded: Path, extra: int, code: str) -> None:
+    """A request of exactly REQUEST_BYTES_MAX is read (and refused for what it asks: an
+    unknown operation); one byte more is refused unread."""
+    padding = REQUEST_BYTES_MAX - len(cbor.encode({"op": "none", "pad": ""})) - 4
+    request = cbor.encode({"op": "none", "pad": "a" * padding})
+    assert len(request) == REQUEST_BYTES_MAX
+    answered = subprocess.run(
+        [sys.executable, "-m", "aos.flows.shadow_worker", str(recorded)],
+        input=request + b"\0" * extra,
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    error = cbor.decode(answered.stdout)["error"]
+    assert (answered.returncode, error["code"]) == (1, code)
+    expected = "unknown worker operation" if extra == 0 else "over"
+    assert expected in error["message"]
