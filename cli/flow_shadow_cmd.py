@@ -155,9 +155,11 @@ def _shadow_on_node(node_url: str, ask: _Ask) -> dict[str, Any]:
 
 def _echo_report(report: dict[str, Any]) -> None:
     version = f"v{report['version']}" if report["version"] is not None else "(not deployed)"
+    since = report["from_snapshot"]
+    start = "" if since is None else f", replayed from the snapshot at seq {since}"
     click.echo(
         f"shadow of {report['flow']} {version} ({report['definition']}) against the history "
-        f"up to seq {report['state_height']}"
+        f"up to seq {report['state_height']}{start}"
     )
     summary = report["summary"]
     click.echo(

@@ -524,6 +524,11 @@ def test_a_shadow_replays_from_the_newest_snapshot_before_its_executions(tmp_pat
     assert every.from_snapshot is None
     assert by_exec(named)["late"].to_value() == by_exec(every)["late"].to_value()
     assert by_exec(named)["late"].migratable
+    text = ok_text(
+        "flow", "shadow", FLOW, "--version", "2", "--exec", "late", "--world", flows.path
+    )
+    assert f"replayed from the snapshot at seq {snapshot_seq}" in text
+    assert "replayed from" not in ok_text("flow", "shadow", FLOW, "--world", flows.path)
 
 
 def test_a_start_before_the_chosen_snapshot_falls_back_to_genesis(
