@@ -201,7 +201,12 @@ def _shown(value: Any) -> str:
 
 
 @flow_group.command("migrate")
-@click.argument("exec_id", metavar="EXEC")
+@click.argument("exec_id", metavar="[EXEC]", required=False)
+@click.option(
+    "--flow",
+    default=None,
+    help="Instead of EXEC: every running execution of this flow that one shadow allows.",
+)
 @click.option(
     "--to",
     "version",
@@ -212,11 +217,42 @@ def _shown(value: Any) -> str:
 @click.option(
     "--dry-run", is_flag=True, help="Shadow and say whether it may move; journal nothing."
 )
+@click.option(
+    "--executions-max",
+    type=click.IntRange(1, SHADOW_EXECUTIONS_LIMIT),
+    default=SHADOW_EXECUTIONS_MAX_DEFAULT,
+    show_default=True,
+    help="With --flow: most executions to shadow (the first started).",
+)
 @world_option
 @node_option
 @json_option
 @handles_errors
 def migrate_command(
+    exec_id: str | None,
+    flow: str | None,
+    version: int | None,
+    dry_run: bool,
+    executions_max: int,
+    world_path: str,
+    node_url: str | None,
+    as_json: bool,
+) -> None:
+    """Move the running execution EXEC (or, with --flow, every running execution of a flow)
+    to another deployed version of its flow. Allowed only where a shadow shows that version
+    reproduces the execution's whole recorded history, each decision and the state it
+    reached; then one input is journaled and the history records `execution.migrated`."""
+    if (exec_id is None) == (flow is None):
+        raise click.UsageError("give EXEC or --flow NAME, not both")
+    if dry_run and node_url is not None:
+        raise ops.FlowRequestInvalidError("--dry-run shadows here: give --world, not --node")
+    if exec_id is not None:
+        _migrate_one(exec_id, version, dry_run, world_path, node_url, as_json)
+    elif flow is not None:
+        _migrate_flow(flow, version, dry_run, executions_max, world_path, node_url, as_json)
+
+
+def _migrate_one(
     exec_id: str,
     version: int | None,
     dry_run: bool,
@@ -224,13 +260,7 @@ def migrate_command(
     node_url: str | None,
     as_json: bool,
 ) -> None:
-    """Move the running execution EXEC to another deployed version of its flow. Allowed only
-    where a shadow shows that version reproduces the execution's whole recorded history, each
-    decision and the state it reached; then one input is journaled and the history records
-    `execution.migrated`."""
     if dry_run:
-        if node_url is not None:
-            raise ops.FlowRequestInvalidError("--dry-run shadows here: give --world, not --node")
         body = _plan_here(world_path, exec_id, version, as_json).to_value()
     elif (url := serving_node(world_path, node_url)) is not None:
         with FlowNodeClient(url) as client:
@@ -265,3 +295,49 @@ def _apply_here(world_path: str, planned: migration.MigrationPlan) -> dict[str, 
         return {**planned.to_value(), "status": status, "seq": world.height}
     finally:
         world.close()
+
+
+def _migrate_flow(
+    flow: str,
+    version: int | None,
+    dry_run: bool,
+    executions_max: int,
+    world_path: str,
+    node_url: str | None,
+    as_json: bool,
+) -> None:
+    url = None if dry_run else serving_node(world_path, node_url)
+    if url is not None:
+        with FlowNodeClient(url) as client:
+            body = client.migrate_flow(flow, version, executions_max=executions_max)
+    else:
+        with progress_bar("shadowing", as_json=as_json) as progress:
+            planned = migration.plan_flow(
+                world_path, flow, version, executions_max=executions_max, progress=progress
+            )
+        body = planned.to_value() if dry_run else _apply_flow_here(world_path, planned)
+    if as_json:
+        emit_json(body)
+    else:
+        _echo_flow_migration(body, dry_run)
+
+
+def _apply_flow_here(world_path: str, planned: migration.FlowMigrationPlan) -> dict[str, Any]:
+    world = World.open(world_path)
+    try:
+        return migration.apply_flow(world, planned)
+    finally:
+        world.close()
+
+
+def _echo_flow_migration(body: dict[str, Any], dry_run: bool) -> None:
+    moved = [p["exec"] for p in body["plans"]] if dry_run else body["migrated"]
+    verb = "would move" if dry_run else "migrated"
+    listed = f": {', '.join(moved)}" if moved else ""
+    click.echo(f"{verb}  {len(moved)} of {body['flow']} to v{body['version']}{listed}")
+    for stale in body.get("stale", []):
+        click.echo(f"stale     {stale['exec']}: {stale['reason']}")
+    for refused in body["refused"]:
+        click.echo(f"stays     {refused['exec']}: {refused['reason']}")
+    if body["more"]:
+        click.echo("more executions were not shadowed (--executions-max)")

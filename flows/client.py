@@ -168,6 +168,14 @@ class FlowNodeClient:
         path = f"/v1/executions/{quote(exec_id, safe='')}/migrate"
         return self._call("POST", path, {"version": version}, timeout_s=SHADOW_TIMEOUT_S)
 
+    def migrate_flow(
+        self, name: str, version: int | None, *, executions_max: int
+    ) -> dict[str, Any]:
+        """Move every running execution of `name` that a shadow allows (spec/11 §10.2)."""
+        path = f"/v1/flows/{quote(name, safe='')}/migrate"
+        body = {"version": version, "executions_max": executions_max}
+        return self._call("POST", path, body, timeout_s=SHADOW_TIMEOUT_S)
+
     def _call(
         self, method: str, path: str, body: Any = None, *, timeout_s: float | None = None
     ) -> dict[str, Any]:

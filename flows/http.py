@@ -12,6 +12,8 @@ each run on the node's host thread, the world's one writer.
     POST /v1/flows/{name}/shadow          {version? | text, source?; exec?, executions_max?}
                                           the shadow report (spec/11 §10.1), from a worker process
     POST /v1/executions/{exec}/migrate    {version?}  shadowed in a worker, then journaled (§10.2)
+    POST /v1/flows/{name}/migrate         {version?, executions_max?}  every running execution
+                                          the shadow allows, each journaled on its own
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from aos.flows.shadow import (
     SHADOW_EXECUTIONS_LIMIT,
     SHADOW_EXECUTIONS_MAX_DEFAULT,
 )
-from aos.flows.shadow_worker import plan_in_worker, shadow_in_worker
+from aos.flows.shadow_worker import plan_flow_in_worker, plan_in_worker, shadow_in_worker
 from aos.flows.world import EXEC_WORKFLOW
 from aos.kernel import cbor
 from aos.kernel.node.adapter_api import FastRead, add_fast_read
@@ -93,6 +95,11 @@ class ShadowRequest(_Request):
 
 class MigrateRequest(_Request):
     version: int | None = Field(None, ge=1, description="A deployed version [the latest].")
+
+
+class MigrateFlowRequest(_Request):
+    version: int | None = Field(None, ge=1, description="A deployed version [the latest].")
+    executions_max: int = Field(SHADOW_EXECUTIONS_MAX_DEFAULT, ge=1, le=SHADOW_EXECUTIONS_LIMIT)
 
 
 EXECUTIONS_PREFIX = "/v1/executions/"
@@ -329,6 +336,19 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
             return {**planned.to_value(), "status": status, "seq": world.height}
 
         return await node.host.run(apply)
+
+    @app.post("/v1/flows/{name:path}/migrate", tags=["flows"])
+    async def migrate_flow(name: str, request: MigrateFlowRequest) -> dict[str, Any]:
+        """Move every running execution of the flow that a shadow shows the version
+        reproduces; say why each other one stays."""
+        planned = await plan_flow_in_worker(
+            _world_dir(node),
+            name,
+            request.version,
+            request.executions_max,
+            timeout_ms=node.limits.shadow_ms_max,
+        )
+        return await node.host.run(lambda world: migration.apply_flow(world, planned))
 
     @app.get("/v1/executions/{exec_id:path}", tags=["flows"])
     async def status(

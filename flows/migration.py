@@ -27,7 +27,13 @@ from aos.flows.operations import (
     FlowRequestInvalidError,
     status,
 )
-from aos.flows.shadow import ExecutionShadow, deployed_target, shadow_flow
+from aos.flows.shadow import (
+    SHADOW_EXECUTIONS_MAX_DEFAULT,
+    ExecutionShadow,
+    ShadowTarget,
+    deployed_target,
+    shadow_flow,
+)
 from aos.flows.world import MIGRATE_EVENT
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.world import RunReport, World
@@ -103,9 +109,102 @@ def plan(
     if shadowed is None:  # its start is not in the replayed history: nothing to rely on
         raise MigrationRefusedError(f"the shadow did not meet {exec_id}'s start", exec=exec_id)
     _check_reproduced(shadowed, target.version)
+    return _plan_of(shadowed, target)
+
+
+@dataclass
+class FlowMigrationPlan:
+    """Every running execution of a flow a shadow allowed to move to one version (`plans`),
+    and why each other running one may not (`refused`: `{exec, reason}`)."""
+
+    flow: str
+    version: int
+    definition: str
+    plans: list[MigrationPlan]
+    refused: list[dict[str, Any]]
+    more: bool  # executions past `executions_max` were not shadowed
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "flow": self.flow,
+            "version": self.version,
+            "definition": self.definition,
+            "plans": [p.to_value() for p in self.plans],
+            "refused": self.refused,
+            "more": self.more,
+        }
+
+    @staticmethod
+    def from_value(value: dict[str, Any]) -> FlowMigrationPlan:
+        return FlowMigrationPlan(
+            flow=value["flow"],
+            version=value["version"],
+            definition=value["definition"],
+            plans=[MigrationPlan(**p) for p in value["plans"]],
+            refused=list(value["refused"]),
+            more=bool(value["more"]),
+        )
+
+
+def plan_flow(
+    world_dir: str | Path,
+    flow: str,
+    version: int | None = None,
+    *,
+    executions_max: int = SHADOW_EXECUTIONS_MAX_DEFAULT,
+    engine: WasmEngine | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FlowMigrationPlan:
+    """One shadow of `version` (the flow's latest when None) against the flow's executions,
+    read-only: a plan for each running one it reproduces, the reason for each other."""
+    with World.reading(world_dir, engine=engine) as world:
+        target = deployed_target(world, flow, version)
+    report = shadow_flow(
+        world_dir, target, executions_max=executions_max, engine=engine, progress=progress
+    )
+    plans, refused = [], []
+    for shadowed in report.executions:
+        if shadowed.status != STATUS_RUNNING or shadowed.definition == target.definition:
+            continue  # ended, or moved to the target already
+        try:
+            _check_reproduced(shadowed, target.version)
+        except MigrationRefusedError as refusal:
+            refused.append({"exec": shadowed.exec, "reason": refusal.message})
+        else:
+            plans.append(_plan_of(shadowed, target))
+    assert target.version is not None
+    return FlowMigrationPlan(
+        target.flow, target.version, target.definition, plans, refused, report.more
+    )
+
+
+def apply_flow(world: World, planned: FlowMigrationPlan) -> dict[str, Any]:
+    """Journal each planned migration whose execution is still where its shadow left it;
+    each is its own input, so one that moved on (`stale`) leaves the others to go."""
+    migrated, stale = [], []
+    for one in planned.plans:
+        try:
+            apply(world, one)
+        except (MigrationStaleError, ExecutionEndedError) as refusal:
+            stale.append({"exec": one.exec, "code": refusal.code, "reason": refusal.message})
+        else:
+            migrated.append(one.exec)
+    return {
+        "flow": planned.flow,
+        "version": planned.version,
+        "definition": planned.definition,
+        "migrated": migrated,
+        "stale": stale,
+        "refused": planned.refused,
+        "more": planned.more,
+        "seq": world.height,
+    }
+
+
+def _plan_of(shadowed: ExecutionShadow, target: ShadowTarget) -> MigrationPlan:
     assert target.version is not None and shadowed.engine_version is not None
     return MigrationPlan(
-        exec=exec_id,
+        exec=shadowed.exec,
         flow=target.flow,
         from_version=shadowed.version,
         from_definition=shadowed.definition,

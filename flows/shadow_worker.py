@@ -6,8 +6,9 @@ in its own process (LMDB forbids opening one environment twice in a process). It
     python -m aos.flows.shadow_worker WORLD_DIR
 
 with one canonical CBOR map on stdin, `{"op": "shadow", "flow", "version", "execs",
-"executions_max"}` or `{"op": "plan", "exec", "version"}`; the worker opens the store read-only
-beside the serving writer and answers `{"report": ...}` or `{"plan": ...}` on stdout, or
+"executions_max"}`, `{"op": "plan", "exec", "version"}` or `{"op": "plan_flow", "flow",
+"version", "executions_max"}`; the worker opens the store read-only beside the serving writer
+and answers `{"report": ...}` or `{"plan": ...}` on stdout, or
 `{"error": {code, message, ...}}` (kernel/node/shadow_worker.py `run_worker`).
 """
 
@@ -72,6 +73,20 @@ async def plan_in_worker(
     return migration.MigrationPlan(**found["plan"])
 
 
+async def plan_flow_in_worker(
+    world_dir: Path, flow: str, version: int | None, executions_max: int, *, timeout_ms: int
+) -> migration.FlowMigrationPlan:
+    """The plans for every running execution of a flow (`migration.plan_flow`)."""
+    request = {
+        "op": "plan_flow",
+        "flow": flow,
+        "version": version,
+        "executions_max": executions_max,
+    }
+    found = await _run(world_dir, request, timeout_ms, f"the migration of {flow}")
+    return migration.FlowMigrationPlan.from_value(found["plan"])
+
+
 async def _run(world_dir: Path, request: dict[str, Any], timeout_ms: int, what: str) -> Any:
     return await run_worker(
         __name__, [str(world_dir)], timeout_ms=timeout_ms, what=what, stdin=cbor.encode(request)
@@ -85,6 +100,14 @@ def answer(world_dir: str, request: Any) -> dict[str, Any]:
     if request.get("op") == "plan":
         planned = migration.plan(world_dir, str(request["exec"]), request.get("version"))
         return {"plan": planned.to_value()}
+    if request.get("op") == "plan_flow":
+        flow_plan = migration.plan_flow(
+            world_dir,
+            str(request["flow"]),
+            request.get("version"),
+            executions_max=int(request["executions_max"]),
+        )
+        return {"plan": flow_plan.to_value()}
     if request.get("op") == "shadow":
         with World.reading(world_dir) as world:
             target = _target(world, request)

@@ -343,6 +343,30 @@ def test_the_interpreter_records_a_stale_migration_and_keeps_the_state(
     assert replay.verify(recorded, engine=engine()).ok
 
 
+def test_a_flow_moves_every_running_execution_the_shadow_allows(recorded: Path) -> None:
+    """One shadow plans e1 and e2 (running, reproduced) and skips e0 (completed); applying
+    moves both, each its own input; a stale plan leaves the others to go."""
+    planned = migration.plan_flow(recorded, FLOW, 2, engine=engine())
+    assert ([p.exec for p in planned.plans], planned.refused, planned.more) == (
+        ["e1", "e2"],
+        [],
+        False,
+    )
+    refused = migration.plan_flow(recorded, FLOW, 4, engine=engine())
+    assert refused.plans == []
+    assert [r["exec"] for r in refused.refused] == ["e1", "e2"]
+    assert "departs from e1's history" in refused.refused[0]["reason"]
+    with World.open(recorded, engine=engine()) as world:
+        migration.apply(world, planned.plans[0])  # e1 moves first, on its own
+        answer = migration.apply_flow(world, planned)
+        assert answer["migrated"] == ["e2"]
+        assert [(s["exec"], s["code"]) for s in answer["stale"]] == [("e1", "flow.migration_stale")]
+        assert [ops.status(world, e)["version"] for e in ("e0", "e1", "e2")] == [1, 2, 2]
+    again = migration.plan_flow(recorded, FLOW, 2, engine=engine())
+    assert again.plans == []  # both run v2 already
+    assert replay.verify(recorded, engine=engine()).ok
+
+
 # --------------------------------------------------------------------------------------------
 # the CLI
 
@@ -406,6 +430,21 @@ def test_cli_usage_errors_exit_2_and_change_nothing(recorded: Path, args: list[s
     assert journal_of(recorded) == before
 
 
+def test_cli_migrates_a_flow(recorded: Path) -> None:
+    before = journal_of(recorded)
+    dry = ok_text("flow", "migrate", "--flow", FLOW, "--to", "2", "--dry-run", "--world", recorded)
+    assert "would move  2 of t/order to v2: e1, e2" in dry
+    assert journal_of(recorded) == before
+    stays = ok_text("flow", "migrate", "--flow", FLOW, "--to", "3", "--world", recorded)
+    assert "migrated  0 of t/order to v3\n" in stays and "stays     e1: version 3 departs" in stays
+    assert journal_of(recorded) == before
+    moved = ok_json("flow", "migrate", "--flow", FLOW, "--to", "2", "--world", recorded)
+    assert (moved["migrated"], moved["stale"], moved["refused"]) == (["e1", "e2"], [], [])
+    for both in (["e1", "--flow", FLOW], []):
+        result = aos("flow", "migrate", *both, "--world", recorded)
+        assert result.exit_code == 2, result.output
+
+
 # --------------------------------------------------------------------------------------------
 # the node: shadows and plans in a worker process, the migration on the writer
 
@@ -430,6 +469,10 @@ def test_node_shadow_and_migrate(served: TestClient, recorded: Path) -> None:
     assert (moved.json()["version"], moved.json()["status"]) == (2, "running")
     status = served.get("/v1/executions/e1").json()
     assert (status["version"], status["definition"]) == (2, moved.json()["definition"])
+    rest = served.post("/v1/flows/t%2Forder/migrate", json={"version": 2})
+    assert rest.status_code == 200, rest.text
+    assert (rest.json()["migrated"], rest.json()["refused"]) == (["e2"], [])
+    assert served.get("/v1/executions/e2").json()["version"] == 2
 
 
 @pytest.mark.parametrize(
@@ -445,6 +488,9 @@ def test_node_shadow_and_migrate(served: TestClient, recorded: Path) -> None:
         ("/v1/executions/e0/migrate", {"version": 2}, 409, "flow.execution_ended"),
         ("/v1/executions/e1/migrate", {"version": 0}, 422, None),
         ("/v1/executions/e1/migrate", {"to": 2}, 422, None),
+        ("/v1/flows/t%2Forder/migrate", {"version": 9}, 404, "flow.version_unknown"),
+        ("/v1/flows/t%2Fnope/migrate", {}, 404, "flow.unknown"),
+        ("/v1/flows/t%2Forder/migrate", {"executions_max": 0}, 422, None),
     ],
 )
 def test_node_refusals_change_nothing(
