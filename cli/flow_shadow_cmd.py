@@ -36,6 +36,7 @@ from aos.cli.flow_cmd import (
     workbook_option,
 )
 from aos.cli.remote import serving_node
+from aos.cli.world_cmd import opened_world
 from aos.flows import migration
 from aos.flows import operations as ops
 from aos.flows.client import FlowNodeClient
@@ -246,31 +247,41 @@ def migrate_command(
         raise click.UsageError("give EXEC or --flow NAME, not both")
     if dry_run and node_url is not None:
         raise ops.FlowRequestInvalidError("--dry-run shadows here: give --world, not --node")
+    ask = _MigrateAsk(version, dry_run, executions_max, world_path, node_url, as_json)
     if exec_id is not None:
-        _migrate_one(exec_id, version, dry_run, world_path, node_url, as_json)
+        _migrate_one(exec_id, ask)
     elif flow is not None:
-        _migrate_flow(flow, version, dry_run, executions_max, world_path, node_url, as_json)
+        _migrate_flow(flow, ask)
 
 
-def _migrate_one(
-    exec_id: str,
-    version: int | None,
-    dry_run: bool,
-    world_path: str,
-    node_url: str | None,
-    as_json: bool,
-) -> None:
-    if dry_run:
-        body = _plan_here(world_path, exec_id, version, as_json).to_value()
-    elif (url := serving_node(world_path, node_url)) is not None:
+@dataclass(frozen=True)
+class _MigrateAsk:
+    """What a migrate command asks for, for one execution or a whole flow."""
+
+    version: int | None
+    dry_run: bool
+    executions_max: int
+    world_path: str
+    node_url: str | None
+    as_json: bool
+
+    def node(self) -> str | None:
+        """The node to migrate through (a dry run shadows here and journals nothing)."""
+        return None if self.dry_run else serving_node(self.world_path, self.node_url)
+
+
+def _migrate_one(exec_id: str, ask: _MigrateAsk) -> None:
+    if (url := ask.node()) is not None:
         with FlowNodeClient(url) as client:
-            body = client.migrate(exec_id, version)
+            body = client.migrate(exec_id, ask.version)
     else:
-        body = _apply_here(world_path, _plan_here(world_path, exec_id, version, as_json))
-    if as_json:
+        with progress_bar("shadowing", as_json=ask.as_json) as progress:
+            planned = migration.plan(ask.world_path, exec_id, ask.version, progress=progress)
+        body = planned.to_value() if ask.dry_run else _apply_here(ask.world_path, planned)
+    if ask.as_json:
         emit_json(body)
         return
-    verb = "would move" if dry_run else "migrated"
+    verb = "would move" if ask.dry_run else "migrated"
     steps = f"{body['steps']} recorded step" + ("" if body["steps"] == 1 else "s")
     click.echo(
         f"{verb}  {body['exec']}  {body['flow']} v{body['from_version']} -> v{body['version']}"
@@ -280,54 +291,34 @@ def _migrate_one(
         click.echo(f"status    {body['status']}")
 
 
-def _plan_here(
-    world_path: str, exec_id: str, version: int | None, as_json: bool
-) -> migration.MigrationPlan:
-    with progress_bar("shadowing", as_json=as_json) as progress:
-        return migration.plan(world_path, exec_id, version, progress=progress)
-
-
 def _apply_here(world_path: str, planned: migration.MigrationPlan) -> dict[str, Any]:
-    world = World.open(world_path)
-    try:
-        migration.apply(world, planned)
-        status = ops.status(world, planned.exec)["status"]
-        return {**planned.to_value(), "status": status, "seq": world.height}
-    finally:
-        world.close()
+    with opened_world(world_path) as world:
+        return migration.apply(world, planned)
 
 
-def _migrate_flow(
-    flow: str,
-    version: int | None,
-    dry_run: bool,
-    executions_max: int,
-    world_path: str,
-    node_url: str | None,
-    as_json: bool,
-) -> None:
-    url = None if dry_run else serving_node(world_path, node_url)
-    if url is not None:
+def _migrate_flow(flow: str, ask: _MigrateAsk) -> None:
+    if (url := ask.node()) is not None:
         with FlowNodeClient(url) as client:
-            body = client.migrate_flow(flow, version, executions_max=executions_max)
+            body = client.migrate_flow(flow, ask.version, executions_max=ask.executions_max)
     else:
-        with progress_bar("shadowing", as_json=as_json) as progress:
+        with progress_bar("shadowing", as_json=ask.as_json) as progress:
             planned = migration.plan_flow(
-                world_path, flow, version, executions_max=executions_max, progress=progress
+                ask.world_path,
+                flow,
+                ask.version,
+                executions_max=ask.executions_max,
+                progress=progress,
             )
-        body = planned.to_value() if dry_run else _apply_flow_here(world_path, planned)
-    if as_json:
+        body = planned.to_value() if ask.dry_run else _apply_flow_here(ask.world_path, planned)
+    if ask.as_json:
         emit_json(body)
     else:
-        _echo_flow_migration(body, dry_run)
+        _echo_flow_migration(body, ask.dry_run)
 
 
 def _apply_flow_here(world_path: str, planned: migration.FlowMigrationPlan) -> dict[str, Any]:
-    world = World.open(world_path)
-    try:
+    with opened_world(world_path) as world:
         return migration.apply_flow(world, planned)
-    finally:
-        world.close()
 
 
 def _echo_flow_migration(body: dict[str, Any], dry_run: bool) -> None:

@@ -329,13 +329,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         planned = await plan_in_worker(
             _world_dir(node), exec_id, request.version, timeout_ms=node.limits.shadow_ms_max
         )
-
-        def apply(world: World) -> dict[str, Any]:
-            migration.apply(world, planned)
-            status = ops.status(world, exec_id)["status"]
-            return {**planned.to_value(), "status": status, "seq": world.height}
-
-        return await node.host.run(apply)
+        return await node.host.run(lambda world: migration.apply(world, planned))
 
     @app.post("/v1/flows/{name:path}/migrate", tags=["flows"])
     async def migrate_flow(name: str, request: MigrateFlowRequest) -> dict[str, Any]:

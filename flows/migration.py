@@ -36,7 +36,7 @@ from aos.flows.shadow import (
 )
 from aos.flows.world import MIGRATE_EVENT
 from aos.kernel.wasm import WasmEngine
-from aos.kernel.world.world import RunReport, World
+from aos.kernel.world.world import World
 
 
 class MigrationRefusedError(FlowError):
@@ -215,8 +215,10 @@ def _plan_of(shadowed: ExecutionShadow, target: ShadowTarget) -> MigrationPlan:
     )
 
 
-def apply(world: World, planned: MigrationPlan) -> RunReport:
-    """Journal the migration, if the execution is still where its shadow left it."""
+def apply(world: World, planned: MigrationPlan) -> dict[str, Any]:
+    """Journal the migration, if the execution is still where its shadow left it; the plan
+    with the execution's status after it and the journal's height (what the CLI and the
+    node answer)."""
     state = _running(world, planned.exec)
     moved = (state["definition"], state["engine_version"]) != (
         planned.from_definition,
@@ -228,7 +230,9 @@ def apply(world: World, planned: MigrationPlan) -> RunReport:
             f"{planned.expect_version}",
             exec=planned.exec,
         )
-    return world.send(MIGRATE_EVENT, planned.event())[1]
+    world.send(MIGRATE_EVENT, planned.event())
+    status_after = status(world, planned.exec)["status"]
+    return {**planned.to_value(), "status": status_after, "seq": world.height}
 
 
 def _running(world: World, exec_id: str) -> dict[str, Any]:
