@@ -34,7 +34,7 @@ from aos.flows.shadow_worker import REQUEST_BYTES_MAX
 from aos.flows.world import MIGRATE_EVENT
 from aos.kernel import cbor, replay
 from aos.kernel.errors import AosError
-from aos.kernel.node import Node
+from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.world.world import World
 from tests.flows_world.support import FlowWorld, make_flow_world
@@ -502,6 +502,31 @@ def test_node_refusals_change_nothing(
     if code is not None:
         assert answer.json()["error"]["code"] == code
     assert served.get("/v1/world").json()["height"] == height
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/flows/t%2Forder/shadow", {"version": 2}),
+        ("/v1/executions/e1/migrate", {"version": 2}),
+        ("/v1/flows/t%2Forder/migrate", {"version": 2}),
+    ],
+)
+def test_a_worker_past_the_nodes_time_limit_is_killed_and_nothing_moves(
+    recorded: Path, path: str, body: dict[str, Any]
+) -> None:
+    limits = NodeLimits(shadow_ms_max=1)
+    with Node.open_path(recorded, sync=False, engine=engine(), limits=limits) as node:
+        app = create_app(node)
+        add_flow_routes(app, node)
+        client = TestClient(app)
+        height = client.get("/v1/world").json()["height"]
+        answer = client.post(path, json=body)
+        assert answer.status_code == 504, answer.text
+        error = answer.json()["error"]
+        assert (error["code"], error["detail"]["limit"]) == ("node.shadow_timeout", 1)
+        assert client.get("/v1/world").json()["height"] == height
+        assert client.get("/v1/executions/e1").json()["version"] == 1
 
 
 def test_cli_beside_a_serving_node_process(recorded: Path) -> None:
