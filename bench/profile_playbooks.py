@@ -128,19 +128,25 @@ PHASES = {
     "  answer read and parsed (answer in -> posted)": ("receipt in", "posted"),
     "  next lease to its handler (posted -> call)": ("posted", "call"),
     "  receipt request built and signed (post -> out)": ("post", "receipt out"),
+    "run request -> its first lease": ("run out", "leased"),
+    "last receipt's answer -> the run's answer": ("posted", "run in"),
 }
 
 
 def phases(marks: list[tuple[str, float]], gap_s_max: float) -> dict[str, list[float]]:
-    """Each phase's durations: from a `start` mark to the next `end` mark (gaps longer than
-    `gap_s_max`, the pauses between executions, left out)."""
+    """Each phase's durations: from a `start` mark to the first `end` mark after it (gaps
+    longer than `gap_s_max`, the pauses between executions, left out)."""
     found: dict[str, list[float]] = {name: [] for name in PHASES}
-    last: dict[str, float] = {}
+    open_: dict[str, float] = {}  # phase -> its latest start not yet ended
     for mark, at in marks:
-        for name, (start, end) in PHASES.items():
-            if mark == end and start in last and 0 <= at - last[start] <= gap_s_max:
-                found[name].append(at - last[start])
-        last[mark] = at
+        for name, (_, end) in PHASES.items():
+            if mark == end and name in open_:
+                began = open_.pop(name)
+                if 0 <= at - began <= gap_s_max:
+                    found[name].append(at - began)
+        for name, (start, _) in PHASES.items():
+            if mark == start:
+                open_[name] = at
     return found
 
 
@@ -181,13 +187,18 @@ def python_adapter(url: str, keys: Path, *, chain: bool = True) -> TimedAdapter:
     return adapter
 
 
-def execute(client: FlowNodeClient, name: str, poll_s: float) -> float:
+def execute(
+    client: FlowNodeClient, name: str, poll_s: float, marks: list[tuple[str, float]]
+) -> float:
     """One execution's seconds: the run answered at its end (long-poll), or with `poll_s`
     the status polled that often (as before the long-poll existed)."""
     started = time.perf_counter()
     if not poll_s:
+        marks.append(("run out", started))
         client.run_to_end(name, None, wait_s=EXECUTION_S_MAX)
-        return time.perf_counter() - started
+        ended = time.perf_counter()
+        marks.append(("run in", ended))
+        return ended - started
     execution = str(client.run(name, None)["exec"])
     while str(client.status(execution)["status"]) not in TERMINAL_STATUSES:
         time.sleep(poll_s)
@@ -214,12 +225,12 @@ def profile(
             file = AOS_FILES[case]
             name = str(client.deploy(file.read_text(), source=str(file))["name"])
             for _ in range(WARMUP):
-                execute(client, name, poll_s)
+                execute(client, name, poll_s, adapter.marks)
             adapter.marks.clear()  # the transport's list too
             adapter.cpu_s.clear()
             workers = [child for child in children(os.getpid()) if child != pid]
             node_s, workers_s = tree_cpu_s([pid]), tree_cpu_s(workers)
-            seconds = [execute(client, name, poll_s) for _ in range(executions)]
+            seconds = [execute(client, name, poll_s, adapter.marks) for _ in range(executions)]
             node_s, workers_s = tree_cpu_s([pid]) - node_s, tree_cpu_s(workers) - workers_s
             return Profile(seconds, adapter, node_s / executions, workers_s / executions)
         finally:
