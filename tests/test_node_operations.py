@@ -8,7 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.node_fixtures import client_fixture, world_path_fixture  # noqa: F401 (fixtures)
+from tests.node_fixtures import (  # noqa: F401 (fixtures)
+    client_fixture,
+    node_fixture,
+    world_path_fixture,
+)
 from tests.test_node import KEYED, TestClient, lease, send
 
 AOS = [sys.executable, "-c", "from aos.cli.main import main; main()"]

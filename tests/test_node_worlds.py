@@ -26,6 +26,7 @@ from aos.kernel.adapters.keys import write_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url
 from aos.kernel.world.stamps import PinnedStampSource
+from tests.test_node_metrics import metric_samples
 from tests.test_node_process import _AOS, adapter_http
 from tests.test_receipts import ADAPTER_SEED
 from tests.test_store_pg_nodes import (
@@ -119,6 +120,16 @@ def test_one_process_serves_two_lmdb_worlds_under_their_prefixes(tmp_path: Path)
             ]
             assert len(intents) == (number + 2) * 2
             assert sorted(receipts) == sorted(intents)
+        # Each world counts its own: its metrics under its prefix.
+        for name, url in urls.items():
+            samples = metric_samples(httpx.get(f"{url}/metrics").text)
+            [info] = [dict(labels) for (n, labels) in samples if n == "aos_world_info"]
+            assert info["world_id"] == ids[name]
+            height = httpx.get(f"{url}/v1/world").json()["height"]
+            assert samples["aos_journal_height", ()] == height
+            counted = sum(v for (n, _), v in samples.items() if n == "aos_effect_receipts_total")
+            kinds = [r["record"]["kind"] for r in settled(url)]
+            assert counted == kinds.count("effect_receipt") > 0
         # Where each world is served: asked of a world, or of the process's root.
         for asked in (urls["alpha"], urls["beta"], root):
             for name in urls:
@@ -166,6 +177,7 @@ def test_an_unknown_world_prefix_is_a_typed_404_that_changes_nothing(tmp_path: P
             ("POST", "/worlds/gamma/v1/events"),
             ("POST", "/v1/events"),
             ("GET", "/v1/world"),
+            ("GET", "/metrics"),
             ("GET", "/worlds/alpha"),
             ("POST", "/worlds/../alpha/v1/events"),
         ):

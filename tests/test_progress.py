@@ -21,7 +21,11 @@ from aos.kernel.node.progress import (
     Frame,
     ProgressLog,
 )
-from tests.node_fixtures import client_fixture, world_path_fixture  # noqa: F401 (fixtures)
+from tests.node_fixtures import (  # noqa: F401 (fixtures)
+    client_fixture,
+    node_fixture,
+    world_path_fixture,
+)
 from tests.test_cli_world import run
 from tests.test_node import TestClient, lease, make_world, send
 from tests.test_node_process import node_process

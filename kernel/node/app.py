@@ -10,6 +10,7 @@ request is served as usual (one inside a world operation closes the world: kerne
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -18,13 +19,13 @@ from typing import Any, Literal
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aos.kernel import cbor, jsontext
 from aos.kernel.errors import AosError
 from aos.kernel.jsontext import JsonInvalidError
-from aos.kernel.node import models
+from aos.kernel.node import models, views
 from aos.kernel.node.adapter_api import (
     CBOR_MEDIA_TYPE,
     LEASES_PATH,
@@ -45,8 +46,17 @@ from aos.kernel.node.errors import (
     http_status,
 )
 from aos.kernel.node.human import InboxError
+from aos.kernel.node.metrics import (
+    METRICS_PATH,
+    CountingAnswers,
+    HostCounts,
+    HttpCounts,
+    Scrape,
+    exposition,
+)
 from aos.kernel.node.node import Node
 from aos.kernel.node.read_api import add_read_routes
+from aos.kernel.world.world import World
 
 API_VERSION = "1"
 BLOB_MEDIA_TYPE = "application/octet-stream"
@@ -79,6 +89,8 @@ def create_app(node: Node) -> FastAPI:
     _add_routes(app, node)
     add_read_routes(app, node)
     _add_body_schemas(app)
+    answers = HttpCounts()
+    _add_metrics_route(app, node, answers)
     reads: list[FastRead] = []
     app.state.fast_reads = reads  # add_fast_read
     # Added first, so it runs inside the guard: the guard's limits hold for the fast path.
@@ -93,6 +105,8 @@ def create_app(node: Node) -> FastAPI:
             PROPOSALS_PATH: ("proposal_bytes_max", node.limits.proposal_bytes_max),
         },
     )
+    # Outermost: every answer is counted, the guard's refusals too.
+    app.add_middleware(CountingAnswers, counts=answers)
     return app
 
 
@@ -444,6 +458,42 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_bug(_: Request, error: Exception) -> JSONResponse:
         log.error("request failed", exc_info=error)
         return error_response(NodeInternalError(f"{type(error).__name__}: {error}"))
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+
+
+def _add_metrics_route(app: FastAPI, node: Node, answers: HttpCounts) -> None:
+    @app.get(
+        METRICS_PATH,
+        tags=["read"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}, "description": "The metrics."}},
+    )
+    async def get_metrics(request: Request) -> Response:
+        """The node's metrics in Prometheus's text format, or OpenMetrics when the `Accept`
+        header asks for it (spec/04 §9.7). Takes no parameters."""
+        for name in request.query_params:
+            raise QueryInvalidError(f"{METRICS_PATH} takes no parameters", path=f"$.{name}")
+
+        def read(world: World) -> tuple[dict[str, Any], HostCounts]:
+            found = views.overview(world)
+            found["engine"] = dataclasses.asdict(world.engine.stats)
+            return found, node.host.counts.snapshot()
+
+        world, counts = await node.host.run(read)
+        scrape = Scrape(
+            world=world,
+            host=counts,
+            host_queue_jobs=node.host.queue_jobs,
+            leases=node.leases.counts(),
+            lease_waiters=node.leases.waiters,
+            cell_waiters=node.host.cells.waiters,
+            http=dict(answers.answers),
+        )
+        body, media_type = exposition(scrape, request.headers.get("accept", ""))
+        return Response(body, media_type=media_type)
 
 
 # --------------------------------------------------------------------------------------------

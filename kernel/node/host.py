@@ -44,6 +44,7 @@ from aos.kernel.node.cell_watch import Cell, CellWatch
 from aos.kernel.node.errors import NodeBusyError, NodeInternalError
 from aos.kernel.node.leases import LeaseManager, PublishedIntent
 from aos.kernel.node.limits import NodeLimits
+from aos.kernel.node.metrics import HostCounts
 from aos.kernel.world import records
 from aos.kernel.world.errors import StepBudgetExceededError, WorldClosedError
 from aos.kernel.world.operations import INTENT_CANCEL
@@ -132,6 +133,7 @@ class WorldHost:
         self.cells = CellWatch(waiters_max=limits.cell_waiters_max)  # woken after each publish
         self.batches = 0  # batches run, and the operations in them (tests, benches)
         self.batched = 0
+        self.counts = HostCounts()  # what the metrics show (metrics.py); host thread only
         self.world_id = ""
         self.clock = ""
         self._world: World  # opened on the host thread
@@ -149,6 +151,11 @@ class WorldHost:
         self._stopping = True
         self._jobs.put(_STOP)  # blocks only while the queue is full, which drains
         self._thread.join()
+
+    @property
+    def queue_jobs(self) -> int:
+        """World operations waiting for the host thread (approximate, as `Queue.qsize`)."""
+        return self._jobs.qsize()
 
     # -- submitting --------------------------------------------------------------------------
 
@@ -258,6 +265,7 @@ class WorldHost:
         """Run one operation and answer it; True if it failed."""
         if not job.future.set_running_or_notify_cancel():
             return False  # the requester went away before its turn
+        self.counts.operations += 1
         result: Any = None
         failure: BaseException | None = None
         unexpected: BaseException | None = None
@@ -307,6 +315,7 @@ class WorldHost:
     def _run_batch(self, world: World, batch: list[_BatchJob[Any]]) -> bool:
         """Admit every input of the batch, run the world to idle once, publish, answer; True
         if any of it failed."""
+        started_s = time.perf_counter()  # the batch's duration, for the metrics only
         admitted: list[tuple[_BatchJob[Any], Admission[Any] | BaseException]] = []
         report: RunReport | None = None
         run_error: BaseException | None = None
@@ -347,6 +356,7 @@ class WorldHost:
                 self.batched += len(admitted)
                 for job, admission in admitted:
                     _answer(job.future, admission, report, run_error)
+                self.counts.batch(len(admitted), time.perf_counter() - started_s)
         return run_error is not None or any(isinstance(a, BaseException) for _, a in admitted)
 
     @staticmethod
@@ -409,6 +419,7 @@ class WorldHost:
         for seq, record in world.store.journal.read(self._published_height + 1, head):
             if not isinstance(record, dict):
                 raise KernelInvariantError(f"journal record {seq} is not a map")
+            self.counts.journaled(record)
             if watching and record["kind"] in _STEPPED_KINDS:
                 key = record["key"]
                 stepped.append((str(record["workflow"]), key if isinstance(key, bytes) else None))

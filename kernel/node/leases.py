@@ -239,6 +239,12 @@ class LeaseManager:
             available = sum(len(queue) for queue in self._available.values())
             return {"published": len(self._open), "leased": len(self._open) - available}
 
+    @property
+    def waiters(self) -> int:
+        """Lease requests waiting for something to lease (long-polls)."""
+        with self._lock:
+            return len(self._waiters)
+
     def add_waiter(self, wake: Callable[[], None]) -> int:
         with self._lock:
             token = next(self._waiter_ids)
