@@ -48,6 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from aos.flows.client import FlowNodeClient
 from aos.flows.operations import TERMINAL_STATUSES
 from bench.harness import Contender, Row, interleaved, round_ratios
@@ -253,6 +256,21 @@ class AosNode:
             raise BenchCheckError(f"{name}: execution {execution} ended {status}")
         return seconds, execution
 
+    def host_figures(self) -> dict[str, float]:
+        """The node's host batches (count, seconds) and single operations, from its metrics."""
+        text = httpx.get(f"{self.client.url}/metrics", timeout=START_S_MAX).text
+        found = {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if not sample.labels
+        }
+        return {
+            "batches": found["aos_host_batch_seconds_count"],
+            "batch_s": found["aos_host_batch_seconds_sum"],
+            "operations": found["aos_host_operations_total"],
+        }
+
     def check(self, case: str, execution: str) -> None:
         results = aos_results(self.client.status(execution))
         check_results(case, results, aos_calls(self.client.events(execution)))
@@ -273,6 +291,8 @@ class Side:
     check: Callable[[str], None]
     pids: Callable[[], dict[str, int]]  # the side's processes by name (descendants count)
     syncs: Callable[[], int] | None = None  # the side's count of fsyncs, if it has one
+    # The aos node's own figures (its GET /metrics): what its host thread did.
+    host: Callable[[], dict[str, float]] | None = None
 
     def __post_init__(self) -> None:
         self.executions: list[str] = []
@@ -281,6 +301,7 @@ class Side:
     def contender(self, per_round: int) -> Contender:
         """Call once the warm-up is over: the fsync count starts here."""
         synced = self.syncs() if self.syncs is not None else 0
+        hosted = self.host() if self.host is not None else {}
 
         def run(r: int) -> float:
             seconds = []
@@ -306,6 +327,8 @@ class Side:
                 time.sleep(noetl_stack.STATS_SETTLE_S)
                 per = (self.syncs() - synced) / len(self.executions)
                 found["wal_syncs_per_execution"] = round(per, 1)
+            if self.host is not None:
+                found.update(_per_execution(self.host(), hosted, len(self.executions)))
             return found
 
         return Contender(self.name, run, extra)
@@ -316,6 +339,25 @@ class Side:
     def check_all(self) -> None:
         for execution in self.executions:
             self.check(execution)
+
+
+def _per_execution(
+    now: dict[str, float], then: dict[str, float], executions: int
+) -> dict[str, float]:
+    """The node's host figures per execution over the rounds: its batches (group commits:
+    admitted, stepped, flushed, published, answered), their milliseconds, and the operations
+    it ran one at a time (a run's start among them)."""
+    batches = now["batches"] - then["batches"]
+    return {
+        "host_batches_per_execution": round(batches / executions, 2),
+        "host_batch_ms_per_execution": round(
+            (now["batch_s"] - then["batch_s"]) * 1000 / executions, 2
+        ),
+        "host_batch_ms_mean": round((now["batch_s"] - then["batch_s"]) * 1000 / max(batches, 1), 3),
+        "host_operations_per_execution": round(
+            (now["operations"] - then["operations"]) / executions, 2
+        ),
+    }
 
 
 def _aos_side(node: AosNode, case: str) -> Side:
@@ -329,6 +371,7 @@ def _aos_side(node: AosNode, case: str) -> Side:
         lambda: node.execute(name),
         lambda execution: node.check(case, execution),
         lambda: {child.name: child.popen.pid for child in node.children},
+        host=node.host_figures,
     )
 
 
