@@ -53,6 +53,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aos.flows.client import FlowNodeClient
 from aos.flows.operations import TERMINAL_STATUSES
+from aos.kernel.node.metrics import BATCH_PHASES
 from bench.harness import Contender, Row, interleaved, round_ratios
 from bench.peers import noetl_stack
 from bench.proc_cpu import tree_cpu_s
@@ -257,19 +258,24 @@ class AosNode:
         return seconds, execution
 
     def host_figures(self) -> dict[str, float]:
-        """The node's host batches (count, seconds) and single operations, from its metrics."""
+        """The node's host batches (count, seconds, seconds by phase), single operations and
+        store commits (count, seconds), from its metrics."""
         text = httpx.get(f"{self.client.url}/metrics", timeout=START_S_MAX).text
         found = {
-            sample.name: sample.value
+            (sample.name, sample.labels.get("phase", "")): sample.value
             for family in text_string_to_metric_families(text)
             for sample in family.samples
-            if not sample.labels
         }
-        return {
-            "batches": found["aos_host_batch_seconds_count"],
-            "batch_s": found["aos_host_batch_seconds_sum"],
-            "operations": found["aos_host_operations_total"],
+        figures = {
+            "batches": found["aos_host_batch_seconds_count", ""],
+            "batch_s": found["aos_host_batch_seconds_sum", ""],
+            "operations": found["aos_host_operations_total", ""],
+            "commits": found["aos_store_commit_seconds_count", ""],
+            "commit_s": found["aos_store_commit_seconds_sum", ""],
         }
+        for phase in BATCH_PHASES:
+            figures[f"{phase}_s"] = found["aos_host_batch_phase_seconds_sum", phase]
+        return figures
 
     def check(self, case: str, execution: str) -> None:
         results = aos_results(self.client.status(execution))
@@ -343,17 +349,23 @@ class Side:
 
 def _per_execution(
     now: dict[str, float], then: dict[str, float], executions: int
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """The node's host figures per execution over the rounds: its batches (group commits:
-    admitted, stepped, flushed, published, answered), their milliseconds, and the operations
-    it ran one at a time (a run's start among them)."""
+    admitted, stepped, flushed, published, answered), their milliseconds (in all, and a
+    batch's mean by phase), the operations it ran one at a time (a run's start among them),
+    and the store's durable commits with their mean milliseconds (the syncs)."""
     batches = now["batches"] - then["batches"]
+
+    def ms(name: str, per: float) -> float:
+        return round((now[name] - then[name]) * 1000 / max(per, 1), 3)
+
     return {
         "host_batches_per_execution": round(batches / executions, 2),
-        "host_batch_ms_per_execution": round(
-            (now["batch_s"] - then["batch_s"]) * 1000 / executions, 2
-        ),
-        "host_batch_ms_mean": round((now["batch_s"] - then["batch_s"]) * 1000 / max(batches, 1), 3),
+        "host_batch_ms_per_execution": ms("batch_s", executions),
+        "host_batch_ms_mean": ms("batch_s", batches),
+        "host_batch_phase_ms_mean": {phase: ms(f"{phase}_s", batches) for phase in BATCH_PHASES},
+        "store_commits_per_execution": round((now["commits"] - then["commits"]) / executions, 2),
+        "store_commit_ms_mean": ms("commit_s", now["commits"] - then["commits"]),
         "host_operations_per_execution": round(
             (now["operations"] - then["operations"]) / executions, 2
         ),

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from aos.kernel.node import Node
@@ -164,6 +165,12 @@ def test_batches_are_counted_with_their_sizes_and_durations(world_path: Path) ->
         for buckets in (inputs, seconds):
             counts = [buckets[key] for key in sorted(buckets, key=lambda k: float(k[0]))]
             assert counts == sorted(counts) and counts[-1] == node.host.batches
+        # Each batch's phases add up to its duration.
+        phases = by_label(samples, "aos_host_batch_phase_seconds_sum", "phase")
+        assert set(phases) == {("admit",), ("run",), ("publish",), ("answer",)}
+        assert sum(phases.values()) == pytest.approx(one(samples, "aos_host_batch_seconds_sum"))
+        counts = by_label(samples, "aos_host_batch_phase_seconds_count", "phase")
+        assert set(counts.values()) == {node.host.batches}
         # The two events went alone (a batch of one each); the four receipts as one batch.
         assert inputs[("2",)] == 2 and inputs[("4",)] == 3
         assert len(inputs) == len(BATCH_INPUTS_BUCKETS) + 1
@@ -194,6 +201,19 @@ def test_label_values_stay_in_closed_sets(client: TestClient) -> None:
     answers = by_label(scrape(client), "aos_http_responses_total", "method", "status")
     assert {method for method, _ in answers} <= {"GET", "other"}
     assert len(answers) <= 4
+
+
+def test_each_flush_is_one_timed_commit(client: TestClient) -> None:
+    before = scrape(client)
+    send(client, "a", "none")  # one batch: admitted, run to idle, one flush
+    after = scrape(client)
+    commits = one(after, "aos_store_commit_seconds_count")
+    assert commits - one(before, "aos_store_commit_seconds_count") == 1
+    committed = one(after, "aos_store_commit_seconds_sum")
+    spent = committed - one(before, "aos_store_commit_seconds_sum")
+    ran = by_label(after, "aos_host_batch_phase_seconds_sum", "phase")[("run",)]
+    ran -= by_label(before, "aos_host_batch_phase_seconds_sum", "phase")[("run",)]
+    assert 0 < spent < ran  # the commit is part of the batch's run
 
 
 def test_a_scrape_changes_nothing(client: TestClient, node: Node) -> None:
@@ -227,11 +247,16 @@ def test_openmetrics_when_the_scraper_asks_for_it(client: TestClient) -> None:
 def test_host_counts_copy_is_independent() -> None:
     counts = HostCounts()
     counts.journaled({"kind": "step_fault", "workflow": "w", "code": "step.trap"})
-    counts.batch(3, 0.002)
+    counts.batch(3, [1.0, 1.0005, 1.0015, 1.0018, 1.002])
     copy = counts.snapshot()
     counts.journaled({"kind": "step_fault", "workflow": "w", "code": "step.trap"})
-    counts.batch(1, 20.0)
+    counts.batch(1, [1.0, 2.0, 3.0, 24.0, 25.0])
     assert copy.records == {"step_fault": 1} and copy.step_faults == {("w", "step.trap"): 1}
     assert copy.batch_inputs.observed == 1 and copy.batch_seconds.cumulative()[-1] == ("+Inf", 1)
+    phases = {phase: b.total for phase, b in copy.batch_phase_seconds.items()}
+    assert phases == pytest.approx(
+        {"admit": 0.0005, "run": 0.001, "publish": 0.0003, "answer": 0.0002}
+    )
     # Past the last bound a value is counted in `+Inf` only.
     assert counts.batch_seconds.cumulative()[-2:] == [("10", 1.0), ("+Inf", 2.0)]
+    assert counts.batch_phase_seconds["publish"].cumulative()[-2:] == [("10", 1.0), ("+Inf", 2.0)]

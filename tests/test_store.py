@@ -29,6 +29,7 @@ from aos.kernel.store import (
 )
 from aos.kernel.store.codec import seq_key
 from aos.kernel.store.lmdb_store import STORE_DIR_NAME
+from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.store.views import read_back
 from tests.store_backends import StoreOpener
 
@@ -432,6 +433,31 @@ def test_empty_batch_is_a_no_op(store: Store) -> None:
     with store.batch():
         pass
     assert store.journal.head() == 0
+
+
+def test_each_commit_is_timed_and_nothing_else(store: Store) -> None:
+    times = store.commit_times.seconds
+    before = (times.observed, times.total)
+    with store.batch():
+        pass  # empty: nothing committed
+    with pytest.raises(RuntimeError), store.batch() as batch:
+        batch.journal_append([event(1)])
+        raise RuntimeError("crash inside the batch")
+    assert (times.observed, times.total) == before
+    store.journal.append([event(1)])
+    with store.batch() as batch:
+        batch.journal_append([event(2)])
+        batch.meta_put("k", 1)
+    assert times.observed == before[0] + 2 and times.total > before[1]
+    assert times.cumulative()[-1] == ("+Inf", times.observed)
+
+
+def test_a_memory_store_has_no_commits_to_time() -> None:
+    store = MemoryStore()
+    store.journal.append([event(1)])
+    with store.batch() as batch:
+        batch.journal_append([event(2)])
+    assert store.journal.head() == 2 and store.commit_times.seconds.observed == 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aos.kernel import cbor, jsontext
+from aos.kernel.buckets import Buckets
 from aos.kernel.errors import AosError
 from aos.kernel.jsontext import JsonInvalidError
 from aos.kernel.node import models, views
@@ -477,15 +478,17 @@ def _add_metrics_route(app: FastAPI, node: Node, answers: HttpCounts) -> None:
         for name in request.query_params:
             raise QueryInvalidError(f"{METRICS_PATH} takes no parameters", path=f"$.{name}")
 
-        def read(world: World) -> tuple[dict[str, Any], HostCounts]:
+        def read(world: World) -> tuple[dict[str, Any], HostCounts, Buckets]:
             found = views.overview(world)
             found["engine"] = dataclasses.asdict(world.engine.stats)
-            return found, node.host.counts.snapshot()
+            commits = world.store.commit_times.seconds.copied()
+            return found, node.host.counts.snapshot(), commits
 
-        world, counts = await node.host.run(read)
+        world, counts, commits = await node.host.run(read)
         scrape = Scrape(
             world=world,
             host=counts,
+            commit_seconds=commits,
             host_queue_jobs=node.host.queue_jobs,
             leases=node.leases.counts(),
             lease_waiters=node.leases.waiters,

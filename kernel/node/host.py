@@ -315,7 +315,8 @@ class WorldHost:
     def _run_batch(self, world: World, batch: list[_BatchJob[Any]]) -> bool:
         """Admit every input of the batch, run the world to idle once, publish, answer; True
         if any of it failed."""
-        started_s = time.perf_counter()  # the batch's duration, for the metrics only
+        # When each phase ended, for the metrics only (a host clock: nothing a step sees).
+        marks_s = [time.perf_counter()]
         admitted: list[tuple[_BatchJob[Any], Admission[Any] | BaseException]] = []
         report: RunReport | None = None
         run_error: BaseException | None = None
@@ -327,6 +328,7 @@ class WorldHost:
                     admitted.append((job, job.admit(world)))
                 except AosError as error:
                     admitted.append((job, error))  # its own refusal; the others go on
+            marks_s.append(time.perf_counter())
             runs = sum(1 for _, a in admitted if isinstance(a, Admission) and a.runs)
             if runs:
                 # Each input keeps the step budget it would have had on its own.
@@ -338,6 +340,7 @@ class WorldHost:
                     run_error = error
                 except AosError as error:
                     run_error = error
+            marks_s.append(time.perf_counter())
         except (KernelInvariantError, Exception) as error:
             # A broken invariant or a bug, not a refusal: stop the world.
             if not isinstance(error, KernelInvariantError):
@@ -352,11 +355,13 @@ class WorldHost:
             try:
                 self._after(world)
             finally:
+                marks_s.append(time.perf_counter())
                 self.batches += 1
                 self.batched += len(admitted)
                 for job, admission in admitted:
                     _answer(job.future, admission, report, run_error)
-                self.counts.batch(len(admitted), time.perf_counter() - started_s)
+                marks_s.append(time.perf_counter())
+                self.counts.batch(len(admitted), marks_s)
         return run_error is not None or any(isinstance(a, BaseException) for _, a in admitted)
 
     @staticmethod

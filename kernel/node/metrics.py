@@ -39,6 +39,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from aos.kernel.buckets import Buckets
 from aos.kernel.world import records
 
 METRICS_PATH = "/metrics"
@@ -60,6 +61,10 @@ BATCH_SECONDS_BUCKETS = (
     2.5,
     10.0,
 )
+# A batch's phases, in order: its inputs admitted (a receipt's signature checked, journaled),
+# the world run to idle (the steps, their checks, the flush with its syncs), what was flushed
+# published (leases, cell waiters), the callers answered.
+BATCH_PHASES = ("admit", "run", "publish", "answer")
 # Upper bounds of the batch size buckets, in inputs (host_batch_max is 256 by default).
 BATCH_INPUTS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # HTTP methods counted by name; any other is counted as "other", so a client cannot add series.
@@ -71,46 +76,6 @@ Message = MutableMapping[str, Any]
 
 # --------------------------------------------------------------------------------------------
 # Counting
-
-
-@dataclass
-class Buckets:
-    """A histogram's cumulative bucket counts and sum, kept by one thread."""
-
-    bounds: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    observed: int = 0
-
-    def __post_init__(self) -> None:
-        self.counts = [0] * len(self.bounds)
-
-    def observe(self, value: float) -> None:
-        self.observed += 1
-        self.total += value
-        for index, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[index] += 1
-                return
-
-    def copied(self) -> Buckets:
-        copy = Buckets(self.bounds)
-        copy.counts = list(self.counts)
-        copy.total, copy.observed = self.total, self.observed
-        return copy
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        """`(le, count)` pairs, `+Inf` last, as the exposition format wants them."""
-        found, running = [], 0
-        for bound, count in zip(self.bounds, self.counts, strict=True):
-            running += count
-            found.append((_bound_text(bound), float(running)))
-        found.append(("+Inf", float(self.observed)))
-        return found
-
-
-def _bound_text(bound: float) -> str:
-    return str(int(bound)) if float(bound).is_integer() else repr(float(bound))
 
 
 @dataclass
@@ -127,6 +92,9 @@ class HostCounts:
     operations: int = 0
     batch_seconds: Buckets = field(default_factory=lambda: Buckets(BATCH_SECONDS_BUCKETS))
     batch_inputs: Buckets = field(default_factory=lambda: Buckets(BATCH_INPUTS_BUCKETS))
+    batch_phase_seconds: dict[str, Buckets] = field(
+        default_factory=lambda: {phase: Buckets(BATCH_SECONDS_BUCKETS) for phase in BATCH_PHASES}
+    )
 
     def journaled(self, record: Mapping[Any, Any]) -> None:
         """One record the host published."""
@@ -144,9 +112,13 @@ class HostCounts:
             body = record["body"]
             self.receipts[str(body.get("adapter", "")), str(body.get("status", ""))] += 1
 
-    def batch(self, inputs: int, seconds: float) -> None:
+    def batch(self, inputs: int, marks_s: list[float]) -> None:
+        """A batch of `inputs`; `marks_s`: when it started and when each of `BATCH_PHASES`
+        ended (a perf counter's seconds)."""
         self.batch_inputs.observe(inputs)
-        self.batch_seconds.observe(seconds)
+        self.batch_seconds.observe(marks_s[-1] - marks_s[0])
+        for phase, began, ended in zip(BATCH_PHASES, marks_s[:-1], marks_s[1:], strict=True):
+            self.batch_phase_seconds[phase].observe(ended - began)
 
     def snapshot(self) -> HostCounts:
         """A copy to read off the host thread."""
@@ -160,6 +132,7 @@ class HostCounts:
             self.operations,
             self.batch_seconds.copied(),
             self.batch_inputs.copied(),
+            {phase: b.copied() for phase, b in self.batch_phase_seconds.items()},
         )
 
 
@@ -206,6 +179,7 @@ class Scrape:
 
     world: Mapping[str, Any]  # views.overview, plus `engine` (EngineStats as a map)
     host: HostCounts
+    commit_seconds: Buckets  # the store's (kernel/store/interface.py `CommitTimes`)
     host_queue_jobs: int
     leases: Mapping[str, int]  # {published, leased}
     lease_waiters: int
@@ -216,6 +190,11 @@ class Scrape:
         """The metric families, in a fixed order (prometheus_client's `Collector`)."""
         yield from _world_families(self.world)
         yield from _host_families(self.host, self.host_queue_jobs)
+        yield _histogram(
+            "aos_store_commit_seconds",
+            "A durable commit of the store: its transaction with the syncs, or its round trip.",
+            self.commit_seconds,
+        )
         yield from self._node_families()
         yield from ProcessCollector(registry=None).collect()
 
@@ -335,6 +314,14 @@ def _host_families(host: HostCounts, queue_jobs: int) -> Iterator[Metric]:
         host.batch_seconds,
     )
     yield _histogram("aos_host_batch_inputs", "Receipts and events per batch.", host.batch_inputs)
+    phases = HistogramMetricFamily(
+        "aos_host_batch_phase_seconds",
+        "A batch's phases: admit, run (steps and the flush), publish, answer.",
+        labels=["phase"],
+    )
+    for phase, buckets in host.batch_phase_seconds.items():
+        phases.add_metric([phase], buckets.cumulative(), sum_value=buckets.total)
+    yield phases
 
 
 def _labelled_counter(

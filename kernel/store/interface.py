@@ -9,13 +9,15 @@ decoded canonical CBOR (`cbor.Value`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, Self
 
 from aos.kernel import cbor
+from aos.kernel.buckets import Buckets
 from aos.kernel.hashing import Hash
 from aos.kernel.store.limits import StoreLimits
 
@@ -29,6 +31,41 @@ class Mark:
 
     kind: Literal["young", "doomed"]
     seq: int
+
+
+# Upper bounds of the commit duration buckets, in seconds: from a commit that syncs nothing
+# (the page cache) to a slow disk's syncs or a distant server's round trip.
+COMMIT_SECONDS_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.5,
+    2.5,
+)
+
+
+@dataclass
+class CommitTimes:
+    """How long each batch a writer committed took: its write transaction with the syncs
+    (LMDB), or its one statement's round trip (PostgreSQL). For the node's metrics (spec/04
+    §9.7): a host clock, read around the commit, never by anything a step sees. The writer's
+    thread changes it; a reader copies it there."""
+
+    seconds: Buckets = field(default_factory=lambda: Buckets(COMMIT_SECONDS_BUCKETS))
+
+    @contextmanager
+    def timing(self) -> Iterator[None]:
+        """Time the block: a commit that raised is not counted."""
+        started = time.perf_counter()
+        yield
+        self.seconds.observe(time.perf_counter() - started)
 
 
 class Journal(Protocol):
@@ -190,6 +227,11 @@ class Store(Protocol):
 
     @property
     def world_dir(self) -> Path: ...
+
+    @property
+    def commit_times(self) -> CommitTimes:
+        """How long the batches this store committed took."""
+        ...
 
     def batch(self) -> AbstractContextManager[Batch]:
         """`with store.batch() as b:` groups writes; they commit when the block exits normally

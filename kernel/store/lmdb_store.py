@@ -48,7 +48,7 @@ from aos.kernel.store.errors import (
     StoreReadonlyError,
     StoreUsageError,
 )
-from aos.kernel.store.interface import Mark
+from aos.kernel.store.interface import CommitTimes, Mark
 from aos.kernel.store.limits import MIB, StoreLimits
 from aos.kernel.store.lmdb_reserve import (
     Reservation,
@@ -298,6 +298,7 @@ class LmdbStore:
         self._closed = False
         self._pinned: _Txn | None = None
         self._txn_lock = threading.Lock()
+        self._commit_times = CommitTimes()
         self._batch_lock = threading.Lock()
         self._batch_thread: int | None = None
         self.map_growths = 0
@@ -350,6 +351,10 @@ class LmdbStore:
     def reserved_bytes(self) -> int:
         """How much of the data file this writer has made sure is allocated (0 when read-only)."""
         return 0 if self._reservation is None else self._reservation.reserved_bytes
+
+    @property
+    def commit_times(self) -> CommitTimes:
+        return self._commit_times
 
     @contextmanager
     def batch(self) -> Iterator[PendingBatch]:
@@ -469,18 +474,24 @@ class LmdbStore:
             return
         with self._txn_lock:
             self._check_open()
-            for _ in range(_GROWTH_STEPS_MAX):
-                try:
-                    used_pages = self._apply(pending)
-                except lmdb.MapFullError:
-                    # The transaction was aborted: nothing of it is on disk. Grow and redo it.
-                    self._grow()
-                    continue
-                self._head = pending.last_seq
-                if any(pending.doomed.values()):
-                    self.doomed_empty = False
-                self.last_commit_pages_new = self._env.info()["last_pgno"] + 1 - used_pages
-                return
+            with self._commit_times.timing():
+                self._commit_growing(pending)
+
+    def _commit_growing(self, pending: PendingBatch) -> None:
+        """Apply the batch, growing the map and redoing it while it does not fit (under the
+        transaction lock)."""
+        for _ in range(_GROWTH_STEPS_MAX):
+            try:
+                used_pages = self._apply(pending)
+            except lmdb.MapFullError:
+                # The transaction was aborted: nothing of it is on disk. Grow and redo it.
+                self._grow()
+                continue
+            self._head = pending.last_seq
+            if any(pending.doomed.values()):
+                self.doomed_empty = False
+            self.last_commit_pages_new = self._env.info()["last_pgno"] + 1 - used_pages
+            return
         raise KernelInvariantError("the map grew too many times for one batch")
 
     def _apply(self, pending: PendingBatch) -> int:

@@ -16,7 +16,7 @@ from typing import Any, Self
 from aos.kernel import cbor
 from aos.kernel.hashing import Hash, hash_bytes, parse
 from aos.kernel.store.errors import StoreNotFoundError
-from aos.kernel.store.interface import Cas, Mark
+from aos.kernel.store.interface import Cas, CommitTimes, Mark
 from aos.kernel.store.limits import StoreLimits
 
 _ABSENT = object()
@@ -257,6 +257,12 @@ class MemoryStore:
         self._cas = _Cas(fallback_cas, fallback_has, spill_dir)
         self._meta = _Meta()
         self._limits = limits or StoreLimits()
+        self._commit_times = CommitTimes()
+
+    @property
+    def commit_times(self) -> CommitTimes:
+        """Always empty: this store commits nothing durable (nothing worth a commit's time)."""
+        return self._commit_times
 
     @property
     def journal(self) -> _Journal:

@@ -48,7 +48,7 @@ from aos.kernel.store.errors import (
     StoreUnavailableError,
     StoreUsageError,
 )
-from aos.kernel.store.interface import Mark
+from aos.kernel.store.interface import CommitTimes, Mark
 from aos.kernel.store.limits import MIB, StoreLimits
 from aos.kernel.store.views import CasWrites, JournalWrites, MetaWrites, read_journal
 
@@ -510,6 +510,7 @@ class PgStore:
         # Statements sent to the server, each one round trip (the bench reports them).
         self.round_trips = 0
         self.cache: _WriterCache | None = None
+        self._commit_times = CommitTimes()
         if not readonly:
             self.cache = _WriterCache()
             digests = self.rows(
@@ -554,6 +555,10 @@ class PgStore:
     def epoch(self) -> int:
         """The writer epoch this store took (or, read-only, saw when it opened)."""
         return self._epoch
+
+    @property
+    def commit_times(self) -> CommitTimes:
+        return self._commit_times
 
     @contextmanager
     def batch(self) -> Iterator[PendingBatch]:
@@ -649,6 +654,14 @@ class PgStore:
         if pending.last_seq > PG_SEQ_MAX:
             raise StoreFullError("the journal has no sequence numbers left", head=self._head)
         conn = self._connection()
+        with self._commit_times.timing():
+            self._flush(conn, pending)
+        self._head = pending.last_seq
+        if self.cache is not None:
+            self.cache.committed(pending)
+
+    def _flush(self, conn: psycopg.Connection, pending: PendingBatch) -> None:
+        """Claim the world at its epoch and head, write and commit: one round trip."""
         try:
             # One statement in autocommit: claim, writes and commit in one round trip.
             self.round_trips += 1
@@ -672,9 +685,6 @@ class PgStore:
                 f"the commit to world {self._world!r} failed: {_first_line(exc)}",
                 sqlstate=exc.sqlstate,
             ) from exc
-        self._head = pending.last_seq
-        if self.cache is not None:
-            self.cache.committed(pending)
 
     def _refusal(self, head_before: int) -> StoreError:
         """Why a commit was refused: another writer's epoch, or a head that moved."""
