@@ -6,6 +6,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Upper bounds of the buckets of a duration, in seconds: from a commit that syncs nothing (the
+# page cache, ~0.1 ms) to a slow disk's syncs or a batch of thousands of steps (seconds).
+SECONDS_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    10.0,
+)
+
 
 @dataclass
 class Buckets:

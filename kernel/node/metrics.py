@@ -39,28 +39,10 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from aos.kernel.buckets import Buckets
+from aos.kernel.buckets import SECONDS_BUCKETS, Buckets
 from aos.kernel.world import records
 
 METRICS_PATH = "/metrics"
-# Upper bounds of the host batch duration buckets, in seconds: a durable batch costs from a
-# fraction of a millisecond (one receipt, a fast disk) to seconds (thousands of steps, or a
-# slow sync), so the buckets span both.
-BATCH_SECONDS_BUCKETS = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    10.0,
-)
 # A batch's phases, in order: its inputs admitted (a receipt's signature checked, journaled),
 # the world run to idle (the steps, their checks, the flush with its syncs), what was flushed
 # published (leases, cell waiters), the callers answered.
@@ -90,10 +72,10 @@ class HostCounts:
     intents: Counter[str] = field(default_factory=Counter)
     receipts: Counter[tuple[str, str]] = field(default_factory=Counter)
     operations: int = 0
-    batch_seconds: Buckets = field(default_factory=lambda: Buckets(BATCH_SECONDS_BUCKETS))
+    batch_seconds: Buckets = field(default_factory=lambda: Buckets(SECONDS_BUCKETS))
     batch_inputs: Buckets = field(default_factory=lambda: Buckets(BATCH_INPUTS_BUCKETS))
     batch_phase_seconds: dict[str, Buckets] = field(
-        default_factory=lambda: {phase: Buckets(BATCH_SECONDS_BUCKETS) for phase in BATCH_PHASES}
+        default_factory=lambda: {phase: Buckets(SECONDS_BUCKETS) for phase in BATCH_PHASES}
     )
 
     def journaled(self, record: Mapping[Any, Any]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal, Protocol, Self
 
 from aos.kernel import cbor
-from aos.kernel.buckets import Buckets
+from aos.kernel.buckets import SECONDS_BUCKETS, Buckets
 from aos.kernel.hashing import Hash
 from aos.kernel.store.limits import StoreLimits
 
@@ -33,24 +33,6 @@ class Mark:
     seq: int
 
 
-# Upper bounds of the commit duration buckets, in seconds: from a commit that syncs nothing
-# (the page cache) to a slow disk's syncs or a distant server's round trip.
-COMMIT_SECONDS_BUCKETS = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.5,
-    2.5,
-)
-
-
 @dataclass
 class CommitTimes:
     """How long each batch a writer committed took: its write transaction with the syncs
@@ -58,7 +40,7 @@ class CommitTimes:
     §9.7): a host clock, read around the commit, never by anything a step sees. The writer's
     thread changes it; a reader copies it there."""
 
-    seconds: Buckets = field(default_factory=lambda: Buckets(COMMIT_SECONDS_BUCKETS))
+    seconds: Buckets = field(default_factory=lambda: Buckets(SECONDS_BUCKETS))
 
     @contextmanager
     def timing(self) -> Iterator[None]:
