@@ -287,17 +287,42 @@ def sent_to_node(file: Path, workbook: Path | None, definition: FlowDefinition) 
 
 
 @flow_group.command("ls")
+@click.option("--flow", "flow", default=None, help="Only this flow's executions.")
+@click.option(
+    "--status",
+    type=click.Choice(ops.LISTED_STATUSES),
+    default=None,
+    help="Only executions in this status.",
+)
+@click.option("--after", default=None, help="Go on after this key hash (a page's next_after).")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, ops.EXECUTIONS_PER_PAGE_MAX),
+    default=ops.EXECUTIONS_PER_PAGE_DEFAULT,
+    show_default=True,
+    help="At most this many executions.",
+)
 @world_option
 @node_option
 @json_option
 @handles_errors
-def ls_command(world_path: str, node_url: str | None, as_json: bool) -> None:
-    """Deployed flows and their versions; executions and their status."""
+def ls_command(
+    flow: str | None,
+    status: str | None,
+    after: str | None,
+    limit: int,
+    world_path: str,
+    node_url: str | None,
+    as_json: bool,
+) -> None:
+    """Deployed flows and their versions; a page of executions and their status, in key-hash
+    order (the next page: --after the key hash it names)."""
     if node_url is not None:
-        body = FlowNodeClient(node_url).listing()
+        body = FlowNodeClient(node_url).listing(flow=flow, status=status, after=after, limit=limit)
     else:
+        wanted, page = ops.ExecutionFilter(flow, status), ops.Page(after, limit)
         with _opened(world_path) as world:
-            body = ops.listing(world)
+            body = ops.listing(world, wanted, page)
     if as_json:
         emit_json(body)
         return
@@ -306,6 +331,8 @@ def ls_command(world_path: str, node_url: str | None, as_json: bool) -> None:
     click.echo("")
     rows = [[e["exec"], e["flow"], e["version"], e["status"]] for e in body["executions"]]
     click.echo(table(["EXECUTION", "FLOW", "VERSION", "STATUS"], rows))
+    if body["next_after"] is not None:
+        click.echo(f"\n{body['count']} executions in all; more: --after {body['next_after']}")
 
 
 def _workload(text: str | None, option: str = "--workload") -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -50,8 +50,18 @@ class FlowNodeClient:
         """Deploy a definition's text (YAML or JSON); `source` names it in errors."""
         return self._call("POST", "/v1/flows", {"text": text, "source": source})
 
-    def listing(self) -> dict[str, Any]:
-        return self._call("GET", "/v1/flows")
+    def listing(
+        self,
+        *,
+        flow: str | None = None,
+        status: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """Deployed flows, and one page of executions (`next_after` continues it)."""
+        given = {"flow": flow, "status": status, "after": after, "limit": limit}
+        query = urlencode({name: value for name, value in given.items() if value is not None})
+        return self._call("GET", "/v1/flows" + (f"?{query}" if query else ""))
 
     def run(
         self,

@@ -18,7 +18,7 @@ each run on the node's host thread, the world's one writer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qsl
@@ -164,9 +164,22 @@ async def execution_events(node: Node, exec_id: str, query: str = "") -> dict[st
     return await wait_for_execution(node, {"exec": exec_id}, look, wait_ms)
 
 
-def _query(query: str, allowed: Mapping[str, int]) -> dict[str, int]:
-    """The query's parameters, each a whole number: any name not in `allowed` (a name and the
-    most digits it may have), a repeated name, or a value that is not digits is refused."""
+_LISTING_QUERY = ("after", "flow", LIMIT_PARAMETER, "status")
+
+
+def listing_query(query: str) -> tuple[ops.ExecutionFilter, ops.Page]:
+    """`GET /v1/flows`'s query: `flow`, `status`, `after` and `limit`, each at most once."""
+    found = _texts(query, _LISTING_QUERY)
+    limit = ops.EXECUTIONS_PER_PAGE_DEFAULT
+    if LIMIT_PARAMETER in found:
+        limit = _whole(LIMIT_PARAMETER, found[LIMIT_PARAMETER], LIMIT_DIGITS_MAX)
+        within(LIMIT_PARAMETER, limit, ops.EXECUTIONS_PER_PAGE_MAX, at="$query")
+    page = ops.Page(after=found.get("after"), limit=limit)
+    return ops.ExecutionFilter(flow=found.get("flow"), status=found.get("status")), page
+
+
+def _texts(query: str, allowed: Sequence[str]) -> dict[str, str]:
+    """The query's parameters by name: any name not `allowed`, or a repeated one, is refused."""
     names = ", ".join(sorted(allowed))
     try:
         pairs = parse_qsl(
@@ -174,14 +187,25 @@ def _query(query: str, allowed: Mapping[str, int]) -> dict[str, int]:
         )
     except ValueError:
         raise RequestInvalidError(f"the query parameters are {names}", path="$query") from None
-    found: dict[str, int] = {}
+    found: dict[str, str] = {}
     for name, text in pairs:
         if name not in allowed or name in found:
             raise RequestInvalidError(f"the query parameters are {names}, each once", path="$query")
-        if not (text.isascii() and text.isdigit() and len(text) <= allowed[name]):
-            raise RequestInvalidError(f"{name} is a whole number", path=f"$query.{name}")
-        found[name] = int(text)
+        found[name] = text
     return found
+
+
+def _query(query: str, allowed: Mapping[str, int]) -> dict[str, int]:
+    """The query's parameters, each a whole number: any name not in `allowed` (a name and the
+    most digits it may have), a repeated name, or a value that is not digits is refused."""
+    texts = _texts(query, tuple(allowed))
+    return {name: _whole(name, text, allowed[name]) for name, text in texts.items()}
+
+
+def _whole(name: str, text: str, digits_max: int) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= digits_max):
+        raise RequestInvalidError(f"{name} is a whole number", path=f"$query.{name}")
+    return int(text)
 
 
 def _wait_ms(node: Node, query: Mapping[str, int]) -> int:
@@ -238,9 +262,18 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         return await node.host.run(lambda world: ops.deploy(world, definition).to_json())
 
     @app.get("/v1/flows", tags=["flows"])
-    async def listing() -> dict[str, Any]:
-        """Deployed flows with their versions; executions with their status."""
-        return await node.host.run(lambda world: cbor.to_json(ops.listing(world)))
+    async def listing(
+        request: Request,
+        flow: str | None = Query(None, description="Only this flow's executions."),
+        status: str | None = Query(None, description="Only executions in this status."),
+        after: str | None = Query(None, description="The key hash the last page ended at."),
+        limit: str | None = Query(None, description="At most this many executions."),
+    ) -> dict[str, Any]:
+        """Deployed flows with their versions; a page of executions with their status
+        (`next_after` continues it)."""
+        del flow, status, after, limit  # documented here; read strictly below
+        wanted, page = listing_query(request.url.query)
+        return await node.host.run(lambda world: cbor.to_json(ops.listing(world, wanted, page)))
 
     @app.post("/v1/flows/{name:path}/run", tags=["flows"])
     async def run(name: str, request: RunRequest) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from aos.flows.cfd import FlowDefinition, canonical_value
 from aos.flows.errors import FlowError
+from aos.flows.limits import NAME_LENGTH_MAX
 from aos.flows.world import (
     CANCEL_EVENT,
     DEPLOY_EVENT,
@@ -28,6 +29,7 @@ from aos.kernel import cbor
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.store.views import read_back
 from aos.kernel.world import records
+from aos.kernel.world.cellindex import key_hash
 from aos.kernel.world.world import RunReport, World
 
 EXEC_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
@@ -44,6 +46,16 @@ iteration, the iteration a child was started in): never a caller's to set."""
 
 STATUS_RUNNING = "running"
 TERMINAL_STATUSES = frozenset({"completed", "failed", "partial", "cancelled"})
+STATUS_ENGINE_FAILED = "engine_failed"
+"""A listing's status for an execution whose cell failed (its interpreter step faulted)."""
+LISTED_STATUSES = (STATUS_RUNNING, *sorted(TERMINAL_STATUSES), STATUS_ENGINE_FAILED)
+
+EXECUTIONS_PER_PAGE_DEFAULT = 100
+EXECUTIONS_PER_PAGE_MAX = 1000
+EXECUTIONS_SCAN_MAX_DEFAULT = 10_000
+"""Executions one listing page looks at (each one's state is read and decoded)."""
+EXECUTIONS_SCAN_MAX = 100_000
+KEY_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 
 class FlowUnknownError(FlowError):
@@ -349,20 +361,84 @@ def describe_event(event: dict[str, Any]) -> str:
     return f"{event.get('event', '?'):<24} {where:<28} {text}".rstrip()
 
 
-def listing(world: World) -> dict[str, Any]:
-    """Deployed flows with their versions, and executions by status."""
+@dataclass(frozen=True)
+class ExecutionFilter:
+    """Which executions a listing shows: of one flow, in one status (None: any)."""
+
+    flow: str | None = None
+    status: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in LISTED_STATUSES:
+            raise FlowRequestInvalidError(
+                f"status is one of {', '.join(LISTED_STATUSES)}", path="$query.status"
+            )
+        if self.flow is not None and not 0 < len(self.flow) <= NAME_LENGTH_MAX:
+            raise FlowRequestInvalidError("flow is a flow's name", path="$query.flow")
+
+    def keeps(self, summary: dict[str, Any]) -> bool:
+        return (self.flow is None or summary["flow"] == self.flow) and (
+            self.status is None or summary["status"] == self.status
+        )
+
+
+@dataclass(frozen=True)
+class Page:
+    """Where a listing's page starts and how much it may hold and read."""
+
+    after: str | None = None  # a cell's key hash (64 hex digits): start after that execution
+    limit: int = EXECUTIONS_PER_PAGE_DEFAULT
+    scan_max: int = EXECUTIONS_SCAN_MAX_DEFAULT
+
+    def __post_init__(self) -> None:
+        if self.after is not None and not KEY_HASH_PATTERN.fullmatch(self.after):
+            raise FlowRequestInvalidError(
+                "after is an execution's key hash (64 hex digits)", path="$query.after"
+            )
+        for name, value, most in (
+            ("limit", self.limit, EXECUTIONS_PER_PAGE_MAX),
+            ("scan_max", self.scan_max, EXECUTIONS_SCAN_MAX),
+        ):
+            if not 1 <= value <= most:
+                raise FlowRequestInvalidError(f"{name} is 1 to {most}", path=f"$query.{name}")
+
+
+def listing(
+    world: World, wanted: ExecutionFilter | None = None, page: Page | None = None
+) -> dict[str, Any]:
+    """Deployed flows with their versions, and one page of executions with their status:
+    `count` executions in all (the index's count, no walk), the page's `executions` in key-hash
+    order, and `next_after`, where the next page starts (null: this was the last). A page
+    decodes only the executions it looks at: at most `limit` shown and `scan_max` looked at,
+    so it holds the world's writer for a bounded time however many executions there are."""
     flows = [
         {"name": cell.key, "versions": versions(world, str(cell.key))}
         for cell in world.cells(REGISTRY_WORKFLOW)
     ]
-    executions = []
-    for cell in world.cells(EXEC_WORKFLOW):
-        state = _exec_state(world, str(cell.key))
-        if state is not None:
-            executions.append(_summary(state, cell.status))
     return {
         "flows": sorted(flows, key=lambda f: str(f["name"])),
-        "executions": sorted(executions, key=lambda e: str(e["exec"])),
+        **executions_page(world, wanted or ExecutionFilter(), page or Page()),
+    }
+
+
+def executions_page(world: World, wanted: ExecutionFilter, page: Page) -> dict[str, Any]:
+    """One page of `listing`'s executions."""
+    shown: list[dict[str, Any]] = []
+    next_after: str | None = None
+    looked_at = page.after
+    cells = world.cells_after(EXEC_WORKFLOW, bytes.fromhex(page.after) if page.after else None)
+    for scanned, cell in enumerate(cells):
+        if len(shown) == page.limit or scanned == page.scan_max:
+            next_after = looked_at  # there is more: go on after the last one looked at
+            break
+        looked_at = key_hash(cell.key_bytes or b"").hex()
+        state = _exec_state(world, str(cell.key))
+        if state is not None and wanted.keeps(summary := _summary(state, cell.status)):
+            shown.append({**summary, "key_hash": looked_at})
+    return {
+        "count": world.cell_count(EXEC_WORKFLOW),
+        "executions": shown,
+        "next_after": next_after,
     }
 
 
@@ -371,7 +447,7 @@ def _summary(state: dict[str, Any], cell_status: str) -> dict[str, Any]:
         "exec": state["exec"],
         "flow": state["flow"],
         "version": state["version"],
-        "status": state["status"] if cell_status != "failed" else "engine_failed",
+        "status": state["status"] if cell_status != "failed" else STATUS_ENGINE_FAILED,
         "engine_version": state["engine_version"],
     }
 

@@ -31,24 +31,30 @@ def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
     inspector.nav.append(("Flows", f"{UI_PATH}/flows"))
 
     @app.get(UI_PATH + "/flows", include_in_schema=False)
-    async def flows(request: Request) -> Response:
-        return await inspector.page(request, "flows.html", _listing)
+    async def flows(
+        request: Request, after: str | None = None, status: str | None = None
+    ) -> Response:
+        return await inspector.page(
+            request, "flows.html", lambda world: _listing(world, after, status or None)
+        )
 
     @app.get(UI_PATH + "/flows/executions/{exec_id:path}", include_in_schema=False)
     async def execution(request: Request, exec_id: str) -> Response:
         return await inspector.page(request, "execution.html", lambda w: _execution(w, exec_id))
 
 
-def _listing(world: World) -> dict[str, Any]:
+def _listing(world: World, after: str | None, status: str | None) -> dict[str, Any]:
+    """The flows and a page of executions (at most `EXECUTIONS_SHOWN_MAX`, read as
+    `GET /v1/flows` reads them: bounded however many executions there are)."""
     if not is_flow_world(world):
-        return {"flow_world": False, "flows": [], "executions": [], "more": 0}
-    found = cbor.to_json(ops.listing(world))
-    executions = found["executions"]
+        return {"flow_world": False, "flows": [], "executions": [], "count": 0}
+    wanted = ops.ExecutionFilter(status=status)
+    page = ops.Page(after=after, limit=EXECUTIONS_SHOWN_MAX)
     return {
         "flow_world": True,
-        "flows": found["flows"],
-        "executions": executions[:EXECUTIONS_SHOWN_MAX],
-        "more": max(0, len(executions) - EXECUTIONS_SHOWN_MAX),
+        "status": status,
+        "statuses": ops.LISTED_STATUSES,
+        **cbor.to_json(ops.listing(world, wanted, page)),
     }
 
 
