@@ -16,6 +16,7 @@ so a command that writes fails with `store.locked` while another process has it 
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import sys
 from collections.abc import Iterator
@@ -453,14 +454,15 @@ def cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes |
 def state_cells_command(workflow: str, limit: int, world_path: str, as_json: bool) -> None:
     """List WORKFLOW's cells (in key-hash order): key, status, state hash, last active seq."""
     with read_world(world_path) as world:
-        cells = world.cells(workflow)
-    shown = cells[:limit]
+        count = world.cell_count(workflow)  # the index's count: no walk
+        # Lazily, so only the cells shown are read, however many the workflow has.
+        shown = list(itertools.islice(world.cells_after(workflow, None), limit))
     if as_json:
         emit_json(
             {
                 "workflow": workflow,
-                "count": len(cells),
-                "truncated": len(shown) < len(cells),
+                "count": count,
+                "truncated": len(shown) < count,
                 "cells": [_cell_json(cell) for cell in shown],
             }
         )
@@ -470,8 +472,8 @@ def state_cells_command(workflow: str, limit: int, world_path: str, as_json: boo
         for cell in shown
     ]
     click.echo(table(["KEY", "STATUS", "STATE", "LAST ACTIVE"], rows))
-    if len(shown) < len(cells):
-        click.echo(f"... {len(cells) - len(shown)} more (raise --limit)")
+    if len(shown) < count:
+        click.echo(f"... {count - len(shown)} more (raise --limit)")
 
 
 def _cell_json(cell: CellInfo) -> dict[str, Any]:
