@@ -47,6 +47,16 @@ class Buckets:
                 self.counts[index] += 1
                 return
 
+    def add(self, other: Buckets) -> None:
+        """Count what `other` counted too (the same bounds)."""
+        if other.bounds != self.bounds:
+            raise ValueError("buckets with other bounds cannot be added")
+        self.counts = [
+            mine + theirs for mine, theirs in zip(self.counts, other.counts, strict=True)
+        ]
+        self.total += other.total
+        self.observed += other.observed
+
     def copied(self) -> Buckets:
         copy = Buckets(self.bounds)
         copy.counts = list(self.counts)

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aos.kernel.node import Node
 from aos.kernel.node.metrics import BATCH_INPUTS_BUCKETS, HostCounts
+from aos.kernel.world.errors import TimeBackwardsError
 from tests.node_fixtures import (  # noqa: F401 (fixtures)
     client_fixture,
     node_fixture,
@@ -214,6 +215,23 @@ def test_each_flush_is_one_timed_commit(client: TestClient) -> None:
     ran = by_label(after, "aos_host_batch_phase_seconds_sum", "phase")[("run",)]
     ran -= by_label(before, "aos_host_batch_phase_seconds_sum", "phase")[("run",)]
     assert 0 < spent < ran  # the commit is part of the batch's run
+
+
+def test_commits_are_still_counted_after_a_refusal_reopened_the_world(
+    client: TestClient, node: Node
+) -> None:
+    send(client, "a", "none")
+    before = one(scrape(client), "aos_store_commit_seconds_count")
+
+    def refused_late(world: Any) -> None:
+        world.ingress("demo/Ping@1", ping("b", "none"))
+        raise TimeBackwardsError("refused after an append")  # the host discards and reopens
+
+    with pytest.raises(TimeBackwardsError):
+        node.host.call(refused_late)
+    assert one(scrape(client), "aos_store_commit_seconds_count") == before
+    send(client, "c", "none")
+    assert one(scrape(client), "aos_store_commit_seconds_count") == before + 1
 
 
 def test_a_scrape_changes_nothing(client: TestClient, node: Node) -> None:

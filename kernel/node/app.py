@@ -481,8 +481,8 @@ def _add_metrics_route(app: FastAPI, node: Node, answers: HttpCounts) -> None:
         def read(world: World) -> tuple[dict[str, Any], HostCounts, Buckets]:
             found = views.overview(world)
             found["engine"] = dataclasses.asdict(world.engine.stats)
-            commits = world.store.commit_times.seconds.copied()
-            return found, node.host.counts.snapshot(), commits
+            counts = node.host.counts
+            return found, counts.snapshot(), counts.commit_seconds(world.store.commit_times.seconds)
 
         world, counts, commits = await node.host.run(read)
         scrape = Scrape(

@@ -257,6 +257,7 @@ class WorldHost:
         log.warning(
             "discarding %d unflushed records of a refused operation", world.unflushed_records
         )
+        self.counts.closed_commit_seconds.add(world.store.commit_times.seconds)
         world.close()
         self._world = self._opener()
         return self._world

@@ -77,6 +77,15 @@ class HostCounts:
     batch_phase_seconds: dict[str, Buckets] = field(
         default_factory=lambda: {phase: Buckets(SECONDS_BUCKETS) for phase in BATCH_PHASES}
     )
+    # The commits of the stores the host closed (a refusal's reopen, host.py): a reopened
+    # store counts from zero, and the node's count must not go back.
+    closed_commit_seconds: Buckets = field(default_factory=lambda: Buckets(SECONDS_BUCKETS))
+
+    def commit_seconds(self, open_store: Buckets) -> Buckets:
+        """Every commit since the node started: the closed stores' and the open one's."""
+        found = self.closed_commit_seconds.copied()
+        found.add(open_store)
+        return found
 
     def journaled(self, record: Mapping[Any, Any]) -> None:
         """One record the host published."""
@@ -115,6 +124,7 @@ class HostCounts:
             self.batch_seconds.copied(),
             self.batch_inputs.copied(),
             {phase: b.copied() for phase, b in self.batch_phase_seconds.items()},
+            self.closed_commit_seconds.copied(),
         )
 
 
