@@ -45,6 +45,7 @@ from aos.kernel.node.errors import NodeBusyError, NodeInternalError
 from aos.kernel.node.leases import LeaseManager, PublishedIntent
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.metrics import HostCounts
+from aos.kernel.store.interface import CommitTimes
 from aos.kernel.world import records
 from aos.kernel.world.errors import StepBudgetExceededError, WorldClosedError
 from aos.kernel.world.operations import INTENT_CANCEL
@@ -137,6 +138,7 @@ class WorldHost:
         self.world_id = ""
         self.clock = ""
         self._world: World  # opened on the host thread
+        self._commit_times: CommitTimes  # its store's, kept for when that store is closed
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -201,6 +203,7 @@ class WorldHost:
     def _main(self) -> None:
         try:
             self._world = self._opener()
+            self._commit_times = self._world.store.commit_times
         except BaseException as error:
             self._ready.set_exception(error)
             return
@@ -257,9 +260,12 @@ class WorldHost:
         log.warning(
             "discarding %d unflushed records of a refused operation", world.unflushed_records
         )
-        self.counts.closed_commit_seconds.add(world.store.commit_times.seconds)
         world.close()
+        # The closed store's commits stay counted (a failed flush may have closed it already,
+        # so they are taken from what the host kept at open, not from the closed world).
+        self.counts.closed_commit_seconds.add(self._commit_times.seconds)
         self._world = self._opener()
+        self._commit_times = self._world.store.commit_times
         return self._world
 
     def _run(self, world: World, job: _Job[Any]) -> bool:
