@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ def export_world(
         public_key = store.meta.get(worldkey.META_PUBLIC_KEY, None)
         if not isinstance(public_key, bytes):
             raise WorldKeyMissingError(f"the world at {root} has no key: it cannot be exported")
-        raws = _bounded_records(store.journal.read(1, checked.end_seq), bytes_max)
+        raws = _bounded_records(store.journal.read_encoded(1, checked.end_seq), bytes_max)
         signed = worldkey.signed_heads(store)
         marks = _marks(store, checked.end_seq)
     seed = worldkey.load_seed(root)
@@ -144,10 +145,10 @@ def _marks(store: Store, end: int) -> list[list[Any]]:
     return [[seq, mark] for seq, mark in found if mark is not None]
 
 
-def _bounded_records(records: Any, bytes_max: int) -> list[bytes]:
+def _bounded_records(records: Iterable[tuple[int, bytes]], bytes_max: int) -> list[bytes]:
     raws: list[bytes] = []
     total = 0
-    for _, raw in journal_chain.record_bytes(records):
+    for _, raw in records:
         total += len(raw)
         _check_size(total, bytes_max)
         raws.append(raw)

@@ -437,7 +437,7 @@ class Replayer:
         if "chain" not in content:
             return journal_chain.from_genesis(self.source, str(self.config["id"]), seq)
         chain = JournalChain.from_value(content["chain"])
-        raws = journal_chain.record_bytes(self.source.journal.read(chain.seq + 1, seq))
+        raws = self.source.journal.read_encoded(chain.seq + 1, seq)
         return journal_chain.follow(chain, raws, journal_chain.no_witness)
 
     def _cancelled_before(self, intent: str, seq: int) -> int | None:

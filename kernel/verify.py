@@ -80,9 +80,9 @@ def verify_chain(store: Store, start: JournalChain | None = None) -> ChainReport
     witnesses, signed = stored_heads(store, ident)
     end = store.journal.head()
     chain = start.copy() if start is not None else JournalChain.genesis(ident)
-    records_ = store.journal.read(chain.seq + 1, end) if end > chain.seq else iter(())
+    raws = store.journal.read_encoded(chain.seq + 1, end) if end > chain.seq else iter(())
     witness = journal_chain.marks(store, witnesses)
-    chain = journal_chain.follow(chain, journal_chain.record_bytes(records_), witness)
+    chain = journal_chain.follow(chain, raws, witness)
     return ChainReport(end_seq=end, chain=chain, witnesses=len(witnesses), signed=signed)
 
 

@@ -138,6 +138,28 @@ def test_a_changed_tail_record_refuses_the_open_and_changes_nothing(tmp_path: Pa
     assert store_digest(path) == before
 
 
+@pytest.mark.parametrize("raw", [b"\xd9\xd9\xf7\xff", b"\xd9\xd9\xf7\x18\x01", b"\x01"])
+def test_undecodable_tail_bytes_refuse_the_open_as_a_chain_break(
+    tmp_path: Path, raw: bytes
+) -> None:
+    """The open hashes the tail's bytes as stored, without decoding them first: bytes that
+    are not canonical CBOR break the chain at their flush, before the fold reads them."""
+    path = tmp_path / "w"
+    world = create(path, limits=TAIL_ONLY)
+    world.send(EVENT, inc("a", 1))
+    world.send(EVENT, inc("b", 2))
+    world.store.close()
+    env = lmdb.open(str(path / "store"), max_dbs=8)
+    with env.begin(write=True, db=env.open_db(b"journal")) as txn:
+        txn.put((5).to_bytes(8, "big"), raw)  # the second send's step record
+    env.close()
+    before = store_digest(path)
+    with pytest.raises(ChainBrokenError) as raised:
+        reopen(path)
+    assert raised.value.detail["seq"] == 4  # the first record of the flush that wrote it
+    assert store_digest(path) == before
+
+
 def test_an_untouched_tail_reopens_and_goes_on_chaining(tmp_path: Path) -> None:
     path = tmp_path / "w"
     world = create(path, limits=TAIL_ONLY)

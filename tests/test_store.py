@@ -128,15 +128,41 @@ def test_journal_appends_interleaved_with_reading(store: Store) -> None:
     assert next(reader) == (2, event(2))
 
 
+def test_journal_read_encoded_gives_the_stored_bytes(store: Store) -> None:
+    """`read_encoded` yields what `read` decodes, as the canonical bytes stored, over the
+    same ranges and chunks."""
+    store.journal.append([event(n) for n in range(1, 2501)])
+    raws = list(store.journal.read_encoded())
+    assert [seq for seq, _ in raws] == list(range(1, 2501))
+    assert all(raw == cbor.encode(event(seq)) for seq, raw in raws)
+    assert [seq for seq, _ in store.journal.read_encoded(4, 6)] == [4, 5, 6]
+    assert [seq for seq, _ in store.journal.read_encoded(1000, limit=1100)] == list(
+        range(1000, 2100)
+    )
+    assert list(store.journal.read_encoded(2501)) == []
+    assert list(store.journal.read_encoded(5, 4)) == []
+    assert list(store.journal.read_encoded(1, limit=0)) == []
+
+
+def test_memory_journal_read_encoded_matches_read() -> None:
+    store = MemoryStore()
+    store.journal.append([event(n) for n in range(1, 6)])
+    decoded = list(store.journal.read(2, 4))
+    assert [(seq, cbor.decode(raw)) for seq, raw in store.journal.read_encoded(2, 4)] == decoded
+    assert [seq for seq, _ in store.journal.read_encoded(3, limit=1)] == [3]
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs"),
     [((0,), {}), ((-1,), {}), (("1",), {}), ((1, "2"), {}), ((1,), {"limit": -1})],
 )
+@pytest.mark.parametrize("method", ["read", "read_encoded"])
 def test_journal_read_rejects_bad_arguments(
-    store: Store, args: tuple[Any, ...], kwargs: dict[str, Any]
+    store: Store, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
+    # Refused at the call, before anything is read (not at the first item).
     with pytest.raises(errors.StoreUsageError):
-        store.journal.read(*args, **kwargs)
+        getattr(store.journal, method)(*args, **kwargs)
 
 
 @pytest.mark.parametrize("records", [[], "text", {"kind": "x"}, b"bytes"])
@@ -295,6 +321,8 @@ def test_corrupt_journal_record_is_reported_with_its_seq(
             next(reader)
         assert excinfo.value.detail == {"seq": 2, "cause": cause}
         assert list(store.journal.read(3)) == [(3, event(3))]
+        # The bytes as stored, unchecked: a chain over them breaks where they changed.
+        assert list(store.journal.read_encoded(2, 2)) == [(2, raw)]
 
 
 def test_corrupt_meta_value_is_detected(tmp_path: Path) -> None:
@@ -319,6 +347,9 @@ def test_journal_gap_is_detected(tmp_path: Path, missing: int, found: int) -> No
             list(reader.journal.read())
         assert excinfo.value.detail == {"expected": missing, "found": found}
         assert list(reader.journal.read(3)) == [(3, event(3))]
+        with pytest.raises(errors.StoreJournalGapError) as excinfo:
+            list(reader.journal.read_encoded())
+        assert excinfo.value.detail == {"expected": missing, "found": found}
 
 
 def test_writer_lock_is_released_when_open_fails(tmp_path: Path) -> None:

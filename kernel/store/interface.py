@@ -65,6 +65,14 @@ class Journal(Protocol):
         `store.corrupt_record` when a record is not canonical CBOR."""
         ...
 
+    def read_encoded(
+        self, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """`read`, but each record's bytes as stored, not decoded: for readers that hash
+        records (the journal chain) rather than look into them. Raises `store.journal_gap`
+        when a number is missing; what the bytes hold is not checked."""
+        ...
+
     def head(self) -> int:
         """The last sequence number, or 0 for an empty journal (so also the record count)."""
         ...

@@ -57,7 +57,13 @@ from aos.kernel.store.lmdb_reserve import (
     batch_writes,
     txn_pages_bound,
 )
-from aos.kernel.store.views import CasWrites, JournalWrites, MetaWrites, read_journal
+from aos.kernel.store.views import (
+    CasWrites,
+    JournalWrites,
+    MetaWrites,
+    decoded,
+    read_journal_encoded,
+)
 
 STORE_DIR_NAME = "store"
 WRITER_LOCK_NAME = "writer.lock"
@@ -667,7 +673,13 @@ class LmdbJournal(JournalWrites):
     ) -> Iterator[tuple[int, cbor.Value]]:
         """Yield `(seq, record)` from `from_seq` to `to_seq` (inclusive; the head when None),
         at most `limit` records, checking contiguity and canonical form of every record."""
-        return read_journal(
+        return decoded(self.read_encoded(from_seq, to_seq, limit))
+
+    def read_encoded(
+        self, from_seq: int = codec.SEQ_FIRST, to_seq: int | None = None, limit: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """`read`'s records as their stored bytes, checked for contiguity only."""
+        return read_journal_encoded(
             self._chunk,
             from_seq,
             to_seq,

@@ -47,6 +47,16 @@ class _Journal:
         for seq in range(start, end + 1):
             yield seq, cbor.decode(self.records[seq - self.base - 1])
 
+    def read_encoded(
+        self, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        start = max(from_seq, self.base + 1)
+        end = self.head() if to_seq is None else min(to_seq, self.head())
+        if limit is not None:
+            end = min(end, start + limit - 1)
+        for seq in range(start, end + 1):
+            yield seq, self.records[seq - self.base - 1]
+
     def head(self) -> int:
         return self.base + len(self.records)
 

@@ -50,7 +50,13 @@ from aos.kernel.store.errors import (
 )
 from aos.kernel.store.interface import CommitTimes, Mark
 from aos.kernel.store.limits import MIB, StoreLimits
-from aos.kernel.store.views import CasWrites, JournalWrites, MetaWrites, read_journal
+from aos.kernel.store.views import (
+    CasWrites,
+    JournalWrites,
+    MetaWrites,
+    decoded,
+    read_journal_encoded,
+)
 
 # bigint is signed: the last sequence number PostgreSQL can hold.
 PG_SEQ_MAX = 2**63 - 1
@@ -758,7 +764,13 @@ class PgJournal(JournalWrites):
     ) -> Iterator[tuple[int, cbor.Value]]:
         """Yield `(seq, record)` from `from_seq` to `to_seq` (inclusive; the head when None),
         at most `limit` records, checking contiguity and canonical form of every record."""
-        return read_journal(
+        return decoded(self.read_encoded(from_seq, to_seq, limit))
+
+    def read_encoded(
+        self, from_seq: int = codec.SEQ_FIRST, to_seq: int | None = None, limit: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """`read`'s records as their stored bytes, checked for contiguity only."""
+        return read_journal_encoded(
             self._chunk, from_seq, to_seq, limit, seq_max=PG_SEQ_MAX, chunk_records=_READ_CHUNK
         )
 

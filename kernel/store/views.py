@@ -87,7 +87,7 @@ class MetaWrites:
         return present
 
 
-def read_journal(
+def read_journal_encoded(
     fetch: ChunkFetcher,
     from_seq: int,
     to_seq: int | None,
@@ -95,9 +95,9 @@ def read_journal(
     *,
     seq_max: int,
     chunk_records: int,
-) -> Iterator[tuple[int, cbor.Value]]:
-    """`Journal.read` over a backend's chunk fetch: the arguments checked now, the records
-    checked for contiguity and canonical form as they come."""
+) -> Iterator[tuple[int, bytes]]:
+    """`Journal.read_encoded` over a backend's chunk fetch: the arguments checked now, the
+    records checked for contiguity as they come, their bytes as stored."""
     if type(from_seq) is not int or from_seq < codec.SEQ_FIRST:
         raise StoreUsageError(f"from_seq must be an integer >= {codec.SEQ_FIRST}")
     if to_seq is not None and type(to_seq) is not int:
@@ -109,9 +109,16 @@ def read_journal(
     return _contiguous(fetch, from_seq, last, count, chunk_records)
 
 
+def decoded(raws: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, cbor.Value]]:
+    """`Journal.read` over `read_encoded`: each record strictly decoded as it comes (a
+    record that is not canonical CBOR is `store.corrupt_record` at its seq)."""
+    for seq, raw in raws:
+        yield seq, codec.decode_record(seq, raw)
+
+
 def _contiguous(
     fetch: ChunkFetcher, expected: int, last: int, count: int, chunk_records: int
-) -> Iterator[tuple[int, cbor.Value]]:
+) -> Iterator[tuple[int, bytes]]:
     while count > 0 and expected <= last:
         chunk = fetch(expected, last, min(count, chunk_records))
         if not chunk:
@@ -123,7 +130,7 @@ def _contiguous(
                     expected=expected,
                     found=seq,
                 )
-            yield seq, codec.decode_record(seq, raw)
+            yield seq, raw
             expected += 1
         count -= len(chunk)
 

@@ -20,6 +20,7 @@ unpooled twin engine, which decides as an unpooled engine always did.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import resource
@@ -147,7 +148,10 @@ def default_cache_dir() -> Path:
     return base / "compiled"
 
 
+@functools.cache
 def wasmtime_version() -> str:
+    # Read once per process (~0.5-1.8 ms from the package metadata, at every engine made
+    # otherwise): the library this process loaded cannot change under it.
     return metadata.version("wasmtime")
 
 

@@ -19,13 +19,12 @@ carried from then on. Tampering done before that is not detectable by the chain.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import blake3
 
-from aos.kernel import cbor
 from aos.kernel.store.interface import Store
 from aos.kernel.world.errors import WorldCorruptError, WorldError
 
@@ -85,13 +84,6 @@ class JournalChain:
         hasher.update(raw)
         self.head = hasher.digest()
         self.seq += 1
-
-
-def record_bytes(records: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, bytes]]:
-    """Journal records as their stored bytes (a strictly decoded canonical value encodes back
-    to exactly the bytes it was read from)."""
-    for seq, record in records:
-        yield seq, cbor.encode_built(record)
 
 
 Witness = Callable[[int], bytes | None]
@@ -173,7 +165,7 @@ def from_genesis(store: Store, world_id: str, to_seq: int) -> JournalChain:
     chains, or a replay starting from a snapshot that carries none)."""
     chain = JournalChain.genesis(world_id)
     if to_seq > 0:
-        follow(chain, record_bytes(store.journal.read(1, to_seq)), no_witness)
+        follow(chain, store.journal.read_encoded(1, to_seq), no_witness)
     return chain
 
 
@@ -196,7 +188,7 @@ def on_open(store: Store, world_id: str, head: dict[str, Any]) -> JournalChain |
     if meta.seq != end:
         raise broken(min(meta.seq, end), max(meta.seq, end))
     if end > chain.seq:
-        tail = record_bytes(store.journal.read(chain.seq + 1, end))
+        tail = store.journal.read_encoded(chain.seq + 1, end)
         follow(chain, tail, marks(store, {end: meta.head}))
     elif chain.head != meta.head:
         raise broken(end, end)
