@@ -4,7 +4,9 @@
   `bench/world_open.py`; at each size a fresh process times `World.open`, a first cold cell
   read and a first send, and reads its memory. Rows are the open time; the read, the send and
   the memory are in the names and `extra`. Opening should stay nearly flat as the world grows:
-  it reads the head checkpoint, and cells load lazily.
+  it reads the head checkpoint, and cells load lazily. `replay.open after a kill` opens a copy
+  left with the longest tail the default cadence allows (1,998 records after the head
+  checkpoint, no close): the chain check and the fold of that tail on top of the open.
 * `replay.speed <module>`: the same workload stepped live (ingress in batches of 100, one
   `run_to_idle` each, sync off) and then audited by `replay.verify` from genesis, and from the
   latest snapshot (the last tenth of the journal). Rows are per input event; the live run is
@@ -128,6 +130,18 @@ def _open_rows(quick: bool) -> list[Row]:
                 baseline=point is points[0],
                 samples_s=[point["open_s"]],
                 extra=dict(point),
+            )
+        )
+        rows.append(
+            Row(
+                "replay.open after a kill",
+                f"{point['cells']:,} cells, {point['crash_tail_records']:,} records after the "
+                "head checkpoint: open (chain check and fold of the tail)",
+                point["crash_open_s"],
+                per="open",
+                rounds=1,
+                baseline=point is points[0],
+                samples_s=point["crash_open_s_samples"],
             )
         )
     return rows

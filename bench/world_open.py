@@ -7,6 +7,12 @@
 `--batch` events per `run_to_idle`) and, at each checkpoint, closes it and runs `measure` in a
 fresh process, then reopens it and grows on. It prints one JSON line per checkpoint.
 
+At each checkpoint it also measures the open **after a crash**: a copy of the world gets
+`CRASH_TAIL_RECORDS` more records (new keys, one flush, no head checkpoint: the most the
+default cadence of 2,000 records leaves) and is abandoned as a SIGKILL leaves it, without the
+checkpoint a close writes; opening it checks the journal chain over that tail and folds it
+(spec/05 §1.1-1.2). Each of its measurements opens a fresh copy of the crashed world.
+
 `measure` imports the kernel, notes its memory, then times `World.open` (the head checkpoint,
 the manifest from the CAS; cells load lazily), a first cold read of one cell (index walk from
 the root) and a first `send` (module instance, one step, one flush), with VmRSS, RssAnon and
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -25,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aos.kernel.hashing import Hash
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import World, WorldLimits
 from bench.world_rss import memory_kib
@@ -36,6 +44,8 @@ WORKFLOW = "demo/counter@1"
 BATCH_EVENTS_DEFAULT = 1000
 MEASURE_TIMEOUT_S = 600
 MEASURE_REPEATS = 3  # fresh processes per checkpoint; times are their medians
+# A send is 2 records (its input and its step): 999 sends leave 1,998 after the checkpoint.
+CRASH_TAIL_RECORDS = 1_998
 
 
 def _increment(number: int) -> dict[str, Any]:
@@ -64,6 +74,10 @@ def grow(world_dir: Path, checkpoints: list[int], batch: int) -> list[dict[str, 
                 cells += batch
             world.close()
             point = {"cells": cells, **_measure_median(world_dir)}
+            crashed = _measure_median(_crashed_copy(world_dir, cells), copy_each=True)
+            point["crash_open_s"] = crashed["open_s"]
+            point["crash_open_s_samples"] = crashed["open_s_samples"]
+            point["crash_tail_records"] = CRASH_TAIL_RECORDS
             points.append(point)
             print(json.dumps(point), flush=True)
             stamps = PinnedStampSource(seed=b"regrow", start_ns=10**15 + cells)
@@ -73,16 +87,43 @@ def grow(world_dir: Path, checkpoints: list[int], batch: int) -> list[dict[str, 
     return points
 
 
-def _measure_median(world_dir: Path) -> dict[str, Any]:
+def _crashed_copy(world_dir: Path, cells: int) -> Path:
+    """A copy of the closed world with `CRASH_TAIL_RECORDS` records after its head
+    checkpoint, left as a kill leaves it."""
+    crashed = world_dir.with_name(world_dir.name + "-crashed")
+    shutil.rmtree(crashed, ignore_errors=True)
+    shutil.copytree(world_dir, crashed)
+    stamps = PinnedStampSource(seed=b"crash", start_ns=10**15 + cells)
+    world = World.open(crashed, sync=False, stamps=stamps, limits=_limits())
+    for number in range(CRASH_TAIL_RECORDS // 2):
+        world.ingress(SCHEMA, {"$tag": "Increment", "$value": {"id": f"t-{number}", "by": 1}})
+    world.run_to_idle()
+    head: Any = world.store.cas.get_value(Hash(str(world.store.meta.get("world.head"))))
+    assert world.height - head["height"] == CRASH_TAIL_RECORDS, (world.height, head["height"])
+    world.store.close()  # no World.close: it would write the head checkpoint a kill skips
+    return crashed
+
+
+def _measure_median(world_dir: Path, *, copy_each: bool = False) -> dict[str, Any]:
     """Memory from the first fresh process, times as the median of all of them (each one
-    sends one event, so the world grows by a record or three per measurement)."""
-    runs = [_measure_in_child(world_dir) for _ in range(MEASURE_REPEATS)]
+    sends one event, so the world grows by a record or three per measurement; with
+    `copy_each` each one opens its own copy of `world_dir` instead)."""
+    runs = [_measure_in_child(_probe(world_dir, copy_each)) for _ in range(MEASURE_REPEATS)]
     point = dict(runs[0])
     for name in ("open_s", "first_read_s", "first_send_s"):
         point[name] = statistics.median(run[name] for run in runs)
         point[name + "_samples"] = [run[name] for run in runs]
     point["height"] = runs[-1]["height"]
     return point
+
+
+def _probe(world_dir: Path, copy_each: bool) -> Path:
+    if not copy_each:
+        return world_dir
+    probe = world_dir.with_name(world_dir.name + "-probe")
+    shutil.rmtree(probe, ignore_errors=True)
+    shutil.copytree(world_dir, probe)
+    return probe
 
 
 def _measure_in_child(world_dir: Path) -> dict[str, Any]:

@@ -101,3 +101,32 @@ def test_each_refusal_keeps_its_error_code() -> None:
     for raw, code in cases.items():
         assert _decoded(raw) == ("error", code), raw.hex()
         _agree(raw)
+
+
+# -- decode_chained: bytes a hash chain proved the kernel wrote --------------------------
+
+
+@given(values)
+def test_chained_decoding_of_canonical_bytes_gives_decodes_value(value: Any) -> None:
+    raw = cbor.encode(value)
+    assert same_value(cbor.decode_chained(raw), cbor.decode(raw))
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=64))
+def test_chained_decoding_refuses_what_it_cannot_decode_with_decodes_code(data: bytes) -> None:
+    """It skips the canonical checks (the chain vouches for the bytes), never the decoding:
+    bytes it refuses raise the strict decoder's error for them, and bytes the strict decoder
+    accepts it decodes to the same value."""
+    raw = cbor.SELF_DESCRIBE_PREFIX + data
+    try:
+        strict: tuple[str, Any] = ("ok", cbor.decode(raw))
+    except cbor.CborError as error:
+        strict = ("error", error.code)
+    try:
+        chained = cbor.decode_chained(raw)
+    except cbor.CborError as error:
+        assert strict == ("error", error.code)
+    else:
+        if strict[0] == "ok":
+            assert same_value(chained, strict[1])

@@ -14,13 +14,15 @@ from typing import Any
 
 import pytest
 
-from aos.kernel import replay
+from aos.kernel import cbor, replay
 from aos.kernel.hashing import hash_value
+from aos.kernel.store.errors import StoreCorruptRecordError
+from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.world import records
 from aos.kernel.world.errors import CellBusyError, WorldCorruptError
 from aos.kernel.world.operations import CELL_RESET, CELL_RETRY, INTENT_CANCEL, Operation
 from aos.kernel.world.receipts import ReceiptError
-from aos.kernel.world.tail import fold
+from aos.kernel.world.tail import fold, records_after
 from aos.kernel.world.world import World, WorldLimits
 from tests.test_governance import KEYED, PING
 from tests.test_receipts import receipt
@@ -161,3 +163,18 @@ def test_checkpoint_every_records_is_at_least_one() -> None:
     with pytest.raises(ValueError):
         WorldLimits(checkpoint_every_records=0)
     assert WorldLimits(checkpoint_every_records=1).checkpoint_every_records == 1
+
+
+def test_the_tail_is_decoded_strictly_past_what_the_chain_checked() -> None:
+    """The open decodes the records its chain check hashed without the canonical checks (the
+    chain vouches for their bytes); records after them, which a reader's writer may have
+    appended since, are decoded strictly."""
+    store = MemoryStore()
+    two_byte_one = b"\xd9\xd9\xf7\x18\x01"  # 1, not in its shortest form
+    store.journal.append_encoded([cbor.encode({"n": 1}), two_byte_one, two_byte_one])
+    tail = records_after(store.journal, 0, 3, chained_through=2)
+    assert next(tail) == (1, {"n": 1})
+    assert next(tail) == (2, 1)
+    with pytest.raises(StoreCorruptRecordError) as raised:
+        next(tail)
+    assert raised.value.detail == {"seq": 3, "cause": "cbor.non_canonical"}

@@ -66,6 +66,17 @@ def check_record_size(raw: bytes, limits: StoreLimits) -> bytes:
     return raw
 
 
+def decode_chained_record(seq: int, raw: bytes) -> cbor.Value:
+    """`decode_record` for a record whose bytes the journal chain has just checked
+    (`cbor.decode_chained`)."""
+    try:
+        return cbor.decode_chained(raw)
+    except cbor.CborError as exc:
+        raise StoreCorruptRecordError(
+            f"journal record {seq} is corrupt: {exc}", seq=seq, cause=exc.code
+        ) from exc
+
+
 def decode_record(seq: int, raw: bytes) -> cbor.Value:
     """The value of a stored record; anything but canonical CBOR is corruption at `seq`."""
     try:

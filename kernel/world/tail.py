@@ -14,12 +14,14 @@ that writes it, and so does a flush that leaves deliveries queued: a tail ends q
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from aos.kernel.air import TIMER_SET_EFFECT
 from aos.kernel.hashing import Hash
+from aos.kernel.store import codec
+from aos.kernel.store.interface import Journal
 from aos.kernel.world import records
 from aos.kernel.world.errors import WorldCorruptError
 from aos.kernel.world.intents import OpenIntent
@@ -52,6 +54,19 @@ class TailFold:
     opened: dict[str, OpenIntent] = field(default_factory=dict)
     # Intents the head had open that the tail closed (settled, timer fired, cancelled).
     closed: list[str] = field(default_factory=list)
+
+
+def records_after(
+    journal: Journal, height: int, end: int, chained_through: int
+) -> Iterator[tuple[int, Any]]:
+    """The records `height + 1 .. end`. Those through `chained_through` are the bytes the
+    open's chain check just hashed: decoded without the canonical checks (a third of a crashed
+    world's open). Any after them (a reader's, whose writer went on) are decoded strictly."""
+    for seq, raw in journal.read_encoded(height + 1, end):
+        if seq <= chained_through:
+            yield seq, codec.decode_chained_record(seq, raw)
+        else:
+            yield seq, codec.decode_record(seq, raw)
 
 
 def fold(

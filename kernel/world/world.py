@@ -69,7 +69,7 @@ from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource
 from aos.kernel.world.stepping import Stepper, dropped
 from aos.kernel.world.tables import CellTables
-from aos.kernel.world.tail import FOLDABLE_KINDS, fold
+from aos.kernel.world.tail import FOLDABLE_KINDS, fold, records_after
 from aos.kernel.world.timers import CLOCK_MANUAL as CLOCK_MANUAL
 from aos.kernel.world.timers import CLOCK_WALL as CLOCK_WALL
 from aos.kernel.world.timers import LOGICAL_NS_MAX as LOGICAL_NS_MAX
@@ -841,10 +841,10 @@ class World:
 
     def restore_head(self, head: dict[str, Any], head_hash: Hash) -> None:
         """Take the stored head checkpoint `head_hash` as this world's (opening)."""
-        self._restore(head)
+        self._restore(head, chained_through=self.chain.seq if self.chain is not None else 0)
         self._checkpoints.restored(head["height"], head_hash)
 
-    def _restore(self, head: dict[str, Any]) -> None:
+    def _restore(self, head: dict[str, Any], *, chained_through: int = 0) -> None:
         if head["height"] > self.store.journal.head():
             raise WorldCorruptError(
                 f"the head checkpoint is at {head['height']}, past the journal at "
@@ -863,7 +863,7 @@ class World:
         self._checkpoints.restored(self._head)
         end = self.store.journal.head()
         if end > self._head:
-            self._apply_tail(self.store.journal.read(self._head + 1, end))
+            self._apply_tail(records_after(self.store.journal, self._head, end, chained_through))
 
     def _apply_tail(self, tail: Iterable[tuple[int, Any]]) -> None:
         """Fold the records after the head checkpoint into the head (tail.py): no step runs
