@@ -414,19 +414,19 @@ def decode_chained(raw: bytes) -> Value:
     they were canonical when written, so the canonical and data-model checks, two thirds of
     `decode`'s cost, would find nothing. One C-level decode with the strict decoder's
     options; bytes it cannot decode go through `decode`, which names the fault."""
-    if raw.startswith(SELF_DESCRIBE_PREFIX):
-        try:
-            value: Value = cbor2.loads(
-                raw[3:],
-                semantic_decoders=_REJECT_EVERY_TAG,
-                max_depth=NESTING_DEPTH_MAX_DEFAULT,
-                allow_indefinite=False,
-                allow_duplicate_keys=False,
-            )
-            return value
-        except Exception:  # the strict path below says what is wrong
-            pass
-    return decode(raw, bytes_max=len(raw))
+    if not raw.startswith(SELF_DESCRIBE_PREFIX):
+        return decode(raw, bytes_max=len(raw))
+    try:
+        value: Value = cbor2.loads(
+            raw[3:],
+            semantic_decoders=_REJECT_EVERY_TAG,
+            max_depth=NESTING_DEPTH_MAX_DEFAULT,
+            allow_indefinite=False,
+            allow_duplicate_keys=False,
+        )
+    except Exception:  # bad bytes of any kind: the strict decoder says what is wrong
+        return decode(raw, bytes_max=len(raw))
+    return value
 
 
 _REFUSED: Any = object()
