@@ -40,12 +40,8 @@ class _Journal:
     def read(
         self, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
     ) -> Iterator[tuple[int, cbor.Value]]:
-        start = max(from_seq, self.base + 1)
-        end = self.head() if to_seq is None else min(to_seq, self.head())
-        if limit is not None:
-            end = min(end, start + limit - 1)
-        for seq in range(start, end + 1):
-            yield seq, cbor.decode(self.records[seq - self.base - 1])
+        for seq, raw in self.read_encoded(from_seq, to_seq, limit):
+            yield seq, cbor.decode(raw)
 
     def read_encoded(
         self, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
