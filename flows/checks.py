@@ -7,6 +7,9 @@ validation cannot see, because it needs the whole definition.
                            task's name is its handle in `results` and for `jump`)
     flow.task_unknown      a `jump` to no task of the jumping task's own list
     flow.tool_unknown      a `tool.kind` that is not supported
+    flow.tool_field_unknown a tool field its kind does not take (flows/tool_schema.py: the
+                           message lists the fields it takes, or why and what to write)
+    flow.tool_args_invalid a key of a python call's `args` no code could receive as given
     flow.subflow_unknown   a subflow or continue-with `flow` that is neither `self` nor an alias
     flow.template_invalid  a template or template guard that does not parse
     flow.jsonpath_invalid  a JSONPath guard that does not compile
@@ -29,9 +32,11 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from aos.flows.errors import Problem, json_path
 from aos.flows.limits import DefinitionLimits
+from aos.flows.tool_schema import TOOL_SCHEMAS, field_problems, python_args_problems
 
 if TYPE_CHECKING:
     from aos.flows.cfd import (
+        CallTask,
         FlowDefinition,
         JsonPathGuard,
         Rule,
@@ -41,8 +46,8 @@ if TYPE_CHECKING:
         Tool,
     )
 
-TOOL_KINDS = ("echo", "http", "python", "postgres", "duckdb", "shell", "file")
-"""Supported `tool.kind`s; each becomes the effect `aos/tool.KIND@1` (§1.2)."""
+TOOL_KINDS = tuple(TOOL_SCHEMAS)
+"""Supported `tool.kind`s, one schema each; each becomes the effect `aos/tool.KIND@1` (§1.2)."""
 
 # Parsing only: the interpreter adds its own filters (coalesce, merge_objects, ...), which a
 # plain environment would refuse at compile time but not at parse time.
@@ -254,6 +259,7 @@ def _check_action(context: _Context, task: Task, parts: Parts) -> None:
     """The action's own fields: its templates, and the tool or flow it names."""
     if task.do == "call":
         _check_tool(context, task.tool, (*parts, "tool"))
+        _check_python_args(context, task, parts)
     elif task.do == "branch":
         for index, case in enumerate(task.cases):
             _check_guard(context, case.when, (*parts, "cases", index, "when"))
@@ -270,8 +276,19 @@ def _check_tool(context: _Context, tool: Tool, parts: Parts) -> None:
     if tool.kind not in TOOL_KINDS:
         message = f"unknown tool kind {tool.kind!r}; supported: {', '.join(TOOL_KINDS)}"
         context.add("flow.tool_unknown", (*parts, "kind"), message)
+    fields = {"kind": tool.kind, **(tool.model_extra or {})}
+    for problem in field_problems(fields):
+        context.add("flow.tool_field_unknown", (*parts, problem.name), str(problem))
     for key, value in (tool.model_extra or {}).items():
         _check_templates(context, value, (*parts, key))
+
+
+def _check_python_args(context: _Context, task: CallTask, parts: Parts) -> None:
+    """The keys of a python call's literal `args` that no code could receive as given."""
+    if task.tool.kind == "python":
+        libs = (task.tool.model_extra or {}).get("libs")
+        for key, message in python_args_problems(task.args, libs):
+            context.add("flow.tool_args_invalid", (*parts, "args", key), message)
 
 
 def _template_fields(task: Task) -> list[tuple[Parts, Any]]:

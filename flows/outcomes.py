@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aos.flows.tool_schema import field_problems
 from aos.kernel.adapters.sdk import ERROR_MESSAGE_CHARS_MAX, Result, Status
 
 
@@ -56,10 +57,13 @@ def with_spec(tool: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
 
 
 def check_fields(tool: dict[str, Any], allowed: frozenset[str]) -> None:
-    """Refuse a tool spec with a field its kind does not have (a typo must not be ignored)."""
-    unknown = sorted(str(name) for name in tool if name not in allowed)
+    """Refuse a tool spec with a field its kind does not have (a typo must not be ignored),
+    with the schema's reason and fix where it names the field (`flows/tool_schema.py`)."""
+    unknown = [name for name in tool if name not in allowed]
     if unknown:
-        raise ToolInvalidError(f"unknown field(s) {unknown}; the fields are {sorted(allowed)}")
+        problems = {p.name: str(p) for p in field_problems(tool)}
+        found = [problems.get(str(name), f"unknown field `{name}`") for name in unknown]
+        raise ToolInvalidError("; ".join(found))
 
 
 def clip(text: str, limit: int = ERROR_MESSAGE_CHARS_MAX) -> str:

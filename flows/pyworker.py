@@ -3,14 +3,18 @@ subprocess that is **reused between calls**, not spawned per call.
 
 A worker is `python -I -c WORKER`: stdlib only, it imports nothing of aos. It reads one JSON
 request per line on its stdin (`{code, args, libs, seed}`) and writes one JSON answer per line
-on a private copy of its stdout; the code's own prints are dropped, and anything written to file descriptor 1 lands on stderr, so nothing the code does can
-corrupt the protocol. Each call gets fresh globals: `args`' keys as variables (those that are
-identifiers), `input_data` and `context` (the whole args map, as upstream code reads them),
-each `libs` entry (`alias: module`) imported, and `random` seeded from the call's `seed` (the
-intent hash: re-running one intent draws the same numbers). The value of `result` after the
-code ran is the output. Code with a top-level `return` (as upstream fixtures write) runs as a
-function body instead, and what it returns (else its `result`) is the output. Compiled code is
-cached in the worker.
+on a private copy of its stdout; the code's own prints are dropped, and anything written to
+file descriptor 1 lands on stderr, so nothing the code does can corrupt the protocol. Each
+call gets fresh globals: `json`, `datetime`, `uuid`, `os` and `random` (as NoETL's worker
+offers them; `random` seeded from the call's `seed`, the intent hash, so re-running one intent
+draws the same numbers), each `libs` entry (`alias: module`) imported, then every key of
+`args` as given, and `input_data` and `context` as the whole args map unless the args hold
+keys of those names (spec/12 §6). The value of `result` after the code ran is the output.
+Code with a top-level `return` (as upstream fixtures write) runs as a function body instead,
+and what it returns (else its `result`) is the output; code that defines `main` has it called
+with its parameters from the args, as NoETL 2.13.1 does, and what it returns is the output.
+Compiled code is cached in the worker. Keys no code could receive as given are refused before
+a request is sent (`tool_schema.python_args_problems`).
 
 The host side (`WorkerPool`) keeps idle workers, starts at most `workers_max` at once, bounds
 every answer (`output_bytes_max`) and every call (its timeout: past it the worker is killed and
@@ -48,13 +52,16 @@ CODE_CACHE_MAX = 256
 _READ_CHUNK_BYTES = 64 * 1024
 
 WORKER = r"""
-import ast, builtins, importlib, io, json, keyword, math, os, random, sys
+import ast, asyncio, builtins, datetime, importlib, inspect, io, json, keyword, math, os, random
+import sys, uuid
 proto_in = sys.stdin.buffer
 proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
 os.dup2(2, 1)  # stray writes to fd 1 go to stderr, never into the protocol
 CACHE_MAX, DEPTH_MAX = int(sys.argv[1]), 64
 CACHE = {}
-RESERVED = ("input_data", "context")
+WHOLE_MAP = ("input_data", "context")
+# What NoETL's python tool offers every code without an import (random: seeded per call).
+OFFERED = {"json": json, "datetime": datetime, "uuid": uuid, "os": os, "random": random}
 
 
 class Prints(io.TextIOBase):
@@ -109,7 +116,7 @@ def compiled(code, names):
         if "outside function" not in str(error.msg):
             raise
         tree = ast.parse(code, "<code>")
-        head = ast.parse("def __aos_main__(" + ", ".join(RESERVED + names) + "):\n    pass")
+        head = ast.parse("def __aos_main__(" + ", ".join(names) + "):\n    pass")
         tail = ast.parse("return locals().get('result')")
         function = head.body[0]
         function.body = tree.body + tail.body
@@ -121,26 +128,56 @@ def compiled(code, names):
     return found
 
 
+def variables(args):
+    # Every key as given; `input_data` and `context` are the whole map unless passed.
+    found = dict(args)
+    for name in WHOLE_MAP:
+        found.setdefault(name, args)
+    return found
+
+
+def call_main(main, given, args):
+    # main(...) as NoETL calls it: each parameter from its key (else its default), every
+    # other key into **kwargs.
+    kwargs, rest = {}, False
+    for param in inspect.signature(main).parameters.values():
+        if param.kind is param.VAR_POSITIONAL:
+            raise TypeError(f"main(*{param.name}) is not supported: name its parameters")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise TypeError(f"main's parameter {param.name} is positional-only; args pass names")
+        if param.kind is param.VAR_KEYWORD:
+            rest = True
+        elif param.name in given:
+            kwargs[param.name] = given[param.name]
+        elif param.default is param.empty:
+            raise TypeError(f"main() needs `{param.name}`: pass it in the tool's args")
+    if rest:
+        kwargs.update((k, v) for k, v in args.items() if k not in kwargs)
+    found = main(**kwargs)
+    return asyncio.run(found) if inspect.iscoroutine(found) else found
+
+
 def run(request):
     args = request.get("args")
     args = args if isinstance(args, dict) else {"args": args}
+    given = variables(args)
     names = tuple(sorted(
-        k for k in args
-        if isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) and k not in RESERVED
+        k for k in given if isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k)
     ))
     code, wrapped = compiled(request["code"], names)
-    scope = {"__name__": "__aos_code__", "__builtins__": builtins}
+    scope = {"__name__": "__aos_code__", "__builtins__": builtins, **OFFERED}
     for alias, module in (request.get("libs") or {}).items():
         scope[alias] = importlib.import_module(module)
     random.seed(request.get("seed"))
-    own = {name: args[name] for name in names}
     sys.stdout = Prints()
     try:
-        if wrapped:
-            exec(code, scope)
-            return scope["__aos_main__"](args, args, **own)
-        scope.update(own, input_data=args, context=args)
+        scope.update(given)
         exec(code, scope)
+        if wrapped:
+            return scope["__aos_main__"](**{name: given[name] for name in names})
+        main = scope.get("main")
+        if inspect.isfunction(main) and main.__code__.co_filename == "<code>":
+            return call_main(main, given, args)
         return scope.get("result")
     finally:
         sys.stdout = sys.stderr

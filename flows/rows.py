@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from aos.flows.tool_schema import SQL_TEXT
 from aos.kernel import cbor
 
 
@@ -80,15 +81,19 @@ def call_result(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def sql_of(tool: dict[str, Any], bytes_max: int) -> str:
-    """The tool's SQL: `command` or `query` (NoETL's names), one of them."""
-    command, query = tool.get("command"), tool.get("query")
-    if (command is None) == (query is None):
-        raise ValueError("the tool has command (or query): the SQL, one of them")
-    sql = command if command is not None else query
+    """The tool's SQL: one of NoETL's names for it (`command`, `commands`, `query`,
+    `queries`, `cmd`, `cmds`), text or a list of texts joined by newlines."""
+    given = [name for name in SQL_TEXT if tool.get(name) is not None]
+    if len(given) != 1:
+        names = ", ".join(SQL_TEXT)
+        raise ValueError(f"the tool has its SQL in one of {names}; it has {len(given)}")
+    sql = tool[given[0]]
+    if isinstance(sql, list) and sql and all(isinstance(part, str) for part in sql):
+        sql = "\n".join(sql)
     if not isinstance(sql, str) or not sql.strip():
-        raise ValueError("command is SQL text")
+        raise ValueError(f"{given[0]} is SQL text, or a non-empty list of SQL texts")
     if len(sql.encode()) > bytes_max:
-        raise ValueError(f"command is at most {bytes_max} bytes")
+        raise ValueError(f"{given[0]} is at most {bytes_max} bytes")
     return sql
 
 

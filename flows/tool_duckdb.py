@@ -1,6 +1,8 @@
 """The duckdb tool (`aos/tool.duckdb@1`, spec/11 §1.2): SQL on an embedded DuckDB.
 
-    {kind: duckdb, command: SQL | query: SQL, params: MAP | LIST, database: NAME, timeout_ms}
+    {kind: duckdb, command: SQL, params: MAP | LIST, database: NAME, timeout_ms}
+
+The SQL may be in any of NoETL's names for it (`commands`, `query`, ..., flows/rows.py).
       -> {results: [{status, rowcount, columns, rows}], rows, columns, rowcount}
 
 The database is in memory (a fresh one per call) unless `database` names a file, which must
@@ -39,8 +41,9 @@ from aos.flows.rows import (
     sql_of,
     statement_result,
 )
+from aos.flows.tool_schema import TOOL_SCHEMAS
 
-DUCKDB_FIELDS = frozenset({"kind", "command", "query", "params", "database", "timeout_ms"})
+DUCKDB_FIELDS = TOOL_SCHEMAS["duckdb"].accepted
 DUCKDB_TIMEOUT_S_DEFAULT = 30.0
 DUCKDB_TIMEOUT_S_MAX = 3600.0
 DUCKDB_ROWS_MAX_DEFAULT = 10_000

@@ -1,11 +1,14 @@
 """The postgres tool (`aos/tool.postgres@1`, spec/11 §1.2): SQL against a real PostgreSQL
 server with psycopg 3, connecting with a keychain entry.
 
-    {kind: postgres, auth: NAME, command: SQL | query: SQL, params: MAP | LIST, timeout_ms}
+    {kind: postgres, auth: NAME, command: SQL, params: MAP | LIST, timeout_ms, pool}
       -> {results: [{status, rowcount, columns, rows}], rows, columns, rowcount}
 
-The field names are NoETL's: `auth` names the keychain entry (also accepted as its rendered
-placeholder, `{{ keychain.NAME }}`), `command` (or `query`) is the SQL. Without parameters the
+The field names are NoETL's (flows/tool_schema.py): `auth` names the keychain entry (also
+accepted as its rendered placeholder, `{{ keychain.NAME }}`; `credential` is its older name),
+`command` is the SQL (or one of NoETL's other names for it: `commands`, `query`, `queries`,
+`cmd`, `cmds`; a list of texts is joined by newlines). NoETL's `pool` is checked for its
+shape and has no other effect: each call opens one connection. Without parameters the
 command may hold several statements; they run in one transaction (committed at the end,
 rolled back on any error), and each gives one entry of `results`. With parameters (`params`,
 else the call's `args` when it is a non-empty map or list) the command is one statement that
@@ -59,8 +62,11 @@ from aos.flows.rows import (
     sql_of,
     statement_result,
 )
+from aos.flows.tool_schema import TOOL_SCHEMAS
 
-POSTGRES_FIELDS = frozenset({"kind", "auth", "command", "query", "params", "timeout_ms"})
+POSTGRES_FIELDS = TOOL_SCHEMAS["postgres"].accepted
+POOL_FIELDS = frozenset({"name", "min_size", "max_size", "max_waiting", "timeout"})
+"""The settings of NoETL's postgres `pool`."""
 POSTGRES_TIMEOUT_S_DEFAULT = 30.0
 POSTGRES_TIMEOUT_S_MAX = 3600.0
 POSTGRES_CONNECT_TIMEOUT_S = 10
@@ -110,7 +116,10 @@ def run_postgres(
 ) -> ToolOutcome:
     """Run the tool's SQL (see the module's doc); `timeout_s` is the call's, bounded."""
     command, params = _command(tool, args)
-    name = entry_name(tool.get("auth"))
+    _check_pool(tool.get("pool"))
+    if tool.get("auth") is not None and tool.get("credential") is not None:
+        raise ToolInvalidError("auth and credential (its older name) are one field: give one")
+    name = entry_name(tool.get("auth") if tool.get("auth") is not None else tool.get("credential"))
     if name is None:
         raise ToolInvalidError("auth names a keychain entry (auth: NAME)")
     try:
@@ -159,6 +168,15 @@ def _secret_texts(conninfo: dict[str, Any]) -> list[str]:
     with contextlib.suppress(psycopg.Error):  # malformed: the whole text is scrubbed anyway
         texts.append(str(conninfo_to_dict(text).get("password") or ""))
     return [t for t in texts if t]
+
+
+def _check_pool(pool: Any) -> None:
+    """NoETL's `pool` (true, false, or its settings): checked for its shape, then not needed,
+    since each call opens one connection and closes it."""
+    if pool is None or isinstance(pool, bool):
+        return
+    if not isinstance(pool, dict) or not set(pool) <= POOL_FIELDS:
+        raise ToolInvalidError(f"pool is true, false or a map of {sorted(POOL_FIELDS)}")
 
 
 def _command(tool: dict[str, Any], args: Any) -> tuple[str, Any]:

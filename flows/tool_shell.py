@@ -46,8 +46,9 @@ from aos.flows.outcomes import (
     failure,
     timed_out,
 )
+from aos.flows.tool_schema import TOOL_SCHEMAS
 
-SHELL_FIELDS = frozenset({"kind", "command", "argv", "env", "timeout_ms"})
+SHELL_FIELDS = TOOL_SCHEMAS["shell"].accepted
 SHELL_TIMEOUT_S_DEFAULT = 30.0
 SHELL_TIMEOUT_S_MAX_DEFAULT = 60.0
 SHELL_TIMEOUT_S_MAX_CEILING = 3600.0

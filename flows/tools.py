@@ -15,8 +15,10 @@ it is pure of any transport, so the same code runs in an adapter process (`make_
             an ok result also has `data`, the decoded body, and `http: {status, headers}`)
     python  {function: "package.module:function", timeout_ms} -> function(args), in a
             subprocess, for modules the adapter's allowlist admits; or {code, libs,
-            timeout_ms} -> the code's `result`, `args` as variables, in a worker subprocess
-            reused between calls (flows/pyworker.py)
+            timeout_ms} -> the code's `result` (or what its `main` returns), `args` as
+            variables, in a worker subprocess reused between calls (flows/pyworker.py)
+
+Each kind's fields are its schema's (flows/tool_schema.py), the one `aos flow check` reads.
     postgres, duckdb, shell   flows/tool_postgres.py, tool_duckdb.py, tool_shell.py
     file    {op: read | write, path} inside the adapter's base directory (`flows/files.py`):
             read -> the content (JSON, JSON text sequence, YAML); write args -> {path, bytes}
@@ -74,6 +76,7 @@ from aos.flows.tool_postgres import (
     PostgresSettings,
     run_postgres,
 )
+from aos.flows.tool_schema import TOOL_SCHEMAS, python_args_problems
 from aos.flows.tool_shell import SHELL_FIELDS, SHELL_TIMEOUT_S_DEFAULT, ShellSettings, run_shell
 from aos.kernel import cbor
 from aos.kernel.adapters.builtin.http import (
@@ -112,7 +115,7 @@ TOOL_EFFECTS: dict[str, str] = {
     "aos/tool.file@1": "aos/file@1",
 }
 """Tool effect -> the adapter identity that settles it."""
-TOOL_KINDS: tuple[str, ...] = ("echo", "http", "python", "postgres", "duckdb", "shell", "file")
+TOOL_KINDS: tuple[str, ...] = tuple(TOOL_SCHEMAS)
 EFFECT_OF_KIND: dict[str, str] = {kind: f"aos/tool.{kind}@1" for kind in TOOL_KINDS}
 _KIND_OF_EFFECT = {effect: kind for kind, effect in EFFECT_OF_KIND.items()}
 
@@ -129,15 +132,11 @@ ERROR_TEXT_CHARS_MAX = 256
 of the response body) clipped to this many characters."""
 RENEW_INTERVAL_S_MIN = 0.1
 
-ECHO_FIELDS = frozenset({"kind", "spec"})
-HTTP_FIELDS = frozenset(
-    {"kind", "method", "url", "headers", "query", "json", "body", "timeout_ms", "expect"}
-    | {"follow_redirects", "endpoint", "params", "spec"}
-)
-"""`endpoint` and `params` are the upstream playbook names of `url` and `query`; `spec` is a
-playbook task's layered spec (spec/12 §4), read by no field today."""
-PYTHON_FIELDS = frozenset({"kind", "function", "code", "libs", "timeout_ms", "spec"})
-FILE_FIELDS = frozenset({"kind", "op", "path"})
+ECHO_FIELDS = TOOL_SCHEMAS["echo"].accepted
+HTTP_FIELDS = TOOL_SCHEMAS["http"].accepted
+PYTHON_FIELDS = TOOL_SCHEMAS["python"].accepted
+FILE_FIELDS = TOOL_SCHEMAS["file"].accepted
+"""Each kind's fields, from its one schema (`flows/tool_schema.py`), which the check reads too."""
 
 _TEXT_TYPES = frozenset(
     {
@@ -638,6 +637,9 @@ def _run_code(
         isinstance(k, str) and k.isidentifier() and isinstance(v, str) for k, v in libs.items()
     ):
         raise _ToolInvalidError("libs maps a variable name to a module name (say `np: numpy`)")
+    refused = python_args_problems(args, libs)
+    if refused:
+        raise _ToolInvalidError("; ".join(why for _, why in refused))
     pool = pyworker.pool_for(pyworker.PoolOptions(python=context.python_executable))
     request = {"code": code, "args": args, "libs": libs, "seed": context.intent}
     try:

@@ -92,7 +92,7 @@ def _step(graph: Graph, node: Node, names: dict[int, str], binding: Binding) -> 
         tasks.extend(_input_tasks(node, predecessors))
         tasks.extend(_body(graph, node, binding))
     if node.kind == "sink":
-        step["result"] = "{{ results.input }}"
+        step["result"] = _current(node)
     successors = sorted(graph.successors(node.number), key=graph.order)
     if successors:
         arcs = [{"to": names[s], "args": {"value": "{{ event.payload }}"}} for s in successors]

@@ -49,11 +49,12 @@ def _statement(statement: Statement) -> str:
 
 
 def _element(element: Element) -> str:
+    merge = "> " if isinstance(element, Label | Resource) and element.merge else ""
     if isinstance(element, Label):
-        return f":{element.name}"
+        return f"{merge}:{element.name}"
     if isinstance(element, Resource):
         params = f" {_params(element.params)}" if element.params is not None else ""
-        return f"<{element.uri}>{params}"
+        return f"{merge}<{element.uri}>{params}"
     if isinstance(element, ResourceLiteral):
         return _literal(element.literal.value, "<", ">")
     return _step(element)

@@ -114,6 +114,10 @@ class _Scope:
     to_end: list[tuple[int, Pos]] = field(default_factory=list)
     outputs: dict[str, list[_Use]] = field(default_factory=dict)
     inputs: dict[str, list[_Use]] = field(default_factory=dict)
+    merges: set[str] = field(default_factory=set)
+    """Labels a statement ends with `> :x`: whatever they feed merges its input (`end` too)."""
+    unsure: dict[str, Pos] = field(default_factory=dict)
+    """Output labels on the line after their task, read as that task's (as littleflow does)."""
 
 
 def build_graph(
@@ -153,9 +157,7 @@ class _Builder:
                     raise self.error(e.DeclarationError, message, decl.pos)
                 self.flow = decl
                 continue
-            if decl.name in self.tasks:
-                message = f"task {decl.name!r} is declared twice"
-                raise self.error(e.DeclarationError, message, decl.pos)
+            # A task declared again replaces its earlier declaration, as in littleflow.
             if decl.alias is not None and decl.subflow is not None:
                 message = f"task {decl.name!r} has an alias, so it may not have a subflow"
                 raise self.error(e.DeclarationError, message, decl.pos)
@@ -196,16 +198,24 @@ class _Builder:
             self.edges.append((a, b))
 
     def close(self, scope: _Scope, end: int) -> None:
-        """The scope's end edges, then its labels stitched (producers by consumers)."""
+        """The scope's end edges, then its labels stitched (producers by consumers), the
+        merges of `> :x` applied to what `:x` feeds."""
         for node, _ in scope.to_end:
             self.edge(node, end)
+        self.nodes[end].merge = self.nodes[end].merge or "end" in scope.merges
         for name, consumers in scope.inputs.items():
+            if name in scope.merges:
+                for consumer in consumers:
+                    self.nodes[consumer.node].merge = True
             producers = scope.outputs.get(name)
             if not producers:
                 raise self.error(e.UnknownLabelError, f"unknown label '{name}'", consumers[0].pos)
             for producer in producers:
                 for consumer in consumers:
                     self.edge(producer.node, consumer.node)
+        for name, pos in scope.unsure.items():
+            if name not in scope.inputs and len(scope.outputs.get(name, ())) > 1:
+                raise self.error(e.AmbiguousMeetError, _ambiguous(name), pos)
 
     # -- statements -----------------------------------------------------------------------
 
@@ -216,6 +226,9 @@ class _Builder:
         source_label: Label | None = None
         if isinstance(first, Label):
             elements.pop(0)
+            if first.merge:
+                message = f"a merge '> :{first.name}' ends a statement; it cannot begin one"
+                raise self.error(e.FlowSyntaxError, message, first.pos)
             if first.name == "end":
                 raise self.error(
                     e.ReservedLabelError, "reserved label ':end' begins a statement", first.pos
@@ -244,6 +257,8 @@ class _Builder:
                 self.edge(previous, entry)
             previous = exit_
         assert previous is not None
+        if destination is not None and destination.merge:
+            scope.merges.add(destination.name)
         if destination is None or destination.name == "end":
             scope.to_end.append((previous, statement.pos))
         else:
@@ -279,8 +294,11 @@ class _Builder:
             node.params = element.literal.value
             return node.number, node.number
         if isinstance(element, Resource):
+            if first and element.merge:
+                message = "a merging resource '> <uri>' is a sink; it cannot begin a statement"
+                raise self.error(e.FlowSyntaxError, message, element.pos)
             kind = "source" if first else "sink"
-            node = self.new(kind, element.pos, scope, name=element.uri)
+            node = self.new(kind, element.pos, scope, name=element.uri, merge=element.merge)
             node.params = element.params.value if element.params else None
             return node.number, node.number
         assert isinstance(element, Step)
@@ -288,12 +306,13 @@ class _Builder:
 
     def step(self, step: Step, scope: _Scope) -> tuple[int, int]:
         if step.out_label is not None and step.out_label.pos.line > step.end_line:
-            label = step.out_label.name
-            message = (
-                f"ambiguous meet: ':{label}' on the line after its task may label that task's "
-                f"output or begin the next statement; end the statement with ';'"
-            )
-            raise self.error(e.AmbiguousMeetError, message, step.out_label.pos)
+            # Read as the task's output label, as the grammar (and littleflow) reads it, unless
+            # that reading cannot be meant: a second output of the name, or (at the scope's
+            # close) a label fed by other statements too that nothing reads.
+            label = step.out_label
+            if any(use.via == "step" for use in scope.outputs.get(label.name, ())):
+                raise self.error(e.AmbiguousMeetError, _ambiguous(label.name), label.pos)
+            scope.unsure.setdefault(label.name, label.pos)
         target = step.target
         if isinstance(target, list) and len(target) == 1:
             entry, exit_ = self.task(target[0], step, scope)
@@ -377,6 +396,13 @@ class _Builder:
         join.fork, fork.fork = fork.number, join.number
         self.close(inner, join.number)
         return fork.number, join.number
+
+
+def _ambiguous(label: str) -> str:
+    return (
+        f"ambiguous meet: ':{label}' on the line after its task may label that task's "
+        f"output or begin the next statement; end the statement with ';'"
+    )
 
 
 def _listed(tasks: list[Task], pos: Pos) -> Subflow:

@@ -44,8 +44,13 @@ _OPENERS = {"{": 1, "[": 1, "}": -1, "]": -1}
 _DECODER = json.JSONDecoder()
 
 
+_BLANKS = " \t\r\f\ufeff"
+"""What separates tokens besides newlines (littleflow's grammar ignores form feeds too)."""
+
+
 def is_name_char(char: str) -> bool:
-    return char.isascii() and (char.isalnum() or char in "_-:")
+    """Letters and digits of any script (littleflow's `\\w`), `_`, `-` and `:`."""
+    return char.isalnum() or char in "_-:"
 
 
 class Source:
@@ -99,7 +104,7 @@ def tokens(source: Source) -> Iterator[Token]:
             at += 1
             line, line_start = line + 1, at
             continue
-        if char in " \t\r\ufeff":
+        if char in _BLANKS:
             at += 1
             continue
         if char == "#":
@@ -161,11 +166,20 @@ def _name_end(text: str, at: int) -> int:
     return end
 
 
+def _blank_to(text: str, at: int, closer: str) -> int | None:
+    """Where `closer` ends when only blanks and newlines lie between `at` and it."""
+    end = at
+    while end < len(text) and (text[end] in _BLANKS or text[end] == "\n"):
+        end += 1
+    return end + 1 if text.startswith(closer, end) else None
+
+
 def _parameter(source: Source, at: int) -> tuple[LiteralValue, int]:
     text = source.text
     second = text[at + 1 : at + 2]
-    if second == ")":
-        return LiteralValue("empty", "", {}, source.pos(at)), at + 2
+    empty = _blank_to(text, at + 1, ")")
+    if empty is not None:  # `()`, `( )`: littleflow's empty parameter literal
+        return LiteralValue("empty", text[at + 1 : empty - 1], {}, source.pos(at)), empty
     if second == "-":
         return _yaml(source, at, "-)")
     if second in "{[":
@@ -176,6 +190,9 @@ def _parameter(source: Source, at: int) -> tuple[LiteralValue, int]:
 def _angle(source: Source, at: int) -> tuple[str, Any, int]:
     text = source.text
     second = text[at + 1 : at + 2]
+    empty = _blank_to(text, at + 1, ">")
+    if empty is not None:  # `<>`, `< >`: an empty resource literal, `{}`
+        return "RESLIT", LiteralValue("empty", text[at + 1 : empty - 1], {}, source.pos(at)), empty
     if second == "-":
         literal, end = _yaml(source, at, "->")
         return "RESLIT", literal, end

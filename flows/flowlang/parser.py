@@ -45,8 +45,10 @@ declaration: DECLARE NAME alias? PARAMS? DOC? subflow? SEMI?
 alias: EQ NAME
 statement: element (ARROW element)* SEMI?
 ?element: LABEL -> label
+        | MERGE LABEL -> merge_label
         | step
         | URI PARAMS? -> resource
+        | MERGE URI PARAMS? -> merge_resource
         | RESLIT -> resource_literal
 step: LABEL? guard? modifier* target LABEL?
 guard: QMARK EXPR
@@ -207,9 +209,17 @@ class _Build(Transformer[Token, Any]):
     def label(self, children: list[Token]) -> Label:
         return Label(str(children[0].value), _pos(children[0]))
 
+    def merge_label(self, children: list[Token]) -> Label:
+        return Label(str(children[1].value), _pos(children[0]), merge=True)
+
     def resource(self, children: list[Token]) -> Resource:
         params = children[1].value if len(children) > 1 else None
         return Resource(str(children[0].value), params, _pos(children[0]))
+
+    def merge_resource(self, children: list[Token]) -> Resource:
+        resource = self.resource(children[1:])
+        resource.pos, resource.merge = _pos(children[0]), True
+        return resource
 
     def resource_literal(self, children: list[Token]) -> ResourceLiteral:
         return ResourceLiteral(children[0].value, _pos(children[0]))

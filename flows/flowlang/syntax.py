@@ -68,6 +68,7 @@ class Guard:
 class Label:
     name: str
     pos: Pos
+    merge: bool = False  # `→ > :x` ends a statement: the task(s) it feeds merge their input
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Resource:
     uri: str
     params: LiteralValue | None
     pos: Pos
+    merge: bool = False  # `→ > <uri>`: a sink that merges its input before writing it
 
 
 @dataclass

@@ -21,6 +21,7 @@ from aos.flows.checks import TOOL_KINDS
 from aos.flows.playbook import spec as specs
 from aos.flows.playbook.problems import Parts, Problems
 from aos.flows.playbook.spec import as_map
+from aos.flows.tool_schema import TOOL_SCHEMAS, field_problems
 
 INLINE_KINDS = ("noop", "workbook", "playbook")
 PLAYBOOK_TOOL_KINDS: tuple[str, ...] = (*TOOL_KINDS, *INLINE_KINDS)
@@ -39,14 +40,10 @@ ENGINE_SPEC_KEYS = frozenset(
 )
 """Effective-spec keys the front end reads itself; the rest reach the tool as `tool.spec`."""
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    "python": ("code", "function"),
-    "http": ("url", "endpoint"),
-    "postgres": ("command", "query"),
-    "duckdb": ("command", "query"),
-    "shell": ("command",),
     "playbook": ("path",),
+    **{kind: schema.required for kind, schema in TOOL_SCHEMAS.items()},
 }
-"""Per kind: the task needs at least one of these fields."""
+"""Per kind: the task needs at least one of these fields (a tool kind's, from its schema)."""
 RULE_THEN_FIELDS = frozenset({"do", "attempts", "backoff", "delay", "to", "set_ctx", "set_iter"})
 ACTIONS = ("continue", "retry", "jump", "break", "fail")
 SUBFLOW_ALIAS_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -162,11 +159,14 @@ def _workbook_task(
 
 
 def _lifted(task: dict[str, Any]) -> dict[str, Any]:
-    """The task with the tool fields written under its `spec` lifted beside `kind`."""
+    """The task with the tool fields written under its `spec` lifted beside `kind` (those
+    upstream fixtures write there, and any field its kind's schema names)."""
     inner = task.get("spec")
     if not isinstance(inner, dict):
         return dict(task)
-    lifted = {k: v for k, v in inner.items() if k in SPEC_TOOL_FIELDS and k not in task}
+    schema = TOOL_SCHEMAS.get(str(task.get("kind")))
+    named = SPEC_TOOL_FIELDS | (set(schema.fields) if schema else set())
+    lifted = {k: v for k, v in inner.items() if k in named and k not in task}
     rest = {k: v for k, v in inner.items() if k not in lifted}
     return {**task, **lifted, "spec": rest}
 
@@ -184,6 +184,9 @@ def _task(
     own_spec = task.get("spec") if spec is None else _lifted({"spec": spec}).get("spec")
     effective = specs.merge(*context.outer_specs, entry_spec, own_spec)
     kind = str(task["kind"])
+    if kind in TOOL_SCHEMAS:
+        own = {k: v for k, v in task.items() if k not in TASK_OWN_FIELDS}
+        _check_tool_fields(kind, own, parts, context.problems)
     if not _has_required(task, kind, parts, context.problems):
         return None
     args = _args(task.get("args"), entry_args, context.step_args, (*parts, "args"), context)
@@ -206,6 +209,13 @@ def _task(
         if effective.get("timeout_s") is not None:
             compiled["timeout_s"] = effective["timeout_s"]
     return compiled
+
+
+def _check_tool_fields(kind: str, tool: dict[str, Any], parts: Parts, problems: Problems) -> None:
+    """The tool's fields against its kind's schema, the one the tool checks when it runs."""
+    for problem in field_problems({"kind": kind, **tool}):
+        fix = f"a {kind} task takes {problem.takes}"
+        problems.add("playbook.tool_field_unknown", (*parts, problem.name), problem.why, fix)
 
 
 def _has_required(task: dict[str, Any], kind: str, parts: Parts, problems: Problems) -> bool:

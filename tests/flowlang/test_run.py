@@ -72,6 +72,30 @@ def test_the_merge_operator_merges_the_inputs(flows: FlowWorld) -> None:
     assert result == {"fruit": "banana", "animal": "monkey"}
 
 
+def test_a_merge_before_the_end_merges_the_flows_result(flows: FlowWorld) -> None:
+    text = '<{"fruit": "banana"}> → A → > :end;\n<{"animal": "monkey"}> → C'
+    result, _ = run(flows, text)
+    assert result == {"fruit": "banana", "animal": "monkey"}
+    result, _ = run(flows, text.replace("> :end", ":end"))
+    assert result == [{"fruit": "banana"}, {"animal": "monkey"}]
+
+
+def test_a_merge_before_a_label_merges_into_what_it_feeds(flows: FlowWorld) -> None:
+    text = '<{"fruit": "banana"}> → A → > :x;\n<{"animal": "monkey"}> → C → :x;\n:x B'
+    result, _ = run(flows, text)
+    assert result == {"fruit": "banana", "animal": "monkey"}
+
+
+def test_a_merge_before_a_subflows_end_merges_its_join(flows: FlowWorld) -> None:
+    text = '<{"a": 1}> → { A → > :end; <{"b": 2}> → C } → D'
+    assert run(flows, text)[0] == {"a": 1, "b": 2}
+
+
+def test_empty_literals_are_empty_maps(flows: FlowWorld) -> None:
+    assert run(flows, "< > → A ( ) → B", {"k": 1})[0] == {}
+    assert run(flows, "<> → A", {"k": 1})[0] == {}
+
+
 def test_empty_objects_merge_into_one(flows: FlowWorld) -> None:
     result, _ = run(flows, "<{}> → A → :x B;\n<{}> → C → :x")
     assert result == {}

@@ -237,3 +237,18 @@ def test_fields_may_come_in_noetl_spec(pg_cluster: PgCluster, database: str) -> 
     bad = {"kind": "postgres", "auth": "pg", "query": "SELECT 1", "spec": "x"}
     outcome = run_tool(POSTGRES, {"tool": bad, "args": None}, context=ToolContext(intent="i"))
     assert error(outcome)["code"] == "tool.invalid"
+
+
+def test_noetl_fields_credential_pool_and_commands_run(
+    pg_cluster: PgCluster, database: str
+) -> None:
+    # NoETL's older `credential` is `auth`, `pool` needs nothing, `commands` is the SQL.
+    context = ToolContext(intent="blake3:" + "cd" * 32, keychain=keychain_for(pg_cluster, database))
+    tool = {
+        "kind": "postgres",
+        "credential": "pg",
+        "pool": {"name": "p", "max_size": 2},
+        "commands": ["CREATE TABLE n (a int);", "INSERT INTO n VALUES (7);", "SELECT a FROM n;"],
+    }
+    outcome = run_tool(POSTGRES, {"tool": tool, "args": None}, context=context)
+    assert ok(outcome)["rows"] == [{"a": 7}]

@@ -63,7 +63,7 @@ def test_the_broken_playbook_is_rejected_naming_what_is_missing() -> None:
         ("playbook.tool_missing", "$.workflow[2]"),
     }
     messages = " ".join(p.message for p in caught.value.problems)
-    assert "needs `command` or `query`" in messages and "has no `tool`" in messages
+    assert "needs `command` or `commands`" in messages and "has no `tool`" in messages
 
 
 @pytest.mark.parametrize(
