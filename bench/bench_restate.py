@@ -90,6 +90,7 @@ EXECUTION_S_MAX = 120.0
 START_S_MAX = 600.0  # creating the code-first world builds its module the first time
 STOP_S_MAX = 20.0
 WAIT_MS = 20_000  # the declarative run's long-poll
+POLL_S = 0.01  # how often the node's first line is looked for
 
 _environment: dict[str, Any] = {}
 
@@ -209,7 +210,7 @@ def _add(total: dict[str, float], more: dict[str, float]) -> None:
         total[name] = total.get(name, 0.0) + seconds
 
 
-class _Http:
+class BenchClient:
     """The bench's one client for every side."""
 
     def __init__(self) -> None:
@@ -248,7 +249,7 @@ def restate_side(stack: restate_stack.RestateStack) -> Side:
     )
 
 
-def declarative_side(node: AosNode, http: _Http) -> Side:
+def declarative_side(node: AosNode, http: BenchClient) -> Side:
     name = node.register(AOS_FILES[CASE])
     url = f"{node.client.url}/v1/flows/{name}/run"
 
@@ -275,7 +276,7 @@ class CodeFirstNode:
     adapter `bench/peers/aos_steps_adapter.py`, each its own process; a thread reads the
     adapter's lines and wakes whoever waits for the execution it names."""
 
-    def __init__(self, folder: Path, http: _Http) -> None:
+    def __init__(self, folder: Path, http: BenchClient) -> None:
         self.folder = folder
         self.http = http
         self.url = ""
@@ -283,10 +284,11 @@ class CodeFirstNode:
         self._waiting: dict[str, threading.Event] = {}
         self._failed: dict[str, str] = {}
         self._lock = threading.Lock()
+        self.broken = ""  # why the adapter's lines stopped, once they have
 
     @classmethod
     @contextmanager
-    def started(cls, folder: Path, http: _Http) -> Iterator[CodeFirstNode]:
+    def started(cls, folder: Path, http: BenchClient) -> Iterator[CodeFirstNode]:
         folder.mkdir(parents=True, exist_ok=True)
         node = cls(folder, http)
         try:
@@ -301,46 +303,69 @@ class CodeFirstNode:
         world = self.folder / "world"
         create = [aos, "world", "create", str(world), "--manifest", str(WORLD), "--json"]
         subprocess.run(create, check=True, capture_output=True, timeout=START_S_MAX)
-        node = self._spawn(
-            "node", [aos, "node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"]
-        )
-        self.url = str(json.loads(_first_line(node))["url"])
+        up = [aos, "node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"]
+        out = self.folder / "node.out"  # a file: nobody reads the node's output after its URL
+        with out.open("w") as sink:
+            node = self._spawn("node", up, sink)
+        self.url = str(json.loads(_first_line(node, out))["url"])
         module = "bench.peers.aos_steps_adapter"
         command = [sys.executable, "-m", module, "--node", self.url]
-        adapter = self._spawn("adapter", [*command, "--concurrency", str(FANOUT)])
-        _first_line(adapter)  # {"ready": true, ...}
+        adapter = self._spawn("adapter", [*command, "--concurrency", str(FANOUT)], subprocess.PIPE)
         assert adapter.stdout is not None
-        threading.Thread(target=self._read, args=(adapter.stdout,), daemon=True).start()
+        if not adapter.stdout.readline():  # {"ready": true, ...}
+            raise RuntimeError(f"the adapter exited ({adapter.wait()}): see {self.folder}")
+        threading.Thread(target=self.follow, args=(adapter.stdout,), daemon=True).start()
 
-    def _spawn(self, name: str, command: list[str]) -> subprocess.Popen[str]:
-        err = (self.folder / f"{name}.err").open("w")
-        popen = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            cwd=REPO,
-        )
-        err.close()
+    def _spawn(self, name: str, command: list[str], out: IO[str] | int) -> subprocess.Popen[str]:
+        with (self.folder / f"{name}.err").open("w") as err:
+            popen = subprocess.Popen(
+                command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True, cwd=REPO
+            )
         self.processes[name] = popen
         return popen
 
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            execution, ok, why = adapter_line(line)
-            with self._lock:
-                if not ok:
-                    self._failed[execution] = why
-                waiter = self._waiting.pop(execution, None)
-            if waiter is not None:
-                waiter.set()
+    def follow(self, stream: IO[str]) -> None:
+        """Wake each execution's waiter as the adapter names it; when the adapter's output
+        ends or makes no sense, fail every execution still waiting and every later one."""
+        try:
+            for line in stream:
+                execution, ok, why = adapter_line(line)
+                self._wake(execution, None if ok else why)
+            broken = "the adapter exited"
+        except (BenchCheckError, ValueError) as error:
+            broken = f"the adapter's output: {error}"
+        with self._lock:
+            self.broken = broken
+            waiting = list(self._waiting)
+        for execution in waiting:
+            self._wake(execution, broken)
+
+    def _wake(self, execution: str, failed: str | None) -> None:
+        with self._lock:
+            if failed is not None:
+                self._failed[execution] = failed
+            waiter = self._waiting.pop(execution, None)
+        if waiter is not None:
+            waiter.set()
+
+    def expect(self, execution: str) -> threading.Event:
+        """The event `follow` sets when the adapter names `execution` (or has stopped)."""
+        ended = threading.Event()
+        with self._lock:
+            self._waiting[execution] = ended
+            if self.broken:
+                self._failed[execution] = self.broken
+                ended.set()
+        return ended
+
+    def failure(self, execution: str) -> str | None:
+        """Why `execution` did not end well, once its event is set (None: it did)."""
+        with self._lock:
+            return self._failed.get(execution)
 
     def execute(self, execution: str) -> float:
         """POST the start, then wait for the adapter to say its last step was answered."""
-        ended = threading.Event()
-        with self._lock:
-            self._waiting[execution] = ended  # before the start: it may end before the POST does
+        ended = self.expect(execution)  # before the start: it may end before the POST does
         started = time.perf_counter()
         self.http.post(
             f"{self.url}/v1/events",
@@ -349,8 +374,9 @@ class CodeFirstNode:
         if not ended.wait(EXECUTION_S_MAX):
             raise BenchCheckError(f"code-first, execution {execution} overran")
         seconds = time.perf_counter() - started
-        if execution in self._failed:
-            raise BenchCheckError(f"code-first, execution {execution}: {self._failed[execution]}")
+        failed = self.failure(execution)
+        if failed is not None:
+            raise BenchCheckError(f"code-first, execution {execution}: {failed}")
         return seconds
 
     def check(self, execution: str) -> None:
@@ -374,12 +400,19 @@ def code_first_side(node: CodeFirstNode) -> Side:
     )
 
 
-def _first_line(popen: subprocess.Popen[str]) -> str:
-    assert popen.stdout is not None
-    line = popen.stdout.readline()
-    if not line:
-        raise RuntimeError(f"{popen.args} exited ({popen.wait()}) before its first line")
-    return line
+def _first_line(popen: subprocess.Popen[str], out: Path) -> str:
+    """The first line the process wrote to `out`, once it has."""
+    deadline = time.monotonic() + START_S_MAX
+    while time.monotonic() < deadline:
+        text = out.read_text(errors="replace")
+        if "\n" in text:
+            return text.split("\n", 1)[0]
+        if popen.poll() is not None:
+            raise RuntimeError(
+                f"{popen.args[:3]} exited ({popen.returncode}) before its first line"
+            )
+        time.sleep(POLL_S)
+    raise RuntimeError(f"{popen.args[:3]} printed nothing in {START_S_MAX:g} s")
 
 
 def _stop(popen: subprocess.Popen[str]) -> None:
@@ -555,7 +588,7 @@ def run(quick: bool) -> list[Row]:
         if restate is None:
             return rows
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aos-bench-rs-")))
-        http = _Http()
+        http = BenchClient()
         stack.callback(http.client.close)
         node = stack.enter_context(AosNode.started(folder / "declarative", concurrency=FANOUT))
         code_first = stack.enter_context(CodeFirstNode.started(folder / "code-first", http))

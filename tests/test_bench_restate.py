@@ -6,6 +6,7 @@ folder and virtualenv, never here."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -237,3 +238,30 @@ def test_restate_is_left_out_with_the_make_target_that_sets_it_up(
     binary = restate_stack.server_binary()
     assert binary.name == "restate-server" and binary.is_relative_to(tmp_path / "none")
     assert binary.parent.parent.name.startswith("restate-server-")
+
+
+# --------------------------------------------------------------------------------------------
+# Following the code-first adapter
+
+
+def test_following_the_adapter_wakes_each_execution_and_fails_the_rest_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    node = br.CodeFirstNode(tmp_path, br.BenchClient())
+    done, refused, left = (node.expect(name) for name in ("a", "b", "c"))
+    lines = '{"done": "a"}\n{"failed": "b", "why": "receipt.refused"}\n'
+    node.follow(io.StringIO(lines))
+    assert done.is_set() and node.failure("a") is None
+    assert refused.is_set() and node.failure("b") == "receipt.refused"
+    assert left.is_set() and node.failure("c") == "the adapter exited"
+    later = node.expect("d")  # an execution started after the adapter went
+    assert later.is_set() and node.failure("d") == "the adapter exited"
+
+
+def test_output_that_makes_no_sense_fails_every_waiting_execution(tmp_path: Path) -> None:
+    node = br.CodeFirstNode(tmp_path, br.BenchClient())
+    waiting = node.expect("a")
+    node.follow(io.StringIO('{"done": "x"}\nnot json\n{"done": "a"}\n'))
+    assert waiting.is_set()
+    failed = node.failure("a")
+    assert failed is not None and failed.startswith("the adapter's output:")
