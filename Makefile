@@ -17,8 +17,16 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12) $(HOME)/.pyenv/versions/
 	"$$p" -c pass 2>/dev/null && { echo "$$p"; break; }; done)
 NOETL_VENV := .venv-noetl
 NOETL_STAMP := $(NOETL_VENV)/.installed
+# Restate, the peer of bench/bench_restate.py: its server from npm into a folder of the bench's,
+# its Python SDK in a virtualenv of its own; made only by `make bench-restate-setup` (~250 MB),
+# and `bench.run` leaves the module out, saying so, when they are not there.
+RESTATE_SERVER_VERSION ?= 1.7.12
+RESTATE_DIR := .bench-restate
+RESTATE_STAMP := $(RESTATE_DIR)/.installed-$(RESTATE_SERVER_VERSION)
+RESTATE_VENV := .venv-restate
+RESTATE_VENV_STAMP := $(RESTATE_VENV)/.installed
 
-.PHONY: setup demo test test-fast test-ui test-scale chromium install-check lint bench bench-full bench-setup bench-noetl-setup fault fault-ci fault-pg clean
+.PHONY: setup demo test test-fast test-ui test-scale chromium install-check lint bench bench-full bench-setup bench-noetl-setup bench-restate-setup bench-restate fault fault-ci fault-pg clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -114,6 +122,28 @@ $(NOETL_STAMP): bench/peers/noetl-requirements.txt
 	$(NOETL_VENV)/bin/python -m pip install --quiet -r bench/peers/noetl-requirements.txt
 	@touch $(NOETL_STAMP)
 
+bench-restate-setup: setup $(RESTATE_STAMP) $(RESTATE_VENV_STAMP)
+
+# --ignore-scripts: the package's only install script is a dependency's usage report.
+$(RESTATE_STAMP):
+	@command -v npm >/dev/null || { echo "bench-restate-setup: npm is needed (apt-get install -y npm)" >&2; exit 1; }
+	@mkdir -p $(RESTATE_DIR)
+	npm install --prefix $(RESTATE_DIR) --no-save --no-audit --no-fund --ignore-scripts \
+		@restatedev/restate-server@$(RESTATE_SERVER_VERSION)
+	$(BIN)/python -c "from bench.peers import restate_stack as r; print(r.versions()['restate_server'])" \
+		> $@
+
+$(RESTATE_VENV_STAMP): bench/peers/restate-requirements.txt
+	@test -x $(RESTATE_VENV)/bin/python || $(PYTHON) -m venv $(RESTATE_VENV)
+	$(RESTATE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RESTATE_VENV)/bin/python -m pip install --quiet -r bench/peers/restate-requirements.txt
+	@touch $@
+
+# aos against Restate alone (~4 minutes quick): `bench.run --only restate`; add BENCH_MODE=--full.
+BENCH_MODE ?= --quick
+bench-restate: bench-restate-setup
+	$(BIN)/python -m bench.run $(BENCH_MODE) --only restate
+
 bench: bench-setup
 	$(BIN)/python -m bench.run --quick
 
@@ -121,4 +151,4 @@ bench-full: bench-setup
 	$(BIN)/python -m bench.run --full
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(NOETL_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo .aos-demo-flows
+	rm -rf $(VENV) $(BENCH_VENV) $(NOETL_VENV) $(RESTATE_VENV) $(RESTATE_DIR) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .aos-demo .aos-demo-flows

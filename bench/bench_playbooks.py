@@ -187,19 +187,25 @@ class _Child:
 class AosNode:
     """`aos node up` on a new durable flow world, and a python tool adapter process against
     it: `aos adapter run tool-python` (a fresh interpreter per call), or with `in_process` the
-    bench's `bench/peers/aos_python_inprocess.py` (each call inside the adapter process)."""
+    bench's `bench/peers/aos_python_inprocess.py` (each call inside the adapter process).
+    `concurrency`: the tool-python adapter's `--concurrency` (its default when None)."""
 
-    def __init__(self, folder: Path, *, in_process: bool = False) -> None:
+    def __init__(
+        self, folder: Path, *, in_process: bool = False, concurrency: int | None = None
+    ) -> None:
         self.folder = folder
         self.in_process = in_process
+        self.concurrency = concurrency
         self.children: list[_Child] = []
         self.client = FlowNodeClient("http://unstarted")
 
     @classmethod
     @contextmanager
-    def started(cls, folder: Path, *, in_process: bool = False) -> Iterator[AosNode]:
+    def started(
+        cls, folder: Path, *, in_process: bool = False, concurrency: int | None = None
+    ) -> Iterator[AosNode]:
         folder.mkdir(parents=True, exist_ok=True)
-        node = cls(folder, in_process=in_process)
+        node = cls(folder, in_process=in_process, concurrency=concurrency)
         try:
             node._start()
             yield node
@@ -240,6 +246,8 @@ class AosNode:
             module = "bench.peers.aos_python_inprocess"
             self._spawn("adapter", [sys.executable, "-m", module, *options]).first_line()
         else:
+            if self.concurrency is not None:
+                options += ["--concurrency", str(self.concurrency)]
             self._spawn("adapter", [*self._aos("adapter", "run", "tool-python", *options)])
 
     def register(self, file: Path) -> str:
