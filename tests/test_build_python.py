@@ -457,6 +457,32 @@ def test_tool_failures_are_typed_with_the_stderr_tail(tmp_path: Path) -> None:
     assert caught.value.detail["returncode"] == 3
 
 
+def test_the_tool_gets_absolute_python_path_entries_and_no_virtualenv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tool runs in its staging folder; a pip build environment is made of PYTHONPATH
+    # (setup.py adds the packages just laid out), so its entries must not move.
+    from aos.kernel.wasm import build
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["lib", "", str(tmp_path / "abs")]))
+    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "venv"))
+    seen = tmp_path / "seen.txt"
+    code = (
+        "import os, sys; "
+        "open(sys.argv[1], 'w').write(os.environ['PYTHONPATH'] + '|' + "
+        "os.environ.get('VIRTUAL_ENV', '-'))"
+    )
+    (tmp_path / "elsewhere").mkdir()
+    build._run_tool(
+        [sys.executable, "-c", code, str(seen)],
+        timeout_s=60,
+        cwd=tmp_path / "elsewhere",
+        tool="probe",
+    )
+    assert seen.read_text() == f"{tmp_path / 'lib'}{os.pathsep}{tmp_path / 'abs'}|-"
+
+
 def test_a_failed_build_leaves_nothing_in_the_cache(
     scratch_module: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -690,6 +690,9 @@ def _run_tool(
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     if virtual_env is not None:
         env["VIRTUAL_ENV"] = str(virtual_env)
+    if env.get("PYTHONPATH"):  # the tool runs in `cwd`: a relative entry would move
+        entries = env["PYTHONPATH"].split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(e).resolve()) for e in entries if e)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["RUST_BACKTRACE"] = "0"  # the tool's own stack is noise; its Python traceback is not
     clock = fixed_clock.library(clock_dir) if clock_dir is not None else None
