@@ -26,7 +26,7 @@ RESTATE_STAMP := $(RESTATE_DIR)/.installed-$(RESTATE_SERVER_VERSION)
 RESTATE_VENV := .venv-restate
 RESTATE_VENV_STAMP := $(RESTATE_VENV)/.installed
 
-.PHONY: setup demo test test-fast test-ui test-scale chromium install-check lint bench bench-full bench-setup bench-noetl-setup bench-restate-setup bench-restate fault fault-ci fault-pg clean
+.PHONY: setup demo test test-fast test-ui test-scale chromium install-check interpreter-pin lint bench bench-full bench-setup bench-noetl-setup bench-restate-setup bench-restate fault fault-ci fault-pg clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -36,10 +36,15 @@ $(VENV)/mypy-path/aos: $(STAMP)
 	@ln -sfn ../../../cli $@/cli
 	@ln -sfn ../../../flows $@/flows
 
+# The packages the flow interpreter is built with are those the wheel's build pins
+# (pyproject.toml [build-system]), so that the interpreter built here is the pinned one. The
+# editable install builds nothing (its flow worlds build the interpreter through the cache),
+# so it needs no isolated build environment.
 $(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,build]'
+	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
+	$(BIN)/python -c 'import tomllib; print(*(r for r in tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"] if "==" in r), sep="\n")' > $(VENV)/build-pins.txt
+	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[dev,build]' -c $(VENV)/build-pins.txt
 	@touch $(STAMP)
 
 demo: setup
@@ -72,10 +77,21 @@ test-ui: setup chromium
 test-scale: setup chromium
 	$(BIN)/python -m pytest -q -s tests/inspector/scale_check.py
 
-# A real install (~85 s): build the wheel, install it into a fresh virtualenv outside the
-# checkout, create a world with a Python module built from source, send, replay --verify.
+# A real install (.ci/install_check.sh, 13-17 minutes on 2 busy cores, most of it the
+# builds and pip): from a fresh copy of the checkout, build the wheel (which rebuilds the
+# interpreter into an empty cache and checks it against its pin); rebuild the interpreter,
+# and the counter module, from a second copy holding __pycache__ folders and editor files
+# (same hashes); install the wheel without extras into a fresh virtualenv and run flows;
+# then, with the build extra, a world with a Python module built from source: create, send,
+# replay --verify. Prints the wheel's and the virtualenv's sizes.
 install-check: setup
 	PYTHON=$(PYTHON) .ci/install_check.sh
+
+# The flow interpreter component a wheel carries is pinned (flows/interpreter.pin.json):
+# after its sources (modules/flow, the SDK, the WIT world) change, rebuild and re-pin it
+# (~1-3 minutes; tests/test_interpreter_pin.py says when the pin is stale).
+interpreter-pin: setup
+	$(BIN)/python -m aos.flows.interpreter pin
 
 # Fault injection (tests/fault): SIGKILL a workload at random and named points, reopen, check
 # that no acknowledged input is lost, replay verifies, and no intent is lost or doubled.

@@ -6,9 +6,21 @@ anyone listing it. Data the package reads at run time lives inside it and is fou
 it (`importlib.resources`), never through the source tree: the WIT world the module builds
 use, the flow interpreter's sources and the flow world's manifest (links into `modules/` and
 `manifests/`, which stay where their readers expect them).
+
+A wheel also carries the flow interpreter component (`aos/flows/interpreter.wasm`), so a
+plain `pip install` runs flows: it is built here from the packaged sources (through the build
+cache) and refused unless it is the pinned one (`flows/interpreter.pin.json`,
+`aos.flows.interpreter`); the build environment's versions are pinned in pyproject.toml. An
+editable install has no component: its flow worlds build the sources through the cache.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from setuptools import find_namespace_packages, setup
+from setuptools.command.build_py import build_py
 
 PACKAGE_ROOTS = {
     "aos.kernel": "kernel",
@@ -28,6 +40,7 @@ PACKAGE_DATA = {
         "interpreter-module/*.txt",
         "world-manifest/*.yaml",
         "world-manifest/defs/*.yaml",
+        "interpreter.pin.json",
     ],
 }
 
@@ -44,4 +57,27 @@ def discover() -> list[str]:
     return packages
 
 
-setup(packages=discover(), package_dir=PACKAGE_ROOTS, package_data=PACKAGE_DATA)
+class BuildPyWithInterpreter(build_py):
+    """`build_py`, then the pinned flow interpreter component into the built package."""
+
+    def run(self) -> None:
+        super().run()
+        if not self.editable_mode:
+            ship_interpreter(Path(self.build_lib).resolve())
+
+
+def ship_interpreter(build_lib: Path) -> None:
+    """Build the interpreter from the packaged sources, as an installed aos would (the
+    packages just built come first on the path), check it against the pin, copy it in."""
+    target = build_lib / "aos" / "flows" / "interpreter.wasm"
+    path = os.pathsep.join(filter(None, [str(build_lib), os.environ.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "aos.flows.interpreter", "ship", str(target)]
+    subprocess.run(command, env={**os.environ, "PYTHONPATH": path}, check=True)
+
+
+setup(
+    packages=discover(),
+    package_dir=PACKAGE_ROOTS,
+    package_data=PACKAGE_DATA,
+    cmdclass={"build_py": BuildPyWithInterpreter},
+)

@@ -102,7 +102,26 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """The package version and the flow interpreter it runs (the version names it)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import version
+
+    from aos.flows.interpreter import describe
+
+    click.echo(f"aos, version {version('aos')}\n{describe()}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="aos", prog_name="aos")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and the flow interpreter it runs, and exit.",
+)
 def main() -> None:
     """aos: a deterministic, event-sourced workflow kernel."""

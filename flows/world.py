@@ -3,7 +3,9 @@
 A world that runs flows needs the interpreter module and one adapter identity per tool kind
 and for human tasks. The committed manifest carries placeholder public keys; `create` writes
 a copy with keys generated for this world (private keys in a key folder, mode 0600, never in
-the world) and creates the world from it.
+the world) and creates the world from it. The copy names the interpreter an installed wheel
+carries, with its pinned hash (`aos.flows.interpreter`), or else, in a checkout, the
+interpreter's sources, which the world builds through the build cache.
 
     world, keys = create_flow_world(Path("orders"), keys_dir=Path("orders.keys"))
 """
@@ -18,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aos.flows import interpreter
 from aos.kernel.adapters.keys import read_seed, write_seed
 from aos.kernel.adapters.signing import generate_seed, public_key_of
 from aos.kernel.resources import package_path
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.world import CLOCK_WALL, World, WorldLimits
 
-# Shipped inside this package (links to manifests/flow and modules/flow in a checkout).
+# Shipped inside this package (a link to manifests/flow in a checkout).
 FLOW_MANIFEST_DATA = "world-manifest"
-FLOW_MODULE_DATA = "interpreter-module"
 
 REGISTRY_WORKFLOW = "aos/FlowRegistry@1"
 EXEC_WORKFLOW = "aos/FlowExec@1"
@@ -87,16 +89,26 @@ def load_or_make_keys(folder: Path | None) -> FlowKeys:
 
 
 def write_manifest(out_dir: Path, keys: FlowKeys) -> Path:
-    """A copy of the flow manifest folder with these keys' public halves and the module's
-    path made relative to where the copy is."""
+    """A copy of the flow manifest folder with these keys' public halves and the
+    interpreter's artifact (see the module doc) named relative to where the copy is."""
     shutil.copytree(package_path("aos.flows", FLOW_MANIFEST_DATA), out_dir, dirs_exist_ok=True)
     effects = out_dir / "defs" / "effects.yaml"
     effects.write_text(_ADAPTER_BLOCK.sub(lambda m: _with_key(m, keys), effects.read_text()))
     workflows = out_dir / "defs" / "workflows.yaml"
-    module_dir = package_path("aos.flows", FLOW_MODULE_DATA).resolve()
-    module = os.path.relpath(module_dir, workflows.parent)  # artifact paths are relative
-    workflows.write_text(_ARTIFACT_PATH.sub(lambda m: m.group(1) + module, workflows.read_text()))
+    artifact = _interpreter_artifact(workflows.parent)
+    workflows.write_text(_ARTIFACT_PATH.sub(lambda m: m.group(1) + artifact, workflows.read_text()))
     return out_dir
+
+
+def _interpreter_artifact(folder: Path) -> str:
+    """The `artifact:` lines after `path: `: the shipped component and its pinned hash (the
+    loader refuses other bytes, `air.hash_mismatch`), else the sources' folder."""
+    shipped = interpreter.shipped_component()
+    if shipped is None:
+        sources = interpreter.InterpreterSources.installed().module_dir.resolve()
+        return os.path.relpath(sources, folder)  # artifact paths are relative
+    component, pin = shipped
+    return f'{os.path.relpath(component.resolve(), folder)}\n  hash: "{pin.wasm_hash}"'
 
 
 def _with_key(match: re.Match[str], keys: FlowKeys) -> str:

@@ -385,6 +385,45 @@ def test_the_cache_key_follows_the_sources(
     assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".json", ".wasm", ".wasm"]
 
 
+def test_the_tool_sees_staged_copies_of_the_hashed_sources_only(
+    scratch_module: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # componentize-py mounts every folder it is given into the interpreter it snapshots: a
+    # source folder's bytecode, editor files and backups must never reach it.
+    from aos.kernel.wasm import build
+
+    seen: list[dict[str, object]] = []
+
+    def looking_tool(command: list[str], **kwargs: object) -> bool:
+        folders = [Path(command[i + 1]) for i, arg in enumerate(command) if arg == "-p"]
+        listing = [sorted(p.relative_to(f).as_posix() for p in f.rglob("*")) for f in folders]
+        env = Path(str(kwargs["virtual_env"]))
+        seen.append({"listing": listing, "cwd": kwargs["cwd"], "env": list(env.rglob("*"))})
+        Path(command[command.index("-o") + 1]).write_bytes(b"\0asm\x01\0\0\0")
+        return False
+
+    monkeypatch.setattr(build, "_run_tool", looking_tool)
+    (scratch_module / "lib").mkdir()
+    (scratch_module / "lib" / "__init__.py").write_text("X = 1\n")
+    clean_key = build.python_source_hash(scratch_module)
+    (scratch_module / "__pycache__").mkdir()
+    (scratch_module / "__pycache__" / "scratch.cpython-314.pyc").write_bytes(b"bytecode")
+    (scratch_module / ".scratch.py.swp").write_bytes(b"swap")
+    (scratch_module / ".#scratch.py").write_text("an editor's lock")
+    (scratch_module / "scratch.py~").write_text("backup")
+    (scratch_module / "README.md").write_text("notes")
+    (scratch_module / "lib" / "__pycache__").mkdir()
+    before = sorted(p.name for p in scratch_module.rglob("*"))
+    built = build_python(scratch_module, cache_dir=tmp_path / "cache")
+    assert built.source_hash == clean_key == build.python_source_hash(scratch_module)
+    [run] = seen
+    module, sdk = run["listing"]  # type: ignore[misc]
+    assert module == ["lib", "lib/__init__.py", "scratch.py"]
+    assert sdk[0] == "aos_sdk" and all(name.endswith(".py") for name in sdk[1:])
+    assert run["cwd"] != scratch_module and run["env"][-1].name == "site-packages"  # type: ignore[index]
+    assert sorted(p.name for p in scratch_module.rglob("*")) == before
+
+
 def test_the_cache_keeps_a_bounded_number_of_entries(
     scratch_module: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -416,6 +455,32 @@ def test_tool_failures_are_typed_with_the_stderr_tail(tmp_path: Path) -> None:
     assert caught.value.message.endswith("RuntimeError: boom")
     assert len(caught.value.message) < build.STDERR_TAIL_CHARS + 100
     assert caught.value.detail["returncode"] == 3
+
+
+def test_the_tool_gets_absolute_python_path_entries_and_no_virtualenv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tool runs in its staging folder; a pip build environment is made of PYTHONPATH
+    # (setup.py adds the packages just laid out), so its entries must not move.
+    from aos.kernel.wasm import build
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["lib", "", str(tmp_path / "abs")]))
+    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "venv"))
+    seen = tmp_path / "seen.txt"
+    code = (
+        "import os, sys; "
+        "open(sys.argv[1], 'w').write(os.environ['PYTHONPATH'] + '|' + "
+        "os.environ.get('VIRTUAL_ENV', '-'))"
+    )
+    (tmp_path / "elsewhere").mkdir()
+    build._run_tool(
+        [sys.executable, "-c", code, str(seen)],
+        timeout_s=60,
+        cwd=tmp_path / "elsewhere",
+        tool="probe",
+    )
+    assert seen.read_text() == f"{tmp_path / 'lib'}{os.pathsep}{tmp_path / 'abs'}|-"
 
 
 def test_a_failed_build_leaves_nothing_in_the_cache(

@@ -1,9 +1,12 @@
 """Building workflow modules from source, cached by source hash (DESIGN §6).
 
 * `build_python` turns a Python workflow (a file, or a directory with `app.py` or a single
-  module) into a component with `componentize-py ... componentize --stub-wasi`: the module's
-  directory, the `aos_sdk` package and any extra `python_path` directories are the only Python
-  path; the result has no imports at all.
+  module) into a component with `componentize-py ... componentize --stub-wasi`: fresh copies
+  of the module's Python files, of any extra `python_path` directories', and of the `aos_sdk`
+  package beside the bundled ones are the only Python path (componentize-py mounts every
+  folder it is given into the interpreter it snapshots, which lists them while importing and
+  writes bytecode into them: a source folder's `__pycache__` and editor files would end up in
+  the component, and the folder would gain a `__pycache__`); the result has no imports.
 * `build_c` compiles one C (or Zig) file into a core module with
   `python -m ziglang cc --target=wasm32-freestanding -nostdlib`.
 
@@ -13,12 +16,16 @@ build options. The artifact lives at `<cache>/<key>.wasm` with a `<key>.json` re
 unchanged source is a cache hit that runs no tool (`BuildResult.cached`). The cache is
 `$AOS_CACHE_DIR/builds`, else `~/.cache/aos/builds`.
 
-Builds are reproducible: the same source and tools give the same bytes whatever the cache.
+Builds are reproducible: the same source and tools give the same bytes whatever the cache,
+the source folder's other files, the file system and the machine's own Python packages.
 componentize-py snapshots an interpreter, which keeps what it saw while it initialized: its
-hash seed and PRNG state, the times and inode numbers of the files it imported (unpacked
-afresh on every run) and the clock. So on Linux x86_64/aarch64 the tool runs under the seccomp
-supervisor (`aos.kernel.wasm.seccomp`: `getrandom` answered from a stream keyed by the build
-key, `statx` with fixed times and inodes) with a fixed clock (`aos.kernel.wasm.fixed_clock`).
+hash seed and PRNG state, the times, inode numbers and (for folders) sizes of the files it
+imported (unpacked afresh on every run), the order folders list in, and the clock. So on
+Linux x86_64/aarch64 the tool runs under the seccomp supervisor (`aos.kernel.wasm.seccomp`:
+`getrandom` answered from a stream keyed by the build key, `statx` with fixed times, inodes
+and folder sizes, `getdents64` in name order) with a fixed clock
+(`aos.kernel.wasm.fixed_clock`), and with `VIRTUAL_ENV` naming an empty environment (else
+the tool adds the site-packages of the `python3` on PATH to the snapshot's Python path).
 Where that is not available the build still runs and `BuildResult.reproducible` (and the
 record's `reproducible`) is False: then the cache, not a rebuild, is what keeps a module hash
 stable. C/Zig builds are reproducible as they are (the output's name, which the linker
@@ -49,7 +56,9 @@ from aos.kernel.wasm import fixed_clock, seccomp
 
 Abi = Literal["core", "component"]
 
-BUILDER_VERSION = 2  # 2: Python builds run under the entropy supervisor
+# 2: Python builds run under the entropy supervisor; 3: from staged copies of the sources,
+# with fixed directory listings, and without the machine's site-packages
+BUILDER_VERSION = 3
 WORLD_NAME = "workflow"
 WORLD_CLASS = "WitWorld"
 SOURCE_FILES_MAX = 512
@@ -239,19 +248,96 @@ def build_python(
     python_path: Sequence[str | Path] = (),
     check_capabilities: bool = True,
     wit_dir: str | Path | None = None,
+    sdk_dir: str | Path | None = None,
     timeout_s: float = TOOL_TIMEOUT_S_DEFAULT,
 ) -> BuildResult:
     """Build a Python workflow into a component (cached by source hash). The entry module
-    must define `WitWorld = aos_sdk.export(<workflow>)`."""
-    src_dir, module = _python_entry(Path(src), entry)
+    must define `WitWorld = aos_sdk.export(<workflow>)`. `sdk_dir` is a folder holding
+    `aos_sdk` (default: the installed one's)."""
+    sources = _python_sources(Path(src), entry, python_path, wit_dir, sdk_dir)
+    if check_capabilities:
+        check_python_capabilities(sources.module_files, sources.src_dir)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    hit = _cache_lookup(cache, sources.key, "component")
+    if hit is not None:
+        return hit
+    cache.mkdir(parents=True, exist_ok=True)
+    with _temp_output(cache) as out, _staged(sources.trees) as (stage_root, staged):
+        command = [
+            *_componentize_py(),
+            "-q",
+            "-d",
+            str(sources.wit),
+            "-w",
+            WORLD_NAME,
+            "componentize",
+            sources.module,
+            *[arg for p in staged for arg in ("-p", str(p))],
+            "-o",
+            str(out),
+            "--stub-wasi",
+        ]
+        supervised = _run_tool(
+            command,
+            timeout_s=timeout_s,
+            cwd=stage_root,
+            tool="componentize-py",
+            entropy=sources.key,
+            clock_dir=cache,
+            # componentize-py appends `$VIRTUAL_ENV/lib/**/site-packages` to the Python path
+            # it mounts and walks (without it, the site-packages of whatever `python3` is on
+            # PATH: a machine's own packages in the snapshot): an empty one, always.
+            virtual_env=stage_root / _EMPTY_ENV,
+        )
+        return _cache_store(cache, sources.key, "component", out, reproducible=supervised)
+
+
+def python_source_hash(
+    src: str | Path,
+    *,
+    entry: str | None = None,
+    python_path: Sequence[str | Path] = (),
+    wit_dir: str | Path | None = None,
+    sdk_dir: str | Path | None = None,
+) -> Hash:
+    """The build key `build_python` would give these sources (its `source_hash`), without
+    building: what a pinned module's record is checked against."""
+    return _python_sources(Path(src), entry, python_path, wit_dir, sdk_dir).key
+
+
+# One folder of the component's Python path: relative path -> the source file it copies.
+_Tree = dict[str, Path]
+
+
+@dataclass(frozen=True)
+class _PythonSources:
+    """Everything a Python build reads, and the key it is cached under."""
+
+    src_dir: Path
+    module: str
+    module_files: list[Path]
+    wit: Path
+    # The component's Python path, in order: the module, the extra folders, then the SDK
+    # beside the bundled packages (in an installed aos the SDK's parent folder is
+    # site-packages, which must not become the component's Python path).
+    trees: list[_Tree]
+    key: Hash
+
+
+def _python_sources(
+    src: Path,
+    entry: str | None,
+    python_path: Sequence[str | Path],
+    wit_dir: str | Path | None,
+    sdk_dir: str | Path | None,
+) -> _PythonSources:
+    src_dir, module = _python_entry(src, entry)
     extra = [Path(p).resolve() for p in python_path]
     bundled = _bundled_packages(src_dir)
-    sdk_root = _sdk_root()
+    sdk_root = Path(sdk_dir).resolve() if sdk_dir is not None else _sdk_root()
     wit = Path(wit_dir) if wit_dir is not None else package_path(WIT_PACKAGE, "wit")
     module_files = _python_files(src_dir)
     _check_exports_world(src_dir / f"{module}.py")
-    if check_capabilities:
-        check_python_capabilities(module_files, src_dir)
     inputs: dict[str, Any] = {
         "entry": module,
         "module": _file_hashes(src_dir, module_files),
@@ -262,55 +348,35 @@ def build_python(
         "tools": {"componentize-py": _tool_version("componentize-py")},
         "options": {"stub_wasi": True, "world": WORLD_NAME},
     }
-    key = _source_key("python-component", inputs)
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    hit = _cache_lookup(cache, key, "component")
-    if hit is not None:
-        return hit
-    cache.mkdir(parents=True, exist_ok=True)
-    # The SDK is staged beside the bundled packages: in an installed aos its parent folder is
-    # site-packages, which must not become the component's Python path.
-    staged = [*bundled, ("aos_sdk", sdk_root / "aos_sdk")]
-    with _temp_output(cache) as out, _bundle_dir(staged) as bundle_root:
-        if bundle_root is not None:
-            extra = [*extra, bundle_root]
-        command = [
-            _componentize_py(),
-            "-q",
-            "-d",
-            str(wit),
-            "-w",
-            WORLD_NAME,
-            "componentize",
-            module,
-            *[arg for p in [src_dir, *extra] for arg in ("-p", str(p))],
-            "-o",
-            str(out),
-            "--stub-wasi",
-        ]
-        supervised = _run_tool(
-            command,
-            timeout_s=timeout_s,
-            cwd=src_dir,
-            tool="componentize-py",
-            entropy=key,
-            clock_dir=cache,
-        )
-        return _cache_store(cache, key, "component", out, reproducible=supervised)
+    trees = [
+        _python_tree(src_dir, module_files),
+        *[_python_tree(p, _python_files(p)) for p in extra],
+        _bundle_tree([*bundled, ("aos_sdk", sdk_root / "aos_sdk")]),
+    ]
+    return _PythonSources(
+        src_dir, module, module_files, wit, trees, _source_key("python-component", inputs)
+    )
 
 
-def _bundled_packages(src_dir: Path) -> list[tuple[str, Path]]:
+def bundled_package_names(src_dir: Path) -> list[str]:
     """The pure-Python packages a module bundles: `bundle.txt` beside it names one importable
-    package per line (`#` starts a comment); each is taken from the build environment, so
-    the packages' sources are part of the build key like the module's own."""
+    package per line (`#` starts a comment), sorted."""
     listing = src_dir / BUNDLE_FILE
     if not listing.is_file():
         return []
     names = [line.split("#", 1)[0].strip() for line in listing.read_text().splitlines()]
-    found: list[tuple[str, Path]] = []
-    for name in sorted({n for n in names if n}):
-        if not name.isidentifier() or name in _RESERVED_MODULES:
+    for name in names:
+        if name and (not name.isidentifier() or name in _RESERVED_MODULES):
             raise BuildUnsupportedSourceError(f"{name!r} cannot be bundled", path=str(listing))
+    return sorted({n for n in names if n})
+
+
+def _bundled_packages(src_dir: Path) -> list[tuple[str, Path]]:
+    """The bundled packages' folders, each taken from the build environment, so the
+    packages' sources are part of the build key like the module's own."""
+    listing = src_dir / BUNDLE_FILE
+    found: list[tuple[str, Path]] = []
+    for name in bundled_package_names(src_dir):
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             raise BuildUnsupportedSourceError(
@@ -321,21 +387,44 @@ def _bundled_packages(src_dir: Path) -> list[tuple[str, Path]]:
     return found
 
 
+def _python_tree(root: Path, files: Sequence[Path]) -> _Tree:
+    return {path.relative_to(root).as_posix(): path for path in files}
+
+
+def _bundle_tree(packages: Sequence[tuple[str, Path]]) -> _Tree:
+    """The bundled packages' Python files only: compiled extensions cannot load inside a
+    component (a package with a pure-Python fallback, such as markupsafe, uses the fallback)."""
+    tree: _Tree = {}
+    for name, path in packages:
+        for rel, source in _python_tree(path, _python_files(path)).items():
+            tree[f"{name}/{rel}"] = source
+    return tree
+
+
+_EMPTY_ENV = "env"
+
+
 @contextlib.contextmanager
-def _bundle_dir(bundled: list[tuple[str, Path]]) -> Iterator[Path | None]:
-    """A temporary folder holding the bundled packages' Python files only: compiled
-    extensions cannot load inside a component (a package with a pure-Python fallback, such
-    as markupsafe, uses the fallback)."""
-    if not bundled:
-        yield None
-        return
-    with tempfile.TemporaryDirectory(prefix="aos-bundle-") as root:
-        for name, path in bundled:
-            for source in _python_files(path):
-                target = Path(root) / name / source.relative_to(path)
+def _staged(trees: Sequence[_Tree]) -> Iterator[tuple[Path, list[Path]]]:
+    """A fresh temporary copy of each Python-path folder holding exactly the files the build
+    key hashes, created in sorted order: componentize-py mounts every folder it is given into
+    the interpreter it snapshots, which lists them while importing (the snapshot keeps what it
+    saw: `__pycache__`, editor files, `~` backups, a README) and writes its own bytecode there
+    (which a later build would then load instead of the source). Yields the staging root (the
+    tool's working folder, holding an empty `env/lib/site-packages` too) and the folders, in
+    Python-path order."""
+    with tempfile.TemporaryDirectory(prefix="aos-stage-") as root:
+        (Path(root) / _EMPTY_ENV / "lib" / "site-packages").mkdir(parents=True)
+        folders = []
+        for index, tree in enumerate(trees):
+            folder = Path(root) / str(index)
+            folder.mkdir()
+            for rel in sorted(tree):
+                target = folder / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-        yield Path(root)
+                shutil.copyfile(tree[rel], target)
+            folders.append(folder)
+        yield Path(root), folders
 
 
 def _python_entry(src: Path, entry: str | None) -> tuple[Path, str]:
@@ -350,7 +439,9 @@ def _python_entry(src: Path, entry: str | None) -> tuple[Path, str]:
     if (src / "app.py").is_file():
         return src.resolve(), "app"
     candidates = [
-        p for p in sorted(src.glob("*.py")) if not p.name.startswith(("test_", "conftest"))
+        p
+        for p in sorted(src.glob("*.py"))
+        if not p.name.startswith(("test_", "conftest", "."))  # `.#x.py`: an editor's lock
     ]
     if len(candidates) != 1:
         raise BuildUnsupportedSourceError(
@@ -418,12 +509,19 @@ def _sdk_root() -> Path:
     return Path(aos_sdk.__file__).resolve().parent.parent
 
 
-def _componentize_py() -> str:
-    beside = Path(sys.executable).parent / "componentize-py"
-    found = str(beside) if beside.exists() else shutil.which("componentize-py")
-    if found is None:
-        raise BuildToolMissingError("componentize-py is not on PATH")
-    return found
+def _componentize_py() -> list[str]:
+    """The tool as this interpreter's `componentize_py` package runs it: the version the
+    build key names, wherever its script may be (a pip build environment has it only on
+    this process's PYTHONPATH)."""
+    if importlib.util.find_spec("componentize_py") is None:
+        raise BuildToolMissingError("componentize-py is not installed")
+    return [sys.executable, "-c", _COMPONENTIZE_PY_MAIN]
+
+
+_COMPONENTIZE_PY_MAIN = (
+    "import sys; from componentize_py import script; "
+    "sys.argv[0] = 'componentize-py'; sys.exit(script())"
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -582,12 +680,19 @@ def _run_tool(
     tool: str,
     entropy: Hash | None = None,
     clock_dir: Path | None = None,
+    virtual_env: Path | None = None,
 ) -> bool:
     """Run a build tool. With `entropy` (and the fixed clock built into `clock_dir`), run it
     reproducibly: under the seccomp supervisor, whose `getrandom` answers come from a stream
-    keyed by that hash and whose file times and inode numbers are fixed, with its clock
-    fixed too. True when all of that was in place."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    keyed by that hash and whose file times, inode numbers and directory listings are fixed,
+    with its clock fixed too. True when all of that was in place. `VIRTUAL_ENV` is the given
+    folder or unset; PYTHONPATH stays (a pip build environment is made of it)."""
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    if virtual_env is not None:
+        env["VIRTUAL_ENV"] = str(virtual_env)
+    if env.get("PYTHONPATH"):  # the tool runs in `cwd`: a relative entry would move
+        entries = env["PYTHONPATH"].split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(e).resolve()) for e in entries if e)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["RUST_BACKTRACE"] = "0"  # the tool's own stack is noise; its Python traceback is not
     clock = fixed_clock.library(clock_dir) if clock_dir is not None else None

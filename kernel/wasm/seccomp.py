@@ -14,6 +14,13 @@ those calls to this process instead:
 * `statx` on a directory fd (the guest's file system; the tool's own lookups use AT_FDCWD
   and pass through): run here on the caller's fd, answered with every time set to
   `FIXED_TIME_S` and one identity for every file (device 0:0, inode 1).
+* `getdents64`: a directory is listed in byte order of its names (`.` and `..` first), every
+  entry with inode 1. The kernel lists in the file system's own order (ext4: a hash of the
+  name keyed by a seed chosen when the file system was made; tmpfs: creation order), and the
+  interpreter keeps the order it listed its import folders in. The caller's position in the
+  listing is its open file's offset (read and moved on a duplicate of its descriptor, so
+  `rewinddir`, `dup` and a reused descriptor number behave as the kernel's own would) and
+  counts entries.
 
 The clock is the one source a filter cannot see (the vDSO answers it without a syscall):
 `aos.kernel.wasm.fixed_clock` covers it.
@@ -41,19 +48,24 @@ import os
 import platform
 import select
 import socket
+import stat
 import struct
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 import blake3
 
-# x86_64 and aarch64: (AUDIT_ARCH_*, __NR_seccomp, __NR_getrandom, __NR_statx)
+# x86_64 and aarch64: (AUDIT_ARCH_*, __NR_seccomp, __NR_getrandom, __NR_statx,
+# __NR_getdents64)
 _ARCHES = {
-    "x86_64": (0xC000003E, 317, 318, 332),
-    "aarch64": (0xC00000B7, 277, 278, 291),
+    "x86_64": (0xC000003E, 317, 318, 332, 217),
+    "aarch64": (0xC00000B7, 277, 278, 291, 61),
 }
+_NR_PIDFD_GETFD = 438  # the same on every architecture
 _PR_SET_NO_NEW_PRIVS = 38
 _ADDR_NO_RANDOMIZE = 0x0040000
 _SECCOMP_SET_MODE_FILTER = 1
@@ -80,11 +92,19 @@ GETRANDOM_BYTES_MAX = (1 << 25) - 1  # what one Linux getrandom call returns at 
 _STATX_BYTES = 256
 _STATX_TIME_OFFSETS = (64, 80, 96, 112)
 _STATX_TIME = struct.Struct("=qI")
+_STATX_BLKSIZE_OFFSET = 4
+_STATX_NLINK_OFFSET = 16
+_STATX_MODE_OFFSET = 28
 _STATX_INO_OFFSET = 32
+_STATX_SIZE_OFFSET = 40
+_STATX_BLOCKS_OFFSET = 48
 _STATX_DEV_OFFSET = 136  # stx_dev_major, stx_dev_minor
 _U64 = struct.Struct("=Q")
+_U32 = struct.Struct("=I")
+_U16 = struct.Struct("=H")
 _DEVICE = struct.Struct("=II")
 FIXED_INODE = 1
+FIXED_DIRECTORY_BYTES = 4096  # a directory's size, and every file's block size
 FIXED_TIME_S = 315532800  # 1980-01-01T00:00:00Z, the earliest time a zip entry can carry
 _AT_FDCWD = 0xFFFFFF9C  # -100 as the low 32 bits of the dirfd argument
 _ARG0_LOW_OFFSET = 16  # seccomp_data.args[0], little-endian low half
@@ -93,6 +113,13 @@ _PAGE_BYTES = 4096
 ATTACH_TIMEOUT_S_DEFAULT = 30.0
 POLL_INTERVAL_MS = 200
 _DOMAIN = b"aos.build.entropy/1"
+# struct linux_dirent64 {u64 d_ino; s64 d_off; u16 d_reclen; u8 d_type; char d_name[]},
+# each record padded to 8 bytes.
+_DIRENT = struct.Struct("=QqHB")
+_DT_DIR = 4
+_SECCOMP_USER_NOTIF_FLAG_CONTINUE = 1
+# What a getdents64 of the caller's own would fail with too (the caller is gone: ESRCH).
+_CALLER_ERRORS = frozenset({errno.EBADF, errno.ENOTDIR, errno.EINVAL, errno.ESRCH})
 
 
 def supported() -> bool:
@@ -125,7 +152,7 @@ class EntropySupervisor:
         self._listener: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._nrs = _ARCHES.get(platform.machine(), (0, 0, -1, -1))[2:]
+        self._nrs = _ARCHES.get(platform.machine(), (0, 0, -1, -1, -1))[2:]
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -214,6 +241,8 @@ class EntropySupervisor:
             self._getrandom(listener, notif_id, pid, args)
         elif nr == self._nrs[1]:
             self._statx(listener, notif_id, pid, args)
+        elif nr == self._nrs[2]:
+            self._getdents(listener, notif_id, pid, args)
         else:
             self._reply(listener, notif_id, 0, errno.ENOSYS)
 
@@ -240,9 +269,55 @@ class EntropySupervisor:
         if failure != errno.ESRCH:
             self._reply(listener, notif_id, 0, failure)
 
+    def _getdents(self, listener: int, notif_id: int, pid: int, args: list[int]) -> None:
+        """Answer the caller's getdents64 from its directory's names in byte order, starting
+        at the entry its file offset counts to, and move the offset past what was written."""
+        fd, address, count = _signed32(args[0]), args[1], args[2] & 0xFFFFFFFF
+        try:
+            own = _descriptor_of(pid, fd)
+        except OSError as error:
+            self._refuse(listener, notif_id, error)
+            return
+        try:
+            self._list_into(listener, notif_id, pid, own, address, count)
+        finally:
+            os.close(own)
+
+    def _list_into(
+        self, listener: int, notif_id: int, pid: int, own: int, address: int, count: int
+    ) -> None:
+        try:
+            answer = _listing_answer(own, count)
+        except OSError as error:
+            self._refuse(listener, notif_id, error)
+            return
+        failure = _write_memory(listener, notif_id, pid, address, answer.data)
+        if failure == 0:
+            try:
+                os.lseek(own, answer.next_position, os.SEEK_SET)
+            except OSError as error:
+                self._pass_through(listener, notif_id, error)
+                return
+        if failure != errno.ESRCH:
+            self._reply(listener, notif_id, 0 if failure else len(answer.data), failure)
+
+    def _refuse(self, listener: int, notif_id: int, error: OSError) -> None:
+        """Fail the caller's getdents64 as the kernel would have; an error that is not the
+        caller's lets its call run unanswered."""
+        if error.errno in _CALLER_ERRORS:
+            self._reply(listener, notif_id, 0, error.errno or errno.EBADF)
+        else:
+            self._pass_through(listener, notif_id, error)
+
+    def _pass_through(self, listener: int, notif_id: int, error: OSError) -> None:
+        """Let a getdents64 this cannot answer run as the kernel would, and say the run is
+        no longer reproducible."""
+        self.failure = f"getdents64: {error}"
+        self._reply(listener, notif_id, 0, 0, flags=_SECCOMP_USER_NOTIF_FLAG_CONTINUE)
+
     @staticmethod
-    def _reply(listener: int, notif_id: int, value: int, error: int) -> bool:
-        response = bytearray(_NOTIF_RESP.pack(notif_id, value, -error if error else 0, 0))
+    def _reply(listener: int, notif_id: int, value: int, error: int, *, flags: int = 0) -> bool:
+        response = bytearray(_NOTIF_RESP.pack(notif_id, value, -error if error else 0, flags))
         try:
             fcntl.ioctl(listener, _IOCTL_NOTIF_SEND, response, True)
         except OSError as failure:
@@ -272,6 +347,75 @@ def _write_memory(listener: int, notif_id: int, pid: int, address: int, data: by
         return 0 if written == len(data) else errno.EFAULT
     finally:
         os.close(fd)
+
+
+@dataclass(frozen=True)
+class _Listing:
+    data: bytes
+    next_position: int
+
+
+def _descriptor_of(tid: int, fd: int) -> int:
+    """A duplicate of descriptor `fd` of the process thread `tid` belongs to: the same open
+    file, so the same offset (pidfd_getfd(2)). OSError as the caller's call would fail."""
+    tgid = _thread_group(tid)
+    pidfd = os.pidfd_open(tgid)
+    try:
+        own = int(_libc().syscall(ctypes.c_long(_NR_PIDFD_GETFD), pidfd, fd, 0))
+    finally:
+        os.close(pidfd)
+    if own < 0:
+        raise _errno_error("pidfd_getfd")
+    return own
+
+
+def _thread_group(tid: int) -> int:
+    try:
+        status = Path(f"/proc/{tid}/status").read_text()
+    except OSError:
+        raise OSError(errno.ESRCH, "the caller is gone") from None
+    for line in status.splitlines():
+        if line.startswith("Tgid:"):
+            return int(line.split()[1])
+    raise OSError(errno.ESRCH, "the caller has no thread group")
+
+
+def _listing_answer(own: int, count: int) -> _Listing:
+    """The dirent64 records, from the entry `own`'s offset counts to, that fit in `count`
+    bytes; OSError as getdents64 would fail (EBADF, ENOTDIR, EINVAL for a buffer too small
+    for the next entry)."""
+    start = os.lseek(own, 0, os.SEEK_CUR)
+    entries = _sorted_entries(f"/proc/self/fd/{own}".encode())
+    data = bytearray()
+    position = start
+    for name, kind in entries[start:]:
+        size = (_DIRENT.size + len(name) + 1 + 7) & ~7
+        if len(data) + size > count:
+            break
+        record = bytearray(size)
+        _DIRENT.pack_into(record, 0, FIXED_INODE, position + 1, size, kind)
+        record[_DIRENT.size : _DIRENT.size + len(name)] = name
+        data += record
+        position += 1
+    if not data and position < len(entries):
+        raise OSError(errno.EINVAL, "the buffer cannot hold the next entry")
+    return _Listing(bytes(data), position)
+
+
+def _sorted_entries(folder: bytes) -> list[tuple[bytes, int]]:
+    """(name, d_type) of every entry of `folder`, `.` and `..` first, then by name bytes."""
+    entries = [(b".", _DT_DIR), (b"..", _DT_DIR)]
+    with os.scandir(folder) as listing:
+        found = [(entry.name, _dirent_type(entry)) for entry in listing]
+    return entries + sorted(found)
+
+
+def _dirent_type(entry: os.DirEntry[bytes]) -> int:
+    """The entry's d_type: the file type bits of its mode (DT_* == S_IFMT >> 12)."""
+    try:
+        return stat.S_IFMT(entry.stat(follow_symlinks=False).st_mode) >> 12
+    except OSError:
+        return 0  # DT_UNKNOWN: gone since it was listed; the caller's stat will say so
 
 
 def _statx_as(pid: int, dirfd: int, path_address: int, flags: int, mask: int) -> tuple[bytes, int]:
@@ -306,12 +450,21 @@ def _statx_as(pid: int, dirfd: int, path_address: int, flags: int, mask: int) ->
 def _normalized(result: bytes) -> bytes:
     """The statx result with fixed times and one fixed identity (device 0:0, inode 1): a
     fresh unpack gets fresh inodes, and numbering them in the order they are seen would race
-    with the tool's own threads. The guest only hashes the identity (WASI metadata-hash)."""
+    with the tool's own threads. The guest only hashes the identity (WASI metadata-hash).
+    What else the guest sees that the file system, not the file, decides is fixed too: a
+    directory's size and blocks (ext4: 4096 per block, tmpfs: 20 per entry) and the link
+    count (1, as btrfs gives directories: "unknown" to tools that count subfolders by it)."""
     fixed = bytearray(result)
     for offset in _STATX_TIME_OFFSETS:
         _STATX_TIME.pack_into(fixed, offset, FIXED_TIME_S, 0)
     _U64.pack_into(fixed, _STATX_INO_OFFSET, FIXED_INODE)
     _DEVICE.pack_into(fixed, _STATX_DEV_OFFSET, 0, 0)
+    _U32.pack_into(fixed, _STATX_NLINK_OFFSET, 1)
+    _U32.pack_into(fixed, _STATX_BLKSIZE_OFFSET, FIXED_DIRECTORY_BYTES)
+    (mode,) = _U16.unpack_from(fixed, _STATX_MODE_OFFSET)
+    if stat.S_ISDIR(mode):
+        _U64.pack_into(fixed, _STATX_SIZE_OFFSET, FIXED_DIRECTORY_BYTES)
+        _U64.pack_into(fixed, _STATX_BLOCKS_OFFSET, FIXED_DIRECTORY_BYTES // 512)
     return bytes(fixed)
 
 
@@ -373,14 +526,18 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def _filter_program(arch: int, getrandom_nr: int, statx_nr: int) -> list[tuple[int, int, int, int]]:
-    """getrandom, and statx on a directory fd, of the native ABI -> user notification;
-    everything else (statx on AT_FDCWD included: the tool's own lookups) runs as usual."""
+def _filter_program(
+    arch: int, getrandom_nr: int, statx_nr: int, getdents_nr: int
+) -> list[tuple[int, int, int, int]]:
+    """getrandom, getdents64, and statx on a directory fd, of the native ABI -> user
+    notification; everything else (statx on AT_FDCWD included: the tool's own lookups) runs
+    as usual."""
     return [
         (_BPF_LD_W_ABS, 0, 0, _DATA_ARCH_OFFSET),
-        (_BPF_JEQ_K, 0, 6, arch),  # another ABI: allow
+        (_BPF_JEQ_K, 0, 7, arch),  # another ABI: allow
         (_BPF_LD_W_ABS, 0, 0, _DATA_NR_OFFSET),
-        (_BPF_JEQ_K, 3, 0, getrandom_nr),  # -> notify
+        (_BPF_JEQ_K, 4, 0, getrandom_nr),  # -> notify
+        (_BPF_JEQ_K, 3, 0, getdents_nr),  # -> notify
         (_BPF_JEQ_K, 0, 3, statx_nr),  # not statx: allow
         (_BPF_LD_W_ABS, 0, 0, _ARG0_LOW_OFFSET),
         (_BPF_JEQ_K, 1, 0, _AT_FDCWD),  # AT_FDCWD: allow
@@ -394,11 +551,11 @@ def install_filter() -> int:
     machine = platform.machine()
     if sys.platform != "linux" or machine not in _ARCHES:
         raise OSError(errno.ENOSYS, f"no seccomp supervisor on {sys.platform}/{machine}")
-    arch, seccomp_nr, getrandom_nr, statx_nr = _ARCHES[machine]
+    arch, seccomp_nr, getrandom_nr, statx_nr, getdents_nr = _ARCHES[machine]
     libc = _libc()
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise _errno_error("prctl(PR_SET_NO_NEW_PRIVS)")
-    rows = _filter_program(arch, getrandom_nr, statx_nr)
+    rows = _filter_program(arch, getrandom_nr, statx_nr, getdents_nr)
     program = (_SockFilter * len(rows))(*(_SockFilter(*row) for row in rows))
     fprog = _SockFprog(len(rows), program)
     listener = libc.syscall(
