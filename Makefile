@@ -18,7 +18,7 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12) $(HOME)/.pyenv/versions/
 NOETL_VENV := .venv-noetl
 NOETL_STAMP := $(NOETL_VENV)/.installed
 
-.PHONY: setup demo test test-fast test-ui test-scale chromium install-check lint bench bench-full bench-setup bench-noetl-setup fault fault-ci fault-pg clean
+.PHONY: setup demo test test-fast test-ui test-scale chromium install-check lint bench bench-full bench-setup bench-noetl-setup conformance-noetl conformance-noetl-quick fault fault-ci fault-pg clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -113,6 +113,18 @@ $(NOETL_STAMP): bench/peers/noetl-requirements.txt
 	$(NOETL_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(NOETL_VENV)/bin/python -m pip install --quiet -r bench/peers/noetl-requirements.txt
 	@touch $(NOETL_STAMP)
+
+# NoETL as a differential oracle (tests/conformance/run.py; spec/12 §11): every playbook of the
+# corpus (the upstream fixtures, the seed examples, one per behaviour and rule) run on NoETL
+# 2.13.1 and on aos, the final status and step results compared; fails on a difference that
+# tests/conformance/expected.yaml does not list. ~20 min on 2 cores (NoETL takes 1-2 s a step);
+# not part of `make test` or .ci/run (it needs `make bench-noetl-setup`, a 1.4 GB download).
+conformance-noetl: bench-noetl-setup
+	$(BIN)/python -m tests.conformance.run
+
+# Its CI slice (tests/conformance/cases.py QUICK): ~2 min once .venv-noetl is built.
+conformance-noetl-quick: bench-noetl-setup
+	$(BIN)/python -m tests.conformance.run --quick
 
 bench: bench-setup
 	$(BIN)/python -m bench.run --quick

@@ -175,6 +175,7 @@ CASES: tuple[Case, ...] = (
     own("rule_policy_jump_break", "FLOWS.md §3 policies", workload={"api_url": "{server}"}),
     own("rule_policy_continue", "FLOWS.md §3 policies"),
     own("rule_policy_fail", "FLOWS.md §3 policies"),
+    own("rule_policy_outcome", "FLOWS.md §3 policies", workload={"api_url": "{server}"}),
     own("rule_loop_sequential", "FLOWS.md §3 loops", workload={"api_url": "{server}"}),
     own("rule_loop_parallel", "FLOWS.md §3 loops", workload={"api_url": "{server}"}),
     own("rule_reference_first", "FLOWS.md §3 reference-first"),
@@ -182,6 +183,25 @@ CASES: tuple[Case, ...] = (
     own("rule_keychain", "FLOWS.md §3 keychain"),
     own("rule_tool_kinds", "FLOWS.md §3 tool kinds", workload={"api_url": "{server}"}),
 )
+
+
+QUICK = (
+    "control_flow_workbook",
+    "iterator_save_test",
+    "http_retry_status_code",
+    "test_implicit_end_routing",
+    "seed_000_entry_step",
+    "seed_000_admission (denied)",
+    "seed_000_router_exclusive",
+    "seed_000_no_next_is_error",
+    "seed_003_task_shapes",
+    "rule_undefined_in_arcs",
+    "rule_event_names",
+    "rule_workbook",
+)
+"""A slice for a CI budget (`--quick`, ~2 min once NoETL is built): playbooks whose NoETL run
+ends (no quiet window to wait out), agreeing or with a stable expected difference, across the
+corpus, the seeds and the rules."""
 
 
 def by_name() -> dict[str, Case]:
