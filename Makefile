@@ -122,7 +122,7 @@ $(NOETL_STAMP): bench/peers/noetl-requirements.txt
 conformance-noetl: bench-noetl-setup
 	$(BIN)/python -m tests.conformance.run
 
-# Its CI slice (tests/conformance/cases.py QUICK): ~2 min once .venv-noetl is built.
+# Its CI slice (tests/conformance/cases.py QUICK): ~3 min once .venv-noetl is built.
 conformance-noetl-quick: bench-noetl-setup
 	$(BIN)/python -m tests.conformance.run --quick
 

@@ -199,7 +199,7 @@ QUICK = (
     "rule_event_names",
     "rule_workbook",
 )
-"""A slice for a CI budget (`--quick`, ~2 min once NoETL is built): playbooks whose NoETL run
+"""A slice for a CI budget (`--quick`, ~3 min once NoETL is built): playbooks whose NoETL run
 ends (no quiet window to wait out), agreeing or with a stable expected difference, across the
 corpus, the seeds and the rules."""
 
