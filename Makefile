@@ -26,7 +26,7 @@ RESTATE_STAMP := $(RESTATE_DIR)/.installed-$(RESTATE_SERVER_VERSION)
 RESTATE_VENV := .venv-restate
 RESTATE_VENV_STAMP := $(RESTATE_VENV)/.installed
 
-.PHONY: setup demo test test-fast test-ui test-scale chromium install-check interpreter-pin lint bench bench-full bench-setup bench-noetl-setup bench-restate-setup bench-restate fault fault-ci fault-pg clean
+.PHONY: setup demo test test-fast test-ui test-scale chromium install-check interpreter-pin lint bench bench-full bench-setup bench-noetl-setup bench-restate-setup bench-restate conformance-noetl conformance-noetl-quick fault fault-ci fault-pg clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -159,6 +159,18 @@ $(RESTATE_VENV_STAMP): bench/peers/restate-requirements.txt
 BENCH_MODE ?= --quick
 bench-restate: bench-restate-setup
 	$(BIN)/python -m bench.run $(BENCH_MODE) --only restate
+
+# NoETL as a differential oracle (tests/conformance/run.py; spec/12 §11): every playbook of the
+# corpus (the upstream fixtures, the seed examples, one per behaviour and rule) run on NoETL
+# 2.13.1 and on aos, the final status and step results compared; fails on a difference that
+# tests/conformance/expected.yaml does not list. ~20 min on 2 cores (NoETL takes 1-2 s a step);
+# not part of `make test` or .ci/run (it needs `make bench-noetl-setup`, a 1.4 GB download).
+conformance-noetl: bench-noetl-setup
+	$(BIN)/python -m tests.conformance.run
+
+# Its CI slice (tests/conformance/cases.py QUICK): ~3 min once .venv-noetl is built.
+conformance-noetl-quick: bench-noetl-setup
+	$(BIN)/python -m tests.conformance.run --quick
 
 bench: bench-setup
 	$(BIN)/python -m bench.run --quick

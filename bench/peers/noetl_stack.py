@@ -1,5 +1,6 @@
-"""NoETL 2.13.1 as the peer of `bench/bench_playbooks.py`: its whole stack on loopback, each
-process started and stopped by its PID, driven over its REST API as a user would.
+"""NoETL 2.13.1 as the peer of `bench/bench_playbooks.py` and the differential oracle of
+`tests/conformance/run.py`: its whole stack on loopback, each process started and stopped by
+its PID, driven over its REST API as a user would.
 
     with NoetlStack.start() as noetl:        # PostgreSQL, NATS JetStream, server, worker
         path = noetl.register(Path("bench/playbooks/hello_world.yaml"))
@@ -18,7 +19,11 @@ process started and stopped by its PID, driven over its REST API as a user would
 An execution is `POST /api/execute` then `GET /api/executions/{id}/status` every `POLL_S`
 until it reports `completed` with the playbook's last step among its completed steps (2.13.1
 can infer completion from a `batch.completed` event before the last step has run) or
-`failed`. This module imports nothing of NoETL; it runs in the project's virtualenv.
+`failed`. The differential run starts executions itself (`start_execution`), reads every event
+(`events_after`: NoETL's durable record of what ran, where its status endpoint answers from a
+cache), names its databases with `put_credential`, and waits for the worker to register
+(`wait_for_worker`) before its first execution. This module imports nothing of NoETL; it runs
+in the project's virtualenv.
 """
 
 from __future__ import annotations
@@ -176,10 +181,7 @@ class NoetlStack:
         """Run the playbook at `path` to its end: the seconds from the request until the
         status said so, and the execution id. Raises NoetlError if it failed or overran."""
         started = time.perf_counter()
-        answer = self._request("POST", "/api/execute", {"path": path, "workload": workload or {}})
-        if "execution_id" not in answer:
-            raise NoetlError(f"{path}: the server started no execution: {answer}")
-        execution = str(answer["execution_id"])
+        execution = self.start_execution(path, workload)
         while True:
             state = self._request("GET", f"/api/executions/{execution}/status")
             if state.get("failed"):
@@ -189,6 +191,47 @@ class NoetlStack:
             if time.perf_counter() - started > EXECUTION_S_MAX:
                 raise NoetlError(f"{path}: execution {execution} overran: {_short(state)}")
             time.sleep(POLL_S)
+
+    def start_execution(self, path: str, workload: dict[str, Any] | None = None) -> str:
+        """Start the playbook at `path`; the execution's id."""
+        answer = self._request("POST", "/api/execute", {"path": path, "workload": workload or {}})
+        if "execution_id" not in answer:
+            raise NoetlError(f"{path}: the server started no execution: {answer}")
+        return str(answer["execution_id"])
+
+    def wait_for_worker(self) -> None:
+        """Until the worker has registered its pool: a command issued before then waits in
+        NATS, which a caller that watches for quiet would take for a stalled execution."""
+        deadline = time.monotonic() + SERVER_START_S_MAX
+        while time.monotonic() < deadline:
+            pools = self._request("GET", "/api/worker/pools?status=ready").get("items")
+            if isinstance(pools, list) and pools:
+                return
+            if self.processes[-1].popen.poll() is not None:
+                raise NoetlError(f"the NoETL worker exited:\n{self.processes[-1].tail()}")
+            time.sleep(POLL_S * 10)
+        raise NoetlError(f"no NoETL worker registered:\n{self._tails()}")
+
+    def put_credential(self, name: str, kind: str, data: dict[str, Any]) -> None:
+        """Create or replace the credential `name` (what a playbook's `auth:` names)."""
+        self._request("POST", "/api/credentials", {"name": name, "type": kind, "data": data})
+
+    def events_after(self, execution: str, since: int | None = None) -> list[dict[str, Any]]:
+        """The execution's events with an id above `since` (all with None), in id order,
+        every page."""
+        found: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            query = f"?page={page}&page_size={EVENTS_PAGE_MAX}"
+            query += f"&since_event_id={since}" if since is not None else ""
+            answer = self._request("GET", f"/api/executions/{execution}/events{query}")
+            events = answer.get("events")
+            if not isinstance(events, list):
+                raise NoetlError(f"execution {execution}: its events are not a list")
+            found += [event for event in events if isinstance(event, dict)]
+            if not (answer.get("pagination") or {}).get("has_next"):
+                return sorted(found, key=lambda event: int(event["event_id"]))
+            page += 1
 
     def status(self, execution: str) -> dict[str, Any]:
         """The execution's full status (its variables hold each step's result)."""
