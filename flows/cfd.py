@@ -48,6 +48,9 @@ from aos.kernel.hashing import Hash, hash_bytes
 __all__ = [
     "ACTIONS",
     "FORMAT",
+    "FORMATS",
+    "FORMAT_1",
+    "FORMAT_2",
     "TASK_MODELS",
     "TOOL_KINDS",
     "Arc",
@@ -90,7 +93,17 @@ __all__ = [
     "load_definition",
 ]
 
-FORMAT: Literal["aos.flow/1"] = "aos.flow/1"
+FORMAT_1: Literal["aos.flow/1"] = "aos.flow/1"
+FORMAT_2: Literal["aos.flow/2"] = "aos.flow/2"
+FORMATS = (FORMAT_1, FORMAT_2)
+"""The versions of the definition's meaning (§1.8). `aos.flow/1` is every definition deployed
+before `aos.flow/2` existed, read exactly as it was; `aos.flow/2` adds a step's `set_ctx` and
+NoETL's template rules (what playbooks compile to)."""
+FORMAT = FORMAT_1
+"""The format of a definition that names none."""
+FORMAT_2_STEP_FIELDS = ("set_ctx",)
+"""Step fields `aos.flow/2` adds: an `aos.flow/1` canonical form holds none of them, so its
+bytes (and its hash) are those every earlier version of aos wrote."""
 ACTIONS = (
     "assign",
     "business_ref",
@@ -708,6 +721,8 @@ class Step(CfdModel):
     loop: Loop | None = None
     tasks: list[Task] = Field(default_factory=list)
     result: Template = None
+    set_ctx: dict[DataPath, Template] = Field(default_factory=dict)
+    """`aos.flow/2`: `ctx` written once the step's tasks are done, before its arcs (§3.4)."""
     next: NextField = Field(default_factory=Next)
 
     @model_validator(mode="before")
@@ -784,7 +799,7 @@ class FlowDefinition(CfdModel):
 
     model_config = ConfigDict(json_schema_extra=_authoring_optional("entry"))
 
-    format: Literal["aos.flow/1"] = FORMAT
+    format: Literal["aos.flow/1", "aos.flow/2"] = FORMAT
     name: FlowName
     description: str | None = None
     workload: dict[str, Any] = Field(default_factory=dict)
@@ -884,6 +899,10 @@ def canonical_value(defn: FlowDefinition) -> dict[str, Any]:
     default written and nulls kept: what `encode_definition` encodes. A fresh copy each call."""
     dumped = defn.model_dump(mode="python", by_alias=True)
     plain: dict[str, Any] = _plain(dumped)
+    if defn.format == FORMAT_1:
+        for step in plain["steps"]:
+            for name in FORMAT_2_STEP_FIELDS:
+                del step[name]
     return plain
 
 

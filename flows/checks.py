@@ -163,6 +163,7 @@ def _check_step(context: _Context, step: Step, parts: Parts) -> None:
             message = f"more than limits.in_flight_max ({context.defn.limits.in_flight_max})"
             context.add("flow.limit", (*parts, "loop", "max_in_flight"), message)
     _check_templates(context, step.result, (*parts, "result"))
+    _check_step_set_ctx(context, step, parts)
     arcs = step.next.arcs
     if len(arcs) > limits.arcs_per_step_max:
         message = f"more than {limits.arcs_per_step_max} arcs"
@@ -173,6 +174,16 @@ def _check_step(context: _Context, step: Step, parts: Parts) -> None:
             _check_guard(context, arc.when, (*arc_parts, "when"))
         _check_templates(context, arc.args, (*arc_parts, "args"))
     _check_tasks(context, step, parts)
+
+
+def _check_step_set_ctx(context: _Context, step: Step, parts: Parts) -> None:
+    from aos.flows.cfd import FORMAT_1  # cfd imports this module
+
+    if step.set_ctx and context.defn.format == FORMAT_1:
+        message = "a step's `set_ctx` needs `format: aos.flow/2` (spec/11 §1.8)"
+        context.add("flow.schema", (*parts, "set_ctx"), message)
+    for key, value in step.set_ctx.items():
+        _check_templates(context, value, (*parts, "set_ctx", key))
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import frames
+import step_ctx
 import waits
 from errors import EngineFailure, ExprError
 from run import ENDED_EVENT, ITER_PARENT_KEY, START_EVENT, Run, error_value, iter_depth
@@ -207,14 +208,20 @@ def _frame_ended(run: Run, token: Token, frame: dict[str, Any]) -> None:
     token["frames"] = [f for f in token["frames"] if f is not frame]
     loop["in_flight"] -= 1
     where = {"step": token["step"], "token": token["id"], "index": index}
-    if frame["status"] == "done":
-        _keep_result(loop, index, frame["prev"])
+    ok, value = (
+        frame["status"] == "done",
+        frame["prev"] if frame["status"] == "done" else frame["error"],
+    )
+    if not frame["remote"]:  # a distributed iteration applied it in its own execution
+        ok, value = step_ctx.apply(run, token, frame, ok, value)
+    if ok:
+        _keep_result(loop, index, value)
         loop["stats"]["success"] += 1
         run.history.add("loop.iteration.done", **where)
     else:
-        _keep_result(loop, index, {"error": frame["error"]})
+        _keep_result(loop, index, {"error": value})
         loop["stats"]["failed"] += 1
-        run.history.add("loop.iteration.failed", error=frame["error"], **where)
+        run.history.add("loop.iteration.failed", error=value, **where)
 
 
 # -- loops ------------------------------------------------------------------------------------
@@ -355,6 +362,8 @@ def complete_step(
             value = run.render(step["result"], run.scope(token, frame, _prev=value))
         except ExprError as error:
             ok, value = False, error_value("expression", "step.result", error.message)
+    if step["loop"] is None or token["single"] is not None:  # a loop's: after each iteration
+        ok, value = step_ctx.apply(run, token, frame, ok, value)
     run.engine["tokens"].pop(token["id"], None)
     summary = run.engine["summary"]
     where = {"step": token["step"], "token": token["id"]}

@@ -73,14 +73,22 @@ class Run:
     # -- the template namespace (spec/11 §3.6) ----------------------------------------------
 
     def scope(
-        self, token: dict[str, Any] | None = None, frame: dict[str, Any] | None = None, **extra: Any
+        self,
+        token: dict[str, Any] | None = None,
+        frame: dict[str, Any] | None = None,
+        *,
+        steps: dict[str, Any] | None = None,
+        **extra: Any,
     ) -> dict[str, Any]:
         """Workload keys, then step results by name, then the token's args, then a loop
         step's item (under its iterator's name, its index as `loop_index`), at the top level
-        (upstream playbooks read them there); the named namespaces win over all of them."""
+        (upstream playbooks read them there); the named namespaces win over all of them.
+        `steps`: the step results to show, when not those of the business state (a step's
+        own `set_ctx` sees its result before it is stored)."""
         business = self.business
+        steps = business["steps"] if steps is None else steps
         scope: dict[str, Any] = dict(business["workload"])
-        scope.update(business["steps"])
+        scope.update(steps)
         if token is not None:
             if type(token["args"]) is dict:
                 scope.update(token["args"])
@@ -90,7 +98,7 @@ class Run:
             execution_id=self.exec_id,
             workload=business["workload"],
             ctx=business["ctx"],
-            steps=business["steps"],
+            steps=steps,
             business_ref=business["business_ref"],
             keychain=business.get("keychain") or {},
             execution=self.execution(),
@@ -146,6 +154,9 @@ class Run:
             return False
 
     def render(self, value: Any, scope: dict[str, Any]) -> Any:
+        return self.eval.render(value, scope)
+
+    def render_routing(self, value: Any, scope: dict[str, Any]) -> Any:
         return self.eval.render(value, scope)
 
     # -- writes -----------------------------------------------------------------------------

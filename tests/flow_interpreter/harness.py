@@ -109,6 +109,7 @@ def step(
     join: str = "none",
     loop: dict[str, Any] | None = None,
     result: Any = None,
+    set_ctx: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     if loop is not None:
         loop = {
@@ -118,7 +119,7 @@ def step(
             "exec": "local",
             **loop,
         }
-    return {
+    written = {
         "name": name,
         "description": None,
         "admit": guard(admit),
@@ -128,6 +129,9 @@ def step(
         "result": result,
         "next": {"mode": mode, "arcs": arcs or []},
     }
+    if set_ctx is not None:  # aos.flow/2 (an aos.flow/1 step has no such field)
+        written["set_ctx"] = set_ctx
+    return written
 
 
 def flow(
@@ -138,10 +142,11 @@ def flow(
     entry: str | None = None,
     limits: Any = None,
     subflows: Any = None,
+    format: str = "aos.flow/1",
     **policy: Any,
 ) -> dict[str, Any]:
     return {
-        "format": "aos.flow/1",
+        "format": format,
         "name": name,
         "description": None,
         "workload": workload or {},

@@ -458,6 +458,29 @@ def test_a_different_meaning_has_a_different_hash() -> None:
     assert definition_hash(load(minimal())) != definition_hash(load(minimal(description="x")))
 
 
+FULL_HASH_V1 = "blake3:5d0ba6dbfd1844f00a4e2a370024ae305039ed876c6e0ca0acbffca78cb60804"
+"""FULL_YAML's hash as every aos before `aos.flow/2` computed it."""
+
+
+def test_an_aos_flow_1_definition_keeps_its_canonical_form_and_hash() -> None:
+    defn = load(FULL_YAML)
+    assert str(definition_hash(defn)) == FULL_HASH_V1
+    assert all("set_ctx" not in step for step in canonical_value(defn)["steps"])
+    assert decode_definition(encode_definition(defn)) == defn
+
+
+def test_aos_flow_2_writes_a_step_set_ctx_and_1_refuses_one() -> None:
+    steps = [{"name": "a", "set_ctx": {"n": "{{ a.n }}"}, "next": "b"}, {"name": "b"}]
+    defn = load(minimal(format="aos.flow/2", steps=steps))
+    assert [step["set_ctx"] for step in canonical_value(defn)["steps"]] == [{"n": "{{ a.n }}"}, {}]
+    round_trip_hash(defn)
+    assert problems_of(minimal(steps=steps)) == [("flow.schema", "$.steps[0].set_ctx")]
+    bad = [{"name": "a", "set_ctx": {"n": "{{ a.n"}}]
+    assert problems_of(minimal(format="aos.flow/2", steps=bad)) == [
+        ("flow.template_invalid", "$.steps[0].set_ctx.n")
+    ]
+
+
 def test_flow_style_yaml_that_is_not_json_loads() -> None:
     defn = load("{name: tests/flow-style, steps: [{name: a}]}")
     assert defn.entry == "a"
@@ -726,7 +749,7 @@ CHECKS: list[tuple[str, dict[str, Any], str, str]] = [
         "flow.schema",
         "$.policy.no_next_is_error",
     ),
-    ("bad format", minimal(format="aos.flow/2"), "flow.schema", "$.format"),
+    ("bad format", minimal(format="aos.flow/3"), "flow.schema", "$.format"),
 ]
 
 
