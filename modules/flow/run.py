@@ -81,10 +81,11 @@ class Run:
         **extra: Any,
     ) -> dict[str, Any]:
         """Workload keys, then step results by name, then the token's args, then a loop
-        step's item (under its iterator's name, its index as `loop_index`), at the top level
-        (upstream playbooks read them there); the named namespaces win over all of them.
-        `steps`: the step results to show, when not those of the business state (a step's
-        own `set_ctx` sees its result before it is stored)."""
+        step's item (under its iterator's name, its index as `loop_index`), then (`aos.flow/2`)
+        the results of the frame's finished tasks by task name, at the top level (upstream
+        playbooks read them there); the named namespaces win over all of them. `steps`: the
+        step results to show, when not those of the business state (a step's own `set_ctx`
+        sees its result before it is stored)."""
         business = self.business
         steps = business["steps"] if steps is None else steps
         scope: dict[str, Any] = dict(business["workload"])
@@ -94,6 +95,8 @@ class Run:
                 scope.update(token["args"])
             if frame is not None:
                 self._loop_names(scope, token, frame)
+                if self.defn is not None and self.defn.format >= 2:
+                    scope.update(frame["results"])  # seed 003 §7.5: `{{ task_name.data }}`
         scope.update(
             execution_id=self.exec_id,
             workload=business["workload"],
