@@ -37,11 +37,13 @@ EVENT_ALIASES = {"call.done": "step.done", "call.error": "step.failed"}
 """Upstream event names arc guards may test, read as the CFD's boundary events."""
 PIPELINE_RESULT = (
     "{{ (_prev if _prev is mapping and '$ref' not in _prev else {'result': _prev})"
-    " | merge_objects({'results': results}) | tojson }}"
+    " | merge_objects({'results': results}) }}"
 )
 """A pipeline step's result (more than one task, no loop): the last task's result (a map; any
 other value, or a result stored by reference, as `{result: VALUE}`) with every task's result by
-name under `results`, as the v10 example reads `process_data.results.transform`."""
+name under `results`, as the v10 example reads `process_data.results.transform`. The map prints
+as its Python literal, which rendering reads back (spec/11 §3.6); `| tojson` would keep it text
+in `aos.flow/2`."""
 _EVENT_LITERAL = re.compile(r"""(['"])(call\.done|call\.error)\1""")
 _FLOW_NAME = re.compile(FLOW_NAME_PATTERN)
 _STEP_NAME = re.compile(STEP_NAME_PATTERN)

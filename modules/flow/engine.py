@@ -184,7 +184,7 @@ def _running_token(run: Run, token: Token) -> Token | None:
 
 
 def _admitted(run: Run, token: Token, step: dict[str, Any], where: dict[str, Any]) -> bool:
-    admitted = run.check(step["admit"], run.scope(token), **where)
+    admitted = run.check_routing(step["admit"], run.scope(token), **where)
     run.history.add("policy.admit.evaluated", admitted=admitted, **where)
     if admitted:
         return True
@@ -248,7 +248,7 @@ def _results(loop: dict[str, Any]) -> list[Any]:
 def _start_loop(run: Run, token: Token, step: dict[str, Any]) -> bool:
     loop = step["loop"]
     try:
-        items = items_of(run, run.render(loop["in"], run.scope(token)))
+        items = items_of(run, run.render_routing(loop["in"], run.scope(token)))
     except ExprError as error:
         complete_step(run, token, False, error_value("expression", "loop.in", error.message))
         return False
@@ -396,7 +396,9 @@ def _route(run: Run, token: Token, ok: bool, payload: Any, event: str) -> None:
     for arc in step["next"]["arcs"]:
         if not ok and arc["when"] is None:
             continue
-        if run.check(arc["when"], scope, step=token["step"], token=token["id"], to=arc["to"]):
+        if run.check_routing(
+            arc["when"], scope, step=token["step"], token=token["id"], to=arc["to"]
+        ):
             matched.append(arc)
             if step["next"]["mode"] == "exclusive":
                 break
@@ -412,7 +414,7 @@ def _route(run: Run, token: Token, ok: bool, payload: Any, event: str) -> None:
         return
     for arc in matched:
         try:
-            args = run.render(arc["args"], scope)
+            args = run.render_routing(arc["args"], scope)
         except ExprError as error:
             _branch_ended(run, token["step"], error_value("expression", "next.args", error.message))
             continue

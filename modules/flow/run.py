@@ -8,7 +8,7 @@ from typing import Any
 from blobs import Blobs
 from definition import LIMIT_DEFAULTS, Definition
 from errors import EngineFailure, ExprError
-from expressions import Evaluator
+from expressions import CLASSIC, PIPELINE, ROUTING, Evaluator
 from history import History
 
 TIMER_EFFECT = "sys/timer.set@1"
@@ -45,6 +45,9 @@ class Run:
         self.history = history
         self.blobs = blobs
         self.eval = Evaluator(blobs)
+        noetl = defn is not None and defn.format >= 2  # spec/11 §3.6: NoETL's rules
+        self.pipeline = PIPELINE if noetl else CLASSIC
+        self.routing = ROUTING if noetl else CLASSIC
         self.version: int = state["engine_version"]
         self.ctx_changed = False
         self.tasks_run = 0
@@ -149,18 +152,32 @@ class Run:
         return self.engine["outer"]
 
     def check(self, guard: dict[str, str] | None, scope: dict[str, Any], **where: Any) -> bool:
-        """A guard's truth; one that cannot be evaluated is false, and recorded."""
+        """A guard of the pipeline (a task's `when`, a rule's, a branch case's): its truth;
+        one that cannot be evaluated is false, and recorded."""
+        return self._check(guard, scope, self.pipeline, where)
+
+    def check_routing(
+        self, guard: dict[str, str] | None, scope: dict[str, Any], **where: Any
+    ) -> bool:
+        """An admission rule or an arc's `when`, as `check`."""
+        return self._check(guard, scope, self.routing, where)
+
+    def _check(
+        self, guard: dict[str, str] | None, scope: dict[str, Any], mode: Any, where: Any
+    ) -> bool:
         try:
-            return self.eval.guard(guard, scope)
+            return self.eval.guard(guard, scope, mode)
         except ExprError as error:
             self.history.add("template.failed", error=error.message, **where)
             return False
 
     def render(self, value: Any, scope: dict[str, Any]) -> Any:
-        return self.eval.render(value, scope)
+        """A template of the pipeline: what a step's tasks render."""
+        return self.eval.render(value, scope, self.pipeline)
 
     def render_routing(self, value: Any, scope: dict[str, Any]) -> Any:
-        return self.eval.render(value, scope)
+        """A template of routing: an arc's `args`, a loop's `in`, a step's `set_ctx`."""
+        return self.eval.render(value, scope, self.routing)
 
     # -- writes -----------------------------------------------------------------------------
 
