@@ -177,13 +177,20 @@ def _check_step(context: _Context, step: Step, parts: Parts) -> None:
 
 
 def _check_step_set_ctx(context: _Context, step: Step, parts: Parts) -> None:
-    from aos.flows.cfd import FORMAT_1  # cfd imports this module
-
-    if step.set_ctx and context.defn.format == FORMAT_1:
-        message = "a step's `set_ctx` needs `format: aos.flow/2` (spec/11 §1.8)"
-        context.add("flow.schema", (*parts, "set_ctx"), message)
+    if step.set_ctx:
+        _format_2_only(context, (*parts, "set_ctx"), "a step's `set_ctx`")
     for key, value in step.set_ctx.items():
         _check_templates(context, value, (*parts, "set_ctx", key))
+
+
+def _format_2_only(context: _Context, parts: Parts, what: str) -> bool:
+    """Whether the definition may hold `what`: an `aos.flow/1` one may not (a problem)."""
+    from aos.flows.cfd import FORMAT_1  # cfd imports this module
+
+    if context.defn.format != FORMAT_1:
+        return True
+    context.add("flow.schema", parts, f"{what} needs `format: aos.flow/2` (spec/11 §1.8)")
+    return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,6 +275,9 @@ def _check_action(context: _Context, task: Task, parts: Parts) -> None:
     elif task.do == "branch":
         for index, case in enumerate(task.cases):
             _check_guard(context, case.when, (*parts, "cases", index, "when"))
+    elif task.do == "subflow" and is_template(task.flow):
+        if _format_2_only(context, (*parts, "flow"), "a subflow named by a template"):
+            _check_templates(context, task.flow, (*parts, "flow"))
     elif task.do in ("subflow", "continue_with"):
         flow = task.flow
         if flow != "self" and flow not in context.defn.subflows:

@@ -11,7 +11,7 @@ from typing import Any
 from aos.flows.cfd import FLOW_NAME_PATTERN, FORMAT_2, STEP_NAME_PATTERN
 from aos.flows.playbook.problems import Parts, Problems
 from aos.flows.playbook.spec import as_map
-from aos.flows.playbook.tasks import TaskContext, compile_task, guard, normalized
+from aos.flows.playbook.tasks import TaskContext, compile_task, flow_name, guard, normalized
 
 API_VERSION_PREFIX = "noetl.io/"
 KIND = "Playbook"
@@ -130,8 +130,8 @@ def _root(doc: dict[str, Any], problems: Problems) -> None:
 
 
 def _metadata_name(doc: dict[str, Any], problems: Problems) -> str:
-    """The deployed name: `metadata.path` (the catalog path `kind: playbook` tasks name),
-    else `metadata.name`."""
+    """The deployed name: `metadata.path` (the catalog path `kind: playbook` tasks name; a
+    leading `/` is not part of it), else `metadata.name`."""
     metadata = doc.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
         problems.add(
@@ -143,7 +143,7 @@ def _metadata_name(doc: dict[str, Any], problems: Problems) -> str:
         return "playbook"
     path = metadata.get("path")
     key = "path" if isinstance(path, str) else "name"
-    name = str(metadata[key])
+    name = flow_name(metadata[key]) if key == "path" else str(metadata[key])
     if not _FLOW_NAME.match(name):
         problems.add(
             "playbook.schema",
@@ -233,7 +233,8 @@ def _step_names(workflow: list[Any], problems: Problems) -> list[str]:
             problems.add(
                 "playbook.schema",
                 ("workflow", index, "step"),
-                f"a step is a map with `step: NAME` (an identifier), not {name!r}",
+                f"a step is a map with `step: NAME` (text, 1-128 characters, no control "
+                f"characters), not {name!r}",
                 "write `- step: my_step`",
             )
             continue

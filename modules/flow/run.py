@@ -16,6 +16,7 @@ HUMAN_EFFECT = "aos/human.task@1"
 START_EVENT = "aos/FlowStart@1"
 ENDED_EVENT = "aos/FlowEnded@1"
 CANCEL_EVENT = "aos/FlowCancel@1"
+LOOKUP_EVENT = "aos/FlowLookup@1"
 ITER_PARENT_KEY = "$iter_parent"
 """The reserved workload key of a child started inside an iteration: that iteration, which
 the child's own iterations see as `iter.parent` (spec/11 §3.4)."""

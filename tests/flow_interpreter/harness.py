@@ -342,6 +342,12 @@ def domain(output: StepOutput, schema: str | None = None) -> list[Any]:
 
 
 def registry_step(state: Any, name: str, definition: str, now_ns: int = 5) -> StepOutput:
+    return registry_input(state, name, "Deploy", {"name": name, "definition": definition}, now_ns)
+
+
+def registry_input(
+    state: Any, name: str, tag: str, value: dict[str, Any], now_ns: int = 5
+) -> StepOutput:
     ctx = testing.make_ctx(workflow="aos/FlowRegistry@1", now_ns=now_ns, key=name)
-    event = {"$tag": "Deploy", "$value": {"name": name, "definition": definition}}
+    event = {"$tag": tag, "$value": value}
     return testing.step(app.flow, state, testing.Event(REGISTRY_EVENT, event, key=name), ctx)

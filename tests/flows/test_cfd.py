@@ -458,6 +458,21 @@ def test_a_different_meaning_has_a_different_hash() -> None:
     assert definition_hash(load(minimal())) != definition_hash(load(minimal(description="x")))
 
 
+def test_a_subflow_named_by_a_template_is_aos_flow_2_only() -> None:
+    named = {"do": "subflow", "flow": "{{ workload.child }}"}
+    defn = load({**with_tasks(named), "format": "aos.flow/2"})
+    assert canonical_value(defn)["steps"][0]["tasks"][0]["flow"] == "{{ workload.child }}"
+    assert problems_of(with_tasks(named)) == [("flow.schema", "$.steps[0].tasks[0].flow")]
+    broken = {"do": "subflow", "flow": "{{ workload.child"}
+    assert problems_of({**with_tasks(broken), "format": "aos.flow/2"}) == [
+        ("flow.template_invalid", "$.steps[0].tasks[0].flow")
+    ]
+    moved = {"do": "continue_with", "flow": "{{ workload.child }}"}
+    assert problems_of({**with_tasks(moved), "format": "aos.flow/2"}) == [
+        ("flow.schema", "$.steps[0].tasks[0].flow")
+    ]
+
+
 FULL_HASH_V1 = "blake3:5d0ba6dbfd1844f00a4e2a370024ae305039ed876c6e0ca0acbffca78cb60804"
 """FULL_YAML's hash as every aos before `aos.flow/2` computed it."""
 
@@ -987,6 +1002,20 @@ def test_name_lengths_at_the_limit(field: str, length: int) -> None:
 
     load(value(length))
     assert problems_of(value(length + 1))[0][0] == "flow.schema"
+
+
+@pytest.mark.parametrize("name", ["fetch data", "step-1", "1st", "étape ü", "获取", "a:b/c"])
+def test_a_step_name_is_any_text(name: str) -> None:
+    steps = [{"name": "go", "next": name}, {"name": name, "next": {"arcs": [{"to": "go"}]}}]
+    defn = load(minimal(steps=steps, policy={"final_step": name}))
+    assert [step.name for step in defn.steps] == ["go", name]
+    round_trip_hash(defn)
+
+
+@pytest.mark.parametrize("name", ["", "a\nb", "tab\there", "nul\x00", "del\x7f", "c1\x85"])
+def test_a_step_name_is_not_empty_and_holds_no_control_character(name: str) -> None:
+    problems = problems_of(minimal(steps=[{"name": name}], entry="a"))
+    assert ("flow.schema", "$.steps[0].name") in problems
 
 
 @pytest.mark.parametrize("name", sorted(EXECUTION_LIMITS))
