@@ -208,10 +208,8 @@ def _frame_ended(run: Run, token: Token, frame: dict[str, Any]) -> None:
     token["frames"] = [f for f in token["frames"] if f is not frame]
     loop["in_flight"] -= 1
     where = {"step": token["step"], "token": token["id"], "index": index}
-    ok, value = (
-        frame["status"] == "done",
-        frame["prev"] if frame["status"] == "done" else frame["error"],
-    )
+    ok = frame["status"] == "done"
+    value = frame["prev"] if ok else frame["error"]
     if not frame["remote"]:  # a distributed iteration applied it in its own execution
         ok, value = step_ctx.apply(run, token, frame, ok, value)
     if ok:

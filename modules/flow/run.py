@@ -8,7 +8,7 @@ from typing import Any
 from blobs import Blobs
 from definition import LIMIT_DEFAULTS, Definition
 from errors import EngineFailure, ExprError
-from expressions import CLASSIC, PIPELINE, ROUTING, Evaluator
+from expressions import CLASSIC, PIPELINE, ROUTING, Evaluator, Mode
 from history import History
 
 TIMER_EFFECT = "sys/timer.set@1"
@@ -164,7 +164,7 @@ class Run:
         return self._check(guard, scope, self.routing, where)
 
     def _check(
-        self, guard: dict[str, str] | None, scope: dict[str, Any], mode: Any, where: Any
+        self, guard: dict[str, str] | None, scope: dict[str, Any], mode: Mode, where: Any
     ) -> bool:
         try:
             return self.eval.guard(guard, scope, mode)
