@@ -16,6 +16,7 @@ problem's code; any other pydantic error is `flow.schema`.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -37,7 +38,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from aos.flows import limits as _limits
-from aos.flows.checks import TOOL_KINDS, check_definition, nesting_depth
+from aos.flows.checks import TOOL_KINDS, check_definition, is_template, nesting_depth
 from aos.flows.document import check_values, read_document
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowTooLargeError, Problem, json_path
 from aos.flows.limits import EXECUTION_LIMITS, DefinitionLimits
@@ -48,6 +49,9 @@ from aos.kernel.hashing import Hash, hash_bytes
 __all__ = [
     "ACTIONS",
     "FORMAT",
+    "FORMATS",
+    "FORMAT_1",
+    "FORMAT_2",
     "TASK_MODELS",
     "TOOL_KINDS",
     "Arc",
@@ -90,7 +94,17 @@ __all__ = [
     "load_definition",
 ]
 
-FORMAT: Literal["aos.flow/1"] = "aos.flow/1"
+FORMAT_1: Literal["aos.flow/1"] = "aos.flow/1"
+FORMAT_2: Literal["aos.flow/2"] = "aos.flow/2"
+FORMATS = (FORMAT_1, FORMAT_2)
+"""The versions of the definition's meaning (§1.8). `aos.flow/1` is every definition deployed
+before `aos.flow/2` existed, read exactly as it was; `aos.flow/2` adds a step's `set_ctx` and
+NoETL's template rules (what playbooks compile to)."""
+FORMAT = FORMAT_1
+"""The format of a definition that names none."""
+FORMAT_2_STEP_FIELDS = ("set_ctx",)
+"""Step fields `aos.flow/2` adds: an `aos.flow/1` canonical form holds none of them, so its
+bytes (and its hash) are those every earlier version of aos wrote."""
 ACTIONS = (
     "assign",
     "business_ref",
@@ -109,7 +123,12 @@ SELF_FLOW = "self"
 DEFAULT_LIMITS = DefinitionLimits()
 
 FLOW_NAME_PATTERN = r"^[a-z0-9][a-z0-9._/-]{0,127}$"
-STEP_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"
+STEP_NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,128}$"
+"""A step's name: any text of 1 to 128 characters but control characters (seeds 000 and 003
+name steps with any YAML string key: `fetch data`, `step-1`). Templates read a name that is
+not an identifier as `steps['fetch data']` (§3.6)."""
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"
+"""Signal names and subflow aliases."""
 TASK_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}$"
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 """Iterator and `as` names: template variables, so no dots or dashes."""
@@ -122,7 +141,7 @@ PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){0,31}$"
 FlowName = Annotated[str, StringConstraints(pattern=FLOW_NAME_PATTERN)]
 StepName = Annotated[str, StringConstraints(pattern=STEP_NAME_PATTERN)]
 TaskName = Annotated[str, StringConstraints(pattern=TASK_NAME_PATTERN)]
-SignalName = Annotated[str, StringConstraints(pattern=STEP_NAME_PATTERN)]
+SignalName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
 DataPath = Annotated[
     str, StringConstraints(pattern=PATH_PATTERN, max_length=_limits.PATH_LENGTH_MAX)
@@ -140,11 +159,27 @@ def _not_self(alias: str) -> str:
     return alias
 
 
-SubflowAlias = Annotated[
-    str, StringConstraints(pattern=STEP_NAME_PATTERN), AfterValidator(_not_self)
-]
-FlowRef = Annotated[str, StringConstraints(pattern=STEP_NAME_PATTERN)]
+SubflowAlias = Annotated[str, StringConstraints(pattern=NAME_PATTERN), AfterValidator(_not_self)]
+FlowRef = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 """A subflow alias, or `self`: checked against `subflows` with the whole definition."""
+
+
+def _flow_ref_or_template(value: str) -> str:
+    if is_template(value) or re.fullmatch(NAME_PATTERN, value) is not None:
+        return value
+    raise PydanticCustomError(
+        "flow.schema",
+        "a subflow's `flow` is `self`, an alias of `subflows`, or a template (aos.flow/2)",
+    )
+
+
+SubflowRef = Annotated[
+    str,
+    StringConstraints(max_length=_limits.NAME_LENGTH_MAX * 4),
+    AfterValidator(_flow_ref_or_template),
+]
+"""A subflow task's `flow`: a FlowRef, or (`aos.flow/2`) a template rendered when the task runs
+to the name of a deployed flow (its latest version then; §3.5)."""
 
 
 def _authoring_optional(*names: str) -> Callable[[dict[str, Any]], None]:
@@ -575,7 +610,7 @@ class SubflowTask(TaskBase):
     """Start a child execution and wait for it; its result lands under `ctx.into`."""
 
     do: Literal["subflow"]
-    flow: FlowRef = SELF_FLOW
+    flow: SubflowRef = SELF_FLOW
     workload: Template = Field(default_factory=dict)
     into: DataPath | None = None
 
@@ -708,6 +743,8 @@ class Step(CfdModel):
     loop: Loop | None = None
     tasks: list[Task] = Field(default_factory=list)
     result: Template = None
+    set_ctx: dict[DataPath, Template] = Field(default_factory=dict)
+    """`aos.flow/2`: `ctx` written once the step's tasks are done, before its arcs (§3.4)."""
     next: NextField = Field(default_factory=Next)
 
     @model_validator(mode="before")
@@ -784,7 +821,7 @@ class FlowDefinition(CfdModel):
 
     model_config = ConfigDict(json_schema_extra=_authoring_optional("entry"))
 
-    format: Literal["aos.flow/1"] = FORMAT
+    format: Literal["aos.flow/1", "aos.flow/2"] = FORMAT
     name: FlowName
     description: str | None = None
     workload: dict[str, Any] = Field(default_factory=dict)
@@ -884,6 +921,10 @@ def canonical_value(defn: FlowDefinition) -> dict[str, Any]:
     default written and nulls kept: what `encode_definition` encodes. A fresh copy each call."""
     dumped = defn.model_dump(mode="python", by_alias=True)
     plain: dict[str, Any] = _plain(dumped)
+    if defn.format == FORMAT_1:
+        for step in plain["steps"]:
+            for name in FORMAT_2_STEP_FIELDS:
+                del step[name]
     return plain
 
 

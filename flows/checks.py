@@ -168,6 +168,7 @@ def _check_step(context: _Context, step: Step, parts: Parts) -> None:
             message = f"more than limits.in_flight_max ({context.defn.limits.in_flight_max})"
             context.add("flow.limit", (*parts, "loop", "max_in_flight"), message)
     _check_templates(context, step.result, (*parts, "result"))
+    _check_step_set_ctx(context, step, parts)
     arcs = step.next.arcs
     if len(arcs) > limits.arcs_per_step_max:
         message = f"more than {limits.arcs_per_step_max} arcs"
@@ -178,6 +179,23 @@ def _check_step(context: _Context, step: Step, parts: Parts) -> None:
             _check_guard(context, arc.when, (*arc_parts, "when"))
         _check_templates(context, arc.args, (*arc_parts, "args"))
     _check_tasks(context, step, parts)
+
+
+def _check_step_set_ctx(context: _Context, step: Step, parts: Parts) -> None:
+    if step.set_ctx:
+        _format_2_only(context, (*parts, "set_ctx"), "a step's `set_ctx`")
+    for key, value in step.set_ctx.items():
+        _check_templates(context, value, (*parts, "set_ctx", key))
+
+
+def _format_2_only(context: _Context, parts: Parts, what: str) -> bool:
+    """Whether the definition may hold `what`: an `aos.flow/1` one may not (a problem)."""
+    from aos.flows.cfd import FORMAT_1  # cfd imports this module
+
+    if context.defn.format != FORMAT_1:
+        return True
+    context.add("flow.schema", parts, f"{what} needs `format: aos.flow/2` (spec/11 §1.8)")
+    return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,6 +281,9 @@ def _check_action(context: _Context, task: Task, parts: Parts) -> None:
     elif task.do == "branch":
         for index, case in enumerate(task.cases):
             _check_guard(context, case.when, (*parts, "cases", index, "when"))
+    elif task.do == "subflow" and is_template(task.flow):
+        if _format_2_only(context, (*parts, "flow"), "a subflow named by a template"):
+            _check_templates(context, task.flow, (*parts, "flow"))
     elif task.do in ("subflow", "continue_with"):
         flow = task.flow
         if flow != "self" and flow not in context.defn.subflows:

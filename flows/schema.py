@@ -25,7 +25,7 @@ def export_json_schema() -> dict[str, Any]:
     """The JSON Schema of an authored flow definition."""
     schema = _share_task_union(FlowDefinition.model_json_schema(by_alias=True, mode="validation"))
     schema["$schema"] = JSON_SCHEMA_DIALECT
-    schema["title"] = "aos flow definition (aos.flow/1)"
+    schema["title"] = "aos flow definition (aos.flow/1, aos.flow/2)"
     return schema
 
 

@@ -53,7 +53,7 @@ def definition_of(
             compiled.value, source=source, limits=limits, unreachable=False
         )
     except FlowCheckError as error:
-        mapped = [_playbook_problem(p, compiled) for p in error.problems]
+        mapped = [_playbook_problem(p) for p in error.problems]
         raise FlowCheckError(mapped, source=source) from None
 
 
@@ -70,14 +70,12 @@ def _compiled(doc: Any, source: str) -> Compiled:
     return compiled
 
 
-def _playbook_problem(problem: Problem, compiled: Compiled) -> Problem:
-    """A CFD problem at the playbook's path (`$.steps[1].tasks[0]` is `$.workflow[1].tool[0]`,
-    less a step-level `set_ctx` task), the CFD path kept in the message."""
+def _playbook_problem(problem: Problem) -> Problem:
+    """A CFD problem at the playbook's path (`$.steps[1].tasks[0]` is `$.workflow[1].tool[0]`),
+    the CFD path kept in the message."""
     task = _CFD_TASK.match(problem.path)
     if task is not None:
-        step, index = int(task.group(1)), int(task.group(2))
-        offset = compiled.task_offsets[step] if step < len(compiled.task_offsets) else 0
-        path = f"$.workflow[{step}].tool[{index - offset}]" + problem.path[task.end() :]
+        path = f"$.workflow[{task.group(1)}].tool[{task.group(2)}]" + problem.path[task.end() :]
     elif (step_match := _CFD_STEP.match(problem.path)) is not None:
         path = f"$.workflow[{step_match.group(1)}]" + problem.path[step_match.end() :]
     else:

@@ -5,13 +5,13 @@ with the path into the playbook and a one-line fix; a playbook with any is not c
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from aos.flows.cfd import FLOW_NAME_PATTERN, STEP_NAME_PATTERN
+from aos.flows.cfd import FLOW_NAME_PATTERN, FORMAT_2, STEP_NAME_PATTERN
 from aos.flows.playbook.problems import Parts, Problems
 from aos.flows.playbook.spec import as_map
-from aos.flows.playbook.tasks import TaskContext, compile_task, guard, normalized
+from aos.flows.playbook.tasks import TaskContext, compile_task, flow_name, guard, normalized
 
 API_VERSION_PREFIX = "noetl.io/"
 KIND = "Playbook"
@@ -28,16 +28,22 @@ LEGACY_STEP_FIELDS = {
     "sink": "there is no sink: storage is a tool task that returns a reference",
     "vars": "there are no `vars`: write `ctx` with `set_ctx` in a task policy",
 }
+STEP_SET_ITER_FIX = (
+    "`iter` lives only while the step's pipeline runs, so nothing would read it; write "
+    "`set_iter` in a task's policy (`spec.policy.rules[].then.set_iter`)"
+)
 LOOP_FIELDS = frozenset({"in", "iterator", "spec"})
 EVENT_ALIASES = {"call.done": "step.done", "call.error": "step.failed"}
 """Upstream event names arc guards may test, read as the CFD's boundary events."""
 PIPELINE_RESULT = (
     "{{ (_prev if _prev is mapping and '$ref' not in _prev else {'result': _prev})"
-    " | merge_objects({'results': results}) | tojson }}"
+    " | merge_objects({'results': results}) }}"
 )
 """A pipeline step's result (more than one task, no loop): the last task's result (a map; any
 other value, or a result stored by reference, as `{result: VALUE}`) with every task's result by
-name under `results`, as the v10 example reads `process_data.results.transform`."""
+name under `results`, as the v10 example reads `process_data.results.transform`. The map prints
+as its Python literal, which rendering reads back (spec/11 §3.6); `| tojson` would keep it text
+in `aos.flow/2`."""
 _EVENT_LITERAL = re.compile(r"""(['"])(call\.done|call\.error)\1""")
 _FLOW_NAME = re.compile(FLOW_NAME_PATTERN)
 _STEP_NAME = re.compile(STEP_NAME_PATTERN)
@@ -45,11 +51,9 @@ _STEP_NAME = re.compile(STEP_NAME_PATTERN)
 
 @dataclass
 class Compiled:
-    """The authored CFD value, and where each CFD step's tasks start in the playbook's list
-    (a step-level `set_ctx` adds one task before them)."""
+    """The authored CFD value (`aos.flow/2`: a step's `set_ctx` is the step's own field)."""
 
     value: dict[str, Any]
-    task_offsets: list[int] = field(default_factory=list)
 
 
 def is_playbook(value: Any) -> bool:
@@ -84,9 +88,7 @@ def compile_playbook(doc: dict[str, Any], problems: Problems) -> Compiled:
         if not isinstance(step, dict):
             continue
         context = TaskContext(problems, workbook, (executor_spec,), {}, subflows)
-        compiled_step, offset = _step(step, ("workflow", index), names, context)
-        steps.append(compiled_step)
-        compiled.task_offsets.append(offset)
+        steps.append(_step(step, ("workflow", index), names, context))
     compiled.value["steps"] = steps
     compiled.value["subflows"] = subflows
     return compiled
@@ -128,8 +130,8 @@ def _root(doc: dict[str, Any], problems: Problems) -> None:
 
 
 def _metadata_name(doc: dict[str, Any], problems: Problems) -> str:
-    """The deployed name: `metadata.path` (the catalog path `kind: playbook` tasks name),
-    else `metadata.name`."""
+    """The deployed name: `metadata.path` (the catalog path `kind: playbook` tasks name; a
+    leading `/` is not part of it), else `metadata.name`."""
     metadata = doc.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
         problems.add(
@@ -141,7 +143,7 @@ def _metadata_name(doc: dict[str, Any], problems: Problems) -> str:
         return "playbook"
     path = metadata.get("path")
     key = "path" if isinstance(path, str) else "name"
-    name = str(metadata[key])
+    name = flow_name(metadata[key]) if key == "path" else str(metadata[key])
     if not _FLOW_NAME.match(name):
         problems.add(
             "playbook.schema",
@@ -186,6 +188,7 @@ def _definition(
 ) -> dict[str, Any]:
     metadata = as_map(doc.get("metadata"))
     value: dict[str, Any] = {
+        "format": FORMAT_2,
         "name": _metadata_name(doc, problems),
         "description": metadata.get("description"),
         "workload": doc.get("workload") if doc.get("workload") is not None else {},
@@ -230,7 +233,8 @@ def _step_names(workflow: list[Any], problems: Problems) -> list[str]:
             problems.add(
                 "playbook.schema",
                 ("workflow", index, "step"),
-                f"a step is a map with `step: NAME` (an identifier), not {name!r}",
+                f"a step is a map with `step: NAME` (text, 1-128 characters, no control "
+                f"characters), not {name!r}",
                 "write `- step: my_step`",
             )
             continue
@@ -293,7 +297,7 @@ def _workbook(workbook: Any, problems: Problems) -> dict[str, Any]:
 
 def _step(
     step: dict[str, Any], parts: Parts, names: list[str], context: TaskContext
-) -> tuple[dict[str, Any], int]:
+) -> dict[str, Any]:
     problems = context.problems
     name = str(step.get("step"))
     _step_fields(step, parts, problems)
@@ -316,11 +320,9 @@ def _step(
         compiled["admit"] = admit
     if loop is not None:
         compiled["loop"] = loop
-    tasks: list[dict[str, Any]] = []
-    offset = 0
     if isinstance(step.get("set_ctx"), dict):
-        tasks.append({"name": f"{name}_set_ctx", "do": "assign", "set": step["set_ctx"]})
-        offset = 1
+        compiled["set_ctx"] = step["set_ctx"]  # after the tasks, before the arcs (spec/12 §5)
+    tasks: list[dict[str, Any]] = []
     if step.get("tool") is None:
         problems.add(
             "playbook.tool_missing",
@@ -333,17 +335,24 @@ def _step(
         if compiled_task is not None:
             tasks.append(compiled_task)
     compiled["tasks"] = tasks
-    if loop is None and len(tasks) - offset > 1:
+    if loop is None and len(tasks) > 1:
         compiled["result"] = PIPELINE_RESULT
     compiled["next"] = _next(step.get("next"), (*parts, "next"), names, problems)
-    return compiled, offset
+    return compiled
 
 
 def _step_fields(step: dict[str, Any], parts: Parts, problems: Problems) -> None:
     for key in step:
         if key in STEP_FIELDS_ALL:
             continue
-        if key in LEGACY_STEP_FIELDS:
+        if key == "set_iter":
+            problems.add(
+                "playbook.field_unknown",
+                (*parts, key),
+                "a step has no `set_iter`",
+                STEP_SET_ITER_FIX,
+            )
+        elif key in LEGACY_STEP_FIELDS:
             problems.add(
                 f"playbook.legacy_{key}",
                 (*parts, key),

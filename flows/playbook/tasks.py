@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos.flows.cfd import FLOW_NAME_PATTERN
 from aos.flows.checks import TOOL_KINDS
 from aos.flows.playbook import spec as specs
 from aos.flows.playbook.problems import Parts, Problems
@@ -47,6 +48,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 RULE_THEN_FIELDS = frozenset({"do", "attempts", "backoff", "delay", "to", "set_ctx", "set_iter"})
 ACTIONS = ("continue", "retry", "jump", "break", "fail")
 SUBFLOW_ALIAS_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+TASK_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_FLOW_NAME = re.compile(FLOW_NAME_PATTERN)
 
 
 @dataclass
@@ -66,7 +69,7 @@ def normalized(tool: Any, step_name: str, parts: Parts, problems: Problems) -> l
         if "kind" not in tool and len(tool) == 1 and isinstance(next(iter(tool.values())), dict):
             _sugar(problems, parts, str(next(iter(tool))))
             return []
-        named = tool if tool.get("name") is not None else {**tool, "name": f"{step_name}_task"}
+        named = tool if tool.get("name") is not None else {**tool, "name": _task_name(step_name)}
         return [(named, parts)]
     if not isinstance(tool, list):
         problems.add(
@@ -87,6 +90,13 @@ def normalized(tool: Any, step_name: str, parts: Parts, problems: Problems) -> l
             named = item if item.get("name") is not None else {**item, "name": f"task_{index}"}
             tasks.append((named, where))
     return tasks
+
+
+def _task_name(step_name: str) -> str:
+    """A single task's synthetic name, `<step>_task` (seed 003 §7.3), made a task name when the
+    step's is not one (`fetch data` -> `fetch_data_task`)."""
+    name = TASK_NAME_UNSAFE.sub("_", f"{step_name}_task")
+    return name if name[0].isascii() and (name[0].isalpha() or name[0] == "_") else f"_{name}"
 
 
 def _sugar(problems: Problems, parts: Parts, name: str) -> None:
@@ -199,7 +209,8 @@ def _task(
     if kind == "noop":
         compiled.update(do="noop", result=args or None)
     elif kind == "playbook":
-        compiled.update(do="subflow", flow=_subflow_alias(task["path"], context), workload=args)
+        flow = _subflow_flow(task["path"], (*parts, "path"), context)
+        compiled.update(do="subflow", flow=flow, workload=args)
     else:
         tool = {k: v for k, v in task.items() if k not in TASK_OWN_FIELDS}
         tool_spec = {k: v for k, v in effective.items() if k not in ENGINE_SPEC_KEYS}
@@ -242,9 +253,26 @@ def _args(
     return {**step, **entry, **(own or {})}
 
 
-def _subflow_alias(path: Any, context: TaskContext) -> str:
-    alias = "pb_" + SUBFLOW_ALIAS_UNSAFE.sub("_", str(path))[:120]
-    context.subflows[alias] = {"flow": str(path)}
+def flow_name(path: Any) -> str:
+    """The flow a catalog path names: `/examples/x` and `examples/x` are one flow (NoETL
+    writes catalog paths both ways; spec/12 §2)."""
+    return str(path).lstrip("/")
+
+
+def _subflow_flow(path: Any, parts: Parts, context: TaskContext) -> str:
+    """A literal path: an alias of `subflows`, pinned when the playbook is deployed. A
+    template: itself, rendered when the task runs and looked up then (spec/11 §3.5)."""
+    if isinstance(path, str) and ("{{" in path or "{%" in path):
+        return path
+    if _FLOW_NAME.match(flow_name(path)) is None:
+        context.problems.add(
+            "playbook.schema",
+            parts,
+            f"{path!r} cannot name a deployed playbook ([a-z0-9][a-z0-9._/-]*, at most 128)",
+            "write the `metadata.path` of a deployed playbook, or a template that renders one",
+        )
+    alias = "pb_" + SUBFLOW_ALIAS_UNSAFE.sub("_", flow_name(path))[:120]
+    context.subflows[alias] = {"flow": flow_name(path)}
     return alias
 
 

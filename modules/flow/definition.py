@@ -41,6 +41,8 @@ ACTIONS = (
     "noop",
 )
 RULE_ACTIONS = ("continue", "retry", "jump", "break", "fail")
+FORMATS = {"aos.flow/1": 1, "aos.flow/2": 2}
+"""The format versions this interpreter reads (spec/11 §1.8), by their number."""
 BRANCH_NAMES = ("ok", "error", "timeout")
 DEFINITIONS_MAX = 8
 _CACHE: dict[str, Any] = {}
@@ -59,9 +61,10 @@ class Definition:
 
     def __init__(self, hash_: str, raw: dict[str, Any]) -> None:
         self.hash = hash_
+        self.format = _format(raw.get("format"))
         self.name = _text(raw.get("name", ""), "$.name")
         self.workload = _map(raw.get("workload"), "$.workload")
-        self.steps = _steps(raw.get("steps"))
+        self.steps = _steps(raw.get("steps"), self.format)
         self.order = [step["name"] for step in self.steps.values()]
         self.entry = _step_ref(self.steps, raw.get("entry") or self.order[0], "$.entry")
         self.policy = _policy(raw.get("policy"), self.steps)
@@ -191,16 +194,25 @@ def guard(value: Any, path: str) -> dict[str, str] | None:
     raise _fail(path, "a guard is {template: TEXT} or {jsonpath: TEXT}")
 
 
+def _format(value: Any) -> int:
+    """The definition's format version (none named: 1, as every definition before 2)."""
+    if value is None:
+        return 1
+    if value not in FORMATS:
+        raise _fail("$.format", f"{value!r} is not a format this interpreter reads")
+    return FORMATS[value]
+
+
 # -- steps ------------------------------------------------------------------------------------
 
 
-def _steps(value: Any) -> dict[str, dict[str, Any]]:
+def _steps(value: Any, format_: int) -> dict[str, dict[str, Any]]:
     raw = _list(value, "$.steps")
     if not raw:
         raise _fail("$.steps", "a flow has at least one step")
     steps: dict[str, dict[str, Any]] = {}
     for index, step in enumerate(raw):
-        normal = _step(step, f"$.steps[{index}]")
+        normal = _step(step, f"$.steps[{index}]", format_)
         if normal["name"] in steps:
             raise _fail(f"$.steps[{index}].name", f"duplicate step {normal['name']!r}")
         steps[normal["name"]] = normal
@@ -210,8 +222,9 @@ def _steps(value: Any) -> dict[str, dict[str, Any]]:
     return steps
 
 
-def _step(value: Any, path: str) -> dict[str, Any]:
+def _step(value: Any, path: str, format_: int) -> dict[str, Any]:
     step = _map(value, path)
+    set_ctx = _map(step.get("set_ctx"), f"{path}.set_ctx") if format_ >= 2 else {}
     return {
         "name": _text(step.get("name"), f"{path}.name"),
         "admit": guard(step.get("admit"), f"{path}.admit"),
@@ -219,6 +232,7 @@ def _step(value: Any, path: str) -> dict[str, Any]:
         "loop": _loop(step.get("loop"), f"{path}.loop"),
         "tasks": _tasks(step.get("tasks"), f"{path}.tasks"),
         "result": step.get("result"),
+        "set_ctx": set_ctx,
         "next": _next(step.get("next"), f"{path}.next"),
     }
 

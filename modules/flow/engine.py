@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import frames
+import step_ctx
 import waits
 from errors import EngineFailure, ExprError
 from run import ENDED_EVENT, ITER_PARENT_KEY, START_EVENT, Run, error_value, iter_depth
@@ -183,7 +184,7 @@ def _running_token(run: Run, token: Token) -> Token | None:
 
 
 def _admitted(run: Run, token: Token, step: dict[str, Any], where: dict[str, Any]) -> bool:
-    admitted = run.check(step["admit"], run.scope(token), **where)
+    admitted = run.check_routing(step["admit"], run.scope(token), **where)
     run.history.add("policy.admit.evaluated", admitted=admitted, **where)
     if admitted:
         return True
@@ -207,14 +208,18 @@ def _frame_ended(run: Run, token: Token, frame: dict[str, Any]) -> None:
     token["frames"] = [f for f in token["frames"] if f is not frame]
     loop["in_flight"] -= 1
     where = {"step": token["step"], "token": token["id"], "index": index}
-    if frame["status"] == "done":
-        _keep_result(loop, index, frame["prev"])
+    ok = frame["status"] == "done"
+    value = frame["prev"] if ok else frame["error"]
+    if not frame["remote"]:  # a distributed iteration applied it in its own execution
+        ok, value = step_ctx.apply(run, token, frame, ok, value)
+    if ok:
+        _keep_result(loop, index, value)
         loop["stats"]["success"] += 1
         run.history.add("loop.iteration.done", **where)
     else:
-        _keep_result(loop, index, {"error": frame["error"]})
+        _keep_result(loop, index, {"error": value})
         loop["stats"]["failed"] += 1
-        run.history.add("loop.iteration.failed", error=frame["error"], **where)
+        run.history.add("loop.iteration.failed", error=value, **where)
 
 
 # -- loops ------------------------------------------------------------------------------------
@@ -241,7 +246,7 @@ def _results(loop: dict[str, Any]) -> list[Any]:
 def _start_loop(run: Run, token: Token, step: dict[str, Any]) -> bool:
     loop = step["loop"]
     try:
-        items = items_of(run, run.render(loop["in"], run.scope(token)))
+        items = items_of(run, run.render_routing(loop["in"], run.scope(token)))
     except ExprError as error:
         complete_step(run, token, False, error_value("expression", "loop.in", error.message))
         return False
@@ -355,6 +360,8 @@ def complete_step(
             value = run.render(step["result"], run.scope(token, frame, _prev=value))
         except ExprError as error:
             ok, value = False, error_value("expression", "step.result", error.message)
+    if step["loop"] is None or token["single"] is not None:  # a loop's: after each iteration
+        ok, value = step_ctx.apply(run, token, frame, ok, value)
     run.engine["tokens"].pop(token["id"], None)
     summary = run.engine["summary"]
     where = {"step": token["step"], "token": token["id"]}
@@ -387,7 +394,9 @@ def _route(run: Run, token: Token, ok: bool, payload: Any, event: str) -> None:
     for arc in step["next"]["arcs"]:
         if not ok and arc["when"] is None:
             continue
-        if run.check(arc["when"], scope, step=token["step"], token=token["id"], to=arc["to"]):
+        if run.check_routing(
+            arc["when"], scope, step=token["step"], token=token["id"], to=arc["to"]
+        ):
             matched.append(arc)
             if step["next"]["mode"] == "exclusive":
                 break
@@ -403,7 +412,7 @@ def _route(run: Run, token: Token, ok: bool, payload: Any, event: str) -> None:
         return
     for arc in matched:
         try:
-            args = run.render(arc["args"], scope)
+            args = run.render_routing(arc["args"], scope)
         except ExprError as error:
             _branch_ended(run, token["step"], error_value("expression", "next.args", error.message))
             continue

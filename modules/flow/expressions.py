@@ -5,9 +5,15 @@ A string is a template iff it contains `{{` or `{%`. A whole-string plain path
 in a sandboxed Jinja2 environment and the text is read back as a literal when it looks like
 one. Guards are templates (truthy) or JSONPath queries over the namespace.
 
+Each rendering has a `Mode` (spec/11 §3.6): `CLASSIC` (an `aos.flow/1` definition: strict
+undefined, `| tojson` read back like any text), and for `aos.flow/2` NoETL 2.13.1's two
+contexts, `ROUTING` (strict undefined, as its server renders admission, arcs and a step's
+`set_ctx`) and `PIPELINE` (Jinja's lenient undefined, as its worker renders a task's fields
+and policies); in both a template using `| tojson` stays the text it rendered.
+
 Compiled templates and compiled JSONPath queries are memoized by their source text (pure,
-bounded). One Jinja2 environment serves every step (made at import, so it is in the
-component's snapshot): making one costs about as much as a small step inside a component.
+bounded). One Jinja2 environment per mode serves every step (made at import, so they are in
+the component's snapshot): making one costs about as much as a small step inside a component.
 Each step hands it that step's blob reader before it renders, so that a template walking into
 a `{"$ref"}` result loads it; nothing else in it changes between steps."""
 
@@ -30,13 +36,13 @@ import jsonpath
 # import after `import app` flagged).
 from blobs import Blobs, is_ref, remember
 from errors import ExprError
-from jinja2 import StrictUndefined, Undefined
+from jinja2 import ChainableUndefined, StrictUndefined, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 CODE_MAX = 1024
 JSONPATH_MAX = 1024
 _CODE: dict[str, Any] = {}
-_TEMPLATES: dict[str, Any] = {}  # by source text, bound to the one environment
+_TEMPLATES: dict[str, Any] = {}  # by mode and source text, bound to the mode's environment
 _JSONPATH: dict[str, Any] = {}
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -44,6 +50,7 @@ _PLAIN_PATH = re.compile(r"\{\{\s*(" + _NAME + r"(?:\." + _NAME + r"|\[\d+\])*)\
 _SEGMENT = re.compile(r"\.(" + _NAME + r")|\[(\d+)\]")
 _INT = re.compile(r"[-+]?\d+")
 _FLOAT = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?")
+_TOJSON = re.compile(r"\|\s*tojson\b")
 _FALSY_TEXT = ("false", "0", "no", "none", "")
 _LITERAL_NAMES = frozenset({"true", "false", "none", "True", "False", "None"})
 """Jinja2's literals: `{{ true }}` is the constant, never a lookup of a name `true`."""
@@ -70,38 +77,62 @@ def truthy(value: Any) -> bool:
     return True
 
 
+class Mode:
+    """How a context renders: with Jinja's lenient undefined or strict, and NoETL's `tojson`
+    (its text kept as text) or aos's (read back like any other text). Each mode has its own
+    environment, made at import."""
+
+    __slots__ = ("env", "lenient", "name", "noetl")
+
+    def __init__(self, name: str, *, lenient: bool, noetl: bool) -> None:
+        self.name = name
+        self.lenient = lenient
+        self.noetl = noetl
+        self.env = _Environment(
+            _LenientUndefined if lenient else _ChainedUndefined,
+            _noetl_tojson if noetl else _tojson,
+        )
+
+
 class Evaluator:
     """Renders templates and evaluates guards for one step."""
 
     def __init__(self, blobs: Blobs) -> None:
         self.blobs = blobs
 
-    @property
-    def env(self) -> _Environment:
-        """The shared environment, reading this step's blobs."""
-        _ENVIRONMENT.blobs = self.blobs
-        return _ENVIRONMENT
+    def env(self, mode: Mode) -> _Environment:
+        """The mode's shared environment, reading this step's blobs."""
+        mode.env.blobs = self.blobs
+        return mode.env
 
-    def render(self, value: Any, scope: dict[str, Any]) -> Any:
+    def render(self, value: Any, scope: dict[str, Any], mode: Mode | None = None) -> Any:
         """A TEMPLATE: strings that are templates render, containers are rebuilt (so a value
         taken from the definition is never shared with the state), the rest is kept."""
+        mode = mode or CLASSIC
         if type(value) is str:
-            return self.render_text(value, scope) if is_template(value) else value
+            return self.render_text(value, scope, mode) if is_template(value) else value
         if type(value) is dict:
-            return {key: self.render(item, scope) for key, item in value.items()}
+            return {key: self.render(item, scope, mode) for key, item in value.items()}
         if type(value) is list:
-            return [self.render(item, scope) for item in value]
+            return [self.render(item, scope, mode) for item in value]
         return value
 
-    def render_text(self, text: str, scope: dict[str, Any]) -> Any:
+    def render_text(self, text: str, scope: dict[str, Any], mode: Mode | None = None) -> Any:
+        mode = mode or CLASSIC
         plain = _PLAIN_PATH.fullmatch(text)
         if plain is not None and plain.group(1) not in _LITERAL_NAMES:
-            return self.resolve(plain.group(1), scope)
-        template = _template(self.env, text)
+            try:
+                return self.resolve(plain.group(1), scope)
+            except ExprError:
+                if not mode.lenient:
+                    raise  # lenient: Jinja renders what is not there (as "")
+        template = _template(self.env(mode), text, mode.name)
         try:
             rendered = template.render(scope)
         except Exception as error:  # Jinja raises many types; each is an expression error
             raise ExprError(f"{type(error).__name__}: {error}") from None
+        if mode.noetl and _TOJSON.search(text) is not None:
+            return rendered  # NoETL: "the user explicitly requested JSON string format"
         return read_back(rendered)
 
     def resolve(self, path: str, scope: dict[str, Any]) -> Any:
@@ -117,7 +148,9 @@ class Evaluator:
             value = _step_into(self.blobs, value, key, path)
         return value
 
-    def guard(self, guard: dict[str, str] | None, scope: dict[str, Any]) -> bool:
+    def guard(
+        self, guard: dict[str, str] | None, scope: dict[str, Any], mode: Mode | None = None
+    ) -> bool:
         """Whether a guard holds (null holds). Raises ExprError when it cannot be evaluated:
         the caller decides that this is false and records it."""
         if guard is None:
@@ -132,15 +165,18 @@ class Evaluator:
         text = guard["template"]
         if not is_template(text):  # a bare guard is an expression: `x > 1` means `{{ x > 1 }}`
             text = "{{ " + text + " }}"
-        return truthy(self.render_text(text, scope))
+        return truthy(self.render_text(text, scope, mode))
 
 
-def _template(env: _Environment, text: str) -> Any:
-    template = _TEMPLATES.get(text)
+def _template(env: _Environment, text: str, mode: str) -> Any:
+    """The template of `text` bound to the mode's `env` (Jinja's compiled code is the same in
+    every mode's environment: the undefined class and filters are looked up when it renders)."""
+    key = f"{mode}\0{text}"  # no mode's name holds a NUL: the key's first one ends it
+    template = _TEMPLATES.get(key)
     if template is None:
         code = _compiled(env, text)
         template = env.template_class.from_code(env, code, env.make_globals(None))
-        remember(_TEMPLATES, text, template, CODE_MAX)
+        remember(_TEMPLATES, key, template, CODE_MAX)
     return template
 
 
@@ -266,15 +302,22 @@ class _ChainedUndefined(StrictUndefined):
         return self
 
 
-class _Environment(ImmutableSandboxedEnvironment):
-    """Sandboxed and strict; map keys win over attributes (`r.items` is the key `items`),
-    and references are loaded when a path walks into them."""
+class _LenientUndefined(ChainableUndefined):
+    """Jinja's lenient undefined (printed as nothing, false, empty when iterated, unequal to
+    every value; NoETL's worker renders with it), through which a path walks on too."""
 
-    def __init__(self) -> None:
-        super().__init__(undefined=_ChainedUndefined, autoescape=False, keep_trailing_newline=True)
+    __slots__ = ()
+
+
+class _Environment(ImmutableSandboxedEnvironment):
+    """Sandboxed; map keys win over attributes (`r.items` is the key `items`), and
+    references are loaded when a path walks into them."""
+
+    def __init__(self, undefined: type[Undefined], tojson: Any) -> None:
+        super().__init__(undefined=undefined, autoescape=False, keep_trailing_newline=True)
         self.blobs: Blobs | None = None  # the rendering step's (`Evaluator.env`)
-        self.filters.update(FILTERS)
-        self.globals.update(FUNCTIONS)
+        self.filters.update(FILTERS, tojson=tojson)
+        self.globals.update(FUNCTIONS, tojson=tojson)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         obj = self._loaded(obj, attribute)
@@ -306,7 +349,16 @@ def _tojson(value: Any, indent: int | None = None) -> str:
     )
 
 
+def _noetl_tojson(value: Any, indent: int | None = None) -> str:
+    """NoETL's `tojson` (`noetl/core/dsl/render.py`, `add_b64encode_filter`): Python's
+    `json.dumps` as it is (keys in order, `", "` and `": "`, non-ASCII escaped), `null` for
+    what is not there."""
+    return json.dumps(value, indent=indent, default=_json_default)
+
+
 def _json_default(value: Any) -> Any:
+    if isinstance(value, _LenientUndefined):
+        return None  # as NoETL's `tojson`: what is not there is `null`
     if type(value) is bytes:
         return base64.b64encode(value).decode("ascii")
     raise TypeError(f"{type(value).__name__} is not JSON")
@@ -395,4 +447,9 @@ FUNCTIONS = {
     "first": _first,
 }
 
-_ENVIRONMENT = _Environment()
+CLASSIC = Mode("classic", lenient=False, noetl=False)
+"""Every context of an `aos.flow/1` definition."""
+ROUTING = Mode("routing", lenient=False, noetl=True)
+"""`aos.flow/2`: admission, arcs (`when`, `args`), a loop's `in`, a step's `set_ctx`."""
+PIPELINE = Mode("pipeline", lenient=True, noetl=True)
+"""`aos.flow/2`: everything a step's tasks render (fields, `args`, `when`, policy rules)."""

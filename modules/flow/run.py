@@ -8,7 +8,7 @@ from typing import Any
 from blobs import Blobs
 from definition import LIMIT_DEFAULTS, Definition
 from errors import EngineFailure, ExprError
-from expressions import Evaluator
+from expressions import CLASSIC, PIPELINE, ROUTING, Evaluator, Mode
 from history import History
 
 TIMER_EFFECT = "sys/timer.set@1"
@@ -16,6 +16,7 @@ HUMAN_EFFECT = "aos/human.task@1"
 START_EVENT = "aos/FlowStart@1"
 ENDED_EVENT = "aos/FlowEnded@1"
 CANCEL_EVENT = "aos/FlowCancel@1"
+LOOKUP_EVENT = "aos/FlowLookup@1"
 ITER_PARENT_KEY = "$iter_parent"
 """The reserved workload key of a child started inside an iteration: that iteration, which
 the child's own iterations see as `iter.parent` (spec/11 §3.4)."""
@@ -45,6 +46,9 @@ class Run:
         self.history = history
         self.blobs = blobs
         self.eval = Evaluator(blobs)
+        noetl = defn is not None and defn.format >= 2  # spec/11 §3.6: NoETL's rules
+        self.pipeline = PIPELINE if noetl else CLASSIC
+        self.routing = ROUTING if noetl else CLASSIC
         self.version: int = state["engine_version"]
         self.ctx_changed = False
         self.tasks_run = 0
@@ -73,24 +77,35 @@ class Run:
     # -- the template namespace (spec/11 §3.6) ----------------------------------------------
 
     def scope(
-        self, token: dict[str, Any] | None = None, frame: dict[str, Any] | None = None, **extra: Any
+        self,
+        token: dict[str, Any] | None = None,
+        frame: dict[str, Any] | None = None,
+        *,
+        steps: dict[str, Any] | None = None,
+        **extra: Any,
     ) -> dict[str, Any]:
         """Workload keys, then step results by name, then the token's args, then a loop
-        step's item (under its iterator's name, its index as `loop_index`), at the top level
-        (upstream playbooks read them there); the named namespaces win over all of them."""
+        step's item (under its iterator's name, its index as `loop_index`), then (`aos.flow/2`)
+        the results of the frame's finished tasks by task name, at the top level (upstream
+        playbooks read them there); the named namespaces win over all of them. `steps`: the
+        step results to show, when not those of the business state (a step's own `set_ctx`
+        sees its result before it is stored)."""
         business = self.business
+        steps = business["steps"] if steps is None else steps
         scope: dict[str, Any] = dict(business["workload"])
-        scope.update(business["steps"])
+        scope.update(steps)
         if token is not None:
             if type(token["args"]) is dict:
                 scope.update(token["args"])
             if frame is not None:
                 self._loop_names(scope, token, frame)
+                if self.defn is not None and self.defn.format >= 2:
+                    scope.update(frame["results"])  # seed 003 §7.5: `{{ task_name.data }}`
         scope.update(
             execution_id=self.exec_id,
             workload=business["workload"],
             ctx=business["ctx"],
-            steps=business["steps"],
+            steps=steps,
             business_ref=business["business_ref"],
             keychain=business.get("keychain") or {},
             execution=self.execution(),
@@ -138,15 +153,32 @@ class Run:
         return self.engine["outer"]
 
     def check(self, guard: dict[str, str] | None, scope: dict[str, Any], **where: Any) -> bool:
-        """A guard's truth; one that cannot be evaluated is false, and recorded."""
+        """A guard of the pipeline (a task's `when`, a rule's, a branch case's): its truth;
+        one that cannot be evaluated is false, and recorded."""
+        return self._check(guard, scope, self.pipeline, where)
+
+    def check_routing(
+        self, guard: dict[str, str] | None, scope: dict[str, Any], **where: Any
+    ) -> bool:
+        """An admission rule or an arc's `when`, as `check`."""
+        return self._check(guard, scope, self.routing, where)
+
+    def _check(
+        self, guard: dict[str, str] | None, scope: dict[str, Any], mode: Mode, where: Any
+    ) -> bool:
         try:
-            return self.eval.guard(guard, scope)
+            return self.eval.guard(guard, scope, mode)
         except ExprError as error:
             self.history.add("template.failed", error=error.message, **where)
             return False
 
     def render(self, value: Any, scope: dict[str, Any]) -> Any:
-        return self.eval.render(value, scope)
+        """A template of the pipeline: what a step's tasks render."""
+        return self.eval.render(value, scope, self.pipeline)
+
+    def render_routing(self, value: Any, scope: dict[str, Any]) -> Any:
+        """A template of routing: an arc's `args`, a loop's `in`, a step's `set_ctx`."""
+        return self.eval.render(value, scope, self.routing)
 
     # -- writes -----------------------------------------------------------------------------
 

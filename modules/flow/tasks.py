@@ -4,15 +4,18 @@ opened a wait; an input will resume it), or a `Push` (a branch or repeat body to
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 import waits
 from definition import is_hash
 from errors import ExprError
+from expressions import is_template
 from run import (
     HUMAN_EFFECT,
     ITER_PARENT_KEY,
+    LOOKUP_EVENT,
     NS_PER_MS,
     START_EVENT,
     TIMER_EFFECT,
@@ -24,6 +27,8 @@ from run import (
 )
 
 WAIT: Any = object()
+FLOW_NAME = re.compile(r"[a-z0-9][a-z0-9._/-]{0,127}")
+"""A deployed flow's name (spec/11 §1)."""
 
 
 class Push:
@@ -226,19 +231,49 @@ def _wait_timer(run: Run, token: Token, frame: Frame, task: Task) -> Any:
 
 
 def _subflow(run: Run, token: Token, frame: Frame, task: Task) -> Any:
+    if is_template(task["flow"]) and run.defn.format >= 2:
+        return _subflow_named(run, token, frame, task)
     target = _target(run, task["flow"])
     if target is None:
         return failed(frame, "engine", "subflow.unknown", f"no subflow {task['flow']!r}")
     workload = _inside(run.render(task["workload"], run.scope(token, frame)), run, frame)
+    child, parent = _child_wait(run, token, frame, task)
+    run.emit(START_EVENT, start_event(run, child, target, workload, parent))
+    run.history.add("child.started", child=child, wait=parent["token"], **where(token, task))
+    return WAIT
+
+
+def _subflow_named(run: Run, token: Token, frame: Frame, task: Task) -> Any:
+    """`flow` is a template (spec/11 §3.5): rendered now to a deployed flow's name (a leading
+    `/` of a catalog path dropped), which the registry cell of that name looks up: it starts
+    the child at its latest version, or ends the task with `subflow.unknown`."""
+    scope = run.scope(token, frame)
+    name = (text(run.render(task["flow"], scope)) or "").lstrip("/")
+    if FLOW_NAME.fullmatch(name) is None:
+        message = f"{task['flow']!r} rendered {name!r}, which cannot name a flow"
+        return failed(frame, "engine", "subflow.unknown", message)
+    workload = _inside(run.render(task["workload"], scope), run, frame)
+    child, parent = _child_wait(run, token, frame, task)
+    lookup = {
+        "name": name,
+        "path": task["flow"],
+        "exec": child,
+        "workload": workload,
+        "parent": parent,
+        "business_ref": run.business["business_ref"],
+    }
+    run.emit(LOOKUP_EVENT, lookup)
+    wait_id = parent["token"]
+    run.history.add("child.started", child=child, wait=wait_id, flow=name, **where(token, task))
+    return WAIT
+
+
+def _child_wait(run: Run, token: Token, frame: Frame, task: Task) -> tuple[str, dict[str, str]]:
+    """A child's id (`PARENT:STEP:N`) and the wait for its end: the child's `parent`."""
     child = f"{run.exec_id}:{token['step']}:{run.next_id('child', '')}"
     wait_id = waits.open_wait(run, token, frame, task, "child", child=child, into=task["into"])
     run.engine["children"][child] = wait_id
-    run.emit(
-        START_EVENT,
-        start_event(run, child, target, workload, {"exec": run.exec_id, "token": wait_id}),
-    )
-    run.history.add("child.started", child=child, wait=wait_id, **where(token, task))
-    return WAIT
+    return child, {"exec": run.exec_id, "token": wait_id}
 
 
 def _inside(workload: Any, run: Run, frame: Frame) -> Any:

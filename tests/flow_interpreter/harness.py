@@ -109,6 +109,7 @@ def step(
     join: str = "none",
     loop: dict[str, Any] | None = None,
     result: Any = None,
+    set_ctx: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     if loop is not None:
         loop = {
@@ -118,7 +119,7 @@ def step(
             "exec": "local",
             **loop,
         }
-    return {
+    written = {
         "name": name,
         "description": None,
         "admit": guard(admit),
@@ -128,6 +129,9 @@ def step(
         "result": result,
         "next": {"mode": mode, "arcs": arcs or []},
     }
+    if set_ctx is not None:  # aos.flow/2 (an aos.flow/1 step has no such field)
+        written["set_ctx"] = set_ctx
+    return written
 
 
 def flow(
@@ -138,10 +142,11 @@ def flow(
     entry: str | None = None,
     limits: Any = None,
     subflows: Any = None,
+    format: str = "aos.flow/1",
     **policy: Any,
 ) -> dict[str, Any]:
     return {
-        "format": "aos.flow/1",
+        "format": format,
         "name": name,
         "description": None,
         "workload": workload or {},
@@ -337,6 +342,12 @@ def domain(output: StepOutput, schema: str | None = None) -> list[Any]:
 
 
 def registry_step(state: Any, name: str, definition: str, now_ns: int = 5) -> StepOutput:
+    return registry_input(state, name, "Deploy", {"name": name, "definition": definition}, now_ns)
+
+
+def registry_input(
+    state: Any, name: str, tag: str, value: dict[str, Any], now_ns: int = 5
+) -> StepOutput:
     ctx = testing.make_ctx(workflow="aos/FlowRegistry@1", now_ns=now_ns, key=name)
-    event = {"$tag": "Deploy", "$value": {"name": name, "definition": definition}}
+    event = {"$tag": tag, "$value": value}
     return testing.step(app.flow, state, testing.Event(REGISTRY_EVENT, event, key=name), ctx)

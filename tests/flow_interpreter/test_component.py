@@ -131,3 +131,35 @@ def test_component_matches_native_through_the_keychain_start_phase(runner: StepR
     (resolve,) = effects(refused.start(definition))
     refused.receipt(resolve, {"kind": "authorization", "code": "keychain.missing"}, status="error")
     assert refused.status == "failed"
+
+
+def test_component_matches_native_on_aos_flow_2(runner: StepRunner) -> None:
+    """A step's `set_ctx` after its tasks and per iteration, a task read by name, the lenient
+    and routing modes, `tojson` kept as text, and a child named by a template."""
+    ex = Execution()
+    _twin(ex, runner)
+    args = {"v": "{{ fetch.n }}", "w": "{{ a.x if a else 'lenient' }}", "j": "{{ [1] | tojson }}"}
+    definition = flow(
+        [
+            step(
+                "each",
+                [
+                    task("fetch", "noop", result={"n": "{{ iter.item }}"}),
+                    task("use", "call", args=args),
+                ],
+                loop={"in": [1, 2]},
+                set_ctx={"seen": "{{ (ctx.seen | default([])) + [each.v] }}"},
+                arcs=[arc("child", "{{ ctx.seen | length == 2 }}")],
+            ),
+            step("child", [task("sub", "subflow", flow="{{ workload.child }}")]),
+        ],
+        format="aos.flow/2",
+    )
+    out = ex.start(definition, {"child": "/lib/child"})
+    for _ in range(2):
+        (call,) = effects(out)
+        assert call.params["args"]["w"] == "lenient" and call.params["args"]["j"] == "[1]"
+        out = ex.receipt(call, call.params["args"])
+    assert ex.business["ctx"] == {"seen": [1, 2]}
+    (lookup,) = out.domain_events
+    assert lookup.schema == "aos/FlowLookup@1" and lookup.value["name"] == "lib/child"

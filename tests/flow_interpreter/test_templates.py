@@ -310,3 +310,17 @@ def test_args_a_loop_item_and_the_execution_id_at_the_top_level() -> None:
         {"x": "b", "i": 1, "e": "e1"},
     ]
     assert ex.business["steps"]["after"] == 5
+
+
+def test_a_task_result_is_in_scope_by_name_in_aos_flow_2_only() -> None:
+    """Above workload keys (and step results and args), below the named namespaces."""
+    read = task("read", "noop", result="{{ [fetch.n, w, workload.w, results.fetch.n] }}")
+    steps = [step("a", [task("fetch", "noop", result={"n": 1}), task("w", "noop", result=2), read])]
+    ex = Execution()
+    ex.start(flow(steps, format="aos.flow/2"), {"w": "workload"})
+    assert ex.business["steps"]["a"] == [1, 2, "workload", 1]
+    old = Execution()  # aos.flow/1: not in scope, as it never was
+    old_read = task("read", "noop", result="{{ fetch.n }}")
+    old.start(flow([step("a", [task("fetch", "noop", result={"n": 1}), old_read])]))
+    assert old.status == "failed"
+    assert "'fetch' is undefined" in old.engine["summary"]["failures"][0]["error"]["message"]

@@ -458,6 +458,44 @@ def test_a_different_meaning_has_a_different_hash() -> None:
     assert definition_hash(load(minimal())) != definition_hash(load(minimal(description="x")))
 
 
+def test_a_subflow_named_by_a_template_is_aos_flow_2_only() -> None:
+    named = {"do": "subflow", "flow": "{{ workload.child }}"}
+    defn = load({**with_tasks(named), "format": "aos.flow/2"})
+    assert canonical_value(defn)["steps"][0]["tasks"][0]["flow"] == "{{ workload.child }}"
+    assert problems_of(with_tasks(named)) == [("flow.schema", "$.steps[0].tasks[0].flow")]
+    broken = {"do": "subflow", "flow": "{{ workload.child"}
+    assert problems_of({**with_tasks(broken), "format": "aos.flow/2"}) == [
+        ("flow.template_invalid", "$.steps[0].tasks[0].flow")
+    ]
+    moved = {"do": "continue_with", "flow": "{{ workload.child }}"}
+    assert problems_of({**with_tasks(moved), "format": "aos.flow/2"}) == [
+        ("flow.schema", "$.steps[0].tasks[0].flow")
+    ]
+
+
+FULL_HASH_V1 = "blake3:5d0ba6dbfd1844f00a4e2a370024ae305039ed876c6e0ca0acbffca78cb60804"
+"""FULL_YAML's hash as every aos before `aos.flow/2` computed it."""
+
+
+def test_an_aos_flow_1_definition_keeps_its_canonical_form_and_hash() -> None:
+    defn = load(FULL_YAML)
+    assert str(definition_hash(defn)) == FULL_HASH_V1
+    assert all("set_ctx" not in step for step in canonical_value(defn)["steps"])
+    assert decode_definition(encode_definition(defn)) == defn
+
+
+def test_aos_flow_2_writes_a_step_set_ctx_and_1_refuses_one() -> None:
+    steps = [{"name": "a", "set_ctx": {"n": "{{ a.n }}"}, "next": "b"}, {"name": "b"}]
+    defn = load(minimal(format="aos.flow/2", steps=steps))
+    assert [step["set_ctx"] for step in canonical_value(defn)["steps"]] == [{"n": "{{ a.n }}"}, {}]
+    round_trip_hash(defn)
+    assert problems_of(minimal(steps=steps)) == [("flow.schema", "$.steps[0].set_ctx")]
+    bad = [{"name": "a", "set_ctx": {"n": "{{ a.n"}}]
+    assert problems_of(minimal(format="aos.flow/2", steps=bad)) == [
+        ("flow.template_invalid", "$.steps[0].set_ctx.n")
+    ]
+
+
 def test_flow_style_yaml_that_is_not_json_loads() -> None:
     defn = load("{name: tests/flow-style, steps: [{name: a}]}")
     assert defn.entry == "a"
@@ -726,7 +764,7 @@ CHECKS: list[tuple[str, dict[str, Any], str, str]] = [
         "flow.schema",
         "$.policy.no_next_is_error",
     ),
-    ("bad format", minimal(format="aos.flow/2"), "flow.schema", "$.format"),
+    ("bad format", minimal(format="aos.flow/3"), "flow.schema", "$.format"),
 ]
 
 
@@ -964,6 +1002,20 @@ def test_name_lengths_at_the_limit(field: str, length: int) -> None:
 
     load(value(length))
     assert problems_of(value(length + 1))[0][0] == "flow.schema"
+
+
+@pytest.mark.parametrize("name", ["fetch data", "step-1", "1st", "étape ü", "获取", "a:b/c"])
+def test_a_step_name_is_any_text(name: str) -> None:
+    steps = [{"name": "go", "next": name}, {"name": name, "next": {"arcs": [{"to": "go"}]}}]
+    defn = load(minimal(steps=steps, policy={"final_step": name}))
+    assert [step.name for step in defn.steps] == ["go", name]
+    round_trip_hash(defn)
+
+
+@pytest.mark.parametrize("name", ["", "a\nb", "tab\there", "nul\x00", "del\x7f", "c1\x85"])
+def test_a_step_name_is_not_empty_and_holds_no_control_character(name: str) -> None:
+    problems = problems_of(minimal(steps=[{"name": name}], entry="a"))
+    assert ("flow.schema", "$.steps[0].name") in problems
 
 
 @pytest.mark.parametrize("name", sorted(EXECUTION_LIMITS))

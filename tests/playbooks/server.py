@@ -18,7 +18,8 @@ WEATHER = {"37.7749": (18.5, 11.0), "40.7128": (31.5, 7.5), "51.5074": (12.0, 20
 
 class Handler(BaseHTTPRequestHandler):
     """GET /get echoes the query; /flaky 503s twice, then 200; /data?page=N pages through
-    PAGES pages; /ep/ok?page=N pages too, page 2 503s twice; /ep/missing is 404;
+    PAGES pages; /ep/ok?page=N pages too, page 2 503s twice; /pages?page=N pages too, page 2
+    503s once; /ep/missing is 404;
     /v1/forecast?latitude=L answers `current_weather` for the latitudes of WEATHER."""
 
     calls: ClassVar[list[str]] = []
@@ -34,9 +35,10 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(200, {"args": query, "url": self.path})
         elif url.path == "/flaky":
             self._answer(503 if count <= 2 else 200, {"try": count})
-        elif url.path in ("/data", "/ep/ok"):
+        elif url.path in ("/data", "/ep/ok", "/pages"):
             page = int(query.get("page", "1"))
-            if url.path == "/ep/ok" and page == 2 and count <= 2:
+            busy = {"/ep/ok": 2, "/pages": 1}.get(url.path, 0)
+            if page == 2 and count <= busy:
                 self._answer(503, {"error": "busy"})
                 return
             items = [f"p{page}-{i}" for i in range(2)]

@@ -351,7 +351,7 @@ def test_template_coercion() -> None:
         "flag": True,
         "text": "n=2",
         "top": 2,
-        "list": [1, "a"],
+        "list": '[1, "a"]',  # `| tojson` gives NoETL's text (spec/12 §6)
     }
 
 
