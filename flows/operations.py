@@ -17,6 +17,7 @@ from typing import Any
 from aos.flows.cfd import FlowDefinition, canonical_value
 from aos.flows.errors import FlowError
 from aos.flows.limits import NAME_LENGTH_MAX
+from aos.flows.numbers import execution_number
 from aos.flows.world import (
     CANCEL_EVENT,
     DEPLOY_EVENT,
@@ -242,6 +243,12 @@ def status(world: World, exec_id: str) -> dict[str, Any]:
     return state
 
 
+def shown_status(world: World, exec_id: str) -> dict[str, Any]:
+    """`status`, and the execution's `number` beside its id (NoETL's numeric execution id,
+    `flows/numbers.py`): what `aos flow status`, the HTTP API and the inspector show."""
+    return {**status(world, exec_id), "number": execution_number(exec_id)}
+
+
 def history(
     world: World,
     exec_id: str,
@@ -447,6 +454,7 @@ def executions_page(world: World, wanted: ExecutionFilter, page: Page) -> dict[s
 def _summary(state: dict[str, Any], cell_status: str) -> dict[str, Any]:
     return {
         "exec": state["exec"],
+        "number": execution_number(state["exec"]),
         "flow": state["flow"],
         "version": state["version"],
         "status": state["status"] if cell_status != "failed" else STATUS_ENGINE_FAILED,

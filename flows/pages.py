@@ -59,7 +59,7 @@ def _listing(world: World, after: str | None, status: str | None) -> dict[str, A
 
 
 def _execution(world: World, exec_id: str) -> dict[str, Any]:
-    state = ops.status(world, exec_id)  # raises flow.execution_unknown
+    state = ops.shown_status(world, exec_id)  # raises flow.execution_unknown
     raw = ops.definition_blob(world, str(state["definition"])) if state["definition"] else None
     drawing = None
     if raw is not None:
