@@ -25,7 +25,7 @@ LIMIT_DEFAULTS = {
     "tasks_per_input_max": 100_000,
     "result_inline_bytes_max": 64 * 1024,
 }
-TOOL_KINDS = ("echo", "http", "python", "postgres", "duckdb", "shell", "file")
+TOOL_KINDS = ("echo", "http", "python", "postgres", "duckdb", "shell", "file", "transfer")
 ACTIONS = (
     "assign",
     "business_ref",
