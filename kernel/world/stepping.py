@@ -18,7 +18,7 @@ from aos.kernel.air.errors import AirError
 from aos.kernel.air.model import DefWorkflow
 from aos.kernel.air.names import is_sys_name
 from aos.kernel.air.normalize import normalize
-from aos.kernel.hashing import hash_bytes
+from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.wasm import (
     StepFault,
     StepGuestExceptionError,
@@ -61,12 +61,14 @@ class Stepper:
         intents: IntentTracker,
         scheduler: Scheduler,
         open_intents_max: int,
+        put_blob: Callable[[bytes], Hash],
     ) -> None:
         self._journal = journal
         self._tables = tables
         self._intents = intents
         self._scheduler = scheduler
         self._open_intents_max = open_intents_max
+        self._put_blob = put_blob  # into the CAS with the step's flush (spec/08 §4.4)
         # The delivery that failed each failed cell: a retry steps it again.
         self.faulted: dict[CellId, Message] = {}
 
@@ -131,7 +133,9 @@ class Stepper:
         ]
         if effects:
             self._check_open_intents(message, effects, output.cancel, module)
-        return StepOutcome(state, events, effects, result.fuel_used, ann, output.cancel)
+        return StepOutcome(
+            state, events, effects, result.fuel_used, ann, output.cancel, output.writes
+        )
 
     def faulted_values(self) -> list[dict[str, Any]]:
         """The parked deliveries of failed cells as a head carries them, in cell order."""
@@ -148,6 +152,7 @@ class Stepper:
         cell: CellId = (message.workflow, message.key)
         cancelled = self._intents.cancellable(cell, outcome.cancel)
         state_hash = hash_bytes(outcome.state) if outcome.state else None
+        written = [str(self._put_blob(blob)) for blob in outcome.writes]
         step_seq = self._journal.append(
             records.StepRecord(
                 input_seq=message.seq,
@@ -159,6 +164,7 @@ class Stepper:
                 intents=[str(effect.intent) for effect in outcome.effects],
                 cancelled=cancelled,
                 ann=outcome.ann,
+                writes=written or None,
             )
         )
         for intent in cancelled:

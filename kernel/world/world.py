@@ -136,7 +136,12 @@ class World:
         self.intents = IntentTracker(self._pending, lambda: self.store)
         self._timers = Timers(clock, stamps, self.intents)
         self._stepper = Stepper(
-            self, self._cells, self.intents, self._scheduler, limits.open_intents_max
+            self,
+            self._cells,
+            self.intents,
+            self._scheduler,
+            limits.open_intents_max,
+            self._pending.put,
         )
         self._reads = CellReads(self._cells, self._scheduler, self.intents)
         self._head = store.journal.head()
