@@ -369,6 +369,7 @@ def _run(run: Run, apply: Callable[[Run], None]) -> None:
     try:
         apply(run)
         engine.run_to_wait(run)
+        engine.keep_loops_small(run)
     except EngineFailure as failure:
         engine.fail_execution(run, failure.code, failure.message)
     except Exception as error:  # a bug must fail the execution, not trap every later step
