@@ -10,6 +10,7 @@ runs the adapters in process and prints the execution's end and history.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -458,9 +459,22 @@ def _started_json(started: ops.Started) -> dict[str, Any]:
 def _print_started(body: dict[str, Any], as_json: bool) -> None:
     if as_json:
         emit_json(body)
-        return
-    click.echo(f"started   {body['exec']}  ({body['flow']} v{body['version']})")
-    click.echo(f"status    {body.get('status', 'running')}")
+    else:
+        click.echo(f"started   {body['exec']}  ({body['flow']} v{body['version']})")
+        click.echo(f"status    {body.get('status', 'running')}")
+    _exit_if_failed(body.get("status"))
+
+
+def _exit_if_failed(status: Any) -> None:
+    """A run that saw its execution end `failed` exits 1 (what it printed stands)."""
+    if status == ops.STATUS_FAILED:
+        sys.exit(1)
+
+
+def _echo_failure(state: dict[str, Any]) -> None:
+    found = ops.failure(state)
+    if found is not None:
+        click.echo(f"error     {found.get('code')}: {found.get('message')}"[:2000])
 
 
 def _run_local(
@@ -491,6 +505,7 @@ def _run_local(
         **_started_json(started),
         "status": state["status"],
         "result": state["engine"].get("result") if isinstance(state["engine"], dict) else None,
+        "error": ops.failure(state),
         "human_tasks": drained.human_tasks,
         "receipts": drained.receipts,
         "timers_skipped": drained.timers_skipped,
@@ -498,12 +513,14 @@ def _run_local(
     }
     if as_json:
         emit_json(cbor.to_json(body))
-        return
-    for event in body["events"]:
-        click.echo(_event_line(event))
-    click.echo(f"status    {body['status']}  ({started.exec})")
-    if drained.human_tasks:
-        click.echo(f"waiting   {len(drained.human_tasks)} human task(s)")
+    else:
+        for event in body["events"]:
+            click.echo(_event_line(event))
+        click.echo(f"status    {body['status']}  ({started.exec})")
+        _echo_failure(state)
+        if drained.human_tasks:
+            click.echo(f"waiting   {len(drained.human_tasks)} human task(s)")
+    _exit_if_failed(state["status"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -528,6 +545,7 @@ def status_command(exec_id: str, world_path: str, node_url: str | None, as_json:
         return
     click.echo(f"execution {state['exec']}  ({state['flow']} v{state['version']})")
     click.echo(f"status    {state['status']}  version {state['engine_version']}")
+    _echo_failure(state)
     click.echo("business  " + json.dumps(state["business"], sort_keys=True)[:2000])
     waits = (state.get("engine") or {}).get("waits") or {}
     for token, wait in sorted(waits.items()):

@@ -70,6 +70,7 @@ def _execution(world: World, exec_id: str) -> dict[str, Any]:
     engine = state.get("engine") if isinstance(state.get("engine"), dict) else {}
     return {
         "state": cbor.to_json(state),
+        "error": cbor.to_json(ops.failure(state)),
         "drawing": drawing,
         "marking": Marking.of_state(state),
         "waits": cbor.to_json((engine or {}).get("waits", {})),

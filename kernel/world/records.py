@@ -59,8 +59,9 @@ KINDS = (
 
 
 class StepRecord(NamedTuple):
-    """An applied step. `cancelled` (intents the step closed) and `ann` (its annotation) are
-    written only when the step has them, so steps without either keep their old form."""
+    """An applied step. `cancelled` (intents the step closed), `ann` (its annotation) and
+    `writes` (the hashes of the blobs it stored, spec/08 §4.4) are written only when the step
+    has them, so steps without any keep their old form."""
 
     input_seq: int
     delivery: int
@@ -71,6 +72,7 @@ class StepRecord(NamedTuple):
     intents: list[str]
     cancelled: list[str] | None = None
     ann: Any = None
+    writes: list[str] | None = None
 
     @property
     def kind(self) -> str:
@@ -83,6 +85,8 @@ class StepRecord(NamedTuple):
         value["input"] = self.input_seq
         value["state"] = self.state
         value["events"] = self.events
+        if self.writes:
+            value["writes"] = self.writes
         value["intents"] = self.intents
         value["delivery"] = self.delivery
         value["workflow"] = self.workflow
@@ -110,6 +114,7 @@ class StepRecord(NamedTuple):
             intents=value["intents"],
             cancelled=value.get("cancelled"),
             ann=value.get("ann"),
+            writes=value.get("writes"),
         )
 
 
@@ -313,10 +318,11 @@ def step(
     intents: list[str],
     cancelled: list[str] | None = None,
     ann: Any = None,
+    writes: list[str] | None = None,
 ) -> dict[str, Any]:
     """A step record's map (`StepRecord`)."""
     return StepRecord(
-        input_seq, delivery, workflow, key, state, events, intents, cancelled, ann
+        input_seq, delivery, workflow, key, state, events, intents, cancelled, ann, writes
     ).to_cbor_value()
 
 

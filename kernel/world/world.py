@@ -67,7 +67,7 @@ from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import RunnerFactory, Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource
-from aos.kernel.world.stepping import Stepper, dropped
+from aos.kernel.world.stepping import Stepper, cell_delivery, dropped
 from aos.kernel.world.tables import CellTables
 from aos.kernel.world.tail import FOLDABLE_KINDS, fold, records_after
 from aos.kernel.world.timers import CLOCK_MANUAL as CLOCK_MANUAL
@@ -136,7 +136,12 @@ class World:
         self.intents = IntentTracker(self._pending, lambda: self.store)
         self._timers = Timers(clock, stamps, self.intents)
         self._stepper = Stepper(
-            self, self._cells, self.intents, self._scheduler, limits.open_intents_max
+            self,
+            self._cells,
+            self.intents,
+            self._scheduler,
+            limits.open_intents_max,
+            self._pending.put,
         )
         self._reads = CellReads(self._cells, self._scheduler, self.intents)
         self._head = store.journal.head()
@@ -578,15 +583,7 @@ class World:
             self._checkpoints.due = True  # the tail's fold does not fail cells
             return Settlement(intent, seq, delivered=False)
         self._scheduler.enqueue(
-            Message(
-                seq=seq,
-                delivery=0,
-                workflow=open_intent.workflow,
-                key=open_intent.key,
-                schema=workflow.event,
-                value=router.wrap(workflow.event, schema, value),
-                stamp=stamp,
-            )
+            cell_delivery(self._runtime, open_intent.cell, seq, schema, value, stamp)
         )
         return Settlement(intent, seq)
 
@@ -723,6 +720,9 @@ class World:
             on_step=self.on_step,
             read_blob=self.read_blob,
         )
+        if self._stepper.checkpoint_due:
+            self._stepper.checkpoint_due = False
+            self._checkpoints.due = True
         return True
 
     def read_blob(self, hash_text: str) -> bytes | None:
