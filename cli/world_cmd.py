@@ -35,6 +35,7 @@ from aos.cli.common import (
     table,
     world_option,
 )
+from aos.cli.identity_cmd import echo_first_admin, first_admin_token
 from aos.cli.remote import node_call, node_option, serving_node
 from aos.kernel import cbor, jsontext
 from aos.kernel.air import AirCheckError
@@ -146,6 +147,7 @@ def create_command(
             "manifest": str(world.manifest_hash),
             "height": world.height,
             "clock": world.clock,
+            "admin_token": first_admin_token(directory),
         }
     if as_json:
         emit_json(body)
@@ -153,6 +155,7 @@ def create_command(
     click.echo(f"created   {body['world']}")
     click.echo(f"manifest  {body['manifest']}")
     click.echo(f"height    {body['height']}")
+    echo_first_admin(body["admin_token"])
 
 
 @world_group.command("status")

@@ -37,6 +37,7 @@ from aos.kernel.adapters.signing import generate_seed, public_key_of, verify_bod
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.store import open_store
 from aos.kernel.world.world import World
+from tests.auth_fixtures import announced
 
 START_S_MAX = 30.0
 SETTLE_S_MAX = 60.0
@@ -108,7 +109,9 @@ def node(world: Path, *options: str) -> Iterator[str]:
     try:
         wait_until("the node", lambda: child.out or child.popen.poll() is not None, START_S_MAX)
         assert child.out, "".join(child.err)
-        yield json.loads(child.out[0])["url"]
+        found = json.loads(child.out[0])
+        with announced(found):
+            yield found["url"]
     finally:
         assert child.stop() == 0, "".join(child.err)
 

@@ -12,6 +12,7 @@ import pytest
 
 from aos.kernel.errors import AosError
 from aos.kernel.world.world import World
+from tests.auth_fixtures import node_http
 from tests.test_cli_world import run, run_json
 from tests.test_governance import (
     DOUBLE,
@@ -50,7 +51,7 @@ def test_approve_reject_and_apply_go_through_the_node(tmp_path: Path) -> None:
 
 
 def _journal_height(url: str) -> int:
-    return int(httpx.get(url + "/v1/world", timeout=30).json()["height"])
+    return int(node_http.get(url + "/v1/world", timeout=30).json()["height"])
 
 
 def test_the_whole_cycle_runs_through_a_serving_node(tmp_path: Path) -> None:
@@ -68,7 +69,9 @@ def test_the_whole_cycle_runs_through_a_serving_node(tmp_path: Path) -> None:
         assert code == 0 and "shadowed" in out
         run("gov", "approve", proposal[:16], "--approver", "ann", "--reason", "ok", world=world)
         applied = run_json("gov", "apply", proposal[:16], world=world)
-        assert httpx.get(url + "/v1/world", timeout=30).json()["manifest"] == applied["manifest"]
+        assert (
+            node_http.get(url + "/v1/world", timeout=30).json()["manifest"] == applied["manifest"]
+        )
     with reopen(world) as opened:  # the node journaled it all: it replays
         assert opened.proposals[proposal]["status"] == "applied"
     assert run_json("world", "replay", "--verify", world=world)["ok"] is True

@@ -33,6 +33,7 @@ from aos.kernel.node.human import (
     task_fields,
 )
 from aos.kernel.node.leases import PublishedIntent
+from tests.auth_fixtures import authorize
 from tests.test_node import (
     ADAPTER,
     TestClient,
@@ -668,7 +669,7 @@ def test_a_corrupt_inbox_file_stops_the_node_from_starting(world_path: Path) -> 
 
 def test_without_a_human_adapter_the_new_endpoints_are_disabled(world_path: Path) -> None:
     with open_node(world_path) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         for response in (
             post(client, "x", "claim", user="ann"),
             post(client, "x", "release", user="ann"),

@@ -9,11 +9,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import httpx
 from click.testing import CliRunner
 
 from aos.cli.main import main
 from aos.kernel.adapters.keys import write_seed
+from tests.auth_fixtures import node_http
 from tests.test_node_process import _AOS, START_TIMEOUT_S, _readline, make_world, node_process
 from tests.test_receipts import ADAPTER_SEED
 from tests.test_world import ping
@@ -45,7 +45,7 @@ def test_claims_and_history_survive_a_killed_node(tmp_path: Path) -> None:
     )
     try:
         url = json.loads(_readline(process, START_TIMEOUT_S))["url"]
-        sent = httpx.post(
+        sent = node_http.post(
             f"{url}/v1/events",
             json={"schema": "demo/Ping@1", "value": ping("x", "effect", 2)},
             timeout=60,

@@ -24,6 +24,7 @@ from aos.kernel import cbor
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.node.inspector import add_inspector
+from tests.auth_fixtures import authorize
 from tests.flows_world.support import make_flow_world
 from tests.flows_world.test_execution_wait import in_thread, wait_for_waiters
 from tests.flows_world.test_flow_requests import QUICK_FLOW, TestClient, ok
@@ -64,7 +65,7 @@ def serve(node: Node) -> TestClient:
     app = create_app(node)
     add_flow_routes(app, node)
     add_flow_pages(app, add_inspector(app, node))
-    return TestClient(app)
+    return authorize(TestClient(app), node)
 
 
 @pytest.fixture

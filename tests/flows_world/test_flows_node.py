@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import pytest
+
+from tests.auth_fixtures import node_http, remember_node
 
 _AOS = [sys.executable, "-c", "from aos.cli.main import main; main()"]
 START_TIMEOUT_S = 60.0
@@ -163,14 +165,14 @@ def waiting_for(kind: str) -> Callable[[dict[str, Any]], bool]:
 
 def http_status(url: str, exec_id: str) -> dict[str, Any]:
     """GET /v1/executions/EXEC: a check beside the commands, without a process's start-up."""
-    answer = httpx.get(f"{url}/v1/executions/{exec_id}", timeout=30)
+    answer = node_http.get(f"{url}/v1/executions/{exec_id}", timeout=30)
     assert answer.status_code == 200, answer.text
     state: dict[str, Any] = answer.json()
     return state
 
 
 def open_intents(url: str) -> int:
-    return int(httpx.get(f"{url}/v1/world", timeout=30).json()["open_intents"])
+    return int(node_http.get(f"{url}/v1/world", timeout=30).json()["open_intents"])
 
 
 def in_order(names: list[str], wanted: list[str]) -> bool:
@@ -182,11 +184,14 @@ def in_order(names: list[str], wanted: list[str]) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
+def test_a_flow_on_a_node_with_adapter_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     world, keys = tmp_path / "w", tmp_path / "keys"
     created = aos_json(
         "flow", "world", "create", world, "--keys", keys, "--clock", "wall", "--no-sync"
     )
+    monkeypatch.setenv("AOS_TOKEN", created["admin_token"])  # the first admin, printed once
     assert Path(created["keys"]) == keys and (keys / "human.key").exists()
     flow = tmp_path / "order.flow.yaml"
     flow.write_text(NODE_FLOW)
@@ -198,6 +203,7 @@ def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
     with running(*up) as node:
         announced = json.loads(_readline(node, START_TIMEOUT_S))
         url = str(announced["url"])
+        remember_node(url, created["admin_token"])
         assert announced["human_adapter"] == "aos/human@1"
         echo_command = ["adapter", "run", "tool-echo", "--node", url]
         with running(*echo_command, "--key", str(keys / "echo.key")) as echo:
@@ -242,7 +248,7 @@ def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
                 *at,
             )
             assert done["delivered"] is True
-            assert httpx.get(f"{url}/v1/tasks", timeout=30).json()["tasks"] == []
+            assert node_http.get(f"{url}/v1/tasks", timeout=30).json()["tasks"] == []
 
             # Then the warehouse's signal; the fork runs both echo calls; the join closes it.
             state = poll(url, "e1", waiting_for("signal"))
@@ -293,7 +299,9 @@ def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
             assert open_intents(url) == 0
             state = http_status(url, "e2")
             assert state["status"] == "cancelled" and waits(state) == []
-            refused = httpx.post(f"{url}/v1/executions/e2/signal", json={"name": "go"}, timeout=30)
+            refused = node_http.post(
+                f"{url}/v1/executions/e2/signal", json={"name": "go"}, timeout=30
+            )
             assert refused.status_code == 409
             assert refused.json()["error"]["code"] == "flow.execution_ended"
 
