@@ -100,12 +100,13 @@ def test_an_unsigned_client_leases_nothing_and_sees_no_params(
 ) -> None:
     send(client, "x")
     before = snapshot(client)
-    plain = unsigned(node)
+    plain, bare = unsigned(node), TestClient(create_app(node))
     answer = plain.post("/v1/leases", json=lease_body())
-    assert error_of(answer, 401)["code"] == "adapter.unauthenticated"
+    assert error_of(answer, 403)["code"] == "auth.forbidden"  # an identity's token: wrong key
     assert "params" not in answer.text
     for path, body in [("/v1/leases/abc/renew", {}), ("/v1/leases/abc/progress", {})]:
-        assert error_of(plain.post(path, json=body), 401)["code"] == "adapter.unauthenticated"
+        assert error_of(plain.post(path, json=body), 403)["code"] == "auth.forbidden"
+        assert error_of(bare.post(path, json=body), 401)["code"] == "auth.unauthenticated"
     assert snapshot(client) == before
     [leased] = lease(client)  # the adapter itself still gets it, params and all
     assert leased["params"] is not None
@@ -224,7 +225,9 @@ def test_progress_on_another_adapters_lease_is_forbidden(node: Node, client: Tes
 def test_blob_uploads_are_signed(node: Node, client: TestClient, world_path: Path) -> None:
     data = b"uploaded by nobody"
     refused = unsigned(node).post("/v1/blobs", content=data, headers=OCTETS)
-    assert error_of(refused, 401)["code"] == "adapter.unauthenticated"
+    assert error_of(refused, 403)["code"] == "auth.forbidden"  # a token is not a signature
+    bare = TestClient(create_app(node)).post("/v1/blobs", content=data, headers=OCTETS)
+    assert error_of(bare, 401)["code"] == "auth.unauthenticated"
     kept = b"uploaded by the adapter"
     assert client.post("/v1/blobs", content=kept, headers=OCTETS).json()["hash"] == str(
         hash_bytes(kept)

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from aos.kernel.node.app import create_app
-from tests.auth_fixtures import authorize, node_http
+from tests.auth_fixtures import admin_headers, authorize, node_http
 from tests.test_node import KEYED, make_world, open_node
 from tests.test_node_process import node_process
 
@@ -81,10 +81,13 @@ def test_a_stalled_body_is_timed_out_and_the_node_keeps_serving(tmp_path: Path) 
         address = urlsplit(url)
         before = node_http.get(f"{url}/v1/world").json()
         stalled = []
+        # Authorized, so the body is read (an unauthenticated one is refused before it).
+        token = admin_headers(url)["authorization"].encode()
         for _ in range(3):  # several half-sent requests at once
             connection = socket.create_connection((address.hostname, address.port), timeout=10)
             connection.sendall(
                 b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Authorization: " + token + b"\r\n"
                 b"Content-Length: 100\r\n\r\n" + b'{"schema": '
             )
             stalled.append(connection)

@@ -191,10 +191,12 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         "/v1/adapters",
         response_model=models.AdaptersResponse,
         tags=["adapters"],
-        **needs(READ, ADAPTER),
+        **needs(PUBLIC),
     )
     async def get_adapters() -> dict[str, Any]:
-        """The manifest's adapter identities: name, public key, the effects each may settle."""
+        """The manifest's adapter identities: name, public key, the effects each may settle.
+        Public: an adapter checks its own key here before it can sign (spec/10 §2), and a
+        public key is no secret."""
         return node.adapters()
 
     @app.post(
