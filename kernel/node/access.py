@@ -29,7 +29,7 @@ from aos.kernel.adapters.auth import HEADER_ADAPTER, HEADER_SIGNATURE, RequestVe
 from aos.kernel.errors import AosError
 from aos.kernel.node import identities as ids
 from aos.kernel.node.adapter_api import route_path, send_json
-from aos.kernel.node.errors import http_status
+from aos.kernel.node.errors import RequestInvalidError, http_status
 from aos.kernel.node.identities import (
     ADAPTER,
     ANONYMOUS,
@@ -107,17 +107,24 @@ class Acting:
     roles for the inbox's own checks (None on an insecure-local node, which trusts the
     request as a node before identities did)."""
 
-    user: str
+    user: str | None
     roles: tuple[str, ...]
     checked_roles: list[str] | None
 
 
-def acting_user(request: Any, named: str | None, roles: list[str]) -> Acting:
+def acting_user(
+    request: Any, named: str | None, roles: list[str], *, required: bool = True
+) -> Acting:
     """The user a task or governance request acts as: its identity. A request may name it
-    (`user`, `approver`) and roles it holds, never anyone or anything else."""
+    (`user`, `approver`) and roles it holds, never anyone or anything else. On an
+    insecure-local node the request names them (`required`: it must name the user)."""
     principal = principal_of(request.scope)
     if principal.trusts_request:
-        return Acting(named or principal.name, tuple(roles), None)
+        if named is None and required:
+            raise RequestInvalidError(
+                "an --insecure-local node acts as the user the request names", path="$.user"
+            )
+        return Acting(named, tuple(roles), None)
     if named is not None and named != principal.name:
         raise ImpersonationError(
             f"{principal.name} cannot act as {named}", identity=principal.name, named=named

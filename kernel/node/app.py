@@ -316,7 +316,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         """Complete a task as the caller's identity: the node signs the receipt with the
         human adapter's key. A claimed task only by its holder; an unclaimed one only by
         whoever may claim it (its assignee, holding one of its roles)."""
-        acting = acting_user(request, body.user, [])
+        acting = acting_user(request, body.user, [], required=False)
         return await node.complete_task(
             intent, body.status, body.payload, acting.user, acting.checked_roles
         )
@@ -332,6 +332,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         someone else, and the identity must hold one of its roles (if it names any).
         Idempotent for its holder."""
         acting = acting_user(request, body.user, body.roles)
+        assert acting.user is not None
         return await node.claim_task(intent, acting.user, list(acting.roles))
 
     @app.post(
@@ -342,7 +343,9 @@ def _add_routes(app: FastAPI, node: Node) -> None:
     )
     async def release_task(intent: str, body: models.TaskReleaseRequest, request: Request) -> Any:
         """Give a claimed task back (its holder only)."""
-        return await node.release_task(intent, acting_user(request, body.user, []).user)
+        user = acting_user(request, body.user, []).user
+        assert user is not None
+        return await node.release_task(intent, user)
 
     @app.post(
         "/v1/tasks/{intent}/reassign",
@@ -357,6 +360,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         claim it (or an admin); handing it to someone else releases the claim."""
         acting = acting_user(request, body.user, [])
         roles = None if principal_of(request.scope).may(ADMIN) else acting.checked_roles
+        assert acting.user is not None
         return await node.reassign_task(intent, acting.user, body.to, roles)
 
     @app.get(
@@ -391,7 +395,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
     ) -> dict[str, Any]:
         """Approve or reject a proposal (journaled with the caller's identity as approver),
         as `aos gov approve|reject`."""
-        approver = acting_user(request, body.approver, []).user
+        approver = acting_user(request, body.approver, [], required=False).user or "local"
         return await node.gov_decide(
             proposal, approve=body.approve, approver=approver, reason=body.reason
         )
