@@ -1,11 +1,13 @@
 """`aos node up`: serve a world over HTTP; `aos task ...`: the human task inbox of a node.
 
     aos node up [--world PATH ...] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
+                [--insecure-local] [--identities FILE]
                 [--takeover] [--owner-lease-ms MS] [--node-id ID]   (PostgreSQL worlds)
     aos task ls [--assignee U] [--role R] [--status open|claimed] | task show INTENT
-    aos task claim INTENT --user U [--role R ...] | task release INTENT --user U
-    aos task reassign INTENT --user U (--to V | --unassign) | task history INTENT
-    aos task complete INTENT --status ok --payload-json JSON [--user U]
+    aos task claim INTENT [--role R ...] | task release INTENT
+    aos task reassign INTENT (--to V | --unassign) | task history INTENT
+    aos task complete INTENT --status ok --payload-json JSON
+    (each acts as the identity of --token / AOS_TOKEN; --user may name it, spec/04 §9.8)
 
 The node holds the world (one writer), so the task commands talk to the running node over its
 HTTP API (`--node URL`, env AOS_NODE) instead of opening the world.
@@ -628,9 +630,17 @@ def _node_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+_USER_HELP = (
+    "Who acts: your identity's name (the node refuses another); only an --insecure-local "
+    "node takes the user from here."
+)
+
+
 @click.group("task")
 def task_group() -> None:
-    """Human tasks: open intents of the human adapter a node hosts."""
+    """Human tasks: open intents of the human adapter a node hosts. Each command acts as the
+    identity of your token (--token, AOS_TOKEN): a task is claimed, completed, released or
+    reassigned by that identity, with the roles it holds."""
 
 
 @task_group.command("ls")
@@ -705,9 +715,13 @@ def task_show_command(intent: str, node_url: str, as_json: bool) -> None:
 
 @task_group.command("claim")
 @click.argument("intent")
-@click.option("--user", required=True, help="Who claims the task.")
+@click.option("--user", help=_USER_HELP)
 @click.option(
-    "--role", "roles", multiple=True, metavar="ROLE", help="A role of the user (repeatable)."
+    "--role",
+    "roles",
+    multiple=True,
+    metavar="ROLE",
+    help="Present only this role of your identity's (repeatable; default: all of them).",
 )
 @_node_option
 @json_option
@@ -715,8 +729,9 @@ def task_show_command(intent: str, node_url: str, as_json: bool) -> None:
 def task_claim_command(
     intent: str, user: str, roles: tuple[str, ...], node_url: str, as_json: bool
 ) -> None:
-    """Claim a task: nobody else may hold it, it must not be assigned to someone else, and a
-    task that names roles needs one of them. Claiming a task you hold changes nothing."""
+    """Claim a task as your identity: nobody else may hold it, it must not be assigned to
+    someone else, and a task that names roles needs one your identity holds. Claiming a task
+    you hold changes nothing."""
     body = {"user": user, "roles": list(roles)}
     found = _request(node_url, "POST", f"/v1/tasks/{intent}/claim", as_json=as_json, json_body=body)
     _print_task_change(found, as_json)
@@ -724,7 +739,7 @@ def task_claim_command(
 
 @task_group.command("release")
 @click.argument("intent")
-@click.option("--user", required=True, help="The task's holder.")
+@click.option("--user", help=_USER_HELP)
 @_node_option
 @json_option
 @handles_errors
@@ -737,7 +752,7 @@ def task_release_command(intent: str, user: str, node_url: str, as_json: bool) -
 
 @task_group.command("reassign")
 @click.argument("intent")
-@click.option("--user", required=True, help="Who reassigns: the holder, or anyone if unclaimed.")
+@click.option("--user", help=_USER_HELP)
 @click.option("--to", metavar="USER", help="The new assignee.")
 @click.option("--unassign", is_flag=True, help="Assign the task to nobody.")
 @_node_option
@@ -780,7 +795,7 @@ def task_history_command(intent: str, node_url: str, as_json: bool) -> None:
 @click.option(
     "--payload-file", type=click.File("r", encoding="utf-8"), help="A file with the answer."
 )
-@click.option("--user", help="Who completes it (required: the holder, if it is claimed).")
+@click.option("--user", help=_USER_HELP)
 @_node_option
 @json_option
 @handles_errors

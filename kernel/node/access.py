@@ -237,7 +237,7 @@ class AccessGuard:
             return
         scope[PRINCIPAL_KEY] = principal
         if principal.kind in ("identity", "local") and not principal.may(ids.READ_PARAMS):
-            send = redacting(send)
+            send = redacting(send, tasks=not principal.may(ids.TASK))
         if wanted and not set(wanted) <= _WRITE_FREE:
             send = self.authority.audit.acting(scope, principal, send)
         await self.app(scope, receive, send)

@@ -52,7 +52,14 @@ from aos.kernel.node.access import (
 from aos.kernel.node.adapter_api import route_path
 from aos.kernel.node.app import query_invalid
 from aos.kernel.node.errors import http_status
-from aos.kernel.node.identities import PUBLIC, READ, READ_PARAMS, AuthError, CrossSiteError
+from aos.kernel.node.identities import (
+    PUBLIC,
+    READ,
+    READ_PARAMS,
+    TASK,
+    AuthError,
+    CrossSiteError,
+)
 from aos.kernel.node.node import Node
 from aos.kernel.node.read_api import bounds_of, journal_filter, journal_in_turns
 from aos.kernel.node.redaction import redact
@@ -120,7 +127,8 @@ class Inspector:
         nav = [(name, root + href) for name, href in self.nav]
         principal = principal_of(request.scope)
         if not principal.may(READ_PARAMS):
-            context = redact(context)  # params and payloads as their hashes (redaction.py)
+            # Params and payloads as their hashes (redaction.py).
+            context = redact(context, tasks=not principal.may(TASK))
         html = self.env.get_template(template).render(
             request=request,
             nav=nav,

@@ -494,7 +494,9 @@ class Node:
             # (Within one batch, a second completion of the same task is a duplicate.)
             task = self._open_task(human, intent)
             inbox.completing(task, user, roles)
-            settlement = world.settle(human.receipt(world.world_id, task, status, payload))
+            receipt = human.receipt(world.world_id, task, status, payload)
+            # The identity that completed it, journaled with the receipt (None: insecure-local).
+            settlement = world.settle(receipt, by=user if roles is not None else None)
             if not settlement.duplicate:
                 inbox.note_completion(intent, user, status)
             return _settled(settlement)

@@ -8,7 +8,9 @@ the inspector's pages, the CLI reading through a node):
 - an `effect_receipt` record's `body.payload`;
 - a `receipt_rejected` record's `receipt` (the raw receipt, as sent);
 - the `params` of an intent, lease or task answer (an object with `intent`, `effect` and
-  `params`).
+  `params`), and, for a caller without `task` either, a task's `title`, `description`,
+  `form` and `data` (which come from its params: a person with `task` sees what they are
+  asked to decide).
 Redaction is of the answer, never of the world: the journal keeps every value.
 """
 
@@ -24,6 +26,7 @@ from aos.kernel.world import records
 
 REDACTED_KEY = "$redacted"
 _MARKERS = (b'"params"', b'"payload"', b'"receipt"')
+"""A JSON answer without any of these shows nothing to redact, and is sent as it is."""
 
 Message = MutableMapping[str, Any]
 Send = Callable[[Message], Awaitable[None]]
@@ -39,13 +42,17 @@ def redacted(value: Any) -> dict[str, str]:
     return {REDACTED_KEY: digest}
 
 
-def redact(value: Any) -> Any:
-    """`value` (JSON form) with every param and payload it shows replaced by `redacted`."""
+TASK_FIELDS = ("title", "description", "form", "data")
+
+
+def redact(value: Any, *, tasks: bool = True) -> Any:
+    """`value` (JSON form) with every param and payload it shows replaced by `redacted`; with
+    `tasks`, a task's fields from its params too."""
     if isinstance(value, list):
-        return [redact(item) for item in value]
+        return [redact(item, tasks=tasks) for item in value]
     if not isinstance(value, dict):
         return value
-    found = {key: redact(item) for key, item in value.items()}
+    found = {key: redact(item, tasks=tasks) for key, item in value.items()}
     kind = value.get("kind")
     if kind == records.EFFECT_INTENT and "params" in found:
         found["params"] = redacted(value["params"])
@@ -56,11 +63,15 @@ def redact(value: Any) -> Any:
         found["receipt"] = redacted(value["receipt"])
     elif "params" in found and "intent" in found and "effect" in found:
         found["params"] = redacted(value["params"])
+        for name in TASK_FIELDS if tasks else ():
+            if found.get(name) is not None:
+                found[name] = redacted(value[name])
     return found
 
 
-def redacting(send: Send) -> Send:
-    """`send` with every JSON answer and server-sent event redacted on the way out."""
+def redacting(send: Send, *, tasks: bool = True) -> Send:
+    """`send` with every JSON answer and server-sent event redacted on the way out (with
+    `tasks`, tasks' fields too)."""
     held: list[Message] = []
     chunks: list[bytes] = []
     mode = ""
@@ -80,12 +91,12 @@ def redacting(send: Send) -> Send:
             return
         if mode == "events":
             body = bytes(message.get("body", b""))
-            await send({**message, "body": _redact_events(body)})
+            await send({**message, "body": _redact_events(body, tasks)})
             return
         chunks.append(bytes(message.get("body", b"")))
         if message.get("more_body", False):
             return
-        body = _redact_json(b"".join(chunks))
+        body = _redact_json(b"".join(chunks), tasks)
         start = held.pop()
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
@@ -105,22 +116,24 @@ def _content_type(start: Message) -> str:
     return ""
 
 
-def _redact_json(body: bytes) -> bytes:
+def _redact_json(body: bytes, tasks: bool) -> bytes:
     if not any(marker in body for marker in _MARKERS):
         return body
     try:
         value = json.loads(body)
     except ValueError:
         return body
-    return json.dumps(redact(value), ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(
+        redact(value, tasks=tasks), ensure_ascii=False, separators=(",", ":")
+    ).encode()
 
 
-def _redact_events(body: bytes) -> bytes:
+def _redact_events(body: bytes, tasks: bool) -> bytes:
     """Each `data:` line of a server-sent event chunk, redacted."""
     if not any(marker in body for marker in _MARKERS):
         return body
     lines = body.split(b"\n")
     for index, line in enumerate(lines):
         if line.startswith(b"data: "):
-            lines[index] = b"data: " + _redact_json(line[len(b"data: ") :])
+            lines[index] = b"data: " + _redact_json(line[len(b"data: ") :], tasks)
     return b"\n".join(lines)

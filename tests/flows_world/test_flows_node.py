@@ -28,8 +28,13 @@ STOP_TIMEOUT_S = 15.0
 COMMAND_TIMEOUT_S = 60.0
 POLL_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.2
+
+
 # The commands must talk to the node (or world) they are given, whatever the environment says.
-_ENV = {k: v for k, v in os.environ.items() if k not in ("AOS_NODE", "AOS_WORLD")}
+def _env() -> dict[str, str]:
+    """The test's environment (its AOS_TOKEN included) less the world and node it names."""
+    return {k: v for k, v in os.environ.items() if k not in ("AOS_NODE", "AOS_WORLD")}
+
 
 NODE_FLOW = """
 name: t/order
@@ -117,7 +122,7 @@ def _stop(process: subprocess.Popen[str]) -> tuple[int, str]:
 def running(*command: str) -> Iterator[subprocess.Popen[str]]:
     """A long-running `aos` process, stopped (SIGTERM) on the way out whatever happened."""
     process = subprocess.Popen(
-        [*_AOS, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_ENV
+        [*_AOS, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
     try:
         yield process
@@ -133,7 +138,7 @@ def aos(*args: str | Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=COMMAND_TIMEOUT_S,
         check=False,
-        env=_ENV,
+        env=_env(),
     )
 
 
@@ -192,6 +197,10 @@ def test_a_flow_on_a_node_with_adapter_processes(
         "flow", "world", "create", world, "--keys", keys, "--clock", "wall", "--no-sync"
     )
     monkeypatch.setenv("AOS_TOKEN", created["admin_token"])  # the first admin, printed once
+    made = aos_json(
+        "identity", "create", "ann", "--scope", "task", "--role", "finance", "--world", world
+    )
+    ann = ["--token", made["token"]]  # a task acts as its identity, with the identity's roles
     assert Path(created["keys"]) == keys and (keys / "human.key").exists()
     flow = tmp_path / "order.flow.yaml"
     flow.write_text(NODE_FLOW)
@@ -234,7 +243,7 @@ def test_a_flow_on_a_node_with_adapter_processes(
             assert task["origin"] == {"workflow": "aos/FlowExec@1", "key": "e1"}
             assert task["effect"] == "aos/human.task@1" and task["status"] == "open"
             claimed = aos_json(
-                "task", "claim", task["intent"], "--user", "ann", "--role", "finance", *at
+                "task", "claim", task["intent"], "--user", "ann", "--role", "finance", *at, *ann
             )
             assert (claimed["status"], claimed["holder"]) == ("claimed", "ann")
             done = aos_json(
@@ -246,6 +255,7 @@ def test_a_flow_on_a_node_with_adapter_processes(
                 "--payload-json",
                 '{"approved": true}',
                 *at,
+                *ann,
             )
             assert done["delivered"] is True
             assert node_http.get(f"{url}/v1/tasks", timeout=30).json()["tasks"] == []
