@@ -243,18 +243,19 @@ def flow_world_create(
     run tool-echo --key KEYS/echo.key ...` against it."""
     keys_dir = keys_dir if keys_dir is not None else default_keys_dir(directory)
     world, keys = create_flow_world(directory, keys_dir=keys_dir, clock=clock, sync=not no_sync)
+    admin_token = first_admin_token(directory)
     with world:
         body = {
             "world": str(directory),
             "keys": str(keys.folder),
             "manifest": str(world.manifest_hash),
-            "admin_token": first_admin_token(directory),
+            "admin_token": admin_token,
         }
     if as_json:
         emit_json(body)
         return
     click.echo(f"created   {body['world']}\nkeys      {body['keys']}\nmanifest  {body['manifest']}")
-    echo_first_admin(body["admin_token"])
+    echo_first_admin(admin_token)
 
 
 # --------------------------------------------------------------------------------------------

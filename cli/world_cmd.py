@@ -141,13 +141,14 @@ def create_command(
             click.echo(table(["CODE", "PATH", "MESSAGE", "FILE"], rows))
         fail(error, as_json=as_json)
         return
+    admin_token = first_admin_token(directory)
     with world:
         body = {
             "world": str(directory),
             "manifest": str(world.manifest_hash),
             "height": world.height,
             "clock": world.clock,
-            "admin_token": first_admin_token(directory),
+            "admin_token": admin_token,
         }
     if as_json:
         emit_json(body)
@@ -155,7 +156,7 @@ def create_command(
     click.echo(f"created   {body['world']}")
     click.echo(f"manifest  {body['manifest']}")
     click.echo(f"height    {body['height']}")
-    echo_first_admin(body["admin_token"])
+    echo_first_admin(admin_token)
 
 
 @world_group.command("status")

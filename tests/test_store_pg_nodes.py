@@ -31,7 +31,7 @@ from aos.kernel.store.limits import OWNER_LEASE_MS_MIN
 from aos.kernel.store.pg_store import PgStore, open_pg_store
 from aos.kernel.store.url import write_store_url
 from aos.kernel.world_store import create_world
-from tests.auth_fixtures import announced, node_http
+from tests.auth_fixtures import admin_headers, announced, node_http
 from tests.pg_cluster import free_port
 from tests.store_backends import world_id
 from tests.test_node_process import _AOS, _readline, make_world, node_process
@@ -268,7 +268,7 @@ def send_pings(url: str, prefix: str, keys: int) -> None:
 
 def settled(url: str) -> list[dict[str, Any]]:
     """Wait until no intent is open (the adapter settled them all); the whole journal."""
-    with httpx.Client(base_url=url, timeout=30) as http:
+    with httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as http:
         deadline = SETTLE_TIMEOUT_S * 10
         for _ in range(int(deadline)):
             if http.get("/v1/world").json()["open_intents"] == 0:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aos.kernel.errors import AosError
 
 if TYPE_CHECKING:
-    from aos.kernel.node.access import Principal
+    from aos.kernel.node.identities import Principal
 
 AUDIT_FILE_NAME = "audit.jsonl"
 AUDIT_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
