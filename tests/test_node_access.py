@@ -299,3 +299,42 @@ def test_insecure_local_lets_everyone_in(tmp_path: Path) -> None:
         client = TestClient(create_app(node))
         assert client.get("/v1/world").status_code == 200
         assert client.get("/v1/identity").json()["name"] == "local"
+
+
+def test_the_identity_commands_make_list_and_revoke(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from aos.cli.main import main
+
+    world = make_world(tmp_path / "w")
+
+    def aos(*args: str) -> Any:
+        done = CliRunner().invoke(main, [*args, "--world", str(world), "--json"])
+        return done.exit_code, json.loads(done.output)
+
+    code, made = aos("identity", "create", "viewer", "--scope", "read", "--ttl", "30d")
+    assert code == 0 and made["identity"]["scopes"] == ["read"] and made["token"]
+    assert made["token"] not in (world / "identities.json").read_text()
+    assert aos("identity", "create", "viewer", "--scope", "read")[1]["error"]["code"] == (
+        "auth.identity_exists"
+    )
+    bad = aos("identity", "create", "x y", "--scope", "read")[1]["error"]["code"]
+    assert bad == "auth.identity_invalid"
+    assert aos("identity", "create", "t", "--scope", "read", "--ttl", "3 weeks")[0] == 1
+    code, revoked = aos("identity", "revoke", "viewer")
+    assert code == 0 and revoked["identity"]["revoked_unix_ms"] is not None
+    listed = aos("identity", "list")[1]["identities"]
+    assert [(i["name"], i["revoked_unix_ms"] is not None) for i in listed] == [("viewer", True)]
+
+
+def test_insecure_local_is_refused_off_loopback(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from aos.cli.main import main
+
+    world = make_world(tmp_path / "w")
+    args = ["node", "up", "--world", str(world), "--insecure-local", "--json"]
+    done = CliRunner().invoke(main, [*args, "--bind", "0.0.0.0:0"])
+    assert done.exit_code == 1
+    assert json.loads(done.output)["error"]["code"] == "auth.insecure_bind"
+    assert not (world / "identities.json").exists()  # refused before anything was made
