@@ -23,7 +23,7 @@ from aos.kernel import cbor
 from aos.kernel.adapters.auth import AdapterAuth
 from aos.kernel.adapters.keys import write_seed
 from aos.kernel.adapters.signing import signed_receipt
-from tests.auth_fixtures import announced, node_http
+from tests.auth_fixtures import admin_headers, announced, node_http
 from tests.test_receipts import ADAPTER_SEED
 from tests.test_world import SCRIPTED, create, ping, reopen
 
@@ -79,7 +79,8 @@ def make_world(path: Path) -> Path:
 def adapter_http(url: str) -> httpx.Client:
     """A client that signs its requests as ADAPTER (kernel/adapters/auth.py)."""
     world_id = node_http.get(f"{url}/v1/world").json()["world_id"]
-    return httpx.Client(base_url=url, timeout=30, auth=AdapterAuth(ADAPTER, ADAPTER_SEED, world_id))
+    auth = AdapterAuth(ADAPTER, ADAPTER_SEED, world_id)  # its events go with the admin's token
+    return httpx.Client(base_url=url, timeout=30, auth=auth, headers=admin_headers(url))
 
 
 def receipt(world_id: str, intent: str) -> Any:

@@ -9,6 +9,7 @@ on."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from aos.kernel.adapters.keys import write_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url
 from aos.kernel.world.stamps import PinnedStampSource
-from tests.auth_fixtures import node_http
+from tests.auth_fixtures import admin_headers, node_http
 from tests.test_node_metrics import metric_samples
 from tests.test_node_process import _AOS, adapter_http
 from tests.test_receipts import ADAPTER_SEED
@@ -155,10 +156,13 @@ def test_cli_writes_go_through_each_worlds_node_json(tmp_path: Path) -> None:
         assert owner_url(alpha) == urls["alpha"] and owner_url(beta) == urls["beta"]
         for world, name in ((alpha, "alpha"), (beta, "beta")):
             before = node_http.get(f"{urls[name]}/v1/world").json()["height"]
+            # Each world has its own identities: the token of the world's own first admin.
+            token = admin_headers(urls[name])["authorization"].removeprefix("Bearer ")
             done = subprocess.run(
                 [*_AOS, "world", "send", "demo/Ping@1", "--world", str(world), "--json",
                  "--value-json", json.dumps(ping(f"cli-{name}"))],
                 capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False,
+                env={**os.environ, "AOS_TOKEN": token},
             )  # fmt: skip
             assert done.returncode == 0, (done.stdout, done.stderr)
             assert node_http.get(f"{urls[name]}/v1/world").json()["height"] > before
@@ -200,7 +204,8 @@ def test_an_unknown_world_prefix_is_a_typed_404_that_changes_nothing(tmp_path: P
             assert refused.status_code in (401, 403), refused.text
         # The flow client takes a base URL with a path: the world answers (it runs no flows).
         for base, code in ((urls["alpha"], "world.workflow_unknown"), (root, "node.world_unknown")):
-            with FlowNodeClient(base) as flows, pytest.raises(AosError) as caught:
+            token = admin_headers(urls["alpha"])["authorization"].removeprefix("Bearer ")
+            with FlowNodeClient(base, token=token) as flows, pytest.raises(AosError) as caught:
                 flows.listing()
             assert caught.value.code == code
         after = {name: node_http.get(f"{url}/v1/journal").json() for name, url in urls.items()}

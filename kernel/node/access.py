@@ -341,8 +341,12 @@ async def _redirect(send: Send, location: str) -> None:
 
 
 def same_origin(headers: Mapping[str, str]) -> bool:
-    """Whether a browser's request comes from this node's own pages (its Origin, or else its
-    Referer, names the host it was sent to)."""
+    """Whether a browser's request comes from this node's own pages: `Sec-Fetch-Site:
+    same-origin` (which no page can set), or an `Origin` (else a `Referer`) naming the host it
+    was sent to. The inspector's pages send no referrer, so a browser's `Origin` is `null`
+    there and `Sec-Fetch-Site` is what tells."""
+    if headers.get("sec-fetch-site") == "same-origin":
+        return True
     host = headers.get("host", "")
     source = headers.get("origin") or headers.get("referer")
     if not source or source == "null":

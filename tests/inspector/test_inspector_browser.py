@@ -296,7 +296,10 @@ def test_the_live_tail_shows_an_event_sent_during_the_test(page: Page, url: str)
     page.goto("/ui")
     expect(page.locator("#tail-status")).to_have_text("live")
     sent = httpx.post(
-        url + "/v1/events", json={"schema": COUNTER_EVENT, "value": inc("tail", 4)}, timeout=10
+        url + "/v1/events",
+        json={"schema": COUNTER_EVENT, "value": inc("tail", 4)},
+        timeout=10,
+        headers=admin_headers(url),
     )
     assert sent.status_code == 200, sent.text
     line = page.locator("#tail li", has_text=f"#{sent.json()['seq']} ")
