@@ -17,13 +17,15 @@ route checks the signature itself). A path no route matches needs an identity, t
 from __future__ import annotations
 
 import logging
+import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import urlsplit
 
-from starlette.routing import BaseRoute, Match, Route, Router
+from starlette.routing import BaseRoute, Router
 
 from aos.kernel.adapters.auth import HEADER_ADAPTER, HEADER_SIGNATURE, RequestVerifier
 from aos.kernel.errors import AosError
@@ -63,6 +65,8 @@ BUILT_IN_ROUTES = {
 }
 """Routes the frameworks add: the API's description (it describes the software, not the
 world) and the inspector's scripts and styles."""
+ROUTE_CACHE_ENTRIES_MAX = 4096
+"""Route lookups the guard remembers (method and path to scopes)."""
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 _WRITE_FREE = frozenset({PUBLIC, AUTHENTICATED, ADAPTER, ids.READ, ids.READ_PARAMS})
 
@@ -169,12 +173,14 @@ def session_token(headers: Mapping[str, str]) -> str | None:
 
 class RouteTable:
     """The scopes of each route of an app, looked up as its router matches: the first route
-    that matches fully, else the first that matches the path only (a 405)."""
+    that matches fully, else the first that matches the path only (a 405). Each route's own
+    path pattern is tried (no conversion of parameters), and the newest
+    `ROUTE_CACHE_ENTRIES_MAX` answers are kept: a client polling one path looks it up once."""
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        self._built: list[tuple[BaseRoute, tuple[str, ...] | None]] = []
-        self._exact: dict[tuple[str, str], tuple[str, ...] | None] = {}
+        self._built: list[tuple[re.Pattern[str], frozenset[str] | None, tuple[str, ...]]] = []
+        self._cache: OrderedDict[tuple[str, str], tuple[str, ...] | None] = OrderedDict()
         self._count = -1
 
     def scopes_for(self, scope: Scope) -> tuple[str, ...] | None:
@@ -182,25 +188,38 @@ class RouteTable:
         None when no route matches."""
         if self._count != len(self.router.routes):
             self._build()
-        exact = self._exact.get((scope["method"], route_path(scope)))
-        if exact is not None:
-            return exact
+        key = (str(scope["method"]), route_path(scope))
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        found = self._match(*key)
+        self._cache[key] = found
+        if len(self._cache) > ROUTE_CACHE_ENTRIES_MAX:
+            self._cache.popitem(last=False)
+        return found
+
+    def _match(self, method: str, path: str) -> tuple[str, ...] | None:
         partial: tuple[str, ...] | None = None
-        for route, scopes in self._built:
-            match, _ = route.matches(scope)
-            if match == Match.FULL:
-                return scopes or ()
-            if match == Match.PARTIAL and partial is None:
-                partial = scopes or ()
+        for pattern, methods, scopes in self._built:
+            if pattern.match(path) is None:
+                continue
+            if methods is None or method in methods:
+                return scopes
+            if partial is None:
+                partial = scopes
         return partial
 
     def _build(self) -> None:
-        self._built = [(route, declared(route)) for route in self.router.routes]
-        self._exact = {}
-        for route, scopes in self._built:
-            if isinstance(route, Route) and not route.param_convertors and scopes:
-                for method in route.methods or ():
-                    self._exact.setdefault((method, route.path), scopes)
+        self._built = []
+        for route in self.router.routes:
+            pattern = getattr(route, "path_regex", None)
+            if pattern is None:
+                continue
+            methods = getattr(route, "methods", None)
+            self._built.append(
+                (pattern, frozenset(methods) if methods else None, declared(route) or ())
+            )
+        self._cache.clear()
         self._count = len(self.router.routes)
 
 
