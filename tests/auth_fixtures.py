@@ -91,3 +91,9 @@ def announced(announcement: dict[str, Any]) -> Iterator[None]:
             os.environ.pop("AOS_TOKEN", None)
         else:
             os.environ["AOS_TOKEN"] = before
+
+
+def admin_token(url: str) -> str | None:
+    """The first admin's token of the node `url` is on (None: no node a test started)."""
+    found = admin_headers(url).get("authorization")
+    return None if found is None else found.removeprefix("Bearer ")
