@@ -78,7 +78,7 @@ def make_world(path: Path) -> Path:
 
 def adapter_http(url: str) -> httpx.Client:
     """A client that signs its requests as ADAPTER (kernel/adapters/auth.py)."""
-    world_id = node_http.get(f"{url}/v1/world").json()["world_id"]
+    world_id = httpx.get(f"{url}/v1/health").json()["world_id"]  # public: what adapters sign for
     auth = AdapterAuth(ADAPTER, ADAPTER_SEED, world_id)  # its events go with the admin's token
     return httpx.Client(base_url=url, timeout=30, auth=auth, headers=admin_headers(url))
 
