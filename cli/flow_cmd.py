@@ -20,6 +20,8 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
+from aos.cli.identity_cmd import echo_first_admin, first_admin_token
+from aos.cli.remote import client_token, credentials_options
 from aos.flows import flowlang
 from aos.flows import operations as ops
 from aos.flows.cfd import FlowDefinition, canonical_value
@@ -40,6 +42,7 @@ WAIT_S_MAX = 24 * 3600.0
 
 
 def node_option(fn: Any) -> Any:
+    fn = credentials_options(fn)
     return click.option(
         "--node",
         "node_url",
@@ -48,6 +51,11 @@ def node_option(fn: Any) -> Any:
         metavar="URL",
         help="Talk to the node serving the world (env AOS_NODE) instead of opening it.",
     )(fn)
+
+
+def node_client(url: str) -> FlowNodeClient:
+    """A client of the node at `url`, sending the caller's token (cli/remote.py)."""
+    return FlowNodeClient(url, token=client_token())
 
 
 @contextmanager
@@ -236,16 +244,19 @@ def flow_world_create(
     run tool-echo --key KEYS/echo.key ...` against it."""
     keys_dir = keys_dir if keys_dir is not None else default_keys_dir(directory)
     world, keys = create_flow_world(directory, keys_dir=keys_dir, clock=clock, sync=not no_sync)
+    admin_token = first_admin_token(directory)
     with world:
         body = {
             "world": str(directory),
             "keys": str(keys.folder),
             "manifest": str(world.manifest_hash),
+            "admin_token": admin_token,
         }
     if as_json:
         emit_json(body)
         return
     click.echo(f"created   {body['world']}\nkeys      {body['keys']}\nmanifest  {body['manifest']}")
+    echo_first_admin(admin_token)
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,7 +278,7 @@ def deploy_command(
     definition = read_definition(file, workbook)
     if node_url is not None:
         text, source = sent_to_node(file, workbook, definition)
-        body = FlowNodeClient(node_url).deploy(text, source=source)
+        body = node_client(node_url).deploy(text, source=source)
     else:
         with _opened(world_path) as world:
             body = ops.deploy(world, definition).to_json()
@@ -319,7 +330,7 @@ def ls_command(
     """Deployed flows and their versions; a page of executions and their status, in key-hash
     order (the next page: --after the key hash it names)."""
     if node_url is not None:
-        body = FlowNodeClient(node_url).listing(flow=flow, status=status, after=after, limit=limit)
+        body = node_client(node_url).listing(flow=flow, status=status, after=after, limit=limit)
     else:
         wanted, page = ops.ExecutionFilter(flow, status), ops.Page(after, limit)
         with _opened(world_path) as world:
@@ -427,7 +438,7 @@ def run_command(
         )
         return
     if node_url is not None:
-        client = FlowNodeClient(node_url)
+        client = node_client(node_url)
         name = target
         if Path(target).is_file():
             definition = read_definition(Path(target), workbook)
@@ -536,7 +547,7 @@ def _run_local(
 def status_command(exec_id: str, world_path: str, node_url: str | None, as_json: bool) -> None:
     """An execution's status, version, business state and waits."""
     if node_url is not None:
-        state = FlowNodeClient(node_url).status(exec_id)
+        state = node_client(node_url).status(exec_id)
     else:
         with _opened(world_path) as world:
             state = cbor.to_json(ops.status(world, exec_id))
@@ -571,10 +582,10 @@ def events_command(
     if follow:
         if node_url is None:
             raise ops.FlowRequestInvalidError("--follow needs --node")
-        _follow(FlowNodeClient(node_url), exec_id, as_json)
+        _follow(node_client(node_url), exec_id, as_json)
         return
     if node_url is not None:
-        events = FlowNodeClient(node_url).events(exec_id)
+        events = node_client(node_url).events(exec_id)
     else:
         with _opened(world_path) as world:
             events = [{"seq": e.seq, **cbor.to_json(e.event)} for e in ops.history(world, exec_id)]
@@ -613,7 +624,7 @@ def signal_command(
     """Send the signal NAME to a running execution."""
     value = _workload(payload, "--payload") if payload is not None else None
     if node_url is not None:
-        body = FlowNodeClient(node_url).signal(exec_id, name, value, expect_version)
+        body = node_client(node_url).signal(exec_id, name, value, expect_version)
     else:
         with _opened(world_path) as world:
             ops.signal(world, exec_id, name, value, expect_version=expect_version)
@@ -636,7 +647,7 @@ def cancel_command(
 ) -> None:
     """Cancel a running execution: its open intents, waits and children."""
     if node_url is not None:
-        body = FlowNodeClient(node_url).cancel(exec_id, reason)
+        body = node_client(node_url).cancel(exec_id, reason)
     else:
         with _opened(world_path) as world:
             ops.cancel(world, exec_id, reason)

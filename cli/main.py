@@ -54,6 +54,11 @@ COMMANDS: dict[str, CommandRef] = {
         "task_group",
         "Human tasks: open intents of the human adapter a node hosts.",
     ),
+    "identity": CommandRef(
+        ("aos.cli.identity_cmd",),
+        "identity_group",
+        "Identities: tokens with scopes and roles for a world's node.",
+    ),
     "adapter": CommandRef(
         ("aos.cli.adapter_cmd",),
         "adapter_group",

@@ -30,9 +30,13 @@ and the request timeout); a longer wait is several requests."""
 
 
 class FlowNodeClient:
-    def __init__(self, url: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = REQUEST_TIMEOUT_S, token: str | None = None
+    ) -> None:
+        """`token`: the identity's bearer token (spec/04 §9.8), sent with every request."""
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self._headers = {} if token is None else {"authorization": f"Bearer {token}"}
         self._http: httpx.Client | None = None
 
     def close(self) -> None:
@@ -191,7 +195,7 @@ class FlowNodeClient:
     ) -> dict[str, Any]:
         if self._http is None:
             tls = not self.url.startswith("http://")
-            self._http = httpx.Client(timeout=self.timeout_s, verify=tls)
+            self._http = httpx.Client(timeout=self.timeout_s, verify=tls, headers=self._headers)
         try:
             response = self._http.request(
                 method, self.url + path, json=body, timeout=timeout_s or self.timeout_s

@@ -661,10 +661,12 @@ class Adapter:
     def world_id(self) -> str:
         """The id of the node's world (receipts are signed for it); fetched once."""
         if self._world_id is None:
-            answer = self._lease_client.request("GET", "/v1/world", stop=self._stop)
+            # The public health route: the id is what a signature is made for, so it is asked
+            # before anything can be signed.
+            answer = self._lease_client.request("GET", "/v1/health", stop=self._stop)
             world_id = answer.get("world_id") if isinstance(answer, dict) else None
             if not isinstance(world_id, str) or not world_id:
-                raise AdapterNodeProtocolError("GET /v1/world has no world_id")
+                raise AdapterNodeProtocolError("GET /v1/health has no world_id")
             self._world_id = world_id
         return self._world_id
 

@@ -27,6 +27,7 @@ from aos.kernel.buckets import Buckets
 from aos.kernel.errors import AosError
 from aos.kernel.jsontext import JsonInvalidError
 from aos.kernel.node import models, views
+from aos.kernel.node.access import AccessGuard, acting_user, needs, principal_of
 from aos.kernel.node.adapter_api import (
     CBOR_MEDIA_TYPE,
     LEASES_PATH,
@@ -47,6 +48,18 @@ from aos.kernel.node.errors import (
     http_status,
 )
 from aos.kernel.node.human import InboxError
+from aos.kernel.node.identities import (
+    ADAPTER,
+    ADMIN,
+    DEPLOY,
+    GOVERN,
+    OPERATE,
+    PUBLIC,
+    READ,
+    SEND,
+    TASK,
+)
+from aos.kernel.node.identity_api import add_identity_routes
 from aos.kernel.node.metrics import (
     METRICS_PATH,
     CountingAnswers,
@@ -89,6 +102,7 @@ def create_app(node: Node) -> FastAPI:
     _add_error_handlers(app)
     _add_routes(app, node)
     add_read_routes(app, node)
+    add_identity_routes(app, node.authority)
     _add_body_schemas(app)
     answers = HttpCounts()
     _add_metrics_route(app, node, answers)
@@ -105,6 +119,11 @@ def create_app(node: Node) -> FastAPI:
             BLOBS_PATH: ("blob_bytes_max", node.limits.blob_bytes_max),
             PROPOSALS_PATH: ("proposal_bytes_max", node.limits.proposal_bytes_max),
         },
+    )
+    # Outside the body guard: an unauthenticated or unauthorized request is refused before
+    # its body is read.
+    app.add_middleware(
+        AccessGuard, authority=node.authority, router=app.router, verifier=node.verifier
     )
     # Outermost: every answer is counted, the guard's refusals too.
     app.add_middleware(CountingAnswers, counts=answers)
@@ -129,12 +148,18 @@ def _add_routes(app: FastAPI, node: Node) -> None:
 
     signed = Depends(adapter_identity)
 
-    @app.get("/v1/world", response_model=models.WorldResponse, tags=["world"])
+    @app.get("/v1/health", response_model=models.HealthResponse, tags=["world"], **needs(PUBLIC))
+    async def get_health() -> dict[str, Any]:
+        """Whether the node serves, and its world's id (what an adapter signs its requests
+        for). Public: it shows nothing else."""
+        return {"status": "ok", "world_id": node.world_id, "api": API_VERSION}
+
+    @app.get("/v1/world", response_model=models.WorldResponse, tags=["world"], **needs(READ))
     async def get_world() -> dict[str, Any]:
         """Height, manifest, logical time, cells per workflow, open intents, leases."""
         return await node.info()
 
-    @app.post("/v1/events", response_model=models.EventResponse, tags=["world"])
+    @app.post("/v1/events", response_model=models.EventResponse, tags=["world"], **needs(SEND))
     async def post_event(
         request: models.EventRequest,
         idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
@@ -150,23 +175,38 @@ def _add_routes(app: FastAPI, node: Node) -> None:
             )
         return await node.send(request.schema_, request.value, key or idempotency_key)
 
-    @app.get("/v1/state/{workflow:path}", response_model=models.StateResponse, tags=["world"])
+    @app.get(
+        "/v1/state/{workflow:path}",
+        response_model=models.StateResponse,
+        tags=["world"],
+        **needs(READ),
+    )
     async def get_state(
         workflow: str, key: str | None = Query(None, description="The cell key as JSON.")
     ) -> dict[str, Any]:
         """The state of one cell (leave `key` out for an unkeyed workflow)."""
         return await node.state(workflow, _json_text(key, "$.key"), key is not None)
 
-    @app.get("/v1/adapters", response_model=models.AdaptersResponse, tags=["adapters"])
+    @app.get(
+        "/v1/adapters",
+        response_model=models.AdaptersResponse,
+        tags=["adapters"],
+        **needs(PUBLIC),
+    )
     async def get_adapters() -> dict[str, Any]:
-        """The manifest's adapter identities: name, public key, the effects each may settle."""
+        """The manifest's adapter identities: name, public key, the effects each may settle.
+        Public: an adapter checks its own key here before it can sign (spec/10 §2), and a
+        public key is no secret."""
         return node.adapters()
 
     @app.post(
         LEASES_PATH,
         response_model=models.LeaseResponse,
         tags=["adapters"],
-        openapi_extra={"requestBody": _body_schema("LeaseRequest", "application/json")},
+        **needs(
+            ADAPTER,
+            openapi_extra={"requestBody": _body_schema("LeaseRequest", "application/json")},
+        ),
     )
     async def post_leases(request: Request, identity: str = signed) -> dict[str, Any]:
         """Lease open intents the adapter may settle; long-poll up to `wait_ms` for work.
@@ -174,7 +214,12 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         of this route, with the same function.)"""
         return await serve_lease(node, identity, await request.body())
 
-    @app.post("/v1/leases/{lease_id}/renew", response_model=models.RenewResponse, tags=["adapters"])
+    @app.post(
+        "/v1/leases/{lease_id}/renew",
+        response_model=models.RenewResponse,
+        tags=["adapters"],
+        **needs(ADAPTER),
+    )
     async def post_lease_renew(lease_id: str, identity: str = signed) -> dict[str, Any]:
         """Extend a held lease by lease_ms (signed by its holder). `lease.revoked` (409) when
         the workflow cancelled the intent: the adapter should stop, since its receipt would be
@@ -182,7 +227,10 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         return node.renew(lease_id, identity)
 
     @app.post(
-        "/v1/leases/{lease_id}/progress", response_model=models.RenewResponse, tags=["adapters"]
+        "/v1/leases/{lease_id}/progress",
+        response_model=models.RenewResponse,
+        tags=["adapters"],
+        **needs(ADAPTER),
     )
     async def post_lease_progress(
         lease_id: str, request: models.ProgressRequest, identity: str = signed
@@ -191,7 +239,12 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         newest few per intent), never journaled, never seen by a workflow."""
         return node.progress(lease_id, request.model_dump(), identity)
 
-    @app.get("/v1/intents/{intent}", response_model=models.IntentResponse, tags=["world"])
+    @app.get(
+        "/v1/intents/{intent}",
+        response_model=models.IntentResponse,
+        tags=["world"],
+        **needs(READ),
+    )
     async def get_intent(intent: str) -> dict[str, Any]:
         """An intent: open with its record, or settled or cancelled; its progress frames."""
         return await node.intent(intent)
@@ -200,9 +253,12 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         RECEIPTS_PATH,
         response_model=models.SettleResponse,
         tags=["adapters"],
-        openapi_extra={
-            "requestBody": _body_schema("ReceiptRequest", "application/json", CBOR_MEDIA_TYPE)
-        },
+        **needs(
+            ADAPTER,
+            openapi_extra={
+                "requestBody": _body_schema("ReceiptRequest", "application/json", CBOR_MEDIA_TYPE)
+            },
+        ),
     )
     async def post_receipt(request: Request, identity: str = signed) -> dict[str, Any]:
         """Settle an intent with a signed receipt (JSON or application/cbor), then run the
@@ -216,7 +272,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         BLOBS_PATH,
         response_model=models.BlobResponse,
         tags=["adapters"],
-        openapi_extra={"requestBody": _BLOB_BODY},
+        **needs(ADAPTER, openapi_extra={"requestBody": _BLOB_BODY}),
     )
     async def post_blob(request: Request, identity: str = signed) -> dict[str, Any]:
         """Store the raw body (application/octet-stream, at most blob_bytes_max) in the
@@ -231,7 +287,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
             )
         return await node.put_blob(await request.body())
 
-    @app.get("/v1/tasks", response_model=models.TasksResponse, tags=["human"])
+    @app.get("/v1/tasks", response_model=models.TasksResponse, tags=["human"], **needs(TASK, READ))
     async def get_tasks(
         limit: int = 100,
         assignee: str | None = None,
@@ -242,41 +298,82 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         to `assignee`, naming `role`, or (not) claimed, when given."""
         return await node.tasks(limit, assignee=assignee, role=role, status=status)
 
-    @app.get("/v1/tasks/{intent}", response_model=models.TaskBody, tags=["human"])
+    @app.get(
+        "/v1/tasks/{intent}", response_model=models.TaskBody, tags=["human"], **needs(TASK, READ)
+    )
     async def get_task(intent: str) -> dict[str, Any]:
         return await node.task(intent)
 
-    @app.post("/v1/tasks/{intent}/complete", response_model=models.SettleResponse, tags=["human"])
-    async def complete_task(intent: str, request: models.TaskCompleteRequest) -> dict[str, Any]:
-        """Complete a task: the node signs the receipt with the human adapter's key. A
-        claimed task only by its holder (`user`)."""
-        return await node.complete_task(intent, request.status, request.payload, request.user)
+    @app.post(
+        "/v1/tasks/{intent}/complete",
+        response_model=models.SettleResponse,
+        tags=["human"],
+        **needs(TASK),
+    )
+    async def complete_task(
+        intent: str, body: models.TaskCompleteRequest, request: Request
+    ) -> dict[str, Any]:
+        """Complete a task as the caller's identity: the node signs the receipt with the
+        human adapter's key. A claimed task only by its holder; an unclaimed one only by
+        whoever may claim it (its assignee, holding one of its roles)."""
+        acting = acting_user(request, body.user, [], required=False)
+        return await node.complete_task(
+            intent, body.status, body.payload, acting.user, acting.checked_roles
+        )
 
-    @app.post("/v1/tasks/{intent}/claim", response_model=models.TaskBody, tags=["human"])
-    async def claim_task(intent: str, request: models.TaskClaimRequest) -> dict[str, Any]:
-        """Claim a task: it must not be held by or assigned to someone else, and the user
-        must present one of its roles (if it names any). Idempotent for its holder."""
-        return await node.claim_task(intent, request.user, request.roles)
+    @app.post(
+        "/v1/tasks/{intent}/claim",
+        response_model=models.TaskBody,
+        tags=["human"],
+        **needs(TASK),
+    )
+    async def claim_task(intent: str, body: models.TaskClaimRequest, request: Request) -> Any:
+        """Claim a task as the caller's identity: it must not be held by or assigned to
+        someone else, and the identity must hold one of its roles (if it names any).
+        Idempotent for its holder."""
+        acting = acting_user(request, body.user, body.roles)
+        assert acting.user is not None
+        return await node.claim_task(intent, acting.user, list(acting.roles))
 
-    @app.post("/v1/tasks/{intent}/release", response_model=models.TaskBody, tags=["human"])
-    async def release_task(intent: str, request: models.TaskReleaseRequest) -> dict[str, Any]:
+    @app.post(
+        "/v1/tasks/{intent}/release",
+        response_model=models.TaskBody,
+        tags=["human"],
+        **needs(TASK),
+    )
+    async def release_task(intent: str, body: models.TaskReleaseRequest, request: Request) -> Any:
         """Give a claimed task back (its holder only)."""
-        return await node.release_task(intent, request.user)
+        user = acting_user(request, body.user, []).user
+        assert user is not None
+        return await node.release_task(intent, user)
 
-    @app.post("/v1/tasks/{intent}/reassign", response_model=models.TaskBody, tags=["human"])
-    async def reassign_task(intent: str, request: models.TaskReassignRequest) -> dict[str, Any]:
-        """Set a task's assignee (its holder, or anyone while it is not claimed); handing it
-        to someone else releases the claim."""
-        return await node.reassign_task(intent, request.user, request.to)
+    @app.post(
+        "/v1/tasks/{intent}/reassign",
+        response_model=models.TaskBody,
+        tags=["human"],
+        **needs(TASK),
+    )
+    async def reassign_task(
+        intent: str, body: models.TaskReassignRequest, request: Request
+    ) -> dict[str, Any]:
+        """Set a task's assignee: its holder may, or while it is not claimed whoever may
+        claim it (or an admin); handing it to someone else releases the claim."""
+        acting = acting_user(request, body.user, [])
+        roles = None if principal_of(request.scope).may(ADMIN) else acting.checked_roles
+        assert acting.user is not None
+        return await node.reassign_task(intent, acting.user, body.to, roles)
 
     @app.get(
-        "/v1/tasks/{intent}/history", response_model=models.TaskHistoryResponse, tags=["human"]
+        "/v1/tasks/{intent}/history",
+        response_model=models.TaskHistoryResponse,
+        tags=["human"],
+        **needs(TASK, READ),
     )
     async def get_task_history(intent: str) -> dict[str, Any]:
         """A task's history, oldest first; also of a closed task the inbox remembers."""
         return await node.task_history(intent)
 
-    @app.post(PROPOSALS_PATH, tags=["governance"])
+    @app.post(PROPOSALS_PATH, tags=["governance"], **needs(DEPLOY))
     async def post_gov_proposal(request: Request) -> dict[str, Any]:
         """Propose a patch (journaled), as `aos gov propose`: `{"patch": ..., "modules":
         [binary, ...], "expected_hash": HASH or null}` as application/cbor (module binaries
@@ -286,38 +383,49 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         )
         return await node.gov_propose(patch, modules, expected)
 
-    @app.post("/v1/gov/{proposal}/shadow", tags=["governance"])
+    @app.post("/v1/gov/{proposal}/shadow", tags=["governance"], **needs(DEPLOY))
     async def post_gov_shadow(proposal: str) -> dict[str, Any]:
         """Shadow a proposal against the live history (in a worker process, beside the
         writer) and journal the report, as `aos gov shadow`; answers the report."""
         return await node.gov_shadow(proposal)
 
-    @app.post("/v1/gov/{proposal}/decision", tags=["governance"])
+    @app.post("/v1/gov/{proposal}/decision", tags=["governance"], **needs(GOVERN))
     async def post_gov_decision(
-        proposal: str, request: models.GovDecisionRequest
+        proposal: str, body: models.GovDecisionRequest, request: Request
     ) -> dict[str, Any]:
-        """Approve or reject a proposal (journaled), as `aos gov approve|reject`."""
+        """Approve or reject a proposal (journaled with the caller's identity as approver),
+        as `aos gov approve|reject`."""
+        approver = acting_user(request, body.approver, [], required=False).user or "local"
         return await node.gov_decide(
-            proposal, approve=request.approve, approver=request.approver, reason=request.reason
+            proposal, approve=body.approve, approver=approver, reason=body.reason
         )
 
-    @app.post("/v1/gov/{proposal}/apply", tags=["governance"])
+    @app.post("/v1/gov/{proposal}/apply", tags=["governance"], **needs(GOVERN))
     async def post_gov_apply(proposal: str) -> dict[str, Any]:
         """Switch the world to an approved, currently shadowed proposal's manifest; needs
         strict quiescence (`gov.not_quiescent`, 409, lists the blockers)."""
         return await node.gov_apply(proposal)
 
-    @app.post("/v1/operations", response_model=models.OperationResponse, tags=["world"])
+    @app.post(
+        "/v1/operations",
+        response_model=models.OperationResponse,
+        tags=["world"],
+        **needs(OPERATE),
+    )
     async def post_operation(request: models.OperationRequest) -> dict[str, Any]:
         """Retry or reset a cell, or cancel an open intent (journaled; see spec/03 §13)."""
         return await node.operate(request.model_dump())
 
-    @app.post("/v1/time/advance", response_model=models.TimeResponse, tags=["time"])
+    @app.post(
+        "/v1/time/advance", response_model=models.TimeResponse, tags=["time"], **needs(OPERATE)
+    )
     async def advance_time(request: models.TimeAdvanceRequest) -> dict[str, Any]:
         """Move a manual-clock world's logical time forward; due timers fire."""
         return await node.advance_time(request.by_ns)
 
-    @app.post("/v1/time/jump-next", response_model=models.TimeResponse, tags=["time"])
+    @app.post(
+        "/v1/time/jump-next", response_model=models.TimeResponse, tags=["time"], **needs(OPERATE)
+    )
     async def jump_next() -> dict[str, Any]:
         """Move a manual-clock world to its next timer deadline (report null: none pending)."""
         return await node.jump_next_timer()
@@ -471,6 +579,7 @@ def _add_metrics_route(app: FastAPI, node: Node, answers: HttpCounts) -> None:
         tags=["read"],
         response_class=Response,
         responses={200: {"content": {"text/plain": {}}, "description": "The metrics."}},
+        **needs(READ),
     )
     async def get_metrics(request: Request) -> Response:
         """The node's metrics in Prometheus's text format, or OpenMetrics when the `Accept`

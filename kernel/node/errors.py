@@ -210,6 +210,19 @@ _STATUS_BY_CODE = {
     "flow.shadow_failed": 409,
     "flow.too_large": 413,
     "node.internal": 500,
+    # Identities and scopes (kernel/node/identities.py, spec/04 §9.8).
+    "auth.unauthenticated": 401,
+    "auth.token_invalid": 401,
+    "auth.token_expired": 401,
+    "auth.token_revoked": 401,
+    "auth.forbidden": 403,
+    "auth.impersonation": 403,
+    "auth.cross_site": 403,
+    "auth.identity_exists": 409,
+    "auth.identity_unknown": 404,
+    "auth.identity_invalid": 422,
+    "auth.identities_full": 409,
+    "auth.identities_unreadable": 503,
 }
 _STATUS_BY_NAMESPACE = {"route": 422}
 STATUS_DEFAULT = 400

@@ -205,6 +205,9 @@ class EffectReceipt(NamedTuple):
     stamp: dict[str, Any] | None = None
     cause: int | None = None
     payload_error: dict[str, str] | None = None
+    by: str | None = None
+    """The node identity that completed a human task (spec/04 §9.8), attested by the host
+    beside the adapter's signature; absent from every other receipt, and from old worlds."""
 
     @property
     def kind(self) -> str:
@@ -215,7 +218,9 @@ class EffectReceipt(NamedTuple):
         return str(self.body["intent"])
 
     def to_cbor_value(self) -> dict[str, Any]:
-        value: dict[str, Any] = {"body": self.body, "kind": EFFECT_RECEIPT}
+        # Keys in canonical order (length first): `by` before `body`.
+        value: dict[str, Any] = {} if self.by is None else {"by": self.by}
+        value.update(body=self.body, kind=EFFECT_RECEIPT)
         if self.cause is not None:
             value["cause"] = self.cause
         if self.stamp is not None:
@@ -239,6 +244,7 @@ class EffectReceipt(NamedTuple):
             value.get("stamp"),
             value.get("cause"),
             value.get("payload_error"),
+            value.get("by"),
         )
 
 
@@ -399,12 +405,13 @@ def receipt(
     stamp: dict[str, Any] | None,
     cause: int | None,
     payload_error: tuple[str, str] | None,
+    by: str | None = None,
 ) -> EffectReceipt:
     """A settled intent; a payload error's message is clipped as every journaled one is."""
     error = None
     if payload_error is not None:
         error = {"code": payload_error[0], "message": clip_message(payload_error[1])}
-    return EffectReceipt(body, signature, stamp, cause, error)
+    return EffectReceipt(body, signature, stamp, cause, error, by)
 
 
 def receipt_rejected(

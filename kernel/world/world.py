@@ -473,11 +473,12 @@ class World:
     # ----------------------------------------------------------------------------------------
     # Receipts and time
 
-    def settle(self, receipt_value: Any) -> Settlement:
+    def settle(self, receipt_value: Any, *, by: str | None = None) -> Settlement:
         """Take a signed receipt for an open intent (spec/04-effects.md). A refused receipt is
         journaled as `receipt_rejected` (flushed at once) and its error raised; a duplicate of
-        a settled intent changes nothing. An accepted one is journaled and its envelope queued
-        for the origin cell only; `run_to_idle` steps it."""
+        a settled intent changes nothing. An accepted one is journaled (with `by`, the node
+        identity that completed a human task) and its envelope queued for the origin cell
+        only; `run_to_idle` steps it."""
         self.require_open()
         stamp = self.next_stamp()
         try:
@@ -496,7 +497,7 @@ class World:
         if open_intent is None:
             return Settlement(receipt.intent, None, duplicate=True, delivered=False)
         self.logical_ns = stamp.logical_ns
-        settlement = self._accept(receipt.body, receipt.signature, open_intent, stamp, None)
+        settlement = self._accept(receipt.body, receipt.signature, open_intent, stamp, None, by=by)
         self._flush_if_full()
         return settlement
 
@@ -543,6 +544,8 @@ class World:
         open_intent: OpenIntent,
         stamp: Stamp,
         cause: int | None,
+        *,
+        by: str | None = None,
     ) -> Settlement:
         """Settle an authenticated receipt: journal it, close the intent, and queue the
         envelope for the origin cell (or fail the cell if it cannot take the rejection)."""
@@ -556,6 +559,7 @@ class World:
                 stamp=stamp.to_value() if cause is None else None,
                 cause=cause,
                 payload_error=payload_error,
+                by=by,
             )
         )
         self.intents.close(intent)
