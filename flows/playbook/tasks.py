@@ -43,7 +43,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "http": ("url", "endpoint"),
     "postgres": ("command", "query"),
     "duckdb": ("command", "query"),
-    "shell": ("command",),
+    "shell": ("command", "argv"),
     "playbook": ("path",),
 }
 """Per kind: the task needs at least one of these fields."""
