@@ -1,6 +1,7 @@
 """`aos node up`: serve a world over HTTP; `aos task ...`: the human task inbox of a node.
 
     aos node up [--world PATH ...] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
+                [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
                 [--header-timeout-ms MS] [--connections-max N] [--write-rate-per-s N] ...
                 [--takeover] [--owner-lease-ms MS] [--node-id ID]   (PostgreSQL worlds)
     aos task ls [--assignee U] [--role R] [--status open|claimed] | task show INTENT
@@ -53,6 +54,7 @@ from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
 from aos.kernel.node.owner import WorldOwnership, remove_owner, unserved, write_owner
 from aos.kernel.node.registry_api import add_registry_route
+from aos.kernel.node.tls import TlsFiles, uvicorn_options
 from aos.kernel.node.transport import (
     LISTEN_BACKLOG,
     bounded_protocol,
@@ -146,6 +148,21 @@ def node_group() -> None:
     show_default=True,
     help="HOST:PORT to listen on (port 0: any free port). Loopback unless you mean otherwise: "
     "the node's other routes answer any caller who reaches it.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Serve HTTPS with this certificate chain (PEM); give --tls-key with it.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The certificate's private key (PEM).",
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Mutual TLS: every client must present a certificate this CA (PEM) signed.",
 )
 @_transport_options
 @click.option("--human-adapter", metavar="NAME", help="Host this adapter as a human task inbox.")
@@ -281,6 +298,9 @@ def node_group() -> None:
 @handles_errors
 def up_command(
     bind: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
     human_adapter: str | None,
     human_key: str | None,
     lease_ms: int,
@@ -312,6 +332,7 @@ def up_command(
     /openapi.json (and browsable at /docs); a read-only web inspector is at /ui.
     """
     host, port = _bind(bind)
+    tls = TlsFiles.given(tls_cert, tls_key, tls_client_ca)
     if (human_adapter is None) != (human_key is None):
         raise click.UsageError("give --human-adapter and --human-key together")
     human = None
@@ -357,6 +378,7 @@ def up_command(
             timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
             http=bounded_protocol(limits, raise_open_files_limit()),
             backlog=LISTEN_BACKLOG,
+            **uvicorn_options(tls),
         )
         nodes = [world.node for world in worlds]
         server = _NodeServer(config, nodes, lambda url: _announce(url, worlds, human, as_json))
