@@ -3,11 +3,12 @@ issue 31: a 60 MB JSON proposal is 413 within a second and the node's resident m
 moves; 5,000 half-open request heads leave a normal client answered within a second and are
 closed at the head timeout; past the connection cap the oldest half-open sockets are closed;
 an endless head is 431; bodies over request_bytes_max wait their turn; the node lifts its own
-open-files limit."""
+open-files limit; a YAML bomb and a templated shell command sent to deploy are refused."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import resource
 import select
 import socket
@@ -18,7 +19,10 @@ from pathlib import Path
 
 import httpx
 
+from aos.flows.world import create_flow_world
+from tests.flows_tools.test_shell_check import INJECTED
 from tests.test_node_process import make_world, node_process
+from tests.test_yamltext import laughs
 
 ANSWER_WITHIN_S = 1.0
 HALF_OPEN = 5000
@@ -251,3 +255,27 @@ def test_the_node_lifts_its_open_files_limit_to_the_hard_limit(tmp_path: Path) -
     finally:
         if not restored.is_set():
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# --------------------------------------------------------------------------------------------
+# Flow documents a node is asked to deploy
+
+
+def test_a_yaml_bomb_and_a_templated_shell_command_are_refused_by_a_node(
+    tmp_path: Path,
+) -> None:
+    world_path = tmp_path / "w"
+    world, _ = create_flow_world(world_path, keys_dir=tmp_path / "w.keys", sync=False)
+    world.close()
+    with node_process(world_path) as (url, _):
+        height = httpx.get(f"{url}/v1/world").json()["height"]
+        started = time.monotonic()
+        bomb = httpx.post(f"{url}/v1/flows", json={"text": laughs(), "source": "bomb.yaml"})
+        assert time.monotonic() - started < ANSWER_WITHIN_S
+        assert bomb.status_code == 400, bomb.text
+        refused = bomb.json()["error"]
+        assert refused["code"] == "flow.invalid" and "yaml_nodes_max" in json.dumps(refused)
+        injected = httpx.post(f"{url}/v1/flows", json={"text": INJECTED, "source": "i.yaml"})
+        assert injected.status_code == 400, injected.text
+        assert "flow.shell_templated" in injected.text
+        assert httpx.get(f"{url}/v1/world").json()["height"] == height
