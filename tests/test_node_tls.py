@@ -1,8 +1,9 @@
 """TLS (spec/04 §9.8): `aos node up --tls-cert --tls-key [--tls-client-ca]` serves HTTPS, and
 mutual TLS with a client CA; the CLI (`aos --ca`), the flow client and the adapter SDK verify
 the node against a private CA and present a client certificate; what cannot be used is
-`tls.config_invalid`; a PostgreSQL store URL keeps libpq's TLS parameters. The CAs are made
-here, with `cryptography`, for each test."""
+`tls.config_invalid`; a handshake that never comes is closed at the head timeout; a
+PostgreSQL store URL keeps libpq's TLS parameters, and a store verifies its server by them.
+The CAs are made here, with `cryptography`, for each test."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import ssl
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,3 +275,19 @@ def test_a_postgresql_store_url_keeps_its_tls_parameters() -> None:
     assert location.conninfo == (
         "postgresql://aos@db.example/aos?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem"
     )
+
+
+def test_a_tls_handshake_that_never_comes_is_closed_at_the_head_timeout(
+    tmp_path: Path, ca: Authority
+) -> None:
+    options = served(ca, "--header-timeout-ms", "1000")
+    with node_process(make_world(tmp_path / "w"), *options) as (url, _):
+        host, port = url.split("//", 1)[1].rsplit(":", 1)
+        silent = socket.create_connection((host, int(port)))
+        silent.settimeout(10)
+        started = time.monotonic()
+        assert silent.recv(1) == b""  # closed by the node, no byte ever sent
+        assert time.monotonic() - started < 5
+        silent.close()
+        trusted = ssl.create_default_context(cafile=ca.path)
+        assert httpx.get(f"{url}/v1/world", verify=trusted).status_code == 200
