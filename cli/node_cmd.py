@@ -2,6 +2,8 @@
 
     aos node up [--world PATH ...] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
                 [--insecure-local] [--identities FILE]
+                [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
+                [--header-timeout-ms MS] [--connections-max N] [--write-rate-per-s N] ...
                 [--takeover] [--owner-lease-ms MS] [--node-id ID]   (PostgreSQL worlds)
     aos task ls [--assignee U] [--role R] [--status open|claimed] | task show INTENT
     aos task claim INTENT [--role R ...] | task release INTENT
@@ -62,6 +64,13 @@ from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
 from aos.kernel.node.owner import WorldOwnership, remove_owner, unserved, write_owner
 from aos.kernel.node.registry_api import add_registry_route
+from aos.kernel.node.tls import TlsFiles, uvicorn_options
+from aos.kernel.node.transport import (
+    LISTEN_BACKLOG,
+    bounded_protocol,
+    raise_open_files_limit,
+    tls_handshake_bounded,
+)
 from aos.kernel.node.worlds import (
     NAME_CHARS_MAX,
     WORLDS_PATH,
@@ -86,6 +95,56 @@ _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 # --------------------------------------------------------------------------------------------
 # aos node up
 
+TRANSPORT_LIMITS: tuple[tuple[str, int, str], ...] = (
+    (
+        "header_timeout_ms",
+        node_limits.HEADER_TIMEOUT_MS_DEFAULT,
+        "Longest a request's head (request line and headers) may take to arrive; then the "
+        "socket is closed (slowloris).",
+    ),
+    ("header_bytes_max", node_limits.HEADER_BYTES_MAX_DEFAULT, "Largest request head (then 431)."),
+    (
+        "connections_max",
+        node_limits.CONNECTIONS_MAX_DEFAULT,
+        "Most sockets open at once (held below the file limit); one more closes the oldest "
+        "one still sending its head.",
+    ),
+    (
+        "large_bodies_max",
+        node_limits.LARGE_BODIES_MAX_DEFAULT,
+        "Most bodies over --request-bytes-max (blobs, proposals with binaries) read at once.",
+    ),
+    (
+        "proposal_values_max",
+        node_limits.PROPOSAL_VALUES_MAX_DEFAULT,
+        "Most values a CBOR proposal may hold, counted before it is decoded.",
+    ),
+    (
+        "write_rate_per_s",
+        node_limits.WRITE_RATE_PER_S_DEFAULT,
+        "Write requests one caller (peer address) may make per second (then 429).",
+    ),
+    (
+        "write_burst_max",
+        node_limits.WRITE_BURST_MAX_DEFAULT,
+        "Write requests one caller may make at once after a quiet spell.",
+    ),
+)
+"""`NodeLimits` fields `aos node up` takes as --NAME options (spec/04 §9.8, §10)."""
+
+
+def _transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for name, default, text in reversed(TRANSPORT_LIMITS):
+        fn = click.option(
+            "--" + name.replace("_", "-"),
+            name,
+            type=click.IntRange(min=1),
+            default=default,
+            show_default=True,
+            help=text,
+        )(fn)
+    return fn
+
 
 @click.group("node")
 def node_group() -> None:
@@ -98,8 +157,24 @@ def node_group() -> None:
     default=BIND_DEFAULT,
     show_default=True,
     help="HOST:PORT to listen on (port 0: any free port). Loopback unless you mean otherwise: "
-    "leasing intents needs no key.",
+    "the node's other routes answer any caller who reaches it.",
 )
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Serve HTTPS with this certificate chain (PEM); give --tls-key with it.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The certificate's private key (PEM).",
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Mutual TLS: every client must present a certificate this CA (PEM) signed.",
+)
+@_transport_options
 @click.option("--human-adapter", metavar="NAME", help="Host this adapter as a human task inbox.")
 @click.option(
     "--human-key",
@@ -247,6 +322,9 @@ def node_group() -> None:
 @handles_errors
 def up_command(
     bind: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
     human_adapter: str | None,
     human_key: str | None,
     lease_ms: int,
@@ -271,6 +349,7 @@ def up_command(
     access_log: bool,
     world_paths: tuple[str, ...],
     as_json: bool,
+    **transport_limits: int,
 ) -> None:
     """Serve the world (or several) over HTTP until SIGINT or SIGTERM, then close it.
 
@@ -281,6 +360,7 @@ def up_command(
     host, port = _bind(bind)
     if insecure_local and not _is_loopback(host):
         raise InsecureBindError(f"--insecure-local with --bind {bind}: not a loopback address")
+    tls = TlsFiles.given(tls_cert, tls_key, tls_client_ca)
     if (human_adapter is None) != (human_key is None):
         raise click.UsageError("give --human-adapter and --human-key together")
     human = None
@@ -300,6 +380,7 @@ def up_command(
         adapter_request_skew_ms_max=adapter_request_skew_ms_max,
         adapter_receipt_refusals_max=adapter_receipt_refusals_max,
         adapter_refusal_window_ms=adapter_refusal_window_ms,
+        **transport_limits,
     )
     multi = len(world_paths) > 1
     names = _mount_names(world_paths) if multi else [""]
@@ -325,6 +406,9 @@ def up_command(
             access_log=access_log,
             lifespan="off",
             timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
+            http=bounded_protocol(limits, raise_open_files_limit()),
+            backlog=LISTEN_BACKLOG,
+            **uvicorn_options(tls),
         )
         nodes = [world.node for world in worlds]
         server = _NodeServer(config, nodes, lambda url: _announce(url, worlds, human, as_json))
@@ -551,7 +635,11 @@ def _announce(url: str, worlds: list[_World], human: HumanAdapter | None, as_jso
             click.echo(f"aos node: the worlds it serves: {url}{WORLDS_PATH}")
     host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
     if host not in _LOOPBACK:
-        click.echo("aos node: warning: not on loopback; anyone who reaches it can lease", err=True)
+        click.echo(
+            "aos node: warning: not on loopback; anyone who reaches it can send events and "
+            "read the world (leasing and receipts need an adapter's signature)",
+            err=True,
+        )
     sys.stdout.flush()
 
 
@@ -569,8 +657,9 @@ def _announcement(url: str, worlds: list[_World], human: HumanAdapter | None) ->
 
 
 class _NodeServer(uvicorn.Server):
-    """uvicorn's server, with two changes: it says where it listens once the socket is bound
-    (so `--bind HOST:0` is usable), and a SIGINT/SIGTERM ends `run` normally instead of being
+    """uvicorn's server, with three changes: it says where it listens once the socket is
+    bound (so `--bind HOST:0` is usable); a TLS handshake must end within the head timeout
+    (kernel/node/transport.py); and a SIGINT/SIGTERM ends `run` normally instead of being
     re-raised after shutdown, so the caller closes the world and exits 0."""
 
     def __init__(
@@ -583,12 +672,15 @@ class _NodeServer(uvicorn.Server):
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
         self._loop = asyncio.get_running_loop()
+        handshake_ms = self._nodes[0].limits.header_timeout_ms
+        with tls_handshake_bounded(self._loop, handshake_ms):
+            await super().startup(sockets=sockets)
         if self.started and self.servers and self.servers[0].sockets:
             address = self.servers[0].sockets[0].getsockname()
             host = f"[{address[0]}]" if ":" in address[0] else address[0]
-            url = f"http://{host}:{address[1]}"
+            scheme = "https" if self.config.is_ssl else "http"
+            url = f"{scheme}://{host}:{address[1]}"
             if self.on_listening is not None:
                 self.on_listening(url)
             self._announce(url)

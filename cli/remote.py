@@ -24,6 +24,7 @@ from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.node.errors import NodeUnreachableError, refused
 from aos.kernel.node.owner import owner_url
+from aos.kernel.node.tls import client_verify
 
 NODE_TIMEOUT_S = 60.0
 """How long a write through the node may take (it runs the world to idle)."""
@@ -142,6 +143,7 @@ def node_call(
             headers=headers,
             params=params,
             timeout=timeout_s,
+            verify=client_verify(url),
         )
     except httpx.HTTPError as error:
         raise NodeUnreachableError(f"cannot reach {url}: {error}") from None

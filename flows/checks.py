@@ -15,6 +15,8 @@ validation cannot see, because it needs the whole definition.
     flow.jsonpath_invalid  a JSONPath guard that does not compile
     flow.unreachable       a step no path from `entry` reaches (`final_step` excepted)
     flow.keychain_duplicate two keychain entries with one name
+    flow.shell_templated   a template in a shell tool's command text (or in the script of an
+                           `argv` that runs a shell with -c): values must not be shell syntax
     flow.limit             more steps, tasks, arcs, rules, subflows, keychain entries or
                            nesting than allowed
 
@@ -297,11 +299,67 @@ def _check_tool(context: _Context, tool: Tool, parts: Parts) -> None:
     if tool.kind not in TOOL_KINDS:
         message = f"unknown tool kind {tool.kind!r}; supported: {', '.join(TOOL_KINDS)}"
         context.add("flow.tool_unknown", (*parts, "kind"), message)
-    fields = {"kind": tool.kind, **(tool.model_extra or {})}
-    for problem in field_problems(fields):
+    fields = tool.model_extra or {}
+    for problem in field_problems({"kind": tool.kind, **fields}):
         context.add("flow.tool_field_unknown", (*parts, problem.name), str(problem))
-    for key, value in (tool.model_extra or {}).items():
+    for key, value in fields.items():
         _check_templates(context, value, (*parts, key))
+    if tool.kind == "shell":
+        _check_shell(context, fields, parts)
+        spec = fields.get("spec")
+        if isinstance(spec, dict):  # NoETL's place for a tool's fields
+            _check_shell(context, spec, (*parts, "spec"))
+
+
+# --------------------------------------------------------------------------------------------
+# Shell commands
+
+SHELL_TEMPLATED_FIX = (
+    "keep the command fixed and pass the value in `args` (each key is an environment variable "
+    'of the command: `args: {name: "{{ workload.name }}"}`, read as "$name"), or write '
+    '`argv: [program, "{{ ... }}"]`, which runs the program with no shell'
+)
+SHELL_PROGRAMS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+"""Programs that parse their `-c` argument as shell syntax."""
+
+
+def _check_shell(context: _Context, fields: dict[str, Any], parts: Parts) -> None:
+    """A shell parses its command text, so a template rendered into it would let a run-time
+    value (a workload field, a result) run as commands: refused, with the fix."""
+    command = fields.get("command")
+    if isinstance(command, str) and is_template(command):
+        message = f"/bin/sh parses the command: it cannot hold a template; {SHELL_TEMPLATED_FIX}"
+        context.add("flow.shell_templated", (*parts, "command"), message)
+    argv = fields.get("argv")
+    if not isinstance(argv, list):
+        return
+    script = _shell_script(argv)
+    if script is not None and isinstance(argv[script], str) and is_template(argv[script]):
+        program = argv[0]
+        message = f"{program} -c parses this text: it cannot hold a template; {SHELL_TEMPLATED_FIX}"
+        context.add("flow.shell_templated", (*parts, "argv", script), message)
+
+
+def _shell_script(argv: list[Any]) -> int | None:
+    """The index of the command string of `argv` when it runs a shell with `-c` (`sh -c
+    SCRIPT [NAME [ARG...]]`: the first operand after the options), else None. The operands
+    after it are positional parameters ("$1"), which a shell does not parse: templates there
+    are safe."""
+    if not argv or not isinstance(argv[0], str) or argv[0].rsplit("/", 1)[-1] not in SHELL_PROGRAMS:
+        return None
+    with_c = False
+    for index, word in enumerate(argv[1:], start=1):
+        if not isinstance(word, str):
+            return None
+        if word == "--":
+            return index + 1 if with_c and index + 1 < len(argv) else None
+        if len(word) > 1 and word[0] in "-+" and not word.startswith("--"):
+            with_c = with_c or (word[0] == "-" and "c" in word[1:])
+            continue
+        if word.startswith("--"):
+            continue  # a long option (bash's --norc ...)
+        return index if with_c else None
+    return None
 
 
 def _check_python_args(context: _Context, task: CallTask, parts: Parts) -> None:

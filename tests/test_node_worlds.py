@@ -28,6 +28,7 @@ from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url
 from aos.kernel.world.stamps import PinnedStampSource
 from tests.auth_fixtures import admin_headers, node_http
+from tests.conftest import readable_folder
 from tests.test_node_metrics import metric_samples
 from tests.test_node_process import _AOS, adapter_http
 from tests.test_receipts import ADAPTER_SEED
@@ -69,18 +70,19 @@ def adapter_process(tmp_path: Path, node_url: str) -> Iterator[subprocess.Popen[
     tmp_path.mkdir()
     key = tmp_path / "adapter.key"
     write_seed(key, ADAPTER_SEED)
-    (tmp_path / "fns.py").write_text(FUNCTIONS)
-    adapter = subprocess.Popen(
-        [*_AOS, "adapter", "run", "python", "--node", node_url, "--key", str(key),
-         "--name", ADAPTER, "--effect", "demo/noop@1", "--function", "fns:answer",
-         "--module-path", str(tmp_path), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        yield adapter
-    finally:
-        adapter.send_signal(signal.SIGTERM)
-        adapter.communicate(timeout=START_TIMEOUT_S)
+    with readable_folder() as modules:
+        (modules / "fns.py").write_text(FUNCTIONS)
+        adapter = subprocess.Popen(
+            [*_AOS, "adapter", "run", "python", "--node", node_url, "--key", str(key),
+             "--name", ADAPTER, "--effect", "demo/noop@1", "--function", "fns:answer",
+             "--module-path", str(modules), "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            yield adapter
+        finally:
+            adapter.send_signal(signal.SIGTERM)
+            adapter.communicate(timeout=START_TIMEOUT_S)
 
 
 def make_world_named(path: Path) -> Path:

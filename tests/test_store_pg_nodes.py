@@ -206,20 +206,20 @@ def answer(params):
 
 
 def test_a_killed_node_is_taken_over_and_the_adapter_follows_the_world(
-    pg_store_dsn: str, tmp_path: Path
+    pg_store_dsn: str, tmp_path: Path, module_folder: Path
 ) -> None:
     world = pg_world(pg_store_dsn, tmp_path / "a", SCRIPTED)
     elsewhere = second_directory(pg_store_dsn, world, tmp_path / "b")
     key = tmp_path / "adapter.key"
     write_seed(key, ADAPTER_SEED)
-    (tmp_path / "fns.py").write_text(FUNCTIONS)
+    (module_folder / "fns.py").write_text(FUNCTIONS)
     port = free_port()
     second_url = f"http://127.0.0.1:{port}"
     with killable_node(tmp_path / "a") as (first_url, first):
         adapter = subprocess.Popen(
             [*AOS, "adapter", "run", "python", "--node", first_url, "--node", second_url,
              "--key", str(key), "--name", ADAPTER, "--effect", "demo/noop@1",
-             "--function", "fns:answer", "--module-path", str(tmp_path), "--retries", "40",
+             "--function", "fns:answer", "--module-path", str(module_folder), "--retries", "40",
              "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
+import functools
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -22,7 +23,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from aos.kernel import cbor, jsontext
+from aos.kernel import jsontext
 from aos.kernel.buckets import Buckets
 from aos.kernel.errors import AosError
 from aos.kernel.jsontext import JsonInvalidError
@@ -40,11 +41,13 @@ from aos.kernel.node.adapter_api import (
 )
 from aos.kernel.node.errors import (
     MediaTypeUnsupportedError,
+    NodeBusyError,
     NodeInternalError,
     QueryInvalidError,
     RequestInvalidError,
     RequestTimeoutError,
     RequestTooLargeError,
+    answer_early,
     http_status,
 )
 from aos.kernel.node.human import InboxError
@@ -69,6 +72,8 @@ from aos.kernel.node.metrics import (
     exposition,
 )
 from aos.kernel.node.node import Node
+from aos.kernel.node.proposals import read_proposal
+from aos.kernel.node.rate import TokenBuckets, WriteRateLimit
 from aos.kernel.node.read_api import add_read_routes
 from aos.kernel.world.world import World
 
@@ -76,6 +81,7 @@ API_VERSION = "1"
 BLOB_MEDIA_TYPE = "application/octet-stream"
 BLOBS_PATH = "/v1/blobs"
 PROPOSALS_PATH = "/v1/gov/proposals"
+_CBOR_MEDIA = CBOR_MEDIA_TYPE.encode()
 
 log = logging.getLogger("aos.node")
 
@@ -115,11 +121,19 @@ def create_app(node: Node) -> FastAPI:
         bytes_max=node.limits.request_bytes_max,
         body_ms_max=node.limits.request_body_ms_max,
         json_depth_max=node.limits.json_depth_max,
+        large_bodies_max=node.limits.large_bodies_max,
         by_path={
-            BLOBS_PATH: ("blob_bytes_max", node.limits.blob_bytes_max),
-            PROPOSALS_PATH: ("proposal_bytes_max", node.limits.proposal_bytes_max),
+            BLOBS_PATH: BodyLimit("blob_bytes_max", node.limits.blob_bytes_max),
+            # JSON proposals carry no binaries: request_bytes_max holds them.
+            PROPOSALS_PATH: BodyLimit(
+                "proposal_bytes_max", node.limits.proposal_bytes_max, _CBOR_MEDIA
+            ),
         },
     )
+    # Inside the access guard, so a caller's bucket is its identity's once it has proved one;
+    # before the body guard: a caller over its write rate is refused before its body is read.
+    buckets = TokenBuckets(node.limits.write_rate_per_s, node.limits.write_burst_max)
+    app.add_middleware(WriteRateLimit, buckets=buckets)
     # Outside the body guard: an unauthenticated or unauthorized request is refused before
     # its body is read.
     app.add_middleware(
@@ -373,15 +387,22 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         """A task's history, oldest first; also of a closed task the inbox remembers."""
         return await node.task_history(intent)
 
+    parsing = asyncio.Semaphore(1)  # one proposal decoded at a time: a bound on its memory
+
     @app.post(PROPOSALS_PATH, tags=["governance"], **needs(DEPLOY))
     async def post_gov_proposal(request: Request) -> dict[str, Any]:
         """Propose a patch (journaled), as `aos gov propose`: `{"patch": ..., "modules":
         [binary, ...], "expected_hash": HASH or null}` as application/cbor (module binaries
-        are byte strings), or JSON without binaries. At most proposal_bytes_max."""
-        patch, modules, expected = _proposal_request(
-            await request.body(), request.headers.get("content-type")
-        )
-        return await node.gov_propose(patch, modules, expected)
+        are byte strings; at most proposal_bytes_max and proposal_values_max), or JSON without
+        binaries (at most request_bytes_max)."""
+        body = await request.body()
+        is_cbor = _media_type(request.headers.get("content-type", "").encode()) == _CBOR_MEDIA
+        values_max = node.limits.proposal_values_max
+        async with parsing:  # decoded, hashed and validated beside the writer thread
+            proposal = await asyncio.to_thread(
+                functools.partial(read_proposal, body, is_cbor=is_cbor, values_max=values_max)
+            )
+        return await node.gov_propose(proposal)
 
     @app.post("/v1/gov/{proposal}/shadow", tags=["governance"], **needs(DEPLOY))
     async def post_gov_shadow(proposal: str) -> dict[str, Any]:
@@ -433,31 +454,6 @@ def _add_routes(app: FastAPI, node: Node) -> None:
 
 # --------------------------------------------------------------------------------------------
 # Bodies
-
-
-def _proposal_request(body: bytes, content_type: str | None) -> tuple[Any, list[bytes], str | None]:
-    media_type = (content_type or "").split(";")[0].strip().lower()
-    if media_type == CBOR_MEDIA_TYPE:
-        parsed = cbor.decode(body)
-    else:
-        parsed = cbor.from_json(_json_bytes(body, "$"))
-    if not isinstance(parsed, dict) or "patch" not in parsed:
-        raise RequestInvalidError(
-            'the body is {"patch": ..., "modules": [...], "expected_hash": ...}'
-        )
-    unknown = set(parsed) - {"patch", "modules", "expected_hash"}
-    modules = parsed.get("modules") or []
-    expected = parsed.get("expected_hash")
-    if unknown or not isinstance(modules, list) or not all(isinstance(m, bytes) for m in modules):
-        raise RequestInvalidError("a proposal has patch, modules (byte strings), expected_hash")
-    binaries = [m for m in modules if isinstance(m, bytes)]
-    if expected is not None and not isinstance(expected, str):
-        raise RequestInvalidError("expected_hash is a hash text or null", path="$.expected_hash")
-    return parsed["patch"], binaries, expected
-
-
-def _json_bytes(data: bytes, path: str) -> Any:
-    return jsontext.parse(data, path=path)
 
 
 def _json_text(text: str | None, path: str) -> Any:
@@ -612,12 +608,26 @@ def _add_metrics_route(app: FastAPI, node: Node, answers: HttpCounts) -> None:
 # Body size
 
 
+@dataclass(frozen=True)
+class BodyLimit:
+    """A route's own body limit, larger than `request_bytes_max`: for bodies of `media_type`
+    (any, when None); others on that route are held to `request_bytes_max`."""
+
+    name: str
+    bytes_max: int
+    media_type: bytes | None = None
+
+
 class RequestGuard:
     """Reads a request's whole body before the app sees it, so no handler ever holds more than
     a limit or waits on a stalled client:
-    - past its size limit (by its Content-Length or by what has arrived) it is refused with 413
-      `request.too_large`; the limit is `bytes_max` (`request_bytes_max`), or the named one
-      `by_path` gives for the request's exact path;
+    - past its size limit (by its Content-Length, before a byte of it is read, or by what has
+      arrived) it is refused with 413 `request.too_large`; the limit is `bytes_max`
+      (`request_bytes_max`), or the `BodyLimit` that `by_path` gives for the request's exact
+      path and media type;
+    - bodies under such a larger limit are read at most `large_bodies_max` at once, each until
+      the app has answered: what they hold in memory is bounded (one that cannot start within
+      `body_ms_max` is 503 `node.busy`);
     - a body not complete within `body_ms_max` of the headers is 408 `request.timeout`;
     - a JSON body (by its media type, or none given) must be strict JSON nested at most
       `json_depth_max` (kernel/jsontext.py), else 400 `input.invalid_json` /
@@ -631,21 +641,53 @@ class RequestGuard:
         bytes_max: int,
         body_ms_max: int,
         json_depth_max: int,
-        by_path: dict[str, tuple[str, int]] | None = None,
+        large_bodies_max: int,
+        by_path: dict[str, BodyLimit] | None = None,
     ) -> None:
         self.app = app
         self.bytes_max = bytes_max
         self.body_s_max = body_ms_max / 1000
         self.json_depth_max = json_depth_max
+        self.large_bodies = asyncio.Semaphore(large_bodies_max)
         self.by_path = by_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        name, bytes_max = self.by_path.get(route_path(scope), ("request_bytes_max", 0))
-        bytes_max = bytes_max or self.bytes_max
         headers = dict(scope.get("headers", ()))
+        limit = self._limit(route_path(scope), headers.get(b"content-type"))
+        if limit.bytes_max <= self.bytes_max:
+            await self._guarded(scope, receive, send, headers, limit)
+            return
+        try:
+            await asyncio.wait_for(self.large_bodies.acquire(), timeout=self.body_s_max)
+        except TimeoutError:
+            busy = NodeBusyError(f"{limit.name} bodies are being read; retry shortly")
+            await answer_early(send, busy)
+            return
+        try:
+            await self._guarded(scope, receive, send, headers, limit)
+        finally:
+            self.large_bodies.release()
+
+    def _limit(self, path: str, content_type: bytes | None) -> BodyLimit:
+        found = self.by_path.get(path)
+        if found is None or (
+            found.media_type is not None and _media_type(content_type) != found.media_type
+        ):
+            return BodyLimit("request_bytes_max", self.bytes_max)
+        return found
+
+    async def _guarded(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: dict[bytes, bytes],
+        limit: BodyLimit,
+    ) -> None:
+        name, bytes_max = limit.name, limit.bytes_max
         try:
             body = await self._body(receive, headers.get(b"content-length"), name, bytes_max)
             if body is None:
@@ -653,7 +695,7 @@ class RequestGuard:
             if body and _is_json(headers.get(b"content-type")):
                 jsontext.parse(body, path="$", depth_max=self.json_depth_max, bytes_max=bytes_max)
         except AosError as error:
-            await _answer(send, error)
+            await answer_early(send, error)
             return
         delivered = False
 
@@ -702,27 +744,13 @@ def _too_large(size: int, name: str, bytes_max: int) -> RequestTooLargeError:
     )
 
 
+def _media_type(content_type: bytes | None) -> bytes:
+    return (content_type or b"").split(b";")[0].strip().lower()
+
+
 def _is_json(content_type: bytes | None) -> bool:
     """JSON by its media type; a body with none is read as JSON by the routes too."""
     if content_type is None:
         return True
-    media = content_type.split(b";")[0].strip().lower()
+    media = _media_type(content_type)
     return media == b"application/json" or media.endswith(b"+json")
-
-
-async def _answer(send: Send, error: AosError) -> None:
-    """An error answer sent before the app saw the request; the connection is closed, since
-    the rest of the body may still be on its way."""
-    payload = json.dumps({"error": error.to_dict()}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": http_status(error),
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})

@@ -14,7 +14,6 @@ from typing import Any
 
 from aos.kernel import cbor, governance
 from aos.kernel.adapters.auth import AdapterForbiddenError, RefusalLimiter, RequestVerifier
-from aos.kernel.hashing import hash_bytes
 from aos.kernel.node import views
 from aos.kernel.node.audit import AuditLog
 from aos.kernel.node.errors import (
@@ -46,6 +45,7 @@ from aos.kernel.node.progress import (
     authenticate_frame,
     parse_frame,
 )
+from aos.kernel.node.proposals import ProposalRequest
 from aos.kernel.node.shadow_worker import ShadowUnavailableError, run_shadow
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
@@ -520,14 +520,14 @@ class Node:
 
     # -- governance -------------------------------------------------------------------------
 
-    async def gov_propose(
-        self, patch: Any, modules: list[bytes], expected_hash: str | None
-    ) -> dict[str, Any]:
-        """Journal a proposal (`aos gov propose` while the node serves the world)."""
-        blobs = {hash_bytes(data): data for data in modules}
+    async def gov_propose(self, request: ProposalRequest) -> dict[str, Any]:
+        """Journal a proposal (`aos gov propose` while the node serves the world), read and
+        validated beforehand (kernel/node/proposals.py)."""
 
         def run(world: World) -> dict[str, Any]:
-            proposal = governance.propose(world, patch, blobs=blobs, expected_hash=expected_hash)
+            proposal = governance.propose(
+                world, request.patch, blobs=request.blobs, prepared=request.prepared
+            )
             entry = cbor.to_json(world.proposals[proposal])
             return {"proposal": proposal, **entry, "seq": world.height}
 
