@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -31,6 +32,7 @@ from aos.flows.tools import (
     PYTHON_TIMEOUT_S_MAX_DEFAULT,
     make_adapter,
 )
+from aos.kernel.adapters.builtin import python_limits
 from aos.kernel.adapters.builtin.http import (
     HTTP_BODY_BYTES_INLINE_MAX_DEFAULT,
     HTTP_BODY_BYTES_MAX_DEFAULT,
@@ -45,6 +47,7 @@ from aos.kernel.adapters.builtin.python_fn import (
     PythonOptions,
     parse_functions,
 )
+from aos.kernel.adapters.builtin.python_limits import PythonLimits
 from aos.kernel.adapters.keys import read_seed, write_seed
 from aos.kernel.adapters.sdk import (
     CONCURRENCY_DEFAULT,
@@ -53,6 +56,7 @@ from aos.kernel.adapters.sdk import (
     LEASE_WAIT_MS_MAX,
     RETRY_ATTEMPTS_MAX_DEFAULT,
     Adapter,
+    AdapterConfigInvalidError,
     AdapterError,
     Handler,
     Outcome,
@@ -78,6 +82,8 @@ TOOL_KINDS = (
 KEYCHAIN_KIND = "keychain"
 """The flow world's keychain adapter (`flows/keychain.py`)."""
 KINDS = (*BUILTIN_KINDS, *TOOL_KINDS, KEYCHAIN_KIND)
+PYTHON_KINDS = ("python", "tool-python")
+"""The kinds that run python tasks in confined processes (python_limits.py)."""
 _SHORT_HASH_CHARS = 19  # "blake3:" and 12 digits
 
 
@@ -259,6 +265,24 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     help="tool-python: refuse inline `code` (python.code_refused); only --allow functions run.",
 )
 @click.option(
+    "--memory-bytes-max",
+    type=click.IntRange(min=python_limits.MEMORY_BYTES_MIN),
+    help="python, tool-python: address space of a task's process; past it the call fails "
+    f"with python.memory_exceeded [{python_limits.MEMORY_BYTES_MAX_DEFAULT}].",
+)
+@click.option(
+    "--cpu-s-max",
+    type=click.IntRange(min=1),
+    help="python, tool-python: CPU seconds one call may use; past it the call fails with "
+    f"python.cpu_exceeded [{python_limits.CPU_S_MAX_DEFAULT}].",
+)
+@click.option(
+    "--worker-user",
+    metavar="USER",
+    help="python, tool-python: the user a task's process runs as when the adapter runs as "
+    f"root (never root) [{python_limits.WORKER_USER_DEFAULT}].",
+)
+@click.option(
     "--config",
     "config_file",
     envvar="AOS_FLOW_TOOLS",
@@ -293,6 +317,9 @@ def run_command(
     functions: tuple[str, ...],
     module_paths: tuple[Path, ...],
     allow: tuple[str, ...],
+    memory_bytes_max: int | None,
+    cpu_s_max: int | None,
+    worker_user: str | None,
     config_file: Path | None,
     file_base: Path | None,
     no_code: bool,
@@ -333,11 +360,17 @@ def run_command(
         "--config": _given_here("config_file"),
         "--file-base": file_base is not None,
         "--no-code": no_code,
+        "--memory-bytes-max": memory_bytes_max is not None,
+        "--cpu-s-max": cpu_s_max is not None,
+        "--worker-user": worker_user is not None,
     }
     _check_kind_options(kind, given, name)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
     seed = read_seed(key_file)
     printer = _Printer(as_json)
+    limits = _python_limits(memory_bytes_max, cpu_s_max, worker_user)
+    if kind in PYTHON_KINDS:
+        _check_key_hidden(key_file, limits, printer)
     options: dict[str, Any] = {
         "concurrency": concurrency,
         "lease_wait_ms": lease_wait_ms,
@@ -354,17 +387,17 @@ def run_command(
         return
     if kind in TOOL_KINDS:
         tool = kind.removeprefix(TOOL_PREFIX)
-        limits: dict[str, Any] = {}
+        tool_limits: dict[str, Any] = {}
         if timeout_s_max is not None:
-            limits[f"{tool}_timeout_s_max"] = timeout_s_max
+            tool_limits[f"{tool}_timeout_s_max"] = timeout_s_max
         if body_bytes_max is not None:
-            limits["http_response_bytes_max"] = body_bytes_max
+            tool_limits["http_response_bytes_max"] = body_bytes_max
         if kind == "tool-file":
             if file_base is None:
                 raise click.BadParameter(
                     "tool-file needs --file-base DIR", param_hint="--file-base"
                 )
-            limits["file_base"] = file_base
+            tool_limits["file_base"] = file_base
         if kind == "tool-python" and not allow:
             printer.note("no --allow PREFIX: every `function` call is refused (python.not_allowed)")
         adapter = make_adapter(
@@ -376,7 +409,8 @@ def run_command(
             python_paths=module_paths,
             config=load_config(config_file),
             python_code=not no_code,
-            **limits,
+            python_limits=limits,
+            **tool_limits,
             **options,
         )
         with adapter:
@@ -390,7 +424,8 @@ def run_command(
                 adapter, timeout_s, body_bytes_inline_max, body_bytes_max, url_map
             )
         else:
-            handler, close = _python_handler(timeout_s, functions, module_paths), lambda: None
+            handler = _python_handler(timeout_s, functions, module_paths, limits)
+            close = _close_nothing
         try:
             for effect in effects:
                 adapter.effect(effect)(handler)
@@ -412,6 +447,9 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--config": (*TOOL_KINDS, KEYCHAIN_KIND),
     "--file-base": ("tool-file",),
     "--no-code": ("tool-python",),
+    "--memory-bytes-max": PYTHON_KINDS,
+    "--cpu-s-max": PYTHON_KINDS,
+    "--worker-user": PYTHON_KINDS,
 }
 """The kinds each kind-specific option is for."""
 
@@ -461,14 +499,52 @@ def _http_handler(
 
 
 def _python_handler(
-    timeout_s: float | None, functions: tuple[str, ...], module_paths: tuple[Path, ...]
+    timeout_s: float | None,
+    functions: tuple[str, ...],
+    module_paths: tuple[Path, ...],
+    limits: PythonLimits,
 ) -> Handler:
     options = PythonOptions(
         functions=parse_functions(functions),
         module_paths=module_paths,
         timeout_s=timeout_s or PYTHON_TIMEOUT_S_DEFAULT,
+        limits=limits,
     )
     return PythonFunctionEffect(options)
+
+
+def _close_nothing() -> None:
+    return None
+
+
+def _python_limits(
+    memory_bytes_max: int | None, cpu_s_max: int | None, worker_user: str | None
+) -> PythonLimits:
+    defaults = PythonLimits()
+    return PythonLimits(
+        memory_bytes_max=memory_bytes_max or defaults.memory_bytes_max,
+        cpu_s_max=cpu_s_max or defaults.cpu_s_max,
+        worker_user=worker_user or defaults.worker_user,
+    )
+
+
+def _check_key_hidden(key_file: Path, limits: PythonLimits, printer: _Printer) -> None:
+    """Python tasks must not read the adapter's key, with which they could sign receipts.
+    A root adapter runs them as the worker user: a key that user can read is refused. One
+    that is not root runs them as itself, and says so."""
+    if os.geteuid() != 0:
+        printer.note(
+            "python tasks run as this adapter's user and can read what it can, its key file "
+            "too: run the adapter as a user of its own, or as root (tasks then run as "
+            f"{limits.worker_user})"
+        )
+        return
+    user = python_limits.worker(limits.worker_user)
+    if python_limits.can_reach(key_file, user, os.R_OK):
+        raise AdapterConfigInvalidError(
+            f"{user.pw_name}, who python tasks run as, can read the key file {key_file}: "
+            "make it readable by its owner only (chmod 600; aos adapter keygen writes it so)"
+        )
 
 
 def _serve(adapter: Adapter, *, once: bool, printer: _Printer, kind: str) -> None:

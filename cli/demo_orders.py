@@ -276,8 +276,10 @@ def first_line(lines: list[str], child: subprocess.Popen[str], name: str) -> Any
 
 
 class NodeApi:
-    def __init__(self, url: str) -> None:
-        self.client = httpx.Client(base_url=url, timeout=30, trust_env=False)
+    def __init__(self, url: str, token: str) -> None:
+        """A client of the node, as the identity of `token` (the world's first admin)."""
+        headers = {"authorization": f"Bearer {token}"}
+        self.client = httpx.Client(base_url=url, timeout=30, trust_env=False, headers=headers)
 
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
         response = self.client.request(method, path, json=body, params=params or None)
@@ -322,6 +324,11 @@ def demo(scratch: Path, payments: PaymentServer) -> None:
         f"world:          manifest {created['manifest'][:19]}... with that key in its "
         f"defadapter ({time.perf_counter() - started:.1f} s, manual clock)"
     )
+    token = str(created["admin_token"])
+    click.echo(
+        f"identity:       admin, token {token[:8]}... (printed once by `aos world create`; "
+        "the node lets in no one without a token, the adapter signs its requests)"
+    )
     node_args = [*aos, "node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"]
     with process(node_args, name="node") as (node, node_lines):
         url = first_line(node_lines, node, "aos node up")["url"]
@@ -336,7 +343,7 @@ def demo(scratch: Path, payments: PaymentServer) -> None:
                 f"adapter:        aos adapter run http (pid {adapter.pid}), "
                 f"{PAYMENT_SERVICE} -> {payments.url}\n"
             )
-            _orders(NodeApi(url), payments)
+            _orders(NodeApi(url, token), payments)
         click.echo(f"\nadapter stopped (exit {adapter.returncode}); stopping the node")
     click.echo(f"node stopped (exit {node.returncode})")
 

@@ -10,6 +10,7 @@ runs the adapters in process and prints the execution's end and history.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,16 +20,19 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
+from aos.cli.identity_cmd import echo_first_admin, first_admin_token
+from aos.cli.remote import client_token, credentials_options
 from aos.flows import flowlang
 from aos.flows import operations as ops
 from aos.flows.cfd import FlowDefinition, canonical_value
 from aos.flows.client import FlowNodeClient
 from aos.flows.config import ToolConfig, load_config
-from aos.flows.document import load_flow
+from aos.flows.document import load_flow, source_warnings
 from aos.flows.draw import to_mermaid, to_text
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError, FlowLocalWorldError
 from aos.flows.local import LocalAdapters
 from aos.flows.numbers import execution_number
+from aos.flows.positions import SourcePositions
 from aos.flows.world import (
     FlowKeys,
     create_flow_world,
@@ -46,6 +50,7 @@ WAIT_S_MAX = 24 * 3600.0
 
 
 def node_option(fn: Any) -> Any:
+    fn = credentials_options(fn)
     return click.option(
         "--node",
         "node_url",
@@ -54,6 +59,11 @@ def node_option(fn: Any) -> Any:
         metavar="URL",
         help="Talk to the node serving the world (env AOS_NODE) instead of opening it.",
     )(fn)
+
+
+def node_client(url: str) -> FlowNodeClient:
+    """A client of the node at `url`, sending the caller's token (cli/remote.py)."""
+    return FlowNodeClient(url, token=client_token())
 
 
 @contextmanager
@@ -67,11 +77,15 @@ def _opened(world_path: str) -> Iterator[World]:
 
 def read_definition(path: Path, workbook: Path | None = None) -> FlowDefinition:
     if workbook is not None and flowlang.is_flow_source(str(path)):
-        entries = flowlang.read_workbook(_read_bytes(workbook), source=str(workbook))
+        entries = _workbook_entries(workbook)
         text = _read_text(path)
         definition: FlowDefinition = flowlang.load_flow(text, source=str(path), workbook=entries)
         return definition
     return load_flow(_read_bytes(path), source=str(path))
+
+
+def _workbook_entries(workbook: Path) -> list[dict[str, Any]]:
+    return flowlang.read_workbook(_read_bytes(workbook), source=str(workbook))
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -102,24 +116,66 @@ def flow_group() -> None:
 @flow_group.command("check")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @workbook_option
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 on warnings too (template references nothing provides).",
+)
 @json_option
-def check_command(files: tuple[Path, ...], workbook: Path | None, as_json: bool) -> None:
-    """Check flow definitions: every problem of each file, with its path. Exit 1 if any."""
-    results: list[dict[str, Any]] = []
-    for path in files:
-        try:
-            definition = read_definition(path, workbook)
-            value = canonical_value(definition)
-            digest = str(cbor_hash(value))
-            results.append({"file": str(path), "ok": True, "name": definition.name, "hash": digest})
-        except FlowCheckError as error:
-            problems = [p.to_dict() for p in error.problems]
-            results.append({"file": str(path), "ok": False, "problems": problems})
-        except AosError as error:
-            results.append({"file": str(path), "ok": False, "problems": [_problem(error)]})
+def check_command(
+    files: tuple[Path, ...], workbook: Path | None, strict: bool, as_json: bool
+) -> None:
+    """Check flow definitions: every problem of each file, each where it is written
+    (FILE:LINE:COLUMN), and warnings of template references no step, task or namespace
+    provides. Exit 1 if any problem (with --strict: or warning)."""
+    results = [_check_file(path, workbook) for path in files]
     _print_checks(results, as_json)
-    if not all(r["ok"] for r in results):
+    if any(not r["ok"] or (strict and r["warnings"]) for r in results):
         raise SystemExit(1)
+
+
+def _check_file(path: Path, workbook: Path | None) -> dict[str, Any]:
+    try:
+        definition = read_definition(path, workbook)
+        data = _read_bytes(path)
+        warnings = source_warnings(data, definition, source=str(path))
+    except FlowCheckError as error:
+        problems: list[dict[str, Any]] = [p.to_dict() for p in error.problems]
+        return _located(path, {"file": str(path), "ok": False, "problems": problems})
+    except flowlang.FlowLangError as error:
+        found = _flow_errors(path, workbook) or [error]
+        problems = [{**_problem(e), "line": e.line, "column": e.column} for e in found]
+        return {"file": str(path), "ok": False, "problems": problems, "warnings": []}
+    except AosError as error:
+        return {"file": str(path), "ok": False, "problems": [_problem(error)], "warnings": []}
+    digest = cbor_hash(canonical_value(definition))
+    checked = {"file": str(path), "ok": True, "name": definition.name, "hash": digest}
+    return _located(path, {**checked, "warnings": [w.to_dict() for w in warnings]})
+
+
+def _flow_errors(path: Path, workbook: Path | None) -> list[flowlang.FlowLangError]:
+    """Every error of a `.flow` file (a `.flow` text's errors come one at a time)."""
+    entries = _workbook_entries(workbook) if workbook is not None else []
+    return flowlang.errors_of(_read_text(path), source=str(path), workbook=entries)
+
+
+def _located(path: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """`result` with the line and column of each problem and warning, where the file (YAML
+    or JSON) says them."""
+    result.setdefault("problems", [])
+    result.setdefault("warnings", [])
+    found = result["problems"] + result["warnings"]
+    if not found or flowlang.is_flow_source(str(path)):
+        return result
+    try:
+        positions = SourcePositions(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return result
+    for problem in found:
+        position = positions.of(problem["path"])
+        if position is not None:
+            problem.update(line=position.line, column=position.column)
+    return result
 
 
 def cbor_hash(value: Any) -> str:
@@ -140,10 +196,25 @@ def _print_checks(results: list[dict[str, Any]], as_json: bool) -> None:
     for result in results:
         if result["ok"]:
             click.echo(f"ok    {result['file']}  {result['name']}  {result['hash']}")
-            continue
-        click.echo(f"error {result['file']}: {len(result['problems'])} problem(s)")
-        rows = [[p["code"], p["path"], p["message"]] for p in result["problems"]]
-        click.echo(table(["CODE", "PATH", "MESSAGE"], rows))
+        else:
+            click.echo(f"error {result['file']}: {len(result['problems'])} problem(s)")
+            click.echo(_found_table(result["file"], result["problems"]))
+        if result.get("warnings"):
+            click.echo(f"warn  {result['file']}: {len(result['warnings'])} warning(s)")
+            click.echo(_found_table(result["file"], result["warnings"]))
+
+
+def _found_table(file: str, found: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            f"{file}:{p['line']}:{p['column']}" if "line" in p else "",
+            p["code"],
+            p["path"],
+            p["message"],
+        ]
+        for p in found
+    ]
+    return table(["WHERE", "CODE", "PATH", "MESSAGE"], rows)
 
 
 @flow_group.command("compile")
@@ -242,16 +313,19 @@ def flow_world_create(
     run tool-echo --key KEYS/echo.key ...` against it."""
     keys_dir = keys_dir if keys_dir is not None else default_keys_dir(directory)
     world, keys = create_flow_world(directory, keys_dir=keys_dir, clock=clock, sync=not no_sync)
+    admin_token = first_admin_token(directory)
     with world:
         body = {
             "world": str(directory),
             "keys": str(keys.folder),
             "manifest": str(world.manifest_hash),
+            "admin_token": admin_token,
         }
     if as_json:
         emit_json(body)
         return
     click.echo(f"created   {body['world']}\nkeys      {body['keys']}\nmanifest  {body['manifest']}")
+    echo_first_admin(admin_token)
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,7 +347,7 @@ def deploy_command(
     definition = read_definition(file, workbook)
     if node_url is not None:
         text, source = sent_to_node(file, workbook, definition)
-        body = FlowNodeClient(node_url).deploy(text, source=source)
+        body = node_client(node_url).deploy(text, source=source)
     else:
         with _opened(world_path) as world:
             body = ops.deploy(world, definition).to_json()
@@ -325,7 +399,7 @@ def ls_command(
     """Deployed flows and their versions; a page of executions and their status, in key-hash
     order (the next page: --after the key hash it names)."""
     if node_url is not None:
-        body = FlowNodeClient(node_url).listing(flow=flow, status=status, after=after, limit=limit)
+        body = node_client(node_url).listing(flow=flow, status=status, after=after, limit=limit)
     else:
         wanted, page = ops.ExecutionFilter(flow, status), ops.Page(after, limit)
         with _opened(world_path) as world:
@@ -434,7 +508,7 @@ def run_command(
         )
         return
     if node_url is not None:
-        client = FlowNodeClient(node_url)
+        client = node_client(node_url)
         name = target
         if Path(target).is_file():
             definition = read_definition(Path(target), workbook)
@@ -467,10 +541,24 @@ def _started_json(started: ops.Started) -> dict[str, Any]:
 def _print_started(body: dict[str, Any], as_json: bool) -> None:
     if as_json:
         emit_json(body)
-        return
-    number = body.get("number", execution_number(body["exec"]))
-    click.echo(f"started   {body['exec']}  number {number}  ({body['flow']} v{body['version']})")
-    click.echo(f"status    {body.get('status', 'running')}")
+    else:
+        number = body.get("number", execution_number(body["exec"]))
+        flow = f"({body['flow']} v{body['version']})"
+        click.echo(f"started   {body['exec']}  number {number}  {flow}")
+        click.echo(f"status    {body.get('status', 'running')}")
+    _exit_if_failed(body.get("status"))
+
+
+def _exit_if_failed(status: Any) -> None:
+    """A run that saw its execution end `failed` exits 1 (what it printed stands)."""
+    if status == ops.STATUS_FAILED:
+        sys.exit(1)
+
+
+def _echo_failure(state: dict[str, Any]) -> None:
+    found = ops.failure(state)
+    if found is not None:
+        click.echo(f"error     {found.get('code')}: {found.get('message')}"[:2000])
 
 
 def _run_local(
@@ -499,6 +587,7 @@ def _run_local(
         **_started_json(started),
         "status": state["status"],
         "result": state["engine"].get("result") if isinstance(state["engine"], dict) else None,
+        "error": ops.failure(state),
         "human_tasks": drained.human_tasks,
         "receipts": drained.receipts,
         "timers_skipped": drained.timers_skipped,
@@ -506,13 +595,15 @@ def _run_local(
     }
     if as_json:
         emit_json(cbor.to_json(body))
-        return
-    for event in body["events"]:
-        click.echo(_event_line(event))
-    number = execution_number(started.exec)
-    click.echo(f"status    {body['status']}  ({started.exec}, number {number})")
-    if drained.human_tasks:
-        click.echo(f"waiting   {len(drained.human_tasks)} human task(s)")
+    else:
+        for event in body["events"]:
+            click.echo(_event_line(event))
+        number = execution_number(started.exec)
+        click.echo(f"status    {body['status']}  ({started.exec}, number {number})")
+        _echo_failure(state)
+        if drained.human_tasks:
+            click.echo(f"waiting   {len(drained.human_tasks)} human task(s)")
+    _exit_if_failed(state["status"])
 
 
 def _local_world(world_path: str, scratch: Path) -> tuple[World, FlowKeys]:
@@ -549,7 +640,7 @@ def _local_world(world_path: str, scratch: Path) -> tuple[World, FlowKeys]:
 def status_command(exec_id: str, world_path: str, node_url: str | None, as_json: bool) -> None:
     """An execution's status, version, business state and waits."""
     if node_url is not None:
-        state = FlowNodeClient(node_url).status(exec_id)
+        state = node_client(node_url).status(exec_id)
     else:
         with _opened(world_path) as world:
             state = cbor.to_json(ops.shown_status(world, exec_id))
@@ -559,6 +650,7 @@ def status_command(exec_id: str, world_path: str, node_url: str | None, as_json:
     number = state.get("number", execution_number(state["exec"]))
     click.echo(f"execution {state['exec']}  number {number}  ({state['flow']} v{state['version']})")
     click.echo(f"status    {state['status']}  version {state['engine_version']}")
+    _echo_failure(state)
     click.echo("business  " + json.dumps(state["business"], sort_keys=True)[:2000])
     waits = (state.get("engine") or {}).get("waits") or {}
     for token, wait in sorted(waits.items()):
@@ -584,10 +676,10 @@ def events_command(
     if follow:
         if node_url is None:
             raise ops.FlowRequestInvalidError("--follow needs --node")
-        _follow(FlowNodeClient(node_url), exec_id, as_json)
+        _follow(node_client(node_url), exec_id, as_json)
         return
     if node_url is not None:
-        events = FlowNodeClient(node_url).events(exec_id)
+        events = node_client(node_url).events(exec_id)
     else:
         with _opened(world_path) as world:
             events = [{"seq": e.seq, **cbor.to_json(e.event)} for e in ops.history(world, exec_id)]
@@ -626,7 +718,7 @@ def signal_command(
     """Send the signal NAME to a running execution."""
     value = _workload(payload, "--payload") if payload is not None else None
     if node_url is not None:
-        body = FlowNodeClient(node_url).signal(exec_id, name, value, expect_version)
+        body = node_client(node_url).signal(exec_id, name, value, expect_version)
     else:
         with _opened(world_path) as world:
             ops.signal(world, exec_id, name, value, expect_version=expect_version)
@@ -649,7 +741,7 @@ def cancel_command(
 ) -> None:
     """Cancel a running execution: its open intents, waits and children."""
     if node_url is not None:
-        body = FlowNodeClient(node_url).cancel(exec_id, reason)
+        body = node_client(node_url).cancel(exec_id, reason)
     else:
         with _opened(world_path) as world:
             ops.cancel(world, exec_id, reason)

@@ -30,6 +30,7 @@ from aos.cli.common import (
 )
 from aos.cli.flow_cmd import (
     flow_group,
+    node_client,
     node_option,
     read_definition,
     sent_to_node,
@@ -39,7 +40,6 @@ from aos.cli.remote import serving_node
 from aos.cli.world_cmd import opened_world
 from aos.flows import migration
 from aos.flows import operations as ops
-from aos.flows.client import FlowNodeClient
 from aos.flows.shadow import (
     SHADOW_EXECUTIONS_LIMIT,
     SHADOW_EXECUTIONS_MAX_DEFAULT,
@@ -138,7 +138,7 @@ def _shadow_here(
 
 
 def _shadow_on_node(node_url: str, ask: _Ask) -> dict[str, Any]:
-    with FlowNodeClient(node_url) as client:
+    with node_client(node_url) as client:
         if not ask.is_file:
             return client.shadow(
                 ask.target, version=ask.version, execs=ask.execs, executions_max=ask.executions_max
@@ -272,7 +272,7 @@ class _MigrateAsk:
 
 def _migrate_one(exec_id: str, ask: _MigrateAsk) -> None:
     if (url := ask.node()) is not None:
-        with FlowNodeClient(url) as client:
+        with node_client(url) as client:
             body = client.migrate(exec_id, ask.version)
     else:
         with progress_bar("shadowing", as_json=ask.as_json) as progress:
@@ -298,7 +298,7 @@ def _apply_here(world_path: str, planned: migration.MigrationPlan) -> dict[str, 
 
 def _migrate_flow(flow: str, ask: _MigrateAsk) -> None:
     if (url := ask.node()) is not None:
-        with FlowNodeClient(url) as client:
+        with node_client(url) as client:
             body = client.migrate_flow(flow, ask.version, executions_max=ask.executions_max)
     else:
         with progress_bar("shadowing", as_json=ask.as_json) as progress:

@@ -8,6 +8,7 @@ shown by `aos --help` are kept here (a test checks they match each command's own
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 
 import click
@@ -53,6 +54,11 @@ COMMANDS: dict[str, CommandRef] = {
         ("aos.cli.node_cmd",),
         "task_group",
         "Human tasks: open intents of the human adapter a node hosts.",
+    ),
+    "identity": CommandRef(
+        ("aos.cli.identity_cmd",),
+        "identity_group",
+        "Identities: tokens with scopes and roles for a world's node.",
     ),
     "adapter": CommandRef(
         ("aos.cli.adapter_cmd",),
@@ -114,6 +120,30 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
+# The TLS files every client of a node uses (kernel/node/tls.py reads them from these
+# variables, which the commands' child processes inherit too).
+TLS_OPTIONS = (
+    ("--ca", "AOS_CA", "Verify an https:// node against this CA bundle (PEM), not the system's."),
+    ("--client-cert", "AOS_CLIENT_CERT", "Present this certificate (PEM) to a node (mutual TLS)."),
+    ("--client-key", "AOS_CLIENT_KEY", "The client certificate's private key (PEM)."),
+)
+
+
+def _tls_options(fn: click.decorators.FC) -> click.decorators.FC:
+    for flag, variable, text in reversed(TLS_OPTIONS):
+        fn = click.option(
+            flag,
+            variable.lower(),
+            envvar=variable,
+            metavar="FILE",
+            # Checked when a node is reached over https (tls.config_invalid), so a stale
+            # variable does not stop the commands that never use it.
+            type=click.Path(dir_okay=False),
+            help=f"{text} (env {variable})",
+        )(fn)
+    return fn
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--version",
@@ -123,5 +153,9 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     callback=_show_version,
     help="Show the version and the flow interpreter it runs, and exit.",
 )
-def main() -> None:
+@_tls_options
+def main(**tls_files: str | None) -> None:
     """aos: a deterministic, event-sourced workflow kernel."""
+    for name, path in tls_files.items():
+        if path is not None:
+            os.environ[name.upper()] = os.path.abspath(path)

@@ -1,11 +1,15 @@
 """`aos node up`: serve a world over HTTP; `aos task ...`: the human task inbox of a node.
 
     aos node up [--world PATH ...] [--bind 127.0.0.1:9010] [--human-adapter NAME --human-key FILE]
+                [--insecure-local] [--identities FILE]
+                [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
+                [--header-timeout-ms MS] [--connections-max N] [--write-rate-per-s N] ...
                 [--takeover] [--owner-lease-ms MS] [--node-id ID]   (PostgreSQL worlds)
     aos task ls [--assignee U] [--role R] [--status open|claimed] | task show INTENT
-    aos task claim INTENT --user U [--role R ...] | task release INTENT --user U
-    aos task reassign INTENT --user U (--to V | --unassign) | task history INTENT
-    aos task complete INTENT --status ok --payload-json JSON [--user U]
+    aos task claim INTENT [--role R ...] | task release INTENT
+    aos task reassign INTENT (--to V | --unassign) | task history INTENT
+    aos task complete INTENT --status ok --payload-json JSON
+    (each acts as the identity of --token / AOS_TOKEN; --user may name it, spec/04 §9.8)
 
 The node holds the world (one writer), so the task commands talk to the running node over its
 HTTP API (`--node URL`, env AOS_NODE) instead of opening the world.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import signal
 import socket
@@ -36,7 +41,7 @@ from aos.cli.common import (
     json_option,
     table,
 )
-from aos.cli.remote import node_call
+from aos.cli.remote import credentials_options, node_call
 from aos.flows.http import add_flow_routes
 from aos.flows.pages import add_flow_pages
 from aos.kernel import jsontext
@@ -45,13 +50,27 @@ from aos.kernel.adapters.keys import read_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node import limits as node_limits
 from aos.kernel.node.app import create_app
+from aos.kernel.node.audit import AuditLog
 from aos.kernel.node.errors import NodeConfigError
 from aos.kernel.node.human import TASK_STATUSES, HumanAdapter
+from aos.kernel.node.identities import (
+    Authority,
+    IdentityStore,
+    InsecureBindError,
+    create_first_admin,
+)
 from aos.kernel.node.inspector import add_inspector
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.node import Node
 from aos.kernel.node.owner import WorldOwnership, remove_owner, unserved, write_owner
 from aos.kernel.node.registry_api import add_registry_route
+from aos.kernel.node.tls import TlsFiles, uvicorn_options
+from aos.kernel.node.transport import (
+    LISTEN_BACKLOG,
+    bounded_protocol,
+    raise_open_files_limit,
+    tls_handshake_bounded,
+)
 from aos.kernel.node.worlds import (
     NAME_CHARS_MAX,
     WORLDS_PATH,
@@ -76,6 +95,56 @@ _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 # --------------------------------------------------------------------------------------------
 # aos node up
 
+TRANSPORT_LIMITS: tuple[tuple[str, int, str], ...] = (
+    (
+        "header_timeout_ms",
+        node_limits.HEADER_TIMEOUT_MS_DEFAULT,
+        "Longest a request's head (request line and headers) may take to arrive; then the "
+        "socket is closed (slowloris).",
+    ),
+    ("header_bytes_max", node_limits.HEADER_BYTES_MAX_DEFAULT, "Largest request head (then 431)."),
+    (
+        "connections_max",
+        node_limits.CONNECTIONS_MAX_DEFAULT,
+        "Most sockets open at once (held below the file limit); one more closes the oldest "
+        "one still sending its head.",
+    ),
+    (
+        "large_bodies_max",
+        node_limits.LARGE_BODIES_MAX_DEFAULT,
+        "Most bodies over --request-bytes-max (blobs, proposals with binaries) read at once.",
+    ),
+    (
+        "proposal_values_max",
+        node_limits.PROPOSAL_VALUES_MAX_DEFAULT,
+        "Most values a CBOR proposal may hold, counted before it is decoded.",
+    ),
+    (
+        "write_rate_per_s",
+        node_limits.WRITE_RATE_PER_S_DEFAULT,
+        "Write requests one caller (peer address) may make per second (then 429).",
+    ),
+    (
+        "write_burst_max",
+        node_limits.WRITE_BURST_MAX_DEFAULT,
+        "Write requests one caller may make at once after a quiet spell.",
+    ),
+)
+"""`NodeLimits` fields `aos node up` takes as --NAME options (spec/04 §9.8, §10)."""
+
+
+def _transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for name, default, text in reversed(TRANSPORT_LIMITS):
+        fn = click.option(
+            "--" + name.replace("_", "-"),
+            name,
+            type=click.IntRange(min=1),
+            default=default,
+            show_default=True,
+            help=text,
+        )(fn)
+    return fn
+
 
 @click.group("node")
 def node_group() -> None:
@@ -88,8 +157,24 @@ def node_group() -> None:
     default=BIND_DEFAULT,
     show_default=True,
     help="HOST:PORT to listen on (port 0: any free port). Loopback unless you mean otherwise: "
-    "leasing intents needs no key.",
+    "the node's other routes answer any caller who reaches it.",
 )
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Serve HTTPS with this certificate chain (PEM); give --tls-key with it.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The certificate's private key (PEM).",
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Mutual TLS: every client must present a certificate this CA (PEM) signed.",
+)
+@_transport_options
 @click.option("--human-adapter", metavar="NAME", help="Host this adapter as a human task inbox.")
 @click.option(
     "--human-key",
@@ -206,6 +291,20 @@ def node_group() -> None:
     help="(PostgreSQL worlds) This node's name in the owner registry (default: host name and "
     "world directory, so a restarted node takes back its own world).",
 )
+@click.option(
+    "--insecure-local",
+    is_flag=True,
+    help="Serve without authentication: every caller may do everything, and task requests "
+    "name their own user and roles. For development on a loopback --bind only (refused "
+    "otherwise).",
+)
+@click.option(
+    "--identities",
+    "identities_file",
+    type=click.Path(dir_okay=False),
+    help="The identities file of every world this process serves (default: each world's "
+    "own, identities.json in its directory).",
+)
 @click.option("--no-sync", is_flag=True, help="Skip fsync on commit (scratch worlds, tests).")
 @click.option("--access-log", is_flag=True, help="Log every request.")
 @click.option(
@@ -223,6 +322,9 @@ def node_group() -> None:
 @handles_errors
 def up_command(
     bind: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
     human_adapter: str | None,
     human_key: str | None,
     lease_ms: int,
@@ -241,10 +343,13 @@ def up_command(
     takeover: bool,
     owner_lease_ms: int,
     node_id: str | None,
+    insecure_local: bool,
+    identities_file: str | None,
     no_sync: bool,
     access_log: bool,
     world_paths: tuple[str, ...],
     as_json: bool,
+    **transport_limits: int,
 ) -> None:
     """Serve the world (or several) over HTTP until SIGINT or SIGTERM, then close it.
 
@@ -253,6 +358,9 @@ def up_command(
     /openapi.json (and browsable at /docs); a read-only web inspector is at /ui.
     """
     host, port = _bind(bind)
+    if insecure_local and not _is_loopback(host):
+        raise InsecureBindError(f"--insecure-local with --bind {bind}: not a loopback address")
+    tls = TlsFiles.given(tls_cert, tls_key, tls_client_ca)
     if (human_adapter is None) != (human_key is None):
         raise click.UsageError("give --human-adapter and --human-key together")
     human = None
@@ -272,6 +380,7 @@ def up_command(
         adapter_request_skew_ms_max=adapter_request_skew_ms_max,
         adapter_receipt_refusals_max=adapter_receipt_refusals_max,
         adapter_refusal_window_ms=adapter_refusal_window_ms,
+        **transport_limits,
     )
     multi = len(world_paths) > 1
     names = _mount_names(world_paths) if multi else [""]
@@ -279,12 +388,14 @@ def up_command(
     worlds: list[_World] = []
     with contextlib.ExitStack() as closing:  # every world is closed, even if one fails to
         for world_path, name in zip(world_paths, names, strict=True):
-            open_node = _opener(world_path, limits, human, not no_sync)
+            door = _door(world_path, identities_file, insecure_local)
+            open_node = _opener(world_path, limits, human, not no_sync, door.authority)
             worlds.append(
                 _World.open(
                     world_path, name, open_node, servers, worlds, node_id, owner_lease_ms, takeover
                 )
             )
+            worlds[-1].first_token = door.first_token
             closing.callback(worlds[-1].close)
         app = _process_app(worlds) if multi else worlds[0].app
         config = uvicorn.Config(
@@ -295,6 +406,9 @@ def up_command(
             access_log=access_log,
             lifespan="off",
             timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
+            http=bounded_protocol(limits, raise_open_files_limit()),
+            backlog=LISTEN_BACKLOG,
+            **uvicorn_options(tls),
         )
         nodes = [world.node for world in worlds]
         server = _NodeServer(config, nodes, lambda url: _announce(url, worlds, human, as_json))
@@ -318,9 +432,49 @@ def _listening(url: str, worlds: list[_World]) -> None:
 
 
 def _opener(
-    world_path: str, limits: NodeLimits, human: HumanAdapter | None, sync: bool
+    world_path: str,
+    limits: NodeLimits,
+    human: HumanAdapter | None,
+    sync: bool,
+    authority: Authority,
 ) -> Callable[[], Node]:
-    return lambda: Node.open_path(world_path, limits=limits, human=human, sync=sync).start()
+    return lambda: Node.open_path(
+        world_path, limits=limits, human=human, sync=sync, authority=authority
+    ).start()
+
+
+class _Door:
+    """A world's authority, and the first admin's token when this start made it."""
+
+    def __init__(self, authority: Authority, first_token: str | None) -> None:
+        self.authority = authority
+        self.first_token = first_token
+
+
+def _door(world_path: str, identities_file: str | None, insecure_local: bool) -> _Door:
+    """The identities of a world (its own file, or --identities); a world that has none yet
+    gets its first admin here, whose token the announcement prints once."""
+    store = (
+        IdentityStore(Path(identities_file))
+        if identities_file is not None
+        else IdentityStore.of_world(world_path)
+    )
+    audit = AuditLog.of_world(world_path)
+    if insecure_local:
+        return _Door(Authority(store, insecure_local=True, audit=audit), None)
+    first = create_first_admin(store) if Path(world_path).is_dir() else None
+    if first is not None:
+        audit.write("identity.created", identity=first[0].name, by="aos node up")
+    return _Door(Authority(store, audit=audit), None if first is None else first[1])
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _mount_names(world_paths: tuple[str, ...]) -> list[str]:
@@ -362,6 +516,7 @@ class _World:
         self.ownership = ownership
         self.node = node
         self.url: str | None = None  # once it listens
+        self.first_token: str | None = None  # the first admin's, when this start made it
         self.app = create_app(node)
         add_flow_routes(self.app, node)  # answers world.workflow_unknown on a world without flows
         add_flow_pages(self.app, add_inspector(self.app, node))  # the web inspector, at /ui
@@ -456,6 +611,17 @@ def _announce(url: str, worlds: list[_World], human: HumanAdapter | None, as_jso
     else:
         for world in worlds:
             click.echo(f"aos node: world {world.node.world_id}")
+            if world.first_token is not None:
+                click.echo(
+                    f"aos node: first identity  admin  token {world.first_token}  (shown once: "
+                    "keep it; `aos identity create` makes others)"
+                )
+            if world.node.authority.insecure_local:
+                click.echo(
+                    "aos node: --insecure-local: no authentication, every caller may do "
+                    "everything (development only)",
+                    err=True,
+                )
             served = world.url or url
             click.echo(
                 f"aos node: serving at {served}  (API: {served}/openapi.json, "
@@ -469,7 +635,11 @@ def _announce(url: str, worlds: list[_World], human: HumanAdapter | None, as_jso
             click.echo(f"aos node: the worlds it serves: {url}{WORLDS_PATH}")
     host = url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
     if host not in _LOOPBACK:
-        click.echo("aos node: warning: not on loopback; anyone who reaches it can lease", err=True)
+        click.echo(
+            "aos node: warning: not on loopback; anyone who reaches it can send events and "
+            "read the world (leasing and receipts need an adapter's signature)",
+            err=True,
+        )
     sys.stdout.flush()
 
 
@@ -477,14 +647,19 @@ def _announcement(url: str, worlds: list[_World], human: HumanAdapter | None) ->
     """The `--json` line: one world as it always was; several, each with its URL."""
     line: dict[str, Any] = {"url": url, "human_adapter": human and human.name}
     if len(worlds) == 1:
-        return {**line, "world_id": worlds[0].node.world_id}
-    listed = [{"name": w.name, "url": w.url, "world_id": w.node.world_id} for w in worlds]
+        first = worlds[0].first_token
+        return {**line, "world_id": worlds[0].node.world_id, "admin_token": first}
+    listed = [
+        {"name": w.name, "url": w.url, "world_id": w.node.world_id, "admin_token": w.first_token}
+        for w in worlds
+    ]
     return {**line, "worlds": listed}
 
 
 class _NodeServer(uvicorn.Server):
-    """uvicorn's server, with two changes: it says where it listens once the socket is bound
-    (so `--bind HOST:0` is usable), and a SIGINT/SIGTERM ends `run` normally instead of being
+    """uvicorn's server, with three changes: it says where it listens once the socket is
+    bound (so `--bind HOST:0` is usable); a TLS handshake must end within the head timeout
+    (kernel/node/transport.py); and a SIGINT/SIGTERM ends `run` normally instead of being
     re-raised after shutdown, so the caller closes the world and exits 0."""
 
     def __init__(
@@ -497,12 +672,15 @@ class _NodeServer(uvicorn.Server):
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
         self._loop = asyncio.get_running_loop()
+        handshake_ms = self._nodes[0].limits.header_timeout_ms
+        with tls_handshake_bounded(self._loop, handshake_ms):
+            await super().startup(sockets=sockets)
         if self.started and self.servers and self.servers[0].sockets:
             address = self.servers[0].sockets[0].getsockname()
             host = f"[{address[0]}]" if ":" in address[0] else address[0]
-            url = f"http://{host}:{address[1]}"
+            scheme = "https" if self.config.is_ssl else "http"
+            url = f"{scheme}://{host}:{address[1]}"
             if self.on_listening is not None:
                 self.on_listening(url)
             self._announce(url)
@@ -533,6 +711,7 @@ class _NodeServer(uvicorn.Server):
 
 
 def _node_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = credentials_options(fn)
     return click.option(
         "--node",
         "node_url",
@@ -543,9 +722,17 @@ def _node_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+_USER_HELP = (
+    "Who acts: your identity's name (the node refuses another); only an --insecure-local "
+    "node takes the user from here."
+)
+
+
 @click.group("task")
 def task_group() -> None:
-    """Human tasks: open intents of the human adapter a node hosts."""
+    """Human tasks: open intents of the human adapter a node hosts. Each command acts as the
+    identity of your token (--token, AOS_TOKEN): a task is claimed, completed, released or
+    reassigned by that identity, with the roles it holds."""
 
 
 @task_group.command("ls")
@@ -620,9 +807,13 @@ def task_show_command(intent: str, node_url: str, as_json: bool) -> None:
 
 @task_group.command("claim")
 @click.argument("intent")
-@click.option("--user", required=True, help="Who claims the task.")
+@click.option("--user", help=_USER_HELP)
 @click.option(
-    "--role", "roles", multiple=True, metavar="ROLE", help="A role of the user (repeatable)."
+    "--role",
+    "roles",
+    multiple=True,
+    metavar="ROLE",
+    help="Present only this role of your identity's (repeatable; default: all of them).",
 )
 @_node_option
 @json_option
@@ -630,8 +821,9 @@ def task_show_command(intent: str, node_url: str, as_json: bool) -> None:
 def task_claim_command(
     intent: str, user: str, roles: tuple[str, ...], node_url: str, as_json: bool
 ) -> None:
-    """Claim a task: nobody else may hold it, it must not be assigned to someone else, and a
-    task that names roles needs one of them. Claiming a task you hold changes nothing."""
+    """Claim a task as your identity: nobody else may hold it, it must not be assigned to
+    someone else, and a task that names roles needs one your identity holds. Claiming a task
+    you hold changes nothing."""
     body = {"user": user, "roles": list(roles)}
     found = _request(node_url, "POST", f"/v1/tasks/{intent}/claim", as_json=as_json, json_body=body)
     _print_task_change(found, as_json)
@@ -639,7 +831,7 @@ def task_claim_command(
 
 @task_group.command("release")
 @click.argument("intent")
-@click.option("--user", required=True, help="The task's holder.")
+@click.option("--user", help=_USER_HELP)
 @_node_option
 @json_option
 @handles_errors
@@ -652,7 +844,7 @@ def task_release_command(intent: str, user: str, node_url: str, as_json: bool) -
 
 @task_group.command("reassign")
 @click.argument("intent")
-@click.option("--user", required=True, help="Who reassigns: the holder, or anyone if unclaimed.")
+@click.option("--user", help=_USER_HELP)
 @click.option("--to", metavar="USER", help="The new assignee.")
 @click.option("--unassign", is_flag=True, help="Assign the task to nobody.")
 @_node_option
@@ -695,7 +887,7 @@ def task_history_command(intent: str, node_url: str, as_json: bool) -> None:
 @click.option(
     "--payload-file", type=click.File("r", encoding="utf-8"), help="A file with the answer."
 )
-@click.option("--user", help="Who completes it (required: the holder, if it is claimed).")
+@click.option("--user", help=_USER_HELP)
 @_node_option
 @json_option
 @handles_errors

@@ -35,6 +35,7 @@ from aos.cli.common import (
     table,
     world_option,
 )
+from aos.cli.identity_cmd import echo_first_admin, first_admin_token
 from aos.cli.remote import node_call, node_option, serving_node
 from aos.kernel import cbor, jsontext
 from aos.kernel.air import AirCheckError
@@ -140,12 +141,14 @@ def create_command(
             click.echo(table(["CODE", "PATH", "MESSAGE", "FILE"], rows))
         fail(error, as_json=as_json)
         return
+    admin_token = first_admin_token(directory)
     with world:
         body = {
             "world": str(directory),
             "manifest": str(world.manifest_hash),
             "height": world.height,
             "clock": world.clock,
+            "admin_token": admin_token,
         }
     if as_json:
         emit_json(body)
@@ -153,6 +156,7 @@ def create_command(
     click.echo(f"created   {body['world']}")
     click.echo(f"manifest  {body['manifest']}")
     click.echo(f"height    {body['height']}")
+    echo_first_admin(admin_token)
 
 
 @world_group.command("status")

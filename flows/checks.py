@@ -15,10 +15,18 @@ validation cannot see, because it needs the whole definition.
     flow.jsonpath_invalid  a JSONPath guard that does not compile
     flow.unreachable       a step no path from `entry` reaches (`final_step` excepted)
     flow.keychain_duplicate two keychain entries with one name
+    flow.shell_templated   a template in a shell tool's command text (or in the script of an
+                           `argv` that runs a shell with -c): values must not be shell syntax
     flow.limit             more steps, tasks, arcs, rules, subflows, keychain entries or
                            nesting than allowed
 
-`check_definition` returns every problem, in definition order.
+`check_definition` returns every problem, in definition order. `reference_warnings` returns
+what `aos flow check` warns of without refusing the definition (NoETL renders an unknown name
+as nothing in a task's fields, and playbooks rely on it):
+
+    flow.template_reference_unknown a template reading a name no step, task, workload key,
+                           arc argument, loop item or namespace provides, or a field its
+                           value's known shape lacks (flows/references.py)
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from aos.flows.errors import Problem, json_path
 from aos.flows.limits import DefinitionLimits
+from aos.flows.references import KnownNames
 from aos.flows.tool_schema import TOOL_SCHEMAS, field_problems, python_args_problems
 
 if TYPE_CHECKING:
@@ -61,6 +70,17 @@ class _Context:
     defn: FlowDefinition
     limits: DefinitionLimits
     problems: list[Problem] = field(default_factory=list)
+    references: bool = False
+    """Whether to check what templates read (into `warnings`)."""
+    warnings: list[Problem] = field(default_factory=list)
+    _known: KnownNames | None = None
+
+    @property
+    def known(self) -> KnownNames:
+        """The names the definition's templates may read (made at the first template)."""
+        if self._known is None:
+            self._known = KnownNames(self.defn)
+        return self._known
 
     def add(self, code: str, parts: Parts, message: str) -> None:
         self.problems.append(Problem(code, json_path(parts), message))
@@ -71,7 +91,16 @@ def check_definition(
 ) -> list[Problem]:
     """Every semantic problem of a structurally valid definition (`flow.unreachable` only
     with `unreachable`: playbooks may hold steps no arc reaches, seed 000 §5.1)."""
-    context = _Context(defn, limits)
+    return _checked(_Context(defn, limits), unreachable).problems
+
+
+def reference_warnings(defn: FlowDefinition, limits: DefinitionLimits) -> list[Problem]:
+    """What the templates of a definition (without problems) read that nothing provides."""
+    return _checked(_Context(defn, limits, references=True), unreachable=False).warnings
+
+
+def _checked(context: _Context, unreachable: bool) -> _Context:
+    defn, limits = context.defn, context.limits
     steps = _step_names(context)
     _check_step_refs(context, steps)
     for index, step in enumerate(defn.steps):
@@ -81,7 +110,7 @@ def check_definition(
     _check_keychain(context)
     if unreachable and defn.entry in steps:
         _check_reachable(context, steps)
-    return context.problems
+    return context
 
 
 def _check_keychain(context: _Context) -> None:
@@ -293,15 +322,71 @@ def _check_tool(context: _Context, tool: Tool, parts: Parts) -> None:
     if tool.kind not in TOOL_KINDS:
         message = f"unknown tool kind {tool.kind!r}; supported: {', '.join(TOOL_KINDS)}"
         context.add("flow.tool_unknown", (*parts, "kind"), message)
-    fields = {"kind": tool.kind, **(tool.model_extra or {})}
-    for problem in field_problems(fields):
+    fields = tool.model_extra or {}
+    for problem in field_problems({"kind": tool.kind, **fields}):
         context.add("flow.tool_field_unknown", (*parts, problem.name), str(problem))
     from aos.flows.cfd import FORMAT_1  # cfd imports this module
 
-    for key, value in (tool.model_extra or {}).items():
+    for key, value in fields.items():
         if key == "code" and tool.kind == "python" and context.defn.format != FORMAT_1:
             continue  # a playbook's code runs as written where it does not render (spec/12 §6)
         _check_templates(context, value, (*parts, key))
+    if tool.kind == "shell":
+        _check_shell(context, fields, parts)
+        spec = fields.get("spec")
+        if isinstance(spec, dict):  # NoETL's place for a tool's fields
+            _check_shell(context, spec, (*parts, "spec"))
+
+
+# --------------------------------------------------------------------------------------------
+# Shell commands
+
+SHELL_TEMPLATED_FIX = (
+    "keep the command fixed and pass the value in `args` (each key is an environment variable "
+    'of the command: `args: {name: "{{ workload.name }}"}`, read as "$name"), or write '
+    '`argv: [program, "{{ ... }}"]`, which runs the program with no shell'
+)
+SHELL_PROGRAMS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+"""Programs that parse their `-c` argument as shell syntax."""
+
+
+def _check_shell(context: _Context, fields: dict[str, Any], parts: Parts) -> None:
+    """A shell parses its command text, so a template rendered into it would let a run-time
+    value (a workload field, a result) run as commands: refused, with the fix."""
+    command = fields.get("command")
+    if isinstance(command, str) and is_template(command):
+        message = f"/bin/sh parses the command: it cannot hold a template; {SHELL_TEMPLATED_FIX}"
+        context.add("flow.shell_templated", (*parts, "command"), message)
+    argv = fields.get("argv")
+    if not isinstance(argv, list):
+        return
+    script = _shell_script(argv)
+    if script is not None and isinstance(argv[script], str) and is_template(argv[script]):
+        program = argv[0]
+        message = f"{program} -c parses this text: it cannot hold a template; {SHELL_TEMPLATED_FIX}"
+        context.add("flow.shell_templated", (*parts, "argv", script), message)
+
+
+def _shell_script(argv: list[Any]) -> int | None:
+    """The index of the command string of `argv` when it runs a shell with `-c` (`sh -c
+    SCRIPT [NAME [ARG...]]`: the first operand after the options), else None. The operands
+    after it are positional parameters ("$1"), which a shell does not parse: templates there
+    are safe."""
+    if not argv or not isinstance(argv[0], str) or argv[0].rsplit("/", 1)[-1] not in SHELL_PROGRAMS:
+        return None
+    with_c = False
+    for index, word in enumerate(argv[1:], start=1):
+        if not isinstance(word, str):
+            return None
+        if word == "--":
+            return index + 1 if with_c and index + 1 < len(argv) else None
+        if len(word) > 1 and word[0] in "-+" and not word.startswith("--"):
+            with_c = with_c or (word[0] == "-" and "c" in word[1:])
+            continue
+        if word.startswith("--"):
+            continue  # a long option (bash's --norc ...)
+        return index if with_c else None
+    return None
 
 
 def _check_python_args(context: _Context, task: CallTask, parts: Parts) -> None:
@@ -372,11 +457,17 @@ def _check_guard(context: _Context, guard: TemplateGuard | JsonPathGuard, parts:
 
 def _parse_template(context: _Context, text: str, parts: Parts) -> None:
     try:
-        _JINJA.parse(text)
+        parsed = _JINJA.parse(text)
     except RecursionError:
         context.add("flow.template_invalid", parts, "the template nests too deeply to parse")
+        return
     except Exception as error:  # any parse failure is the author's problem
         context.add("flow.template_invalid", parts, _first_line(error))
+        return
+    if context.references:
+        for message in context.known.problems(parsed):
+            warning = Problem("flow.template_reference_unknown", json_path(parts), message)
+            context.warnings.append(warning)
 
 
 def _jsonpath_problem(text: str) -> str | None:

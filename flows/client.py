@@ -5,7 +5,7 @@ node's own error code, so the CLI reports it exactly as when it opens the world 
 One client keeps one HTTP connection pool for its life (made at the first request): polling
 an execution's status reuses a connection instead of opening one per request, and a plain
 `http://` node needs no TLS context, whose certificate store costs tens of milliseconds to
-load."""
+load. An `https://` node is verified (kernel/node/tls.py: `AOS_CA`, `AOS_CLIENT_CERT/KEY`)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import httpx
 from aos.flows.operations import TERMINAL_STATUSES
 from aos.kernel import cbor
 from aos.kernel.node.errors import NodeUnreachableError, refused
+from aos.kernel.node.tls import client_verify
 
 REQUEST_TIMEOUT_S = 60.0
 SHADOW_TIMEOUT_S = 900.0
@@ -30,9 +31,13 @@ and the request timeout); a longer wait is several requests."""
 
 
 class FlowNodeClient:
-    def __init__(self, url: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = REQUEST_TIMEOUT_S, token: str | None = None
+    ) -> None:
+        """`token`: the identity's bearer token (spec/04 §9.8), sent with every request."""
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self._headers = {} if token is None else {"authorization": f"Bearer {token}"}
         self._http: httpx.Client | None = None
 
     def close(self) -> None:
@@ -190,8 +195,9 @@ class FlowNodeClient:
         self, method: str, path: str, body: Any = None, *, timeout_s: float | None = None
     ) -> dict[str, Any]:
         if self._http is None:
-            tls = not self.url.startswith("http://")
-            self._http = httpx.Client(timeout=self.timeout_s, verify=tls)
+            self._http = httpx.Client(
+                timeout=self.timeout_s, verify=client_verify(self.url), headers=self._headers
+            )
         try:
             response = self._http.request(
                 method, self.url + path, json=body, timeout=timeout_s or self.timeout_s

@@ -25,7 +25,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aos.flows.keychain import ENV_PREFIX_DEFAULT, Keychain
@@ -48,7 +47,9 @@ from aos.flows.tool_shell import (
     SHELL_TIMEOUT_S_MAX_DEFAULT,
     ShellSettings,
 )
+from aos.kernel import yamltext
 from aos.kernel.adapters.sdk import AdapterConfigInvalidError
+from aos.kernel.errors import InvalidInputError
 
 CONFIG_BYTES_MAX = 64 * 1024
 ROWS_MAX_CEILING = 1_000_000
@@ -148,9 +149,9 @@ def load_config(path: Path | None) -> ToolConfig:
     if len(data) > CONFIG_BYTES_MAX:
         raise ToolConfigInvalidError(f"tool config {path} is over {CONFIG_BYTES_MAX} bytes")
     try:
-        loaded = yaml.safe_load(data)
+        loaded = yamltext.parse(data.decode("utf-8"))
         model = _ToolConfig.model_validate(loaded or {})
-    except (yaml.YAMLError, RecursionError) as error:
+    except (InvalidInputError, UnicodeDecodeError) as error:
         raise ToolConfigInvalidError(f"tool config {path} is not YAML: {error!s:.200}") from None
     except ValidationError as error:
         problems = "; ".join(

@@ -3,9 +3,9 @@
 
 Strict means: UTF-8, one document, no duplicate map keys, no YAML-only value types
 (timestamps, binary, sets), no non-finite numbers, text map keys. Bounded means: the size is
-checked before parsing, the nesting while parsing (so a deep document never reaches Python's
-recursion limit), and the number of values while walking them (YAML aliases share nodes, so a
-small file could otherwise expand into an exponential walk).
+checked before parsing; the nesting and the number of values while parsing, YAML aliases
+counted as the values they repeat (kernel/yamltext.py, so a small file can never expand into
+an exponential walk); and both again while walking the values.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowTooLargeError, Problem, json_path
 from aos.flows.limits import DefinitionLimits
+from aos.kernel import yamltext
 from aos.kernel.cbor import INT_MAX, INT_MIN
 
 if TYPE_CHECKING:
@@ -44,22 +43,21 @@ def read_document(data: bytes | str, *, source: str, limits: DefinitionLimits) -
     try:
         if text.lstrip()[:1] in ("{", "["):
             try:
-                return _parse_json(text)
+                return _parse_json(text, limits.depth_max)
             except _DuplicateKeyError as error:
                 raise _UnreadableError(f"duplicate key {error.key!r}") from None
             except ValueError as json_error:
                 # Not JSON; perhaps YAML's flow style (`{name: x, steps: [...]}`).
                 try:
-                    return _parse_yaml(text, limits.depth_max)
+                    return _parse_yaml(text, limits)
                 except _UnreadableError as yaml_error:
                     what = f"neither JSON ({_json_problem(json_error)}) nor YAML ({yaml_error})"
                     raise _UnreadableError(what) from None
-        return _parse_yaml(text, limits.depth_max)
+        return _parse_yaml(text, limits)
     except _UnreadableError as error:
         raise FlowDecodeError(f"{source}: {error}", source=source) from None
-    except _TooDeepError as error:
-        message = f"{error.where}the document nests deeper than {limits.depth_max} maps and lists"
-        raise FlowCheckError([Problem("flow.limit", "$", message)], source=source) from None
+    except _OverBoundError as error:
+        raise FlowCheckError([Problem("flow.limit", "$", str(error))], source=source) from None
 
 
 def _flow_language(text: str, source: str, limits: DefinitionLimits) -> Any:
@@ -92,8 +90,31 @@ def load_flow(
     return definition_from_value(value, source=source, limits=bounds)
 
 
+def source_warnings(
+    data: bytes | str, defn: FlowDefinition, *, source: str, limits: DefinitionLimits | None = None
+) -> list[Problem]:
+    """What `aos flow check` warns of in a document `load_flow` accepted as `defn`: template
+    references nothing provides (flows/checks.py), at the paths of the document as written."""
+    from aos.flows import flowlang, playbook
+    from aos.flows.cfd import DEFAULT_LIMITS
+    from aos.flows.checks import reference_warnings
+
+    bounds = limits or DEFAULT_LIMITS
+    found = reference_warnings(defn, bounds)
+    if not found or flowlang.is_flow_source(source):
+        return found
+    if playbook.is_playbook(read_document(data, source=source, limits=bounds)):
+        return [playbook.playbook_problem(problem) for problem in found]
+    return found
+
+
 class _UnreadableError(Exception):
     """Why a text is not a document; becomes a FlowDecodeError naming the source."""
+
+
+class _OverBoundError(Exception):
+    """A document nested too deeply, or with too many values counting its aliases expanded;
+    becomes a `flow.limit` problem."""
 
 
 def _text(data: bytes | str, source: str, bytes_max: int) -> str:
@@ -149,12 +170,14 @@ def _refuse_constant(name: str) -> Any:
     raise _UnreadableError(f"{name} is not a JSON number (numbers are finite)")
 
 
-def _parse_json(text: str) -> Any:
+def _parse_json(text: str, depth_max: int) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_refuse_constant)
     except RecursionError:
         # Deeper than the interpreter's stack allows, hence far deeper than depth_max.
-        raise _TooDeepError(None) from None
+        raise _OverBoundError(
+            f"the document nests deeper than {depth_max} maps and lists"
+        ) from None
 
 
 def _json_problem(error: Exception) -> str:
@@ -167,81 +190,20 @@ def _json_problem(error: Exception) -> str:
 # YAML
 
 
-class _TooDeepError(yaml.YAMLError):
-    def __init__(self, mark: Any) -> None:
-        super().__init__("too deep")
-        self.where = _where(mark)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing duplicate keys and counting nesting as it composes."""
-
-    def __init__(self, stream: str, depth_max: int) -> None:
-        super().__init__(stream)
-        self.depth_max = depth_max
-        self._depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        try:
-            if self._depth > self.depth_max:
-                parser: Any = self  # PyYAML's parser methods are untyped
-                raise _TooDeepError(parser.peek_event().start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue  # `<<: *base` merges; keys written beside it override those
-                key = self.construct_object(key_node, deep=deep)
-                try:
-                    duplicate = key in seen
-                    seen.add(key)
-                except TypeError:
-                    continue  # an unhashable key: the base class refuses it
-                if duplicate:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping",
-                        node.start_mark,
-                        f"found duplicate key {key!r}",
-                        key_node.start_mark,
-                    )
-        return super().construct_mapping(node, deep=deep)
-
-
-def _parse_yaml(text: str, depth_max: int) -> Any:
+def _parse_yaml(text: str, limits: DefinitionLimits) -> Any:
+    """The bounded YAML reader (kernel/yamltext.py), its aliases counted expanded against the
+    definition's own value bound; timestamps are read as such, to be refused with a hint."""
     try:
-        # The reader checks the characters as it is constructed: inside the `try` too.
-        loader = _StrictLoader(text, depth_max)
-        try:
-            return loader.get_single_data()
-        finally:
-            loader.dispose()
-    except _TooDeepError:
-        raise
-    except RecursionError:
-        raise _TooDeepError(None) from None
-    except (yaml.YAMLError, ValueError) as error:
-        # ValueError: an integer too long to convert, text the reader cannot decode.
-        raise _UnreadableError(_yaml_problem(error)) from None
-
-
-def _yaml_problem(error: Exception) -> str:
-    if isinstance(error, yaml.MarkedYAMLError):
-        mark = error.problem_mark or error.context_mark
-        what = error.problem or error.context or "invalid YAML"
-        return f"{_where(mark)}{what}"
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
-
-
-def _where(mark: Any) -> str:
-    if mark is None:
-        return ""
-    return f"line {mark.line + 1}, column {mark.column + 1}: "
+        return yamltext.parse(
+            text,
+            depth_max=limits.depth_max,
+            nodes_max=limits.value_nodes_max,
+            timestamps=True,
+        )
+    except (yamltext.YamlTooDeepError, yamltext.YamlTooLargeError) as error:
+        raise _OverBoundError(error.message) from None
+    except yamltext.YamlInvalidError as error:
+        raise _UnreadableError(error.message) from None
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,6 +1,10 @@
 """The flow operations on a node's HTTP API (spec/11-flows.md §9.1): the same as `aos flow`,
 each run on the node's host thread, the world's one writer.
 
+Each route's scope (spec/04 §9.8) is declared with it: deploying, shadowing and migrating
+need `deploy` (a definition may carry inline code that tool adapters run), running needs
+`send`, signalling and cancelling need `operate`, reading needs `read`.
+
     POST /v1/flows                        {text, source?}  deploy  -> {name, version, definition, changed}
     GET  /v1/flows                        flows and executions
     POST /v1/flows/{name}/run             {workload, exec?, version?, business_ref?, wait_ms?}
@@ -37,9 +41,11 @@ from aos.flows.shadow import (
 from aos.flows.shadow_worker import plan_flow_in_worker, plan_in_worker, shadow_in_worker
 from aos.flows.world import EXEC_WORKFLOW
 from aos.kernel import cbor
+from aos.kernel.node.access import needs
 from aos.kernel.node.adapter_api import FastRead, add_fast_read
 from aos.kernel.node.cell_watch import Cell, Look, wait_for_cell
 from aos.kernel.node.errors import RequestInvalidError
+from aos.kernel.node.identities import DEPLOY, OPERATE, READ, SEND
 from aos.kernel.node.node import Node, within
 from aos.kernel.node.shadow_worker import ShadowUnavailableError
 from aos.kernel.world.world import World
@@ -255,13 +261,13 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         ),
     )
 
-    @app.post("/v1/flows", tags=["flows"])
+    @app.post("/v1/flows", tags=["flows"], **needs(DEPLOY))
     async def deploy(request: DeployRequest) -> dict[str, Any]:
         """Check a definition and journal it as its flow's next version."""
         definition = load_flow(request.text, source=request.source or "<request>")
         return await node.host.run(lambda world: ops.deploy(world, definition).to_json())
 
-    @app.get("/v1/flows", tags=["flows"])
+    @app.get("/v1/flows", tags=["flows"], **needs(READ))
     async def listing(
         request: Request,
         flow: str | None = Query(None, description="Only this flow's executions."),
@@ -275,7 +281,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         wanted, page = listing_query(request.url.query)
         return await node.host.run(lambda world: cbor.to_json(ops.listing(world, wanted, page)))
 
-    @app.post("/v1/flows/{name:path}/run", tags=["flows"])
+    @app.post("/v1/flows/{name:path}/run", tags=["flows"], **needs(SEND))
     async def run(name: str, request: RunRequest) -> dict[str, Any]:
         """Start an execution, pinned to the latest version (or `version`); with `wait_ms`,
         answer once it ended (or after that many ms) with its status then."""
@@ -304,7 +310,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
         return await wait_for_execution(node, started, look, request.wait_ms, first=start)
 
-    @app.get("/v1/executions/{exec_id:path}/events", tags=["flows"])
+    @app.get("/v1/executions/{exec_id:path}/events", tags=["flows"], **needs(READ))
     async def events(
         exec_id: str,
         request: Request,
@@ -317,7 +323,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         del after, limit, wait_ms  # documented here; read with the fast path's own checks
         return await execution_events(node, exec_id, request.url.query)
 
-    @app.post("/v1/executions/{exec_id:path}/signal", tags=["flows"])
+    @app.post("/v1/executions/{exec_id:path}/signal", tags=["flows"], **needs(OPERATE))
     async def signal(exec_id: str, request: SignalRequest) -> dict[str, Any]:
         """Send a signal; a stale one is recorded in the history, not applied."""
         payload = _data(request.payload, "$.payload")
@@ -328,7 +334,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
         return await node.host.run(send)
 
-    @app.post("/v1/executions/{exec_id:path}/cancel", tags=["flows"])
+    @app.post("/v1/executions/{exec_id:path}/cancel", tags=["flows"], **needs(OPERATE))
     async def cancel(exec_id: str, request: CancelRequest) -> dict[str, Any]:
         """Cancel a running execution."""
 
@@ -338,7 +344,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
         return await node.host.run(send)
 
-    @app.post("/v1/flows/{name:path}/shadow", tags=["flows"])
+    @app.post("/v1/flows/{name:path}/shadow", tags=["flows"], **needs(DEPLOY))
     async def shadow(name: str, request: ShadowRequest) -> dict[str, Any]:
         """Replay the world's history read-only with another definition of the flow beside
         each of its executions: which reproduce, and where the others first differ."""
@@ -355,7 +361,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
             timeout_ms=node.limits.shadow_ms_max,
         )
 
-    @app.post("/v1/executions/{exec_id:path}/migrate", tags=["flows"])
+    @app.post("/v1/executions/{exec_id:path}/migrate", tags=["flows"], **needs(DEPLOY))
     async def migrate(exec_id: str, request: MigrateRequest) -> dict[str, Any]:
         """Move a running execution to another deployed version of its flow, where a shadow
         shows that version reproduces its whole history."""
@@ -364,7 +370,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         )
         return await node.host.run(lambda world: migration.apply(world, planned))
 
-    @app.post("/v1/flows/{name:path}/migrate", tags=["flows"])
+    @app.post("/v1/flows/{name:path}/migrate", tags=["flows"], **needs(DEPLOY))
     async def migrate_flow(name: str, request: MigrateFlowRequest) -> dict[str, Any]:
         """Move every running execution of the flow that a shadow shows the version
         reproduces; say why each other one stays."""
@@ -377,7 +383,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         )
         return await node.host.run(lambda world: migration.apply_flow(world, planned))
 
-    @app.get("/v1/executions/{exec_id:path}", tags=["flows"])
+    @app.get("/v1/executions/{exec_id:path}", tags=["flows"], **needs(READ))
     async def status(
         exec_id: str,
         request: Request,

@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import blake3
-import yaml
 
 from aos.flows.outcomes import ToolOutcome, failure
-from aos.kernel import cbor
+from aos.kernel import cbor, yamltext
 from aos.kernel.adapters.sdk import Adapter, Lease, Result
+from aos.kernel.errors import InvalidInputError
 
 KEYCHAIN_EFFECT = "aos/keychain.resolve@1"
 KEYCHAIN_ADAPTER = "aos/keychain@1"
@@ -119,14 +119,15 @@ def _read_file(path: Path) -> dict[str, Secret]:
     if len(data) > SECRETS_FILE_BYTES_MAX:
         raise KeychainSourceError(f"the secrets file {path} is over {SECRETS_FILE_BYTES_MAX} bytes")
     try:
-        loaded = yaml.safe_load(data)
-    except RecursionError:
-        raise KeychainSourceError(f"the secrets file {path} nests too deeply") from None
-    except yaml.YAMLError as error:
-        # The parser's message quotes the file: it may hold a secret, so say only where.
-        mark = getattr(error, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise KeychainSourceError(f"the secrets file {path} is not YAML{where}") from None
+        loaded = yamltext.parse(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise KeychainSourceError(f"the secrets file {path} is not UTF-8 text") from None
+    except InvalidInputError as error:
+        # The parser's message may quote the file, which may hold a secret: say only where.
+        line = error.detail.get("line")
+        where = f" (line {line})" if line is not None else ""
+        what = "is not YAML" if isinstance(error, yamltext.YamlInvalidError) else "is too large"
+        raise KeychainSourceError(f"the secrets file {path} {what}{where}") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):

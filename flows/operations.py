@@ -46,10 +46,11 @@ RESERVED_WORKLOAD_KEYS = ("$iteration", "$iter_parent")
 iteration, the iteration a child was started in): never a caller's to set."""
 
 STATUS_RUNNING = "running"
-TERMINAL_STATUSES = frozenset({"completed", "failed", "partial", "cancelled"})
-STATUS_ENGINE_FAILED = "engine_failed"
-"""A listing's status for an execution whose cell failed (its interpreter step faulted)."""
-LISTED_STATUSES = (STATUS_RUNNING, *sorted(TERMINAL_STATUSES), STATUS_ENGINE_FAILED)
+STATUS_FAILED = "failed"
+TERMINAL_STATUSES = frozenset({"completed", STATUS_FAILED, "partial", "cancelled"})
+LISTED_STATUSES = (STATUS_RUNNING, *sorted(TERMINAL_STATUSES))
+FAULTED_EVENT = "execution.faulted"
+"""The history event a `step_fault` record of an execution's cell stands for (spec/11 §6)."""
 
 EXECUTIONS_PER_PAGE_DEFAULT = 100
 EXECUTIONS_PER_PAGE_MAX = 1000
@@ -162,7 +163,7 @@ def start(
     picked, definition_hash = resolve(world, name, version)
     exec_id = exec_id if exec_id is not None else new_exec_id(name)
     _check_exec_id(exec_id)
-    if _exec_state(world, exec_id) is not None:
+    if world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, exec_id)) is not None:
         raise ExecutionExistsError(f"an execution {exec_id} exists", exec=exec_id)
     _check_data(workload, "$.workload")
     _check_reserved(workload)
@@ -236,8 +237,14 @@ def resolve(world: World, name: str, version: int | None) -> tuple[int, str]:
 
 
 def status(world: World, exec_id: str) -> dict[str, Any]:
-    """An execution's state, decoded: status, version, business state, waits."""
+    """An execution's state, decoded: status, version, business state, waits. An execution
+    whose cell the kernel failed (a fault its interpreter did not handle: a world whose
+    manifest predates fault notices, or a notice that faulted too) is `failed`, with the
+    fault under `fault`; one whose start was refused is made from its start event."""
     state = _exec_state(world, exec_id)
+    cell = world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, exec_id))
+    if cell is not None and cell.status == STATUS_FAILED:
+        return _kernel_failed(world, exec_id, state, cell.last_active_seq)
     if state is None:
         raise ExecutionUnknownError(f"no execution {exec_id}", exec=exec_id)
     return state
@@ -247,6 +254,75 @@ def shown_status(world: World, exec_id: str) -> dict[str, Any]:
     """`status`, and the execution's `number` beside its id (NoETL's numeric execution id,
     `flows/numbers.py`): what `aos flow status`, the HTTP API and the inspector show."""
     return {**status(world, exec_id), "number": execution_number(exec_id)}
+
+
+def failure(state: dict[str, Any]) -> dict[str, Any] | None:
+    """Why an ended execution failed, for a person: the engine's error (a refused step, a
+    broken invariant), else the kernel's fault, else its first unhandled branch failure."""
+    if state.get("status") not in (STATUS_FAILED, "partial"):
+        return None
+    engine = state.get("engine") if isinstance(state.get("engine"), dict) else {}
+    found = (engine or {}).get("error") or state.get("fault")
+    if isinstance(found, dict):
+        return found
+    failures = ((engine or {}).get("summary") or {}).get("failures") or []
+    first = failures[0] if failures and isinstance(failures[0], dict) else {}
+    error = first.get("error")
+    return error if isinstance(error, dict) else None
+
+
+def _kernel_failed(
+    world: World, exec_id: str, state: dict[str, Any] | None, fault_seq: int
+) -> dict[str, Any]:
+    fault = _record(world, fault_seq)
+    if fault is None or fault.get("kind") != records.STEP_FAULT:
+        raise ExecutionUnknownError(f"no execution {exec_id}", exec=exec_id)
+    if state is None:
+        state = _refused_start(world, exec_id, fault)
+    return {
+        **state,
+        "status": STATUS_FAILED,
+        "fault": {
+            "kind": "engine",
+            "code": fault["code"],
+            "message": fault["message"],
+            "retryable": False,
+            "seq": fault_seq,
+            "module": fault["module"],
+        },
+    }
+
+
+def _refused_start(world: World, exec_id: str, fault: dict[str, Any]) -> dict[str, Any]:
+    """The state of an execution whose start step the kernel refused: what its start event
+    says, nothing run."""
+    started = _record(world, int(fault["input"]))
+    value = started.get("value") if started is not None else None
+    if not isinstance(value, dict) or started is None or started.get("schema") != START_EVENT:
+        raise ExecutionUnknownError(f"no execution {exec_id}", exec=exec_id)
+    workload = value.get("workload")
+    return {
+        "exec": exec_id,
+        "flow": value.get("flow"),
+        "version": value.get("version"),
+        "definition": value.get("definition"),
+        "status": STATUS_FAILED,
+        "engine_version": 0,
+        "started_seq": int(fault["input"]),
+        "business": {
+            "workload": workload if isinstance(workload, dict) else {},
+            "ctx": {},
+            "steps": {},
+            "business_ref": value.get("business_ref"),
+        },
+        "engine": {"tokens": {}, "waits": {}},
+    }
+
+
+def _record(world: World, seq: int) -> dict[str, Any] | None:
+    for _, record in _records(world, seq, seq):
+        return record if isinstance(record, dict) else None
+    return None
 
 
 def history(
@@ -332,10 +408,14 @@ def _records(world: World, first: int, last: int) -> Iterator[tuple[int, Any]]:
 
 def _events(seq: int, record: Any, key: bytes | None) -> Iterator[HistoryEvent]:
     """The history events a journal record carries for the execution whose cell key is `key`:
-    those in its annotation if it is one of that execution's step records."""
-    if not isinstance(record, dict) or record.get("kind") != records.STEP:
+    those in its annotation if it is one of that execution's step records, and for a
+    `step_fault` of its cell (a step the kernel refused) `execution.faulted`."""
+    if not isinstance(record, dict) or record.get("kind") not in (records.STEP, records.STEP_FAULT):
         return
     if record["workflow"] != EXEC_WORKFLOW or record["key"] != key:
+        return
+    if record["kind"] == records.STEP_FAULT:
+        yield HistoryEvent(seq, _faulted_event(record))
         return
     ann: Any = record.get("ann")
     events = ann.get("events", []) if isinstance(ann, dict) else []
@@ -344,7 +424,17 @@ def _events(seq: int, record: Any, key: bytes | None) -> Iterator[HistoryEvent]:
             yield HistoryEvent(seq, event)
 
 
+def _faulted_event(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "event": FAULTED_EVENT,
+        "code": record["code"],
+        "message": record["message"],
+        "module": record["module"],
+    }
+
+
 _EVENT_DETAIL_KEYS = (
+    "code",
     "status",
     "attempt",
     "index",
@@ -441,8 +531,8 @@ def executions_page(world: World, wanted: ExecutionFilter, page: Page) -> dict[s
             next_after = looked_at  # there is more: go on after the last one looked at
             break
         looked_at = key_hash(cell.key_bytes or b"").hex()
-        state = _exec_state(world, str(cell.key))
-        if state is not None and wanted.keeps(summary := _summary(state, cell.status)):
+        state = _listed_state(world, str(cell.key), cell.status)
+        if state is not None and wanted.keeps(summary := _summary(state)):
             shown.append({**summary, "key_hash": looked_at})
     return {
         "count": world.cell_count(EXEC_WORKFLOW),
@@ -451,13 +541,23 @@ def executions_page(world: World, wanted: ExecutionFilter, page: Page) -> dict[s
     }
 
 
-def _summary(state: dict[str, Any], cell_status: str) -> dict[str, Any]:
+def _listed_state(world: World, exec_id: str, cell_status: str) -> dict[str, Any] | None:
+    """A listed execution's state: as `status` derives it for a failed cell."""
+    if cell_status != STATUS_FAILED:
+        return _exec_state(world, exec_id)
+    try:
+        return status(world, exec_id)
+    except ExecutionUnknownError:
+        return None
+
+
+def _summary(state: dict[str, Any]) -> dict[str, Any]:
     return {
         "exec": state["exec"],
         "number": execution_number(state["exec"]),
         "flow": state["flow"],
         "version": state["version"],
-        "status": state["status"] if cell_status != "failed" else STATUS_ENGINE_FAILED,
+        "status": state["status"],
         "engine_version": state["engine_version"],
     }
 

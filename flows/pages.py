@@ -15,6 +15,8 @@ from aos.flows.cfd import decode_definition
 from aos.flows.draw_svg import Marking, to_svg
 from aos.flows.world import is_flow_world
 from aos.kernel import cbor
+from aos.kernel.node.access import needs
+from aos.kernel.node.identities import READ
 from aos.kernel.node.inspector import PAGE_SCAN_RECORDS_MAX, UI_PATH, Inspector
 from aos.kernel.world.world import World
 
@@ -30,7 +32,7 @@ def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
     inspector.add_templates(TEMPLATES_DIR)
     inspector.nav.append(("Flows", f"{UI_PATH}/flows"))
 
-    @app.get(UI_PATH + "/flows", include_in_schema=False)
+    @app.get(UI_PATH + "/flows", include_in_schema=False, **needs(READ))
     async def flows(
         request: Request, after: str | None = None, status: str | None = None
     ) -> Response:
@@ -38,7 +40,7 @@ def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
             request, "flows.html", lambda world: _listing(world, after, status or None)
         )
 
-    @app.get(UI_PATH + "/flows/executions/{exec_id:path}", include_in_schema=False)
+    @app.get(UI_PATH + "/flows/executions/{exec_id:path}", include_in_schema=False, **needs(READ))
     async def execution(request: Request, exec_id: str) -> Response:
         return await inspector.page(request, "execution.html", lambda w: _execution(w, exec_id))
 
@@ -70,6 +72,7 @@ def _execution(world: World, exec_id: str) -> dict[str, Any]:
     engine = state.get("engine") if isinstance(state.get("engine"), dict) else {}
     return {
         "state": cbor.to_json(state),
+        "error": cbor.to_json(ops.failure(state)),
         "drawing": drawing,
         "marking": Marking.of_state(state),
         "waits": cbor.to_json((engine or {}).get("waits", {})),

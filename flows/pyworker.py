@@ -18,7 +18,11 @@ a request is sent (`tool_schema.python_args_problems`).
 
 The host side (`WorkerPool`) keeps idle workers, starts at most `workers_max` at once, bounds
 every answer (`output_bytes_max`) and every call (its timeout: past it the worker is killed and
-replaced), and retires a worker after `worker_calls_max` calls. Answers:
+replaced), and retires a worker after `worker_calls_max` calls. A worker is confined
+(kernel/adapters/builtin/python_limits.py): under a root adapter it runs as `worker_user`,
+never root; its environment is `PATH` and `LANG` only; its address space is
+`memory_bytes_max` (a `MemoryError` is `python.memory_exceeded`) and each call's CPU time
+`cpu_s_max` (`python.cpu_exceeded`); a worker that crossed a limit is replaced. Answers:
 
     {"ok": VALUE}                                  the result, as JSON ($bytes for bytes)
     {"error": {"type", "message"}}                 the code raised (or its result is not data)
@@ -36,10 +40,20 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aos.kernel import cbor
+from aos.kernel.adapters.builtin.python_limits import (
+    CPU_EXIT_CODE,
+    CPU_KILL_GRACE_S,
+    CPU_WATCH_S,
+    WORKER_CPU_S_MAX,
+    WORKER_ENV,
+    PythonLimits,
+    confine,
+    cpu_seconds,
+)
 
 WORKERS_MAX_DEFAULT = 4
 """Workers one pool runs at once (calls beyond wait for an idle one)."""
@@ -288,7 +302,8 @@ for line in proto_in:
 
 class WorkerError(Exception):
     """A call the worker could not answer: `code` says why (`python.timeout`,
-    `python.crashed`, `python.output_too_large`)."""
+    `python.crashed`, `python.output_too_large`, `python.memory_exceeded`,
+    `python.cpu_exceeded`)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -303,6 +318,7 @@ class PoolOptions:
     workers_max: int = WORKERS_MAX_DEFAULT
     worker_calls_max: int = WORKER_CALLS_MAX_DEFAULT
     output_bytes_max: int = OUTPUT_BYTES_MAX_DEFAULT
+    limits: PythonLimits = field(default_factory=PythonLimits)
 
 
 class Worker:
@@ -311,12 +327,21 @@ class Worker:
     def __init__(self, options: PoolOptions) -> None:
         self.options = options
         self.calls = 0
+        confined = confine(options.python, options.limits)
         self.process = subprocess.Popen(
-            [options.python, "-I", "-c", WORKER, str(CODE_CACHE_MAX)],
+            [
+                confined.python,
+                "-I",
+                "-c",
+                confined.prelude(WORKER_CPU_S_MAX) + WORKER,
+                str(CODE_CACHE_MAX),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,  # the code's errors and stray writes reach the adapter's stderr
+            env=WORKER_ENV,
             start_new_session=True,  # its own process group: a kill takes its children too
+            **confined.popen_options(),
         )
         self._pending = b""
 
@@ -327,36 +352,70 @@ class Worker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def usable(self) -> bool:
+        """Alive, with a whole call's CPU time left of its lifetime's `WORKER_CPU_S_MAX`."""
+        if not self.alive():
+            return False
+        left_s = WORKER_CPU_S_MAX - cpu_seconds(self.pid)
+        return left_s > self.options.limits.cpu_s_max + CPU_KILL_GRACE_S
+
     def call(self, request: dict[str, Any], timeout_s: float) -> Any:
         """The decoded answer to one request. Raises WorkerError (the worker is then dead)."""
         assert self.process.stdin is not None
         self.calls += 1
         line = json.dumps(cbor.to_json(request), allow_nan=False).encode() + b"\n"
         try:
+            used_s = cpu_seconds(self.pid)
             self.process.stdin.write(line)
             self.process.stdin.flush()
-        except (BrokenPipeError, ValueError):
+        except (BrokenPipeError, ValueError, FileNotFoundError):
             self.kill()
             raise WorkerError("python.crashed", "the python worker exited") from None
-        answer = self._read_line(time.monotonic() + timeout_s, timeout_s)
+        answer = self._read_line(time.monotonic() + timeout_s, timeout_s, used_s)
         try:
-            return json.loads(answer)
+            found = json.loads(answer)
         except ValueError:
             self.kill()
             raise WorkerError("python.crashed", "the python worker answered garbage") from None
+        self._check_limits(found, used_s)
+        return found
 
-    def _read_line(self, deadline: float, timeout_s: float) -> bytes:
+    def _check_limits(self, answer: Any, used_s: float) -> None:
+        """A call that ran out of memory, or used more CPU than its limit between two looks,
+        ends its worker: what it left behind is not trusted to the next call."""
+        limits = self.options.limits
+        raised = answer.get("error") if isinstance(answer, dict) else None
+        if isinstance(raised, dict) and raised.get("type") == "MemoryError":
+            self.kill()
+            raise WorkerError(
+                "python.memory_exceeded",
+                f"the code ran out of memory (memory_bytes_max {limits.memory_bytes_max} bytes)",
+            )
+        self._check_cpu(used_s)
+
+    def _check_cpu(self, used_s: float) -> None:
+        if cpu_seconds(self.pid) - used_s > self.options.limits.cpu_s_max:
+            self.kill()
+            raise _cpu_exceeded(self.options.limits)
+
+    def _read_line(self, deadline: float, timeout_s: float, used_s: float) -> bytes:
+        """The next answer line, watching the call's time, CPU time and size as it comes."""
         assert self.process.stdout is not None
         fd = self.process.stdout.fileno()
         data = self._pending
         while b"\n" not in data:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0:
                 self.kill()
                 raise WorkerError("python.timeout", f"the code ran over {timeout_s:g} s")
+            if not select.select([fd], [], [], min(left, CPU_WATCH_S))[0]:
+                self._check_cpu(used_s)
+                continue
             chunk = os.read(fd, _READ_CHUNK_BYTES)
             if not chunk:
                 code = self.process.wait()
+                if code == CPU_EXIT_CODE:  # the kernel's, at the CPU limit
+                    raise _cpu_exceeded(self.options.limits)
                 raise WorkerError("python.crashed", f"the python worker exited ({code})")
             data += chunk
             if len(data) > self.options.output_bytes_max:
@@ -384,6 +443,12 @@ class Worker:
             self.kill()
 
 
+def _cpu_exceeded(limits: PythonLimits) -> WorkerError:
+    return WorkerError(
+        "python.cpu_exceeded", f"the code used over {limits.cpu_s_max} s of CPU (cpu_s_max)"
+    )
+
+
 class WorkerPool:
     """Idle workers, reused call after call; at most `workers_max` run at once."""
 
@@ -405,14 +470,22 @@ class WorkerPool:
             self._release(worker, healthy)
 
     def _acquire(self) -> Worker:
+        spent: list[Worker] = []  # dead, or near the end of their CPU time: closed outside
+        reused: Worker | None = None
         with self._ready:
             while not self._idle and self._running >= self.options.workers_max:
                 self._ready.wait()
             self._running += 1
-            while self._idle:
+            while self._idle and reused is None:
                 worker = self._idle.pop()
-                if worker.alive():
-                    return worker
+                if worker.usable():
+                    reused = worker
+                else:
+                    spent.append(worker)
+        for worker in spent:
+            worker.close()
+        if reused is not None:
+            return reused
         try:
             worker = Worker(self.options)
         except BaseException:

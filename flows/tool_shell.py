@@ -6,7 +6,8 @@ a world that enables it.
 
 Refused (`authorization`, `shell.disabled`) unless the adapter's config says
 `shell.enabled: true`. `command` runs with `/bin/sh -c`; `argv` runs the program with no shell
-at all. The call's `args` never become command text: each top-level key of a map `args`
+at all. A `command` is fixed text: `aos flow check` (and a deploy) refuses one holding a
+template (`flow.shell_templated`, flows/checks.py), so no rendered value is parsed by a shell. The call's `args` never become command text: each top-level key of a map `args`
 (an identifier) is an environment variable of the child (text as it is, anything else as
 JSON), so a command reads them as `"$NAME"`; `env` adds variables too (keychain placeholders
 in its values are replaced by their secrets here, the only place they appear). The child

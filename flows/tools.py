@@ -91,11 +91,13 @@ from aos.kernel.adapters.builtin.http import (
     response_headers,
 )
 from aos.kernel.adapters.builtin.python_fn import (
+    PYTHON_LIMIT_CODES,
     PYTHON_TIMEOUT_S_DEFAULT,
     PYTHON_TIMEOUT_S_MAX,
     PythonFunctionEffect,
     PythonOptions,
 )
+from aos.kernel.adapters.builtin.python_limits import PythonLimits
 from aos.kernel.adapters.sdk import (
     Adapter,
     AdapterConfigInvalidError,
@@ -170,7 +172,8 @@ class ToolContext:
     `python_allow` are the module prefixes the python tool's `function` form may import (a
     prefix admits the module itself and its submodules; none: nothing is allowed) and
     `python_paths` the folders put first on its `sys.path`; `python_code` whether inline
-    `code` may run (an adapter serving untrusted deployers turns it off). A tool's `timeout_ms` is bounded by the `*_timeout_s_max`;
+    `code` may run (an adapter serving untrusted deployers turns it off); `python_limits` the
+    memory, CPU and user of the processes both forms run in. A tool's `timeout_ms` is bounded by the `*_timeout_s_max`;
     `http_response_bytes_max` bounds the response body read; no call inlines more than
     `result_inline_bytes_cap` bytes of result. The file tool works inside `file_base` (none:
     it refuses every call) on files of at most `file_bytes_max` bytes."""
@@ -182,6 +185,7 @@ class ToolContext:
     python_timeout_s_max: float = PYTHON_TIMEOUT_S_MAX_DEFAULT
     python_executable: str = sys.executable
     python_code: bool = True
+    python_limits: PythonLimits = field(default_factory=PythonLimits)
     http_timeout_s_max: float = HTTP_TIMEOUT_S_MAX_DEFAULT
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT
     http_transport: httpx.BaseTransport | None = None
@@ -671,7 +675,8 @@ def _run_code(
     refused = python_args_problems(args, libs)
     if refused:
         raise _ToolInvalidError("; ".join(why for _, why in refused))
-    pool = pyworker.pool_for(pyworker.PoolOptions(python=context.python_executable))
+    options = pyworker.PoolOptions(python=context.python_executable, limits=context.python_limits)
+    pool = pyworker.pool_for(options)
     request = {
         "code": code,
         "args": args,
@@ -719,6 +724,7 @@ def _run_function(ref: str, args: Any, timeout_s: float, context: ToolContext) -
             module_paths=context.python_paths,
             timeout_s=timeout_s,
             python=context.python_executable,
+            limits=context.python_limits,
         )
     )
     effect = EFFECT_OF_KIND["python"]
@@ -740,6 +746,8 @@ def _run_function(ref: str, args: Any, timeout_s: float, context: ToolContext) -
     message = str(found.get("message", ""))
     if result.status == "timeout":
         return timed_out("python.timeout", message)
+    if found.get("code") in PYTHON_LIMIT_CODES:
+        return failure(str(found["code"]), message)
     if "type" in found:
         exception = str(found["type"])
         return failure("python.raised", message, kind="expression", py={"exception": exception})
@@ -839,6 +847,7 @@ def make_adapter(
     python_paths: Iterable[Path] = (),
     python_timeout_s_max: float = PYTHON_TIMEOUT_S_MAX_DEFAULT,
     python_code: bool = True,
+    python_limits: PythonLimits | None = None,
     http_timeout_s_max: float = HTTP_TIMEOUT_S_MAX_DEFAULT,
     http_response_bytes_max: int = HTTP_BODY_BYTES_MAX_DEFAULT,
     config: ToolConfig | None = None,
@@ -860,6 +869,7 @@ def make_adapter(
         python_paths=tuple(python_paths),
         python_timeout_s_max=python_timeout_s_max,
         python_code=python_code,
+        python_limits=python_limits or PythonLimits(),
         http_timeout_s_max=http_timeout_s_max,
         http_response_bytes_max=http_response_bytes_max,
         **(config or default_config()).context(),

@@ -1,7 +1,7 @@
 """Garbage collection of a world's CAS.
 
 Roots are the head checkpoint, the states the journal tail after it names, the retained
-snapshots, and every manifest the journal names.
+snapshots, every manifest the journal names, and the blobs receipts and steps name.
 From a checkpoint or snapshot the walk reaches its manifest, each CellIndex root, every index
 node and every cell state; from a manifest, its definitions and module binaries. Everything
 else (superseded checkpoints, index nodes and states of older heads) is garbage. A dry run is
@@ -94,12 +94,8 @@ def reachable(store: Store, snapshots: list[Hash]) -> set[Hash]:
     for seq, record in store.journal.read(1):
         if not isinstance(record, dict):
             continue
-        if seq > head_height and record.get("kind") == records.STEP and record.get("state"):
-            # The journal tail after the head checkpoint names states no index holds yet
-            # (spec/05 §1.1): they are roots until the next checkpoint.
-            state = Hash(str(record["state"]))
-            if store.cas.has(state):
-                live.add(state)
+        if record.get("kind") == records.STEP:
+            _mark_step(store, record, seq > head_height, live)
         elif record.get("kind") == records.MANIFEST:
             _mark_manifest(store, Hash(str(record["manifest"])), live)
         elif record.get("kind") == records.GOVERNANCE:
@@ -116,6 +112,19 @@ def reachable(store: Store, snapshots: list[Hash]) -> set[Hash]:
                 if store.cas.has(hash_):
                     live.add(hash_)
     return live
+
+
+def _mark_step(store: Store, record: Any, in_tail: bool, live: set[Hash]) -> None:
+    """A step names the blobs it wrote (spec/08 §4.4): they stay while the journal does, as
+    blobs a receipt names do. The journal tail after the head checkpoint names states no index
+    holds yet (spec/05 §1.1): they are roots until the next checkpoint."""
+    for written in record.get("writes", ()):
+        if store.cas.has(Hash(str(written))):
+            live.add(Hash(str(written)))
+    if in_tail and record.get("state"):
+        state = Hash(str(record["state"]))
+        if store.cas.has(state):
+            live.add(state)
 
 
 def _hashes_in(value: Any) -> Iterator[Hash]:

@@ -244,17 +244,17 @@ def diff(old: LoadedManifest, new: LoadedManifest) -> tuple[dict[str, Any], list
 # The actions (each a journaled input)
 
 
-def propose(
-    world: World,
-    patch_value: Any,
-    *,
-    blobs: Mapping[Hash, bytes] | None = None,
-    expected_hash: str | None = None,
-    proposals_open_max: int = PROPOSALS_OPEN_MAX_DEFAULT,
-) -> str:
-    """Journal a proposal; returns its id (the hash of the patch). `blobs` carries the WASM
-    bytes of modules the patch adds, stored with the proposal."""
-    world.require_open()
+@dataclass(frozen=True)
+class PreparedPatch:
+    """A patch value read without the world: its id (its hash) and its model."""
+
+    proposal: str
+    patch: Patch
+
+
+def prepare_patch(patch_value: Any, expected_hash: str | None = None) -> PreparedPatch:
+    """Hash and validate a patch, which needs no world: the node does it beside the writer
+    thread, so a large patch holds up no other operation."""
     proposal = str(hash_value(patch_value))
     if expected_hash is not None and proposal != expected_hash:
         raise GovPatchTamperedError(f"the patch hashes to {proposal}, not {expected_hash}")
@@ -262,6 +262,24 @@ def propose(
         patch = Patch.model_validate(patch_value)
     except ValueError as error:
         raise GovPatchInvalidError(f"not a patch document: {error}") from None
+    return PreparedPatch(proposal, patch)
+
+
+def propose(
+    world: World,
+    patch_value: Any,
+    *,
+    blobs: Mapping[Hash, bytes] | None = None,
+    expected_hash: str | None = None,
+    proposals_open_max: int = PROPOSALS_OPEN_MAX_DEFAULT,
+    prepared: PreparedPatch | None = None,
+) -> str:
+    """Journal a proposal; returns its id (the hash of the patch). `blobs` carries the WASM
+    bytes of modules the patch adds, stored with the proposal; `prepared` is what
+    `prepare_patch(patch_value, expected_hash)` answered, when the caller already has it."""
+    world.require_open()
+    prepared = prepared or prepare_patch(patch_value, expected_hash)
+    proposal, patch = prepared.proposal, prepared.patch
     current = str(world.manifest_hash)
     if patch.base_manifest != current:
         raise GovStaleBaseError(
@@ -300,7 +318,7 @@ def propose(
             stamp.to_value(),
             base=current,
             manifest=str(loaded.manifest_hash),
-            patch=str(hash_value(patch_value)),
+            patch=proposal,
         )
     )
     world.proposals[proposal] = {

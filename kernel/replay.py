@@ -538,7 +538,8 @@ class Replayer:
             elif kind == records.INGRESS_REJECTED:
                 world.ingress(recorded["schema"], recorded["value"], readmit=True)
             elif kind == records.EFFECT_RECEIPT:
-                world.settle({"body": recorded["body"], "signature": recorded["signature"]})
+                receipt = {"body": recorded["body"], "signature": recorded["signature"]}
+                world.settle(receipt, by=recorded.get("by"))  # who completed a human task
             elif kind == records.RECEIPT_REJECTED:
                 # Kept as a digest (or, in older journals, whole or not at all): a refusal
                 # changed nothing but this record, which stands.

@@ -11,7 +11,7 @@ same path, produced the same records and reached the same verdict as the referen
 
 Whatever the speculative instance cannot decide alone goes to the reference in the replaying
 process, as it would without workers: a fault (trap, fuel, memory, bad output; the fresh run
-classifies it), a read request (the fresh run serves the reads from the audited store), and
+classifies it), a read or hash request (the fresh run serves it from the audited store), and
 the first call on a new instance (which is a fresh run already, so needs no check).
 
 When any check disagrees (or a worker is lost), the audit is done again by the reference
@@ -221,7 +221,7 @@ class SpeculativeRunner(StepRunner):
             output = decode_output(output_bytes, self.limits, module_hash=self.module_hash)
         except StepFault:
             output = None
-        if output is None or output.reads:
+        if output is None or output.is_request:
             self.discard_warm()
             return super().step(input_bytes, seq=seq, verify=verify, read_blob=read_blob)
         if not new:

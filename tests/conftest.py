@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,25 @@ def shared_file(*parts: str) -> Path:
 
 def shared_json(*parts: str) -> Any:
     return json.loads(shared_file(*parts).read_text())
+
+
+@contextmanager
+def readable_folder() -> Iterator[Path]:
+    """A folder for the modules a python task imports, which the user python tasks run as
+    can read (`nobody`, when the tests run as root: kernel/adapters/builtin/python_limits.py);
+    `tmp_path` is root's alone."""
+    folder = Path(tempfile.mkdtemp(prefix="aos-modules-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(name="module_folder")
+def module_folder_fixture() -> Iterator[Path]:
+    with readable_folder() as folder:
+        yield folder
 
 
 @pytest.fixture(scope="session")

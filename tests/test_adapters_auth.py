@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -42,6 +41,7 @@ from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.store import open_store
+from tests.auth_fixtures import authorize, node_http
 from tests.node_fixtures import node_fixture, world_path_fixture  # noqa: F401 (fixtures)
 from tests.test_node import (
     ADAPTER,
@@ -73,7 +73,7 @@ def client(node: Node) -> TestClient:
 
 
 def unsigned(node: Node) -> TestClient:
-    return TestClient(create_app(node))
+    return authorize(TestClient(create_app(node)), node)
 
 
 def now_ms() -> int:
@@ -100,12 +100,13 @@ def test_an_unsigned_client_leases_nothing_and_sees_no_params(
 ) -> None:
     send(client, "x")
     before = snapshot(client)
-    plain = unsigned(node)
+    plain, bare = unsigned(node), TestClient(create_app(node))
     answer = plain.post("/v1/leases", json=lease_body())
-    assert error_of(answer, 401)["code"] == "adapter.unauthenticated"
+    assert error_of(answer, 403)["code"] == "auth.forbidden"  # an identity's token: wrong key
     assert "params" not in answer.text
     for path, body in [("/v1/leases/abc/renew", {}), ("/v1/leases/abc/progress", {})]:
-        assert error_of(plain.post(path, json=body), 401)["code"] == "adapter.unauthenticated"
+        assert error_of(plain.post(path, json=body), 403)["code"] == "auth.forbidden"
+        assert error_of(bare.post(path, json=body), 401)["code"] == "auth.unauthenticated"
     assert snapshot(client) == before
     [leased] = lease(client)  # the adapter itself still gets it, params and all
     assert leased["params"] is not None
@@ -224,7 +225,9 @@ def test_progress_on_another_adapters_lease_is_forbidden(node: Node, client: Tes
 def test_blob_uploads_are_signed(node: Node, client: TestClient, world_path: Path) -> None:
     data = b"uploaded by nobody"
     refused = unsigned(node).post("/v1/blobs", content=data, headers=OCTETS)
-    assert error_of(refused, 401)["code"] == "adapter.unauthenticated"
+    assert error_of(refused, 403)["code"] == "auth.forbidden"  # a token is not a signature
+    bare = TestClient(create_app(node)).post("/v1/blobs", content=data, headers=OCTETS)
+    assert error_of(bare, 401)["code"] == "auth.unauthenticated"
     kept = b"uploaded by the adapter"
     assert client.post("/v1/blobs", content=kept, headers=OCTETS).json()["hash"] == str(
         hash_bytes(kept)
@@ -363,7 +366,7 @@ def _noop(params: Any, lease: Lease) -> Result:
 
 def test_the_sdk_refuses_to_start_with_a_wrong_identity(tmp_path: Path) -> None:
     with node_process(make_world(tmp_path / "w")) as (url, _):
-        httpx.post(
+        node_http.post(
             f"{url}/v1/events", json={"schema": "demo/Ping@1", "value": ping("x", "effect", 1)}
         )
         cases: list[tuple[str, bytes, str, type[Exception]]] = [
@@ -376,7 +379,7 @@ def test_the_sdk_refuses_to_start_with_a_wrong_identity(tmp_path: Path) -> None:
                 adapter.effect(effect)(_noop)
                 with pytest.raises(error):
                     adapter.run_once()
-        leases = httpx.get(f"{url}/v1/world").json()["leases"]
+        leases = node_http.get(f"{url}/v1/world").json()["leases"]
         assert leases == {"published": 1, "leased": 0}
 
 
@@ -384,7 +387,7 @@ def test_adapter_run_with_the_wrong_key_exits_before_leasing(tmp_path: Path) -> 
     key_file = tmp_path / "wrong.key"
     write_seed(key_file, WRONG_SEED)
     with node_process(make_world(tmp_path / "w")) as (url, _):
-        httpx.post(
+        node_http.post(
             f"{url}/v1/events", json={"schema": "demo/Ping@1", "value": ping("x", "effect", 1)}
         )
         args = ["adapter", "run", "http", "--node", url, "--key", str(key_file)]
@@ -395,9 +398,9 @@ def test_adapter_run_with_the_wrong_key_exits_before_leasing(tmp_path: Path) -> 
         assert error["code"] == "adapter.key_mismatch"
         assert error["detail"]["public_key"] == public_key_of(WRONG_SEED).hex()
         assert error["detail"]["expected"] == public_key_of(ADAPTER_SEED).hex()
-        assert httpx.get(f"{url}/v1/world").json()["leases"] == {"published": 1, "leased": 0}
+        assert node_http.get(f"{url}/v1/world").json()["leases"] == {"published": 1, "leased": 0}
         journal_kinds = [
-            r["record"]["kind"] for r in httpx.get(f"{url}/v1/journal").json()["records"]
+            r["record"]["kind"] for r in node_http.get(f"{url}/v1/journal").json()["records"]
         ]
         assert "receipt_rejected" not in journal_kinds and "effect_receipt" not in journal_kinds
 
@@ -416,14 +419,14 @@ def test_a_signed_request_survives_the_cbor_round_trip_of_the_receipt(
 def test_node_up_takes_the_auth_limits(tmp_path: Path) -> None:
     options = ["--adapter-request-skew-ms-max", "1000", "--adapter-receipt-refusals-max", "1"]
     with node_process(make_world(tmp_path / "w"), *options) as (url, _):
-        world_id = httpx.get(f"{url}/v1/world").json()["world_id"]
+        world_id = node_http.get(f"{url}/v1/world").json()["world_id"]
         late = AdapterAuth(ADAPTER, ADAPTER_SEED, world_id, clock_ms=lambda: now_ms() - 5_000)
-        answer = httpx.post(f"{url}/v1/leases", json=lease_body(), auth=late).json()
+        answer = node_http.post(f"{url}/v1/leases", json=lease_body(), auth=late).json()
         assert answer["error"]["code"] == "adapter.clock_skewed"
         assert answer["error"]["detail"]["limit"] == 1000
         signed = AdapterAuth(ADAPTER, ADAPTER_SEED, world_id)
         bogus = {"receipt": cbor.to_json(receipt(world_id, "blake3:" + "0" * 64))}
-        first = httpx.post(f"{url}/v1/receipts", json=bogus, auth=signed).json()
+        first = node_http.post(f"{url}/v1/receipts", json=bogus, auth=signed).json()
         assert first["error"]["code"] == "receipt.unknown_intent"
-        second = httpx.post(f"{url}/v1/receipts", json=bogus, auth=signed).json()
+        second = node_http.post(f"{url}/v1/receipts", json=bogus, auth=signed).json()
         assert second["error"]["code"] == "adapter.rate_limited"

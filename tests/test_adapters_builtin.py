@@ -28,6 +28,7 @@ from aos.kernel.adapters.builtin.python_fn import (
 )
 from aos.kernel.adapters.sdk import AdapterConfigInvalidError, AdapterNodeRefusedError, Lease
 from aos.kernel.hashing import hash_bytes
+from tests.conftest import readable_folder
 from tests.test_adapters_sdk import EFFECT, FakeNode, intent_hash, make_adapter
 
 
@@ -281,10 +282,10 @@ def unjsonable(params):
 
 
 @pytest.fixture(scope="module")
-def functions(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("functions")
-    (folder / "fns.py").write_text(FUNCTIONS)
-    return folder
+def functions() -> Iterator[Path]:
+    with readable_folder() as folder:
+        (folder / "fns.py").write_text(FUNCTIONS)
+        yield folder
 
 
 def run_python(folder: Path, name: str, params: Any, timeout_s: float = 5) -> Any:

@@ -152,14 +152,16 @@ def test_run_against_no_node_gives_up_after_its_retries(key_file: Path) -> None:
 # run --once against a fake node
 
 
-def test_run_once_settles_and_prints_json_lines(key_file: Path, tmp_path: Path) -> None:
-    (tmp_path / "fns.py").write_text("def answer(params):\n    return {'ok': params['n'] == 1}\n")
+def test_run_once_settles_and_prints_json_lines(key_file: Path, module_folder: Path) -> None:
+    (module_folder / "fns.py").write_text(
+        "def answer(params):\n    return {'ok': params['n'] == 1}\n"
+    )
     node = FakeNode()
     intent = node.add(1)
     with node.serve() as url:
         code, stdout, stderr = run(
             "adapter", "run", "python", *base(key_file, url), "--once", "--json",
-            "--function", "fns:answer", "--module-path", str(tmp_path),
+            "--function", "fns:answer", "--module-path", str(module_folder),
         )  # fmt: skip
     assert code == 0, stderr
     outcome, summary = (json.loads(line) for line in stdout.splitlines())
@@ -179,15 +181,15 @@ def test_run_once_settles_and_prints_json_lines(key_file: Path, tmp_path: Path) 
     assert "serving demo/noop@1" in stderr
 
 
-def test_run_once_exits_1_when_a_receipt_is_refused(key_file: Path, tmp_path: Path) -> None:
-    (tmp_path / "fns.py").write_text("def answer(params):\n    return {}\n")
+def test_run_once_exits_1_when_a_receipt_is_refused(key_file: Path, module_folder: Path) -> None:
+    (module_folder / "fns.py").write_text("def answer(params):\n    return {}\n")
     node = FakeNode()
     node.add(1)
     node.refuse_receipts = "receipt.adapter_not_allowed"
     with node.serve() as url:
         code, stdout, stderr = run(
             "adapter", "run", "python", *base(key_file, url), "--once",
-            "--function", "fns:answer", "--module-path", str(tmp_path),
+            "--function", "fns:answer", "--module-path", str(module_folder),
         )  # fmt: skip
     assert code == 1
     assert "refused" in stdout and "receipt.adapter_not_allowed" in stdout

@@ -37,6 +37,7 @@ from aos.kernel.adapters.signing import generate_seed, public_key_of, verify_bod
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.store import open_store
 from aos.kernel.world.world import World
+from tests.auth_fixtures import admin_headers, announced
 
 START_S_MAX = 30.0
 SETTLE_S_MAX = 60.0
@@ -108,7 +109,9 @@ def node(world: Path, *options: str) -> Iterator[str]:
     try:
         wait_until("the node", lambda: child.out or child.popen.poll() is not None, START_S_MAX)
         assert child.out, "".join(child.err)
-        yield json.loads(child.out[0])["url"]
+        found = json.loads(child.out[0])
+        with announced(found):
+            yield found["url"]
     finally:
         assert child.stop() == 0, "".join(child.err)
 
@@ -163,14 +166,14 @@ def test_receipts_resume_exactly_their_cells_under_concurrent_traffic(setup: Set
     with (
         PaymentServer(status_for=declined_status) as payments,
         node(setup.world) as url,
-        httpx.Client(base_url=url, timeout=30) as client,
+        httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as client,
     ):
         runner = adapter(url, setup, payments, "--concurrency", "4")
         try:
             orders = [f"o-{n}" for n in range(ORDERS_CONCURRENT)]
 
             def send(chunk: list[str]) -> None:
-                with httpx.Client(base_url=url, timeout=30) as own:
+                with httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as own:
                     for order_id in chunk:
                         place(own, order_id, 100 + int(order_id[2:]))
 
@@ -211,7 +214,7 @@ def test_a_killed_adapter_lease_is_leased_again_and_settled_once(setup: Setup) -
     with (
         PaymentServer(held=frozenset({"o-2"})) as payments,
         node(setup.world, "--lease-ms", "1000") as url,
-        httpx.Client(base_url=url, timeout=30) as client,
+        httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as client,
     ):
         first = adapter(url, setup, payments)
         place(client, "o-2", 500)
@@ -283,7 +286,7 @@ def test_a_large_response_body_goes_to_the_cas_by_hash_and_gc_keeps_it(setup: Se
     with (
         LargeAnswer(body) as service,
         node(setup.world) as url,
-        httpx.Client(base_url=url, timeout=30) as client,
+        httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as client,
     ):
         runner = adapter_for(url, setup, service.url)
         try:
@@ -301,7 +304,7 @@ def test_a_large_response_body_goes_to_the_cas_by_hash_and_gc_keeps_it(setup: Se
         world_id = client.get("/v1/world").json()["world_id"]
         signed = AdapterAuth(ADAPTER, read_seed(setup.key_file), world_id)
         unsigned = client.post("/v1/blobs", content=b"named by no receipt", headers=OCTET_STREAM)
-        assert unsigned.json()["error"]["code"] == "adapter.unauthenticated"
+        assert unsigned.json()["error"]["code"] == "auth.forbidden"  # a token, not a signature
         orphan = client.post(
             "/v1/blobs", content=b"named by no receipt", headers=OCTET_STREAM, auth=signed
         ).json()["hash"]

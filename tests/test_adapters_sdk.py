@@ -97,7 +97,7 @@ class FakeNode:
             if self.failures:
                 self.failures -= 1
                 return 503, {"error": {"code": "node.busy", "message": "busy"}}
-        if method == "GET" and path == "/v1/world":
+        if method == "GET" and path == "/v1/health":
             return 200, {"world_id": self.world_id, "manifest": "blake3:00", "height": 1}
         if method == "GET" and path == "/v1/adapters":
             return 200, {"adapters": [self.listed]}

@@ -125,7 +125,10 @@ def test_air_check_hashes_what_create_runs(tmp_path: Path) -> None:
         "manifest": body["manifest"],
         "height": 1,
         "clock": "wall",
+        "admin_token": body["admin_token"],  # the first identity's, printed once
     }
+    assert body["admin_token"].startswith("aos_")
+    assert body["admin_token"] not in (tmp_path / "w" / "identities.json").read_text()
     assert run_json("air", "check", str(COUNTER_C))["manifest_hash"] == body["manifest"]
 
 

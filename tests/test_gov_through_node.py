@@ -12,6 +12,7 @@ import pytest
 
 from aos.kernel.errors import AosError
 from aos.kernel.world.world import World
+from tests.auth_fixtures import admin_headers, node_http
 from tests.test_cli_world import run, run_json
 from tests.test_governance import (
     DOUBLE,
@@ -32,15 +33,18 @@ def test_approve_reject_and_apply_go_through_the_node(tmp_path: Path) -> None:
     with reopen(world) as opened:
         good = propose_folder(opened, variant(tmp_path, "refactor", REFACTOR))
     run_shadow(world, good)
-    with node_process(world) as (url, _), httpx.Client(base_url=url, timeout=30) as http:
+    with (
+        node_process(world) as (url, _),
+        httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as http,
+    ):
         refused = run_json("gov", "apply", good[:16], world=world, code=1)["error"]
         assert refused["code"] == "gov.not_approved"
         code, out, _ = run(
-            "gov", "approve", good[:16], "--approver", "ann", "--reason", "ok", world=world
+            "gov", "approve", good[:16], "--approver", "admin", "--reason", "ok", world=world
         )
         assert code == 0 and out.startswith(f"approved  {good}")
         again = run_json(
-            "gov", "reject", good[:16], "--approver", "bo", "--reason", "no", world=world, code=1
+            "gov", "reject", good[:16], "--approver", "admin", "--reason", "no", world=world, code=1
         )
         assert again["error"]["code"] == "gov.already_decided"
         applied = run_json("gov", "apply", good[:16], world=world)
@@ -50,7 +54,7 @@ def test_approve_reject_and_apply_go_through_the_node(tmp_path: Path) -> None:
 
 
 def _journal_height(url: str) -> int:
-    return int(httpx.get(url + "/v1/world", timeout=30).json()["height"])
+    return int(node_http.get(url + "/v1/world", timeout=30).json()["height"])
 
 
 def test_the_whole_cycle_runs_through_a_serving_node(tmp_path: Path) -> None:
@@ -66,9 +70,11 @@ def test_the_whole_cycle_runs_through_a_serving_node(tmp_path: Path) -> None:
         assert report["summary"]["cells"] == 2 and report["summary"]["diverge"] == 2
         code, out, _ = run("gov", "show", proposal[:16], world=world)  # a read, beside
         assert code == 0 and "shadowed" in out
-        run("gov", "approve", proposal[:16], "--approver", "ann", "--reason", "ok", world=world)
+        run("gov", "approve", proposal[:16], "--approver", "admin", "--reason", "ok", world=world)
         applied = run_json("gov", "apply", proposal[:16], world=world)
-        assert httpx.get(url + "/v1/world", timeout=30).json()["manifest"] == applied["manifest"]
+        assert (
+            node_http.get(url + "/v1/world", timeout=30).json()["manifest"] == applied["manifest"]
+        )
     with reopen(world) as opened:  # the node journaled it all: it replays
         assert opened.proposals[proposal]["status"] == "applied"
     assert run_json("world", "replay", "--verify", world=world)["ok"] is True
@@ -98,7 +104,7 @@ def test_refused_proposals_and_shadows_change_nothing(tmp_path: Path) -> None:
     counter_world(world, {"a": [1]})
     with (
         node_process(world, "--proposal-bytes-max", "4096") as (url, _),
-        httpx.Client(base_url=url, timeout=30) as http,
+        httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as http,
     ):
         before = _journal_height(url)
         cbor_headers = {"content-type": "application/cbor"}

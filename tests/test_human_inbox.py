@@ -32,7 +32,9 @@ from aos.kernel.node.human import (
     check_roles,
     task_fields,
 )
+from aos.kernel.node.identities import Authority, IdentityStore
 from aos.kernel.node.leases import PublishedIntent
+from tests.auth_fixtures import authorize
 from tests.test_node import (
     ADAPTER,
     TestClient,
@@ -94,8 +96,12 @@ def world_path(tmp_path: Path) -> Path:
 
 @contextmanager
 def human_node(path: Path, **limits: int) -> Iterator[tuple[Node, TestClient]]:
+    """A node whose requests name their own user and roles: the inbox's mechanics, as an
+    --insecure-local node runs them (tests/test_human_identities.py checks them against
+    identities)."""
     human = HumanAdapter(ADAPTER, ADAPTER_SEED, limits=InboxLimits(**limits))
-    with open_node(path, human=human) as node:
+    trusting = Authority(IdentityStore.of_world(path), insecure_local=True)
+    with open_node(path, human=human, authority=trusting) as node:
         yield node, signed_client(node)  # an adapter's receipts are signed requests
 
 
@@ -668,11 +674,11 @@ def test_a_corrupt_inbox_file_stops_the_node_from_starting(world_path: Path) -> 
 
 def test_without_a_human_adapter_the_new_endpoints_are_disabled(world_path: Path) -> None:
     with open_node(world_path) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         for response in (
-            post(client, "x", "claim", user="ann"),
-            post(client, "x", "release", user="ann"),
-            post(client, "x", "reassign", user="ann", to="bob"),
+            post(client, "x", "claim"),  # as the client's identity
+            post(client, "x", "release"),
+            post(client, "x", "reassign", to="bob"),
             client.get("/v1/tasks/x/history"),
         ):
             assert error_of(response, 409)["code"] == "node.human_disabled"

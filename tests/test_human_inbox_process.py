@@ -9,11 +9,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import httpx
 from click.testing import CliRunner
 
 from aos.cli.main import main
 from aos.kernel.adapters.keys import write_seed
+from aos.kernel.node.identities import SCOPES, IdentityStore
+from tests.auth_fixtures import node_http, remember_node
 from tests.test_node_process import _AOS, START_TIMEOUT_S, _readline, make_world, node_process
 from tests.test_receipts import ADAPTER_SEED
 from tests.test_world import ping
@@ -21,20 +22,39 @@ from tests.test_world import ping
 ADAPTER = "demo/adapter@1"
 
 
+TOKENS: dict[str, str] = {}
+"""Each user's token (identities of the test's world, made before its node starts)."""
+
+
+def make_people(world: Path) -> None:
+    """`admin`, and `ann` and `bob`, who hold the role `lead` and may work on tasks."""
+    store = IdentityStore.of_world(world)
+    TOKENS["admin"] = store.create("admin", SCOPES)[1]
+    for user in ("ann", "bob"):
+        TOKENS[user] = store.create(user, ["task", "read"], ["lead"])[1]
+
+
+def _as(args: tuple[str, ...]) -> list[str]:
+    """The token of the user `--user` names (a request acts as its identity), else admin's."""
+    user = args[args.index("--user") + 1] if "--user" in args else "admin"
+    return ["--token", TOKENS[user]]
+
+
 def aos_task(url: str, *args: str) -> tuple[int, Any]:
     """Run `aos task ... --json` against the node: (exit code, its JSON)."""
-    result = CliRunner().invoke(main, ["task", *args, "--node", url, "--json"])
+    result = CliRunner().invoke(main, ["task", *args, "--node", url, "--json", *_as(args)])
     return result.exit_code, json.loads(result.output)
 
 
 def aos_task_text(url: str, *args: str) -> str:
-    result = CliRunner().invoke(main, ["task", *args, "--node", url])
+    result = CliRunner().invoke(main, ["task", *args, "--node", url, *_as(args)])
     assert result.exit_code == 0, result.output
     return result.output
 
 
 def test_claims_and_history_survive_a_killed_node(tmp_path: Path) -> None:
     world = make_world(tmp_path / "w")
+    make_people(world)
     key_file = tmp_path / "human.key"
     write_seed(key_file, ADAPTER_SEED)
     options = ["--human-adapter", ADAPTER, "--human-key", str(key_file)]
@@ -45,7 +65,8 @@ def test_claims_and_history_survive_a_killed_node(tmp_path: Path) -> None:
     )
     try:
         url = json.loads(_readline(process, START_TIMEOUT_S))["url"]
-        sent = httpx.post(
+        remember_node(url, TOKENS["admin"])
+        sent = node_http.post(
             f"{url}/v1/events",
             json={"schema": "demo/Ping@1", "value": ping("x", "effect", 2)},
             timeout=60,
@@ -67,6 +88,7 @@ def test_claims_and_history_survive_a_killed_node(tmp_path: Path) -> None:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     with node_process(world, *options) as (url, _):
+        remember_node(url, TOKENS["admin"])
         code, found = aos_task(url, "history", first)
         assert code == 0 and found == before
         assert [(e["kind"], e["user"]) for e in found["entries"]] == [

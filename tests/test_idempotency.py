@@ -15,6 +15,7 @@ from aos.kernel.errors import AosError
 from aos.kernel.node.app import create_app
 from aos.kernel.world.idempotency import IDEMPOTENCY_KEY_BYTES_MAX
 from aos.kernel.world.world import World, WorldLimits
+from tests.auth_fixtures import authorize
 from tests.test_cli_world import run_json
 from tests.test_world import COUNTER, EVENT, create, engine, inc, reopen
 
@@ -115,7 +116,7 @@ def test_the_node_takes_the_key_in_the_body_or_the_header(tmp_path: Path) -> Non
     path = tmp_path / "w"
     create(path).close()
     with open_node(path) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         event = {"schema": EVENT, "value": inc("a")}
         first = client.post("/v1/events", json={**event, "idempotency_key": "r1"}).json()
         header = client.post("/v1/events", json=event, headers={"Idempotency-Key": "r1"}).json()

@@ -30,6 +30,7 @@ from aos.kernel.node.leases import LeaseManager, PublishedIntent
 from aos.kernel.node.node import LeaseAsk
 from aos.kernel.world.errors import TimeBackwardsError
 from aos.kernel.world.world import World
+from tests.auth_fixtures import authorize
 from tests.test_receipts import ADAPTER_SEED, STRANGER_SEED
 from tests.test_world import SCRIPTED, create, engine, ping
 
@@ -65,7 +66,7 @@ def node(world_path: Path) -> Iterator[Node]:
 
 def signed_client(node: Node, adapter: str = ADAPTER, seed: bytes = ADAPTER_SEED) -> TestClient:
     """A client whose every request is signed as `adapter` (reads ignore the signature)."""
-    client = TestClient(create_app(node))
+    client = authorize(TestClient(create_app(node)), node)
     client.auth = AdapterAuth(adapter, seed, node.world_id)
     return client
 

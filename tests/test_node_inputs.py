@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from aos.kernel.node.app import create_app
+from tests.auth_fixtures import admin_headers, authorize, node_http
 from tests.test_node import KEYED, make_world, open_node
 from tests.test_node_process import node_process
 
@@ -38,7 +38,7 @@ def event_body(value_text: str) -> bytes:
 @pytest.mark.parametrize("depth", [63, 500, 980, 5_000])
 def test_deep_json_is_refused_before_any_handler(tmp_path: Path, depth: int) -> None:
     with open_node(make_world(tmp_path / "w")) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         before = world_view(client)
         deep = event_body(
             '{"id": "k", "n": 1, "action": "none", "x": ' + "[" * depth + "]" * depth + "}"
@@ -53,7 +53,7 @@ def test_deep_json_is_refused_before_any_handler(tmp_path: Path, depth: int) -> 
 
 def test_duplicate_keys_and_constants_are_refused(tmp_path: Path) -> None:
     with open_node(make_world(tmp_path / "w")) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         before = world_view(client)
         for value in ('{"id": "k", "id": "j", "n": 1, "action": "none"}', '{"id": "k", "n": NaN}'):
             answer = client.post("/v1/events", content=event_body(value))
@@ -69,7 +69,7 @@ def test_duplicate_keys_and_constants_are_refused(tmp_path: Path) -> None:
 
 def test_a_deep_cell_key_in_a_query_is_refused(tmp_path: Path) -> None:
     with open_node(make_world(tmp_path / "w")) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         answer = client.get(f"/v1/state/{KEYED}", params={"key": "[" * 70 + "]" * 70})
         assert answer.status_code == 400
         assert answer.json()["error"]["code"] == "input.json_too_deep"
@@ -79,12 +79,15 @@ def test_a_stalled_body_is_timed_out_and_the_node_keeps_serving(tmp_path: Path) 
     world = make_world(tmp_path / "w")
     with node_process(world, "--request-body-ms-max", "300") as (url, _):
         address = urlsplit(url)
-        before = httpx.get(f"{url}/v1/world").json()
+        before = node_http.get(f"{url}/v1/world").json()
         stalled = []
+        # Authorized, so the body is read (an unauthenticated one is refused before it).
+        token = admin_headers(url)["authorization"].encode()
         for _ in range(3):  # several half-sent requests at once
             connection = socket.create_connection((address.hostname, address.port), timeout=10)
             connection.sendall(
                 b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Authorization: " + token + b"\r\n"
                 b"Content-Length: 100\r\n\r\n" + b'{"schema": '
             )
             stalled.append(connection)
@@ -95,7 +98,7 @@ def test_a_stalled_body_is_timed_out_and_the_node_keeps_serving(tmp_path: Path) 
             assert json.loads(answer.split("\r\n\r\n", 1)[1])["error"]["code"] == "request.timeout"
             connection.close()
         assert time.monotonic() - started < 5
-        assert httpx.get(f"{url}/v1/world").json() == before
+        assert node_http.get(f"{url}/v1/world").json() == before
 
 
 def test_the_cli_refuses_deep_json_without_a_traceback(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from aos.kernel import cbor
 from aos.kernel.adapters.auth import AdapterAuth
 from aos.kernel.adapters.keys import write_seed
 from aos.kernel.adapters.signing import signed_receipt
+from tests.auth_fixtures import admin_headers, announced, node_http
 from tests.test_receipts import ADAPTER_SEED
 from tests.test_world import SCRIPTED, create, ping, reopen
 
@@ -43,8 +44,9 @@ def node_process(world: Path, *options: str) -> Iterator[tuple[str, subprocess.P
     try:
         assert process.stdout is not None
         line = _readline(process, START_TIMEOUT_S)
-        announced = json.loads(line)
-        yield str(announced["url"]), process
+        found = json.loads(line)
+        with announced(found):
+            yield str(found["url"]), process
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -76,8 +78,9 @@ def make_world(path: Path) -> Path:
 
 def adapter_http(url: str) -> httpx.Client:
     """A client that signs its requests as ADAPTER (kernel/adapters/auth.py)."""
-    world_id = httpx.get(f"{url}/v1/world").json()["world_id"]
-    return httpx.Client(base_url=url, timeout=30, auth=AdapterAuth(ADAPTER, ADAPTER_SEED, world_id))
+    world_id = httpx.get(f"{url}/v1/health").json()["world_id"]  # public: what adapters sign for
+    auth = AdapterAuth(ADAPTER, ADAPTER_SEED, world_id)  # its events go with the admin's token
+    return httpx.Client(base_url=url, timeout=30, auth=auth, headers=admin_headers(url))
 
 
 def receipt(world_id: str, intent: str) -> Any:
@@ -120,7 +123,7 @@ def test_receipts_resume_exactly_their_origin_cells_under_concurrent_traffic(
     keys = [f"k{i}" for i in range(6)]
     rounds, effects = 4, 2
     with node_process(make_world(tmp_path / "w")) as (url, _):
-        world_id = httpx.get(f"{url}/v1/world").json()["world_id"]
+        world_id = node_http.get(f"{url}/v1/world").json()["world_id"]
         failures: list[BaseException] = []
 
         def client_of(key: str) -> None:
@@ -266,7 +269,7 @@ def test_task_commands_against_a_live_node(tmp_path: Path) -> None:
     options = ["--human-adapter", ADAPTER, "--human-key", str(key_file)]
     runner = CliRunner()
     with node_process(make_world(tmp_path / "w"), *options) as (url, _):
-        httpx.post(
+        node_http.post(
             f"{url}/v1/events", json={"schema": "demo/Ping@1", "value": ping("x", "effect", 1)}
         )
         listed = runner.invoke(main, ["task", "ls", "--node", url, "--json"])
@@ -288,7 +291,7 @@ def test_task_commands_against_a_live_node(tmp_path: Path) -> None:
         again = runner.invoke(main, ["task", "complete", task["intent"], "--node", url, "--json"])
         assert again.exit_code == 1
         assert json.loads(again.output)["error"]["code"] == "node.task_unknown"
-        state = httpx.get(f"{url}/v1/state/{KEYED}", params={"key": '"x"'}).json()
+        state = node_http.get(f"{url}/v1/state/{KEYED}", params={"key": '"x"'}).json()
         assert state["state"]["count"] == 2
     unreachable = runner.invoke(main, ["task", "ls", "--node", url, "--json"])
     assert unreachable.exit_code == 1

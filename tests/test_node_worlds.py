@@ -9,6 +9,7 @@ on."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from aos.kernel.adapters.keys import write_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url
 from aos.kernel.world.stamps import PinnedStampSource
+from tests.auth_fixtures import admin_headers, node_http
+from tests.conftest import readable_folder
 from tests.test_node_metrics import metric_samples
 from tests.test_node_process import _AOS, adapter_http
 from tests.test_receipts import ADAPTER_SEED
@@ -67,18 +70,19 @@ def adapter_process(tmp_path: Path, node_url: str) -> Iterator[subprocess.Popen[
     tmp_path.mkdir()
     key = tmp_path / "adapter.key"
     write_seed(key, ADAPTER_SEED)
-    (tmp_path / "fns.py").write_text(FUNCTIONS)
-    adapter = subprocess.Popen(
-        [*_AOS, "adapter", "run", "python", "--node", node_url, "--key", str(key),
-         "--name", ADAPTER, "--effect", "demo/noop@1", "--function", "fns:answer",
-         "--module-path", str(tmp_path), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        yield adapter
-    finally:
-        adapter.send_signal(signal.SIGTERM)
-        adapter.communicate(timeout=START_TIMEOUT_S)
+    with readable_folder() as modules:
+        (modules / "fns.py").write_text(FUNCTIONS)
+        adapter = subprocess.Popen(
+            [*_AOS, "adapter", "run", "python", "--node", node_url, "--key", str(key),
+             "--name", ADAPTER, "--effect", "demo/noop@1", "--function", "fns:answer",
+             "--module-path", str(modules), "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            yield adapter
+        finally:
+            adapter.send_signal(signal.SIGTERM)
+            adapter.communicate(timeout=START_TIMEOUT_S)
 
 
 def make_world_named(path: Path) -> Path:
@@ -98,12 +102,14 @@ def test_one_process_serves_two_lmdb_worlds_under_their_prefixes(tmp_path: Path)
         root = announced["url"]
         urls = urls_of(announced)
         assert urls == {"alpha": f"{root}/worlds/alpha", "beta": f"{root}/worlds/beta"}
-        listed = httpx.get(f"{root}/v1/worlds").json()["worlds"]
+        listed = node_http.get(f"{root}/v1/worlds").json()["worlds"]
         assert [(w["name"], w["url"], w["serving"]) for w in listed] == [
             ("alpha", urls["alpha"], True),
             ("beta", urls["beta"], True),
         ]
-        ids = {name: httpx.get(f"{url}/v1/world").json()["world_id"] for name, url in urls.items()}
+        ids = {
+            name: node_http.get(f"{url}/v1/world").json()["world_id"] for name, url in urls.items()
+        }
         assert ids["alpha"] != ids["beta"]
         # Each world's adapter settles its intents through the prefixed base URL (signed
         # leases and receipts: the target signed is the whole path, prefix included).
@@ -122,10 +128,10 @@ def test_one_process_serves_two_lmdb_worlds_under_their_prefixes(tmp_path: Path)
             assert sorted(receipts) == sorted(intents)
         # Each world counts its own: its metrics under its prefix.
         for name, url in urls.items():
-            samples = metric_samples(httpx.get(f"{url}/metrics").text)
+            samples = metric_samples(node_http.get(f"{url}/metrics").text)
             [info] = [dict(labels) for (n, labels) in samples if n == "aos_world_info"]
             assert info["world_id"] == ids[name]
-            height = httpx.get(f"{url}/v1/world").json()["height"]
+            height = node_http.get(f"{url}/v1/world").json()["height"]
             assert samples["aos_journal_height", ()] == height
             counted = sum(v for (n, _), v in samples.items() if n == "aos_effect_receipts_total")
             kinds = [r["record"]["kind"] for r in settled(url)]
@@ -137,11 +143,11 @@ def test_one_process_serves_two_lmdb_worlds_under_their_prefixes(tmp_path: Path)
                 assert found["url"] == urls[name] and found["live"] is True
         assert where(root, "another")["url"] is None
         # The inspector of a mounted world links within its prefix.
-        page = httpx.get(f"{urls['beta']}/ui")
+        page = node_http.get(f"{urls['beta']}/ui")
         assert page.status_code == 200
         assert 'href="/worlds/beta/ui/journal"' in page.text
         assert 'data-root="/worlds/beta"' in page.text
-        assert httpx.get(f"{urls['beta']}/ui/static/tail.js").status_code == 200
+        assert node_http.get(f"{urls['beta']}/ui/static/tail.js").status_code == 200
         assert process.poll() is None
 
 
@@ -151,19 +157,26 @@ def test_cli_writes_go_through_each_worlds_node_json(tmp_path: Path) -> None:
         urls = urls_of(announced)
         assert owner_url(alpha) == urls["alpha"] and owner_url(beta) == urls["beta"]
         for world, name in ((alpha, "alpha"), (beta, "beta")):
-            before = httpx.get(f"{urls[name]}/v1/world").json()["height"]
+            before = node_http.get(f"{urls[name]}/v1/world").json()["height"]
+            # Each world has its own identities: the token of the world's own first admin.
+            token = admin_headers(urls[name])["authorization"].removeprefix("Bearer ")
             done = subprocess.run(
                 [*_AOS, "world", "send", "demo/Ping@1", "--world", str(world), "--json",
                  "--value-json", json.dumps(ping(f"cli-{name}"))],
                 capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False,
+                env={**os.environ, "AOS_TOKEN": token},
             )  # fmt: skip
             assert done.returncode == 0, (done.stdout, done.stderr)
-            assert httpx.get(f"{urls[name]}/v1/world").json()["height"] > before
+            assert node_http.get(f"{urls[name]}/v1/world").json()["height"] > before
         # Each write reached its own world only.
         for name, other in (("alpha", "beta"), ("beta", "alpha")):
             key = {"key": json.dumps(f"cli-{name}")}
-            assert httpx.get(f"{urls[name]}/v1/state/demo/keyed@1", params=key).status_code == 200
-            assert httpx.get(f"{urls[other]}/v1/state/demo/keyed@1", params=key).status_code == 404
+            assert (
+                node_http.get(f"{urls[name]}/v1/state/demo/keyed@1", params=key).status_code == 200
+            )
+            assert (
+                node_http.get(f"{urls[other]}/v1/state/demo/keyed@1", params=key).status_code == 404
+            )
     assert owner_url(alpha) is None and owner_url(beta) is None  # stopped: records removed
 
 
@@ -171,7 +184,7 @@ def test_an_unknown_world_prefix_is_a_typed_404_that_changes_nothing(tmp_path: P
     alpha, beta = make_world_named(tmp_path / "alpha"), make_world_named(tmp_path / "beta")
     with worlds_node(alpha, beta) as (announced, _):
         root, urls = announced["url"], urls_of(announced)
-        before = {name: httpx.get(f"{url}/v1/journal").json() for name, url in urls.items()}
+        before = {name: node_http.get(f"{url}/v1/journal").json() for name, url in urls.items()}
         event = {"schema": "demo/Ping@1", "value": ping("x")}
         for method, path in (
             ("POST", "/worlds/gamma/v1/events"),
@@ -181,7 +194,7 @@ def test_an_unknown_world_prefix_is_a_typed_404_that_changes_nothing(tmp_path: P
             ("GET", "/worlds/alpha"),
             ("POST", "/worlds/../alpha/v1/events"),
         ):
-            answer = httpx.request(method, root + path, json=event)
+            answer = node_http.request(method, root + path, json=event)
             assert answer.status_code == 404, (path, answer.text)
             error = answer.json()["error"]
             assert error["code"] == "node.world_unknown"
@@ -193,10 +206,11 @@ def test_an_unknown_world_prefix_is_a_typed_404_that_changes_nothing(tmp_path: P
             assert refused.status_code in (401, 403), refused.text
         # The flow client takes a base URL with a path: the world answers (it runs no flows).
         for base, code in ((urls["alpha"], "world.workflow_unknown"), (root, "node.world_unknown")):
-            with FlowNodeClient(base) as flows, pytest.raises(AosError) as caught:
+            token = admin_headers(urls["alpha"])["authorization"].removeprefix("Bearer ")
+            with FlowNodeClient(base, token=token) as flows, pytest.raises(AosError) as caught:
                 flows.listing()
             assert caught.value.code == code
-        after = {name: httpx.get(f"{url}/v1/journal").json() for name, url in urls.items()}
+        after = {name: node_http.get(f"{url}/v1/journal").json() for name, url in urls.items()}
         assert after == before
 
 
@@ -221,7 +235,7 @@ def test_one_process_serves_two_pg_worlds_and_another_takes_one_over(
         root, urls = announced["url"], urls_of(announced)
         assert urls == {first: f"{root}/worlds/{first}", second: f"{root}/worlds/{second}"}
         for name, by in ((first, 3), (second, 4)):
-            sent = httpx.post(
+            sent = node_http.post(
                 f"{urls[name]}/v1/events", json={"schema": COUNTER, "value": increment("a", by)}
             )
             assert sent.status_code == 200, sent.text
@@ -232,11 +246,11 @@ def test_one_process_serves_two_pg_worlds_and_another_takes_one_over(
         node.send_signal(signal.SIGKILL)
         node.wait()
         with killable_node(elsewhere, "--takeover") as (taker, _):
-            state = httpx.get(f"{taker}/v1/state/demo/counter@1", params={"key": '"a"'}).json()
+            state = node_http.get(f"{taker}/v1/state/demo/counter@1", params={"key": '"a"'}).json()
             assert state["state"]["count"] == 4
             assert where(taker, second)["url"] == taker
             assert where(taker, first)["live"] is False  # its node is dead; not taken over
-            sent = httpx.post(
+            sent = node_http.post(
                 f"{taker}/v1/events", json={"schema": COUNTER, "value": increment("a", 1)}
             )
             assert sent.status_code == 200, sent.text
@@ -258,12 +272,13 @@ def test_losing_one_worlds_lease_stops_serving_that_world_only(
             # ... the node finds out at that world's next renewal; the other world is served on.
             answer = _lease_lost(urls[taken])
             assert answer["code"] == "store.lease_lost"
-            sent = httpx.post(
+            sent = node_http.post(
                 f"{urls[kept]}/v1/events", json={"schema": COUNTER, "value": increment("a", 2)}
             )
             assert sent.status_code == 200, sent.text
             listed = {
-                w["name"]: w for w in httpx.get(f"{announced['url']}/v1/worlds").json()["worlds"]
+                w["name"]: w
+                for w in node_http.get(f"{announced['url']}/v1/worlds").json()["worlds"]
             }
             assert listed[kept]["serving"] is True and listed[taken]["serving"] is False
             assert node.poll() is None
@@ -275,7 +290,7 @@ def _lease_lost(url: str) -> dict[str, Any]:
     """The error the lost world answers, once the renewal thread has found out (it renews
     every third of a lease; until then the fence refuses its writes)."""
     for _ in range(600):
-        answer = httpx.get(f"{url}/v1/world", timeout=30)
+        answer = node_http.get(f"{url}/v1/world", timeout=30)
         if answer.status_code != 200:
             error: dict[str, Any] = answer.json()["error"]
             return error

@@ -21,6 +21,7 @@ from aos.kernel.node.progress import (
     Frame,
     ProgressLog,
 )
+from tests.auth_fixtures import admin_headers
 from tests.node_fixtures import (  # noqa: F401 (fixtures)
     client_fixture,
     node_fixture,
@@ -131,7 +132,10 @@ def test_the_log_is_bounded_in_intents_too() -> None:
 def test_the_sdk_reports_progress_and_the_cli_shows_it(tmp_path: Path) -> None:
     world = make_world(tmp_path / "w")
     reported: list[bool] = []
-    with node_process(world) as (url, _), httpx.Client(base_url=url, timeout=30) as http:
+    with (
+        node_process(world) as (url, _),
+        httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as http,
+    ):
         sent = http.post(
             "/v1/events", json={"schema": "demo/Ping@1", "value": ping("z", "effect", 1)}
         )

@@ -18,6 +18,7 @@ from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.node.errors import NodeBusyError
 from aos.kernel.node.read_api import Tail, Tails, bounds_of
+from tests.auth_fixtures import authorize
 from tests.test_node import (
     KEYED,
     TestClient,
@@ -145,7 +146,7 @@ def test_a_reclaimed_state_is_rebuilt_by_a_bounded_replay(tmp_path: Path) -> Non
             world.send(COUNTER_EVENT, inc("a", by))
     limits = NodeLimits(state_replay_records_max=5)
     with open_node(path, limits=limits) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         steps = get(client, "/v1/journal", kind="step")["records"]
         assert [s["seq"] for s in steps] == [3, 5, 7, 9]
         before = get(client, "/v1/journal", limit=1000)
@@ -169,7 +170,7 @@ def test_a_large_state_is_shown_by_size_and_hash(tmp_path: Path) -> None:
     def shown_with(bytes_max: int) -> Any:
         path = make_world(tmp_path / f"w{bytes_max}")
         with open_node(path, limits=NodeLimits(value_bytes_shown_max=bytes_max)) as node:
-            client = TestClient(create_app(node))
+            client = authorize(TestClient(create_app(node)), node)
             send(client, "x", "none")
             return get(client, "/v1/cell", workflow=KEYED, key='"x"')["state"]
 
@@ -215,7 +216,7 @@ def test_journal_pages_both_ways_with_kind_cell_and_failure_filters(client: Test
 
 def test_a_filtered_scan_stops_at_its_limit_and_says_where(world_path: Path) -> None:
     with open_node(world_path, limits=NodeLimits(journal_scan_records_max=3)) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         for n in range(4):
             send(client, f"k{n}", "none")
         page = get(client, "/v1/journal", failed="true", before=head(client) + 1)
@@ -310,7 +311,7 @@ def test_bad_parameters_are_refused_and_change_nothing(client: TestClient) -> No
 def test_the_live_tail_streams_records_as_they_are_written(world_path: Path) -> None:
     limits = NodeLimits(tail_stream_ms_max=600, tail_poll_ms=20)
     with open_node(world_path, limits=limits) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         start = head(client)
         sent = send(client, "x", "none")
         with client.stream("GET", "/v1/journal/stream", params={"after": start}) as stream:
@@ -345,7 +346,7 @@ def test_a_scan_in_turns_gives_the_page_one_scan_gives(world_path: Path, per_tur
     """Long scans run in turns on the writer thread (writes go on between them); the pages
     are those of a single turn, both ways, filtered or not, and bounded the same."""
     with open_node(world_path) as node:
-        one = TestClient(create_app(node))
+        one = authorize(TestClient(create_app(node)), node)
         for n in range(6):
             send(one, f"k{n}", "trap" if n == 4 else "none")
         queries = [
@@ -358,11 +359,16 @@ def test_a_scan_in_turns_gives_the_page_one_scan_gives(world_path: Path, per_tur
         whole = [get(one, "/v1/journal", **q) for q in queries]
     limits = NodeLimits(journal_scan_records_per_turn=per_turn)
     with open_node(world_path, limits=limits) as node:
-        turns = TestClient(create_app(node))
+        turns = authorize(TestClient(create_app(node)), node)
         assert [get(turns, "/v1/journal", **q) for q in queries] == whole
     bounded = NodeLimits(journal_scan_records_per_turn=per_turn, journal_scan_records_max=4)
     with open_node(world_path, limits=bounded) as node:
-        page = get(TestClient(create_app(node)), "/v1/journal", failed="true", **{"from": 1})
+        page = get(
+            authorize(TestClient(create_app(node)), node),
+            "/v1/journal",
+            failed="true",
+            **{"from": 1},
+        )
         assert page["scanned"] == 4 and page["next_seq"] == 5 and page["records"] == []
 
 
@@ -370,7 +376,7 @@ def test_a_filtered_cell_page_looks_at_most_at_its_scan_bound(world_path: Path) 
     """A status filter that matches few cells stops after `journal_scan_records_max` cells
     looked at, says so, and goes on from the last one looked at: every cell is found once."""
     with open_node(world_path, limits=NodeLimits(journal_scan_records_max=3)) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         for n in range(7):
             send(client, f"k{n}", "none")
         send(client, "bad", "trap")

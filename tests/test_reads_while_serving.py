@@ -11,6 +11,7 @@ import httpx
 
 from aos.kernel.node.owner import owner_url
 from aos.kernel.world.world import World
+from tests.auth_fixtures import admin_headers
 from tests.test_cli_world import run, run_json
 from tests.test_node_process import make_world, node_process
 from tests.test_world import ping
@@ -21,7 +22,10 @@ PING = "demo/Ping@1"
 
 def test_every_read_command_works_beside_a_serving_node(tmp_path: Path) -> None:
     world = make_world(tmp_path / "w")
-    with node_process(world) as (url, _), httpx.Client(base_url=url, timeout=30) as http:
+    with (
+        node_process(world) as (url, _),
+        httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as http,
+    ):
         for key, action in (("b", "effect"), ("c", "trap")):
             sent = http.post(
                 "/v1/events", json={"schema": "demo/Ping@1", "value": ping(key, action, 1)}
@@ -49,7 +53,10 @@ def test_every_read_command_works_beside_a_serving_node(tmp_path: Path) -> None:
 
 def test_writes_go_through_the_node_that_owns_the_world(tmp_path: Path) -> None:
     world = make_world(tmp_path / "w")
-    with node_process(world) as (url, _), httpx.Client(base_url=url, timeout=30) as http:
+    with (
+        node_process(world) as (url, _),
+        httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as http,
+    ):
         assert owner_url(world) == url
 
         def height() -> int:

@@ -31,11 +31,13 @@ def _legacy_step(**fields: Any) -> dict[str, Any]:
         "events": fields["events"],
         "intents": fields["intents"],
     }
-    cancelled, ann = fields.get("cancelled"), fields.get("ann")
+    cancelled, ann, writes = fields.get("cancelled"), fields.get("ann"), fields.get("writes")
     if cancelled:
         record["cancelled"] = cancelled
     if ann is not None:
         record["ann"] = ann
+    if writes:
+        record["writes"] = writes
     return record
 
 
@@ -114,6 +116,7 @@ def _check(typed: records.TypedRecord, legacy: dict[str, Any], reread: Any) -> N
     intents=st.lists(hashes, max_size=3),
     cancelled=st.one_of(st.none(), st.lists(hashes, max_size=3)),
     ann=st.one_of(st.none(), values),
+    writes=st.one_of(st.none(), st.lists(hashes, max_size=3)),
 )
 def test_step_record_bytes_are_the_dict_records(**fields: Any) -> None:
     typed = records.StepRecord(**fields)

@@ -92,6 +92,17 @@ def test_decode_round_trips_like_kernel(value: Any) -> None:
     assert kernel_cbor.encode(kernel_cbor.decode(data)) == sdk_cbor.encode(decoded)
 
 
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(values, max_size=30))
+def test_a_list_from_its_items_encodings_is_the_lists_encoding(items: list[Any]) -> None:
+    assert sdk_cbor.encode_list([sdk_cbor.encode(i) for i in items]) == kernel_cbor.encode(items)
+
+
+def test_a_list_item_must_be_a_prefixed_encoding() -> None:
+    with pytest.raises(sdk_cbor.CborError):
+        sdk_cbor.encode_list([sdk_cbor.encode(1, self_describe=False)])
+
+
 @pytest.mark.parametrize("value", INT_EDGES + FLOAT_EDGES)
 def test_edges(value: Any) -> None:
     assert sdk_cbor.encode(value) == kernel_cbor.encode(value)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import psycopg
 
 from aos.kernel.store.pg_store import open_pg_store
 from aos.kernel.world_store import create_world
+from tests.auth_fixtures import node_http
 from tests.store_backends import world_id
 from tests.test_node_process import node_process
 
@@ -35,15 +35,17 @@ def test_a_node_serves_a_postgresql_world_until_another_writer_takes_it(
     ).close()
     # A lease far longer than the test: the node does not notice the take by itself first.
     with node_process(directory, "--owner-lease-ms", "600000") as (url, process):
-        sent = httpx.post(f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 7)})
+        sent = node_http.post(
+            f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 7)}
+        )
         assert sent.status_code == 200, sent.text
-        state = httpx.get(f"{url}/v1/state/demo/counter@1", params={"key": '"a"'}).json()
+        state = node_http.get(f"{url}/v1/state/demo/counter@1", params={"key": '"a"'}).json()
         assert state["state"]["count"] == 7
         with psycopg.connect(pg_store_dsn, autocommit=True) as conn:
             conn.execute("UPDATE aos_worlds SET epoch = epoch + 1 WHERE world = %s", (world,))
         with open_pg_store(pg_store_dsn, world, sync=False, readonly=True) as taker:
             head = taker.journal.head()
-            refused = httpx.post(
+            refused = node_http.post(
                 f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 5)}
             )
             assert refused.status_code == 409

@@ -31,6 +31,7 @@ from aos.kernel.store.limits import OWNER_LEASE_MS_MIN
 from aos.kernel.store.pg_store import PgStore, open_pg_store
 from aos.kernel.store.url import write_store_url
 from aos.kernel.world_store import create_world
+from tests.auth_fixtures import admin_headers, announced, node_http
 from tests.pg_cluster import free_port
 from tests.store_backends import world_id
 from tests.test_node_process import _AOS, _readline, make_world, node_process
@@ -95,7 +96,9 @@ def announced_process(
     stopped (SIGTERM, then SIGKILL) at the end unless it is gone already."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        yield json.loads(_readline(process, START_TIMEOUT_S)), process
+        found = json.loads(_readline(process, START_TIMEOUT_S))
+        with announced(found):
+            yield found, process
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -121,7 +124,7 @@ def refused_node(directory: Path, *options: str) -> dict[str, Any]:
 
 
 def where(node_url: str, world: str) -> dict[str, Any]:
-    answer = httpx.get(f"{node_url}/v1/worlds/{world}/node", timeout=30)
+    answer = node_http.get(f"{node_url}/v1/worlds/{world}/node", timeout=30)
     assert answer.status_code == 200, answer.text
     found: dict[str, Any] = answer.json()
     return found
@@ -137,16 +140,16 @@ def test_two_nodes_on_one_database_serve_two_worlds_and_say_where_each_is(
         node_process(tmp_path / "two", "--owner-lease-ms", LEASE_MS) as (two, _),
     ):
         for url, by in ((one, 3), (two, 4)):
-            sent = httpx.post(
+            sent = node_http.post(
                 f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", by)}
             )
             assert sent.status_code == 200, sent.text
         counts = [
-            httpx.get(f"{url}/v1/state/demo/counter@1", params={"key": '"a"'}).json()
+            node_http.get(f"{url}/v1/state/demo/counter@1", params={"key": '"a"'}).json()
             for url in (one, two)
         ]
         assert [c["state"]["count"] for c in counts] == [3, 4]
-        kernel_id = httpx.get(f"{two}/v1/world").json()["world_id"]
+        kernel_id = node_http.get(f"{two}/v1/world").json()["world_id"]
         # Either node answers for both worlds, by database key or by kernel world id.
         for asked in (one, two):
             assert where(asked, first)["url"] == one
@@ -169,7 +172,9 @@ def test_a_live_owner_refuses_every_other_writer_and_cli_writes_go_through_it(
     world = pg_world(pg_store_dsn, tmp_path / "a")
     elsewhere = second_directory(pg_store_dsn, world, tmp_path / "b")
     with node_process(tmp_path / "a", "--owner-lease-ms", LEASE_MS) as (url, _):
-        sent = httpx.post(f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 1)})
+        sent = node_http.post(
+            f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 1)}
+        )
         assert sent.status_code == 200, sent.text
         before = row_of(pg_store_dsn, world)
         with pytest.raises(StoreOwnedError) as caught:
@@ -188,7 +193,7 @@ def test_a_live_owner_refuses_every_other_writer_and_cli_writes_go_through_it(
             capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False,
         )  # fmt: skip
         assert done.returncode == 0, (done.stdout, done.stderr)
-        state = httpx.get(f"{url}/v1/state/demo/counter@1", params={"key": '"a"'}).json()
+        state = node_http.get(f"{url}/v1/state/demo/counter@1", params={"key": '"a"'}).json()
         assert state["state"]["count"] == 11
         epoch, head, _ = row_of(pg_store_dsn, world)
         assert epoch == before[0] and head > before[1]
@@ -201,27 +206,27 @@ def answer(params):
 
 
 def test_a_killed_node_is_taken_over_and_the_adapter_follows_the_world(
-    pg_store_dsn: str, tmp_path: Path
+    pg_store_dsn: str, tmp_path: Path, module_folder: Path
 ) -> None:
     world = pg_world(pg_store_dsn, tmp_path / "a", SCRIPTED)
     elsewhere = second_directory(pg_store_dsn, world, tmp_path / "b")
     key = tmp_path / "adapter.key"
     write_seed(key, ADAPTER_SEED)
-    (tmp_path / "fns.py").write_text(FUNCTIONS)
+    (module_folder / "fns.py").write_text(FUNCTIONS)
     port = free_port()
     second_url = f"http://127.0.0.1:{port}"
     with killable_node(tmp_path / "a") as (first_url, first):
         adapter = subprocess.Popen(
             [*AOS, "adapter", "run", "python", "--node", first_url, "--node", second_url,
              "--key", str(key), "--name", ADAPTER, "--effect", "demo/noop@1",
-             "--function", "fns:answer", "--module-path", str(tmp_path), "--retries", "40",
+             "--function", "fns:answer", "--module-path", str(module_folder), "--retries", "40",
              "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
             send_pings(first_url, "before", 3)
             settled(first_url)
-            height = httpx.get(f"{first_url}/v1/world").json()["height"]
+            height = node_http.get(f"{first_url}/v1/world").json()["height"]
             # Intents opened just before the kill: the adapter settles them on the new node.
             send_pings(first_url, "around", 3)
             first.send_signal(signal.SIGKILL)
@@ -257,13 +262,13 @@ def test_a_killed_node_is_taken_over_and_the_adapter_follows_the_world(
 def send_pings(url: str, prefix: str, keys: int) -> None:
     for n in range(keys):
         value = ping(f"{prefix}-{n}", "effect", 2)
-        sent = httpx.post(f"{url}/v1/events", json={"schema": "demo/Ping@1", "value": value})
+        sent = node_http.post(f"{url}/v1/events", json={"schema": "demo/Ping@1", "value": value})
         assert sent.status_code == 200, sent.text
 
 
 def settled(url: str) -> list[dict[str, Any]]:
     """Wait until no intent is open (the adapter settled them all); the whole journal."""
-    with httpx.Client(base_url=url, timeout=30) as http:
+    with httpx.Client(base_url=url, timeout=30, headers=admin_headers(url)) as http:
         deadline = SETTLE_TIMEOUT_S * 10
         for _ in range(int(deadline)):
             if http.get("/v1/world").json()["open_intents"] == 0:
@@ -312,7 +317,7 @@ def take_while_paused(process: subprocess.Popen[str], dsn: str, world: str) -> P
 
 def test_a_node_on_an_embedded_world_answers_for_its_own_world_only(tmp_path: Path) -> None:
     with node_process(make_world(tmp_path / "w")) as (url, _):
-        kernel_id = httpx.get(f"{url}/v1/world").json()["world_id"]
+        kernel_id = node_http.get(f"{url}/v1/world").json()["world_id"]
         own = where(url, kernel_id)
         assert own["url"] == url and own["live"] is True
         assert where(url, "another")["url"] is None

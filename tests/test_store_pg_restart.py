@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from aos.kernel.replay import verify
@@ -24,6 +23,7 @@ from aos.kernel.store.pg_store import PgStore, open_pg_store
 from aos.kernel.verify import verify_world
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world_store import create_world
+from tests.auth_fixtures import node_http
 from tests.pg_cluster import RESTART_MODES, PgCluster
 from tests.store_backends import world_id
 from tests.test_node_process import node_process
@@ -124,19 +124,23 @@ def test_a_node_answers_503_for_the_cut_off_event_and_serves_on_after_a_restart(
     create_world(directory, COUNTER_C, store_url=store_url, sync=False).close()
     state_url = "/v1/state/demo/counter@1"
     with node_process(directory) as (url, _):
-        sent = httpx.post(f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 7)})
+        sent = node_http.post(
+            f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 7)}
+        )
         assert sent.status_code == 200, sent.text
         # Fast: a shutdown checkpoint keeps what the node committed with --no-sync
         # (`synchronous_commit` off), which an immediate restart may lose (spec/07 §11.2).
         cluster.restart("fast")
-        cut = httpx.post(f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 5)})
+        cut = node_http.post(
+            f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 5)}
+        )
         assert cut.status_code == 503, cut.text
         assert cut.json()["error"]["code"] == "store.unavailable"
-        served = httpx.post(
+        served = node_http.post(
             f"{url}/v1/events", json={"schema": COUNTER, "value": increment("a", 3)}
         )
         assert served.status_code == 200, served.text
-        state = httpx.get(f"{url}{state_url}", params={"key": '"a"'}).json()
+        state = node_http.get(f"{url}{state_url}", params={"key": '"a"'}).json()
         # The cut-off event never reached the server (its connection was dead before BEGIN).
         assert state["state"]["count"] == 10
     verify_world(directory)

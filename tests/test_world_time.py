@@ -15,6 +15,7 @@ from aos.kernel import replay
 from aos.kernel.node.app import create_app
 from aos.kernel.world.errors import TimeOutOfRangeError
 from aos.kernel.world.world import LOGICAL_NS_MAX, World
+from tests.auth_fixtures import authorize
 from tests.test_node import open_node
 from tests.test_world import SCRIPTED, create, journal_bytes, ping
 
@@ -72,7 +73,7 @@ def test_the_node_refuses_a_time_past_the_range(tmp_path: Path) -> None:
     path = tmp_path / "w"
     create(path, SCRIPTED, clock="manual").close()
     with open_node(path) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         before = client.get("/v1/world").json()
         for by_ns in (2**63, 2**64, 10**30):
             answer = client.post("/v1/time/advance", json={"by_ns": by_ns})

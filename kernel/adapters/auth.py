@@ -129,7 +129,7 @@ class AdapterAuth(httpx.Auth):
     """Signs every request of an httpx client as `adapter` for world `world`: what the SDK
     uses, and what a test or a script holding a key file can pass as `auth=`. A `world`
     callable that answers None (the id is not known yet) leaves the request unsigned: only
-    `GET /v1/world` and `GET /v1/adapters` are sent then, and they need no signature."""
+    the public `GET /v1/health` is sent then, which answers the id."""
 
     requires_request_body = True
 

@@ -48,6 +48,7 @@ from aos.kernel.adapters.signing import (
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
+from aos.kernel.node.tls import client_verify
 from aos.kernel.world.receipts import (
     RECEIPT_BYTES_MAX_DEFAULT,
     ReceiptError,
@@ -363,7 +364,10 @@ class NodeRoute:
     def _where(self, node: str, world: str) -> str | None:
         try:
             with httpx.Client(
-                transport=self._transport, timeout=FOLLOW_TIMEOUT_S, trust_env=False
+                transport=self._transport,
+                timeout=FOLLOW_TIMEOUT_S,
+                trust_env=False,
+                verify=client_verify(node),
             ) as client:
                 answer = client.get(f"{node}/v1/worlds/{world}/node").json()
         except (httpx.HTTPError, ValueError):
@@ -432,6 +436,10 @@ class NodeClient:
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=connections_max),
             trust_env=False,  # a loopback node must not be sent through an HTTP proxy
+            # An https node is verified (AOS_CA for a private CA, AOS_CLIENT_CERT/KEY for
+            # mutual TLS); a route may move the world to another node, so with a route the
+            # context is made whatever the first node's scheme.
+            verify=client_verify("https://" if route is not None else base_url),
         )
 
     def close(self) -> None:
@@ -661,10 +669,12 @@ class Adapter:
     def world_id(self) -> str:
         """The id of the node's world (receipts are signed for it); fetched once."""
         if self._world_id is None:
-            answer = self._lease_client.request("GET", "/v1/world", stop=self._stop)
+            # The public health route: the id is what a signature is made for, so it is asked
+            # before anything can be signed.
+            answer = self._lease_client.request("GET", "/v1/health", stop=self._stop)
             world_id = answer.get("world_id") if isinstance(answer, dict) else None
             if not isinstance(world_id, str) or not world_id:
-                raise AdapterNodeProtocolError("GET /v1/world has no world_id")
+                raise AdapterNodeProtocolError("GET /v1/health has no world_id")
             self._world_id = world_id
         return self._world_id
 

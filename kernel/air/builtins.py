@@ -32,6 +32,14 @@ Field meanings (seed §3.4-3.5, DESIGN §5 ingress stamps):
 intent is settled anyway): the same identity fields, `error_code` and `error_message` from the
 normalizer, and the raw `payload`.
 
+`sys/StepFault@1` (a fault notice, delivered to the faulted cell only, when its workflow's
+event schema takes it: spec/03-world.md §7.1):
+    code, message    the fault's, as the `step_fault` record keeps them
+    module           the module hash that faulted
+    seq              journal sequence of the `step_fault` record
+    input, delivery  the delivery that faulted: its input record and index
+    event            canonical CBOR of the event value that delivery gave the cell
+
 `sys/timer.set@1`: params `sys/TimerSetParams@1` (`deliver_at_ns`: logical time, `key`: an
 optional correlation text), receipt `sys/TimerSetReceipt@1` (`delivered_at_ns`, `key`),
 settled by the kernel's own adapter identity `sys/timer@1`, which has no manifest key because
@@ -50,6 +58,7 @@ WORKFLOW_CONTEXT = "sys/WorkflowContext@1"
 RECEIPT_STATUS = "sys/EffectReceiptStatus@1"
 RECEIPT_ENVELOPE = "sys/EffectReceiptEnvelope@1"
 RECEIPT_REJECTED = "sys/EffectReceiptRejected@1"
+STEP_FAULT = "sys/StepFault@1"
 TIMER_SET_PARAMS = "sys/TimerSetParams@1"
 TIMER_SET_RECEIPT = "sys/TimerSetReceipt@1"
 TIMER_SET_EFFECT = "sys/timer.set@1"
@@ -109,6 +118,17 @@ _SCHEMA_TYPES: dict[str, dict[str, Any]] = {
             "error_code": _prim("text"),
             "error_message": _prim("text"),
             "payload": _prim("bytes"),
+        }
+    },
+    STEP_FAULT: {
+        "record": {
+            "code": _prim("text"),
+            "message": _prim("text"),
+            "module": _prim("hash"),
+            "seq": _prim("nat"),
+            "input": _prim("nat"),
+            "delivery": _prim("nat"),
+            "event": _prim("bytes"),
         }
     },
     TIMER_SET_PARAMS: {"record": {"deliver_at_ns": _prim("time"), "key": _option(_prim("text"))}},

@@ -26,10 +26,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-import yaml
 from pydantic import ValidationError
 
-from aos.kernel import jsontext
+from aos.kernel import jsontext, yamltext
 from aos.kernel.air import builtins
 from aos.kernel.air.base import loc_to_path
 from aos.kernel.air.check import AnyDefinition, check_definitions, check_manifest
@@ -59,6 +58,9 @@ DEFINITIONS_MAX = 4096
 DOCUMENT_DEPTH_MAX = 128
 """Most nested JSON/YAML containers in one authored document (keeps every later walk of a
 definition far from Python's recursion limit)."""
+DOCUMENT_NODES_MAX = yamltext.YAML_NODES_MAX_DEFAULT
+"""Most values of one YAML file, each alias counted as the values it repeats (a few hundred
+bytes of nested aliases would otherwise expand into an exponential walk)."""
 MODULE_BYTES_MAX = 256 * 1024 * 1024
 """Largest WASM artifact the default resolver reads."""
 
@@ -310,19 +312,11 @@ class _Collector:
         try:
             text = file.read_bytes().decode("utf-8")
             documents = _parse_text(text, yaml_syntax=file.suffix != ".json")
-        except (ValueError, TypeError, yaml.YAMLError, RecursionError, InvalidInputError) as error:
+        except (ValueError, InvalidInputError) as error:
+            # ValueError: text that is not UTF-8.
             message = str(error).splitlines()[0] if str(error) else type(error).__name__
             self.add("air.file_invalid", relative, f"cannot parse: {message}", relative)
             return None
-        for document in documents:
-            if _nesting(document) > DOCUMENT_DEPTH_MAX:
-                self.add(
-                    "air.file_invalid",
-                    relative,
-                    f"nests deeper than {DOCUMENT_DEPTH_MAX}",
-                    relative,
-                )
-                return None
         return documents
 
     def _read_definition_file(self, file: Path) -> None:
@@ -468,7 +462,7 @@ def read_document(path: str | os.PathLike[str]) -> Any:
         documents = _parse_text(
             file.read_bytes().decode("utf-8"), yaml_syntax=file.suffix != ".json"
         )
-    except (ValueError, TypeError, yaml.YAMLError, RecursionError, InvalidInputError) as error:
+    except (ValueError, InvalidInputError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DocumentInvalidError(f"cannot parse: {message}", path=str(file)) from None
     if len(documents) != 1:
@@ -477,47 +471,10 @@ def read_document(path: str | os.PathLike[str]) -> Any:
 
 
 def _parse_text(text: str, *, yaml_syntax: bool) -> list[Any]:
+    """The documents of one file, nesting and size bounded as they are parsed (so no later
+    walk of a definition can recurse too deeply or expand an alias bomb)."""
     if not yaml_syntax:
         # The one strict reader of outside JSON: no duplicate keys, no NaN, depth bounded.
         return [jsontext.parse(text, depth_max=DOCUMENT_DEPTH_MAX)]
-    return [doc for doc in yaml.load_all(text, Loader=_StrictYamlLoader) if doc is not None]
-
-
-class _StrictYamlLoader(yaml.SafeLoader):
-    """SafeLoader without implicit timestamps (a date stays text) and with duplicate keys
-    rejected (YAML would silently keep the last)."""
-
-    yaml_implicit_resolvers = {  # noqa: RUF012 (PyYAML reads this class attribute)
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _nesting(document: Any) -> int:
-    """How deeply containers nest in a parsed document (iterative: input is untrusted)."""
-    deepest = 0
-    stack = [(document, 1)]
-    while stack:
-        value, level = stack.pop()
-        if isinstance(value, dict):
-            children: Any = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
-        deepest = max(deepest, level)
-        if level > DOCUMENT_DEPTH_MAX:
-            return level
-        stack.extend((child, level + 1) for child in children)
-    return deepest
+    documents = yamltext.parse_all(text, depth_max=DOCUMENT_DEPTH_MAX, nodes_max=DOCUMENT_NODES_MAX)
+    return [doc for doc in documents if doc is not None]

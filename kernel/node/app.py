@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
+import functools
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -22,11 +23,12 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from aos.kernel import cbor, jsontext
+from aos.kernel import jsontext
 from aos.kernel.buckets import Buckets
 from aos.kernel.errors import AosError
 from aos.kernel.jsontext import JsonInvalidError
 from aos.kernel.node import models, views
+from aos.kernel.node.access import AccessGuard, acting_user, needs, principal_of
 from aos.kernel.node.adapter_api import (
     CBOR_MEDIA_TYPE,
     LEASES_PATH,
@@ -39,14 +41,28 @@ from aos.kernel.node.adapter_api import (
 )
 from aos.kernel.node.errors import (
     MediaTypeUnsupportedError,
+    NodeBusyError,
     NodeInternalError,
     QueryInvalidError,
     RequestInvalidError,
     RequestTimeoutError,
     RequestTooLargeError,
+    answer_early,
     http_status,
 )
 from aos.kernel.node.human import InboxError
+from aos.kernel.node.identities import (
+    ADAPTER,
+    ADMIN,
+    DEPLOY,
+    GOVERN,
+    OPERATE,
+    PUBLIC,
+    READ,
+    SEND,
+    TASK,
+)
+from aos.kernel.node.identity_api import add_identity_routes
 from aos.kernel.node.metrics import (
     METRICS_PATH,
     CountingAnswers,
@@ -56,6 +72,8 @@ from aos.kernel.node.metrics import (
     exposition,
 )
 from aos.kernel.node.node import Node
+from aos.kernel.node.proposals import read_proposal
+from aos.kernel.node.rate import TokenBuckets, WriteRateLimit
 from aos.kernel.node.read_api import add_read_routes
 from aos.kernel.world.world import World
 
@@ -63,6 +81,7 @@ API_VERSION = "1"
 BLOB_MEDIA_TYPE = "application/octet-stream"
 BLOBS_PATH = "/v1/blobs"
 PROPOSALS_PATH = "/v1/gov/proposals"
+_CBOR_MEDIA = CBOR_MEDIA_TYPE.encode()
 
 log = logging.getLogger("aos.node")
 
@@ -89,6 +108,7 @@ def create_app(node: Node) -> FastAPI:
     _add_error_handlers(app)
     _add_routes(app, node)
     add_read_routes(app, node)
+    add_identity_routes(app, node.authority)
     _add_body_schemas(app)
     answers = HttpCounts()
     _add_metrics_route(app, node, answers)
@@ -101,10 +121,23 @@ def create_app(node: Node) -> FastAPI:
         bytes_max=node.limits.request_bytes_max,
         body_ms_max=node.limits.request_body_ms_max,
         json_depth_max=node.limits.json_depth_max,
+        large_bodies_max=node.limits.large_bodies_max,
         by_path={
-            BLOBS_PATH: ("blob_bytes_max", node.limits.blob_bytes_max),
-            PROPOSALS_PATH: ("proposal_bytes_max", node.limits.proposal_bytes_max),
+            BLOBS_PATH: BodyLimit("blob_bytes_max", node.limits.blob_bytes_max),
+            # JSON proposals carry no binaries: request_bytes_max holds them.
+            PROPOSALS_PATH: BodyLimit(
+                "proposal_bytes_max", node.limits.proposal_bytes_max, _CBOR_MEDIA
+            ),
         },
+    )
+    # Inside the access guard, so a caller's bucket is its identity's once it has proved one;
+    # before the body guard: a caller over its write rate is refused before its body is read.
+    buckets = TokenBuckets(node.limits.write_rate_per_s, node.limits.write_burst_max)
+    app.add_middleware(WriteRateLimit, buckets=buckets)
+    # Outside the body guard: an unauthenticated or unauthorized request is refused before
+    # its body is read.
+    app.add_middleware(
+        AccessGuard, authority=node.authority, router=app.router, verifier=node.verifier
     )
     # Outermost: every answer is counted, the guard's refusals too.
     app.add_middleware(CountingAnswers, counts=answers)
@@ -129,12 +162,18 @@ def _add_routes(app: FastAPI, node: Node) -> None:
 
     signed = Depends(adapter_identity)
 
-    @app.get("/v1/world", response_model=models.WorldResponse, tags=["world"])
+    @app.get("/v1/health", response_model=models.HealthResponse, tags=["world"], **needs(PUBLIC))
+    async def get_health() -> dict[str, Any]:
+        """Whether the node serves, and its world's id (what an adapter signs its requests
+        for). Public: it shows nothing else."""
+        return {"status": "ok", "world_id": node.world_id, "api": API_VERSION}
+
+    @app.get("/v1/world", response_model=models.WorldResponse, tags=["world"], **needs(READ))
     async def get_world() -> dict[str, Any]:
         """Height, manifest, logical time, cells per workflow, open intents, leases."""
         return await node.info()
 
-    @app.post("/v1/events", response_model=models.EventResponse, tags=["world"])
+    @app.post("/v1/events", response_model=models.EventResponse, tags=["world"], **needs(SEND))
     async def post_event(
         request: models.EventRequest,
         idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
@@ -150,23 +189,38 @@ def _add_routes(app: FastAPI, node: Node) -> None:
             )
         return await node.send(request.schema_, request.value, key or idempotency_key)
 
-    @app.get("/v1/state/{workflow:path}", response_model=models.StateResponse, tags=["world"])
+    @app.get(
+        "/v1/state/{workflow:path}",
+        response_model=models.StateResponse,
+        tags=["world"],
+        **needs(READ),
+    )
     async def get_state(
         workflow: str, key: str | None = Query(None, description="The cell key as JSON.")
     ) -> dict[str, Any]:
         """The state of one cell (leave `key` out for an unkeyed workflow)."""
         return await node.state(workflow, _json_text(key, "$.key"), key is not None)
 
-    @app.get("/v1/adapters", response_model=models.AdaptersResponse, tags=["adapters"])
+    @app.get(
+        "/v1/adapters",
+        response_model=models.AdaptersResponse,
+        tags=["adapters"],
+        **needs(PUBLIC),
+    )
     async def get_adapters() -> dict[str, Any]:
-        """The manifest's adapter identities: name, public key, the effects each may settle."""
+        """The manifest's adapter identities: name, public key, the effects each may settle.
+        Public: an adapter checks its own key here before it can sign (spec/10 §2), and a
+        public key is no secret."""
         return node.adapters()
 
     @app.post(
         LEASES_PATH,
         response_model=models.LeaseResponse,
         tags=["adapters"],
-        openapi_extra={"requestBody": _body_schema("LeaseRequest", "application/json")},
+        **needs(
+            ADAPTER,
+            openapi_extra={"requestBody": _body_schema("LeaseRequest", "application/json")},
+        ),
     )
     async def post_leases(request: Request, identity: str = signed) -> dict[str, Any]:
         """Lease open intents the adapter may settle; long-poll up to `wait_ms` for work.
@@ -174,7 +228,12 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         of this route, with the same function.)"""
         return await serve_lease(node, identity, await request.body())
 
-    @app.post("/v1/leases/{lease_id}/renew", response_model=models.RenewResponse, tags=["adapters"])
+    @app.post(
+        "/v1/leases/{lease_id}/renew",
+        response_model=models.RenewResponse,
+        tags=["adapters"],
+        **needs(ADAPTER),
+    )
     async def post_lease_renew(lease_id: str, identity: str = signed) -> dict[str, Any]:
         """Extend a held lease by lease_ms (signed by its holder). `lease.revoked` (409) when
         the workflow cancelled the intent: the adapter should stop, since its receipt would be
@@ -182,7 +241,10 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         return node.renew(lease_id, identity)
 
     @app.post(
-        "/v1/leases/{lease_id}/progress", response_model=models.RenewResponse, tags=["adapters"]
+        "/v1/leases/{lease_id}/progress",
+        response_model=models.RenewResponse,
+        tags=["adapters"],
+        **needs(ADAPTER),
     )
     async def post_lease_progress(
         lease_id: str, request: models.ProgressRequest, identity: str = signed
@@ -191,7 +253,12 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         newest few per intent), never journaled, never seen by a workflow."""
         return node.progress(lease_id, request.model_dump(), identity)
 
-    @app.get("/v1/intents/{intent}", response_model=models.IntentResponse, tags=["world"])
+    @app.get(
+        "/v1/intents/{intent}",
+        response_model=models.IntentResponse,
+        tags=["world"],
+        **needs(READ),
+    )
     async def get_intent(intent: str) -> dict[str, Any]:
         """An intent: open with its record, or settled or cancelled; its progress frames."""
         return await node.intent(intent)
@@ -200,9 +267,12 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         RECEIPTS_PATH,
         response_model=models.SettleResponse,
         tags=["adapters"],
-        openapi_extra={
-            "requestBody": _body_schema("ReceiptRequest", "application/json", CBOR_MEDIA_TYPE)
-        },
+        **needs(
+            ADAPTER,
+            openapi_extra={
+                "requestBody": _body_schema("ReceiptRequest", "application/json", CBOR_MEDIA_TYPE)
+            },
+        ),
     )
     async def post_receipt(request: Request, identity: str = signed) -> dict[str, Any]:
         """Settle an intent with a signed receipt (JSON or application/cbor), then run the
@@ -216,7 +286,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         BLOBS_PATH,
         response_model=models.BlobResponse,
         tags=["adapters"],
-        openapi_extra={"requestBody": _BLOB_BODY},
+        **needs(ADAPTER, openapi_extra={"requestBody": _BLOB_BODY}),
     )
     async def post_blob(request: Request, identity: str = signed) -> dict[str, Any]:
         """Store the raw body (application/octet-stream, at most blob_bytes_max) in the
@@ -231,7 +301,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
             )
         return await node.put_blob(await request.body())
 
-    @app.get("/v1/tasks", response_model=models.TasksResponse, tags=["human"])
+    @app.get("/v1/tasks", response_model=models.TasksResponse, tags=["human"], **needs(TASK, READ))
     async def get_tasks(
         limit: int = 100,
         assignee: str | None = None,
@@ -242,82 +312,141 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         to `assignee`, naming `role`, or (not) claimed, when given."""
         return await node.tasks(limit, assignee=assignee, role=role, status=status)
 
-    @app.get("/v1/tasks/{intent}", response_model=models.TaskBody, tags=["human"])
+    @app.get(
+        "/v1/tasks/{intent}", response_model=models.TaskBody, tags=["human"], **needs(TASK, READ)
+    )
     async def get_task(intent: str) -> dict[str, Any]:
         return await node.task(intent)
 
-    @app.post("/v1/tasks/{intent}/complete", response_model=models.SettleResponse, tags=["human"])
-    async def complete_task(intent: str, request: models.TaskCompleteRequest) -> dict[str, Any]:
-        """Complete a task: the node signs the receipt with the human adapter's key. A
-        claimed task only by its holder (`user`)."""
-        return await node.complete_task(intent, request.status, request.payload, request.user)
+    @app.post(
+        "/v1/tasks/{intent}/complete",
+        response_model=models.SettleResponse,
+        tags=["human"],
+        **needs(TASK),
+    )
+    async def complete_task(
+        intent: str, body: models.TaskCompleteRequest, request: Request
+    ) -> dict[str, Any]:
+        """Complete a task as the caller's identity: the node signs the receipt with the
+        human adapter's key. A claimed task only by its holder; an unclaimed one only by
+        whoever may claim it (its assignee, holding one of its roles)."""
+        acting = acting_user(request, body.user, [], required=False)
+        return await node.complete_task(
+            intent, body.status, body.payload, acting.user, acting.checked_roles
+        )
 
-    @app.post("/v1/tasks/{intent}/claim", response_model=models.TaskBody, tags=["human"])
-    async def claim_task(intent: str, request: models.TaskClaimRequest) -> dict[str, Any]:
-        """Claim a task: it must not be held by or assigned to someone else, and the user
-        must present one of its roles (if it names any). Idempotent for its holder."""
-        return await node.claim_task(intent, request.user, request.roles)
+    @app.post(
+        "/v1/tasks/{intent}/claim",
+        response_model=models.TaskBody,
+        tags=["human"],
+        **needs(TASK),
+    )
+    async def claim_task(intent: str, body: models.TaskClaimRequest, request: Request) -> Any:
+        """Claim a task as the caller's identity: it must not be held by or assigned to
+        someone else, and the identity must hold one of its roles (if it names any).
+        Idempotent for its holder."""
+        acting = acting_user(request, body.user, body.roles)
+        assert acting.user is not None
+        return await node.claim_task(intent, acting.user, list(acting.roles))
 
-    @app.post("/v1/tasks/{intent}/release", response_model=models.TaskBody, tags=["human"])
-    async def release_task(intent: str, request: models.TaskReleaseRequest) -> dict[str, Any]:
+    @app.post(
+        "/v1/tasks/{intent}/release",
+        response_model=models.TaskBody,
+        tags=["human"],
+        **needs(TASK),
+    )
+    async def release_task(intent: str, body: models.TaskReleaseRequest, request: Request) -> Any:
         """Give a claimed task back (its holder only)."""
-        return await node.release_task(intent, request.user)
+        user = acting_user(request, body.user, []).user
+        assert user is not None
+        return await node.release_task(intent, user)
 
-    @app.post("/v1/tasks/{intent}/reassign", response_model=models.TaskBody, tags=["human"])
-    async def reassign_task(intent: str, request: models.TaskReassignRequest) -> dict[str, Any]:
-        """Set a task's assignee (its holder, or anyone while it is not claimed); handing it
-        to someone else releases the claim."""
-        return await node.reassign_task(intent, request.user, request.to)
+    @app.post(
+        "/v1/tasks/{intent}/reassign",
+        response_model=models.TaskBody,
+        tags=["human"],
+        **needs(TASK),
+    )
+    async def reassign_task(
+        intent: str, body: models.TaskReassignRequest, request: Request
+    ) -> dict[str, Any]:
+        """Set a task's assignee: its holder may, or while it is not claimed whoever may
+        claim it (or an admin); handing it to someone else releases the claim."""
+        acting = acting_user(request, body.user, [])
+        roles = None if principal_of(request.scope).may(ADMIN) else acting.checked_roles
+        assert acting.user is not None
+        return await node.reassign_task(intent, acting.user, body.to, roles)
 
     @app.get(
-        "/v1/tasks/{intent}/history", response_model=models.TaskHistoryResponse, tags=["human"]
+        "/v1/tasks/{intent}/history",
+        response_model=models.TaskHistoryResponse,
+        tags=["human"],
+        **needs(TASK, READ),
     )
     async def get_task_history(intent: str) -> dict[str, Any]:
         """A task's history, oldest first; also of a closed task the inbox remembers."""
         return await node.task_history(intent)
 
-    @app.post(PROPOSALS_PATH, tags=["governance"])
+    parsing = asyncio.Semaphore(1)  # one proposal decoded at a time: a bound on its memory
+
+    @app.post(PROPOSALS_PATH, tags=["governance"], **needs(DEPLOY))
     async def post_gov_proposal(request: Request) -> dict[str, Any]:
         """Propose a patch (journaled), as `aos gov propose`: `{"patch": ..., "modules":
         [binary, ...], "expected_hash": HASH or null}` as application/cbor (module binaries
-        are byte strings), or JSON without binaries. At most proposal_bytes_max."""
-        patch, modules, expected = _proposal_request(
-            await request.body(), request.headers.get("content-type")
-        )
-        return await node.gov_propose(patch, modules, expected)
+        are byte strings; at most proposal_bytes_max and proposal_values_max), or JSON without
+        binaries (at most request_bytes_max)."""
+        body = await request.body()
+        is_cbor = _media_type(request.headers.get("content-type", "").encode()) == _CBOR_MEDIA
+        values_max = node.limits.proposal_values_max
+        async with parsing:  # decoded, hashed and validated beside the writer thread
+            proposal = await asyncio.to_thread(
+                functools.partial(read_proposal, body, is_cbor=is_cbor, values_max=values_max)
+            )
+        return await node.gov_propose(proposal)
 
-    @app.post("/v1/gov/{proposal}/shadow", tags=["governance"])
+    @app.post("/v1/gov/{proposal}/shadow", tags=["governance"], **needs(DEPLOY))
     async def post_gov_shadow(proposal: str) -> dict[str, Any]:
         """Shadow a proposal against the live history (in a worker process, beside the
         writer) and journal the report, as `aos gov shadow`; answers the report."""
         return await node.gov_shadow(proposal)
 
-    @app.post("/v1/gov/{proposal}/decision", tags=["governance"])
+    @app.post("/v1/gov/{proposal}/decision", tags=["governance"], **needs(GOVERN))
     async def post_gov_decision(
-        proposal: str, request: models.GovDecisionRequest
+        proposal: str, body: models.GovDecisionRequest, request: Request
     ) -> dict[str, Any]:
-        """Approve or reject a proposal (journaled), as `aos gov approve|reject`."""
+        """Approve or reject a proposal (journaled with the caller's identity as approver),
+        as `aos gov approve|reject`."""
+        approver = acting_user(request, body.approver, [], required=False).user or "local"
         return await node.gov_decide(
-            proposal, approve=request.approve, approver=request.approver, reason=request.reason
+            proposal, approve=body.approve, approver=approver, reason=body.reason
         )
 
-    @app.post("/v1/gov/{proposal}/apply", tags=["governance"])
+    @app.post("/v1/gov/{proposal}/apply", tags=["governance"], **needs(GOVERN))
     async def post_gov_apply(proposal: str) -> dict[str, Any]:
         """Switch the world to an approved, currently shadowed proposal's manifest; needs
         strict quiescence (`gov.not_quiescent`, 409, lists the blockers)."""
         return await node.gov_apply(proposal)
 
-    @app.post("/v1/operations", response_model=models.OperationResponse, tags=["world"])
+    @app.post(
+        "/v1/operations",
+        response_model=models.OperationResponse,
+        tags=["world"],
+        **needs(OPERATE),
+    )
     async def post_operation(request: models.OperationRequest) -> dict[str, Any]:
         """Retry or reset a cell, or cancel an open intent (journaled; see spec/03 §13)."""
         return await node.operate(request.model_dump())
 
-    @app.post("/v1/time/advance", response_model=models.TimeResponse, tags=["time"])
+    @app.post(
+        "/v1/time/advance", response_model=models.TimeResponse, tags=["time"], **needs(OPERATE)
+    )
     async def advance_time(request: models.TimeAdvanceRequest) -> dict[str, Any]:
         """Move a manual-clock world's logical time forward; due timers fire."""
         return await node.advance_time(request.by_ns)
 
-    @app.post("/v1/time/jump-next", response_model=models.TimeResponse, tags=["time"])
+    @app.post(
+        "/v1/time/jump-next", response_model=models.TimeResponse, tags=["time"], **needs(OPERATE)
+    )
     async def jump_next() -> dict[str, Any]:
         """Move a manual-clock world to its next timer deadline (report null: none pending)."""
         return await node.jump_next_timer()
@@ -325,31 +454,6 @@ def _add_routes(app: FastAPI, node: Node) -> None:
 
 # --------------------------------------------------------------------------------------------
 # Bodies
-
-
-def _proposal_request(body: bytes, content_type: str | None) -> tuple[Any, list[bytes], str | None]:
-    media_type = (content_type or "").split(";")[0].strip().lower()
-    if media_type == CBOR_MEDIA_TYPE:
-        parsed = cbor.decode(body)
-    else:
-        parsed = cbor.from_json(_json_bytes(body, "$"))
-    if not isinstance(parsed, dict) or "patch" not in parsed:
-        raise RequestInvalidError(
-            'the body is {"patch": ..., "modules": [...], "expected_hash": ...}'
-        )
-    unknown = set(parsed) - {"patch", "modules", "expected_hash"}
-    modules = parsed.get("modules") or []
-    expected = parsed.get("expected_hash")
-    if unknown or not isinstance(modules, list) or not all(isinstance(m, bytes) for m in modules):
-        raise RequestInvalidError("a proposal has patch, modules (byte strings), expected_hash")
-    binaries = [m for m in modules if isinstance(m, bytes)]
-    if expected is not None and not isinstance(expected, str):
-        raise RequestInvalidError("expected_hash is a hash text or null", path="$.expected_hash")
-    return parsed["patch"], binaries, expected
-
-
-def _json_bytes(data: bytes, path: str) -> Any:
-    return jsontext.parse(data, path=path)
 
 
 def _json_text(text: str | None, path: str) -> Any:
@@ -471,6 +575,7 @@ def _add_metrics_route(app: FastAPI, node: Node, answers: HttpCounts) -> None:
         tags=["read"],
         response_class=Response,
         responses={200: {"content": {"text/plain": {}}, "description": "The metrics."}},
+        **needs(READ),
     )
     async def get_metrics(request: Request) -> Response:
         """The node's metrics in Prometheus's text format, or OpenMetrics when the `Accept`
@@ -503,12 +608,26 @@ def _add_metrics_route(app: FastAPI, node: Node, answers: HttpCounts) -> None:
 # Body size
 
 
+@dataclass(frozen=True)
+class BodyLimit:
+    """A route's own body limit, larger than `request_bytes_max`: for bodies of `media_type`
+    (any, when None); others on that route are held to `request_bytes_max`."""
+
+    name: str
+    bytes_max: int
+    media_type: bytes | None = None
+
+
 class RequestGuard:
     """Reads a request's whole body before the app sees it, so no handler ever holds more than
     a limit or waits on a stalled client:
-    - past its size limit (by its Content-Length or by what has arrived) it is refused with 413
-      `request.too_large`; the limit is `bytes_max` (`request_bytes_max`), or the named one
-      `by_path` gives for the request's exact path;
+    - past its size limit (by its Content-Length, before a byte of it is read, or by what has
+      arrived) it is refused with 413 `request.too_large`; the limit is `bytes_max`
+      (`request_bytes_max`), or the `BodyLimit` that `by_path` gives for the request's exact
+      path and media type;
+    - bodies under such a larger limit are read at most `large_bodies_max` at once, each until
+      the app has answered: what they hold in memory is bounded (one that cannot start within
+      `body_ms_max` is 503 `node.busy`);
     - a body not complete within `body_ms_max` of the headers is 408 `request.timeout`;
     - a JSON body (by its media type, or none given) must be strict JSON nested at most
       `json_depth_max` (kernel/jsontext.py), else 400 `input.invalid_json` /
@@ -522,21 +641,53 @@ class RequestGuard:
         bytes_max: int,
         body_ms_max: int,
         json_depth_max: int,
-        by_path: dict[str, tuple[str, int]] | None = None,
+        large_bodies_max: int,
+        by_path: dict[str, BodyLimit] | None = None,
     ) -> None:
         self.app = app
         self.bytes_max = bytes_max
         self.body_s_max = body_ms_max / 1000
         self.json_depth_max = json_depth_max
+        self.large_bodies = asyncio.Semaphore(large_bodies_max)
         self.by_path = by_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        name, bytes_max = self.by_path.get(route_path(scope), ("request_bytes_max", 0))
-        bytes_max = bytes_max or self.bytes_max
         headers = dict(scope.get("headers", ()))
+        limit = self._limit(route_path(scope), headers.get(b"content-type"))
+        if limit.bytes_max <= self.bytes_max:
+            await self._guarded(scope, receive, send, headers, limit)
+            return
+        try:
+            await asyncio.wait_for(self.large_bodies.acquire(), timeout=self.body_s_max)
+        except TimeoutError:
+            busy = NodeBusyError(f"{limit.name} bodies are being read; retry shortly")
+            await answer_early(send, busy)
+            return
+        try:
+            await self._guarded(scope, receive, send, headers, limit)
+        finally:
+            self.large_bodies.release()
+
+    def _limit(self, path: str, content_type: bytes | None) -> BodyLimit:
+        found = self.by_path.get(path)
+        if found is None or (
+            found.media_type is not None and _media_type(content_type) != found.media_type
+        ):
+            return BodyLimit("request_bytes_max", self.bytes_max)
+        return found
+
+    async def _guarded(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: dict[bytes, bytes],
+        limit: BodyLimit,
+    ) -> None:
+        name, bytes_max = limit.name, limit.bytes_max
         try:
             body = await self._body(receive, headers.get(b"content-length"), name, bytes_max)
             if body is None:
@@ -544,7 +695,7 @@ class RequestGuard:
             if body and _is_json(headers.get(b"content-type")):
                 jsontext.parse(body, path="$", depth_max=self.json_depth_max, bytes_max=bytes_max)
         except AosError as error:
-            await _answer(send, error)
+            await answer_early(send, error)
             return
         delivered = False
 
@@ -593,27 +744,13 @@ def _too_large(size: int, name: str, bytes_max: int) -> RequestTooLargeError:
     )
 
 
+def _media_type(content_type: bytes | None) -> bytes:
+    return (content_type or b"").split(b";")[0].strip().lower()
+
+
 def _is_json(content_type: bytes | None) -> bool:
     """JSON by its media type; a body with none is read as JSON by the routes too."""
     if content_type is None:
         return True
-    media = content_type.split(b";")[0].strip().lower()
+    media = _media_type(content_type)
     return media == b"application/json" or media.endswith(b"+json")
-
-
-async def _answer(send: Send, error: AosError) -> None:
-    """An error answer sent before the app saw the request; the connection is closed, since
-    the rest of the body may still be on its way."""
-    payload = json.dumps({"error": error.to_dict()}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": http_status(error),
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})

@@ -7,6 +7,8 @@ the status says what kind of refusal it is, the code says exactly which.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from aos.kernel.errors import AosError
@@ -130,6 +132,24 @@ class RequestTimeoutError(NodeError):
     hint = "send the whole body within request_body_ms_max of the headers"
 
 
+class RequestHeaderTooLargeError(NodeError):
+    """A request head (request line and headers) over `header_bytes_max`; answered by the
+    transport itself (kernel/node/transport.py), then the connection is closed."""
+
+    code = "request.header_too_large"
+    hint = "request heads are limited in size (header_bytes_max, 64 KiB by default)"
+
+
+class RateLimitedError(NodeError):
+    """A caller made more write requests than its rate allows (kernel/node/rate.py)."""
+
+    code = "request.rate_limited"
+    hint = (
+        "this caller sent more writes than write_rate_per_s allows (bursts up to "
+        "write_burst_max); retry after the Retry-After header's seconds"
+    )
+
+
 class MediaTypeUnsupportedError(NodeError):
     code = "request.media_type_unsupported"
     hint = "POST /v1/blobs takes the raw bytes as application/octet-stream"
@@ -165,6 +185,8 @@ _STATUS_BY_CODE = {
     "adapter.nonces_full": 503,
     "adapter.rate_limited": 429,
     "request.too_large": 413,
+    "request.header_too_large": 431,
+    "request.rate_limited": 429,
     "request.media_type_unsupported": 415,
     "world.blob_too_large": 413,
     "request.invalid": 422,
@@ -210,6 +232,19 @@ _STATUS_BY_CODE = {
     "flow.shadow_failed": 409,
     "flow.too_large": 413,
     "node.internal": 500,
+    # Identities and scopes (kernel/node/identities.py, spec/04 §9.8).
+    "auth.unauthenticated": 401,
+    "auth.token_invalid": 401,
+    "auth.token_expired": 401,
+    "auth.token_revoked": 401,
+    "auth.forbidden": 403,
+    "auth.impersonation": 403,
+    "auth.cross_site": 403,
+    "auth.identity_exists": 409,
+    "auth.identity_unknown": 404,
+    "auth.identity_invalid": 422,
+    "auth.identities_full": 409,
+    "auth.identities_unreadable": 503,
 }
 _STATUS_BY_NAMESPACE = {"route": 422}
 STATUS_DEFAULT = 400
@@ -221,3 +256,32 @@ def http_status(error: AosError) -> int:
     if found is not None:
         return found
     return _STATUS_BY_NAMESPACE.get(error.code.partition(".")[0], STATUS_DEFAULT)
+
+
+def error_head(error: AosError) -> tuple[int, bytes]:
+    """The status and JSON body of an error answer sent before the app saw the request (by
+    the request guard, the rate limit, the transport)."""
+    return http_status(error), json.dumps({"error": error.to_dict()}).encode()
+
+
+async def answer_early(
+    send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    error: AosError,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
+    """Answer `error` before the app saw the request. The connection is closed after it,
+    since the rest of the request's body may still be on its way."""
+    status, payload = error_head(error)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})

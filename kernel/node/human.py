@@ -525,6 +525,15 @@ class TaskInbox:
             raise TaskClaimedError(
                 f"{user} cannot claim: {state.holder} holds the task", holder=state.holder
             )
+        self._check_may_claim(task, state, user, roles)
+        self._make_room(task.intent, state)
+        self._commit([(task.intent, _entry(CLAIMED, self._wall_ms(), user=user))])
+
+    def _check_may_claim(
+        self, task: PublishedIntent, state: _TaskState, user: str | None, roles: Collection[str]
+    ) -> None:
+        """`user`, holding `roles`, is the task's assignee (or it has none) and holds one of
+        its roles (or it names none)."""
         fields_ = task_fields(task.params)
         assignee = _assignee(state, fields_)
         if assignee is not None and assignee != user:
@@ -535,8 +544,6 @@ class TaskInbox:
             raise TaskForbiddenError(
                 f"{user} presents none of the task's roles", roles=list(fields_.roles)
             )
-        self._make_room(task.intent, state)
-        self._commit([(task.intent, _entry(CLAIMED, self._wall_ms(), user=user))])
 
     def release(self, task: PublishedIntent, user: str) -> None:
         state = self._state(task)
@@ -544,20 +551,37 @@ class TaskInbox:
         self._make_room(task.intent, state)
         self._commit([(task.intent, _entry(RELEASED, self._wall_ms(), user=user))])
 
-    def reassign(self, task: PublishedIntent, user: str, to: str | None) -> None:
+    def reassign(
+        self,
+        task: PublishedIntent,
+        user: str,
+        to: str | None,
+        roles: Collection[str] | None = None,
+    ) -> None:
+        """Assign the task to `to`: by its holder, or while unclaimed by anyone (`roles`
+        None: an insecure-local node, or an admin) or by whoever may claim it (`roles`: what
+        the caller's identity holds)."""
         state = self._state(task)
         if state.holder is not None:
             self._check_holder(state, user, "reassign")
+        elif roles is not None:
+            self._check_may_claim(task, state, user, roles)
         if _assignee(state, task_fields(task.params)) == to and state.holder in (None, to):
             return  # nothing would change
         self._make_room(task.intent, state)
         self._commit([(task.intent, _entry(REASSIGNED, self._wall_ms(), user=user, to=to))])
 
-    def completing(self, task: PublishedIntent, user: str | None) -> None:
-        """Check that `user` may complete the task (before its receipt is settled)."""
+    def completing(
+        self, task: PublishedIntent, user: str | None, roles: Collection[str] | None = None
+    ) -> None:
+        """Check that `user` may complete the task (before its receipt is settled): a claimed
+        task only its holder; an unclaimed one whoever may claim it (with `roles`, what the
+        caller's identity holds; None: an insecure-local node, which trusts the request)."""
         state = self._state(task)
         if state.holder is not None:
             self._check_holder(state, user, "complete")
+        elif roles is not None:
+            self._check_may_claim(task, state, user, roles)
 
     def note_completion(self, intent: str, user: str | None, status: str) -> None:
         """The task's receipt was settled: its `completed` entry is written when the receipt

@@ -12,6 +12,10 @@ over the API's server-sent events. It only reads: no page changes the world.
     /ui/records/{seq}           one record, and what it came from and caused
     /ui/intents                 open intents and their leases
     /ui/proposals[/{id}]        governance proposals, shadow reports side by side
+    /ui/login                   a token entered once sets the session cookie (`_add_login`)
+
+Every page needs `read`; a caller without `read:params` sees params and payloads redacted
+(kernel/node/redaction.py).
 
 Flow pages are added by `aos.flows.pages` on a world that runs flows.
 """
@@ -25,23 +29,40 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 import jinja2
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_value
 from aos.kernel.node import views
+from aos.kernel.node.access import (
+    LOGIN_PATH,
+    LOGOUT_PATH,
+    SESSION_COOKIE,
+    needs,
+    principal_of,
+    same_origin,
+)
 from aos.kernel.node.adapter_api import route_path
 from aos.kernel.node.app import query_invalid
 from aos.kernel.node.errors import http_status
+from aos.kernel.node.identities import (
+    PUBLIC,
+    READ,
+    READ_PARAMS,
+    TASK,
+    AuthError,
+    CrossSiteError,
+)
 from aos.kernel.node.node import Node
 from aos.kernel.node.read_api import bounds_of, journal_filter, journal_in_turns
+from aos.kernel.node.redaction import redact
 from aos.kernel.world import records
 from aos.kernel.world.world import World
 
@@ -104,8 +125,17 @@ class Inspector:
         # Behind a mount (several worlds per process) every link starts with the world's prefix.
         root = str(request.scope.get("root_path", ""))
         nav = [(name, root + href) for name, href in self.nav]
+        principal = principal_of(request.scope)
+        if not principal.may(READ_PARAMS):
+            # Params and payloads as their hashes (redaction.py).
+            context = redact(context, tasks=not principal.may(TASK))
         html = self.env.get_template(template).render(
-            request=request, nav=nav, ui=root + UI_PATH, root=root, **context
+            request=request,
+            nav=nav,
+            ui=root + UI_PATH,
+            root=root,
+            caller=principal,
+            **context,
         )
         return HTMLResponse(html, status_code=status, headers=_HEADERS)
 
@@ -145,9 +175,56 @@ def add_inspector(app: FastAPI, node: Node) -> Inspector:
         ("Proposals", f"{UI_PATH}/proposals"),
     ]
     app.mount(f"{UI_PATH}/static", StaticFiles(directory=STATIC_DIR), name="inspector-static")
+    _add_login(app, inspector)
     _add_pages(app, inspector)
     _show_invalid_parameters(app, inspector)
     return inspector
+
+
+def _add_login(app: FastAPI, inspector: Inspector) -> None:
+    """The inspector's login: a token entered once into a form sets the `aos_session`
+    cookie (HttpOnly, SameSite=Strict, the world's path), which authenticates the inspector's
+    reads (GET only, kernel/node/access.py). Both forms are refused unless posted from the
+    node's own pages (Origin or Referer), so no other site can log a browser in or out."""
+
+    @app.get(LOGIN_PATH, include_in_schema=False, **needs(PUBLIC))
+    async def login_page(request: Request) -> Response:
+        return inspector.render(request, "login.html", {"failed": None})
+
+    @app.post(LOGIN_PATH, include_in_schema=False, **needs(PUBLIC))
+    async def login(request: Request) -> Response:
+        if not same_origin(request.headers):
+            error = CrossSiteError("the login form is posted from the node's own login page")
+            return inspector.error_page(request, error)
+        fields = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
+        token = (fields.get("token") or [""])[0].strip()
+        try:
+            identity = inspector.node.authority.identity(token)
+        except AuthError as error:
+            inspector.node.authority.audit.refused(request.scope, error, None)
+            return inspector.render(request, "login.html", {"failed": error}, status=401)
+        root = str(request.scope.get("root_path", ""))
+        answer = RedirectResponse(root + UI_PATH, status_code=303)
+        answer.set_cookie(
+            SESSION_COOKIE,
+            token,
+            path=root or "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        inspector.node.authority.audit.write("login", request.scope, identity=identity.name)
+        return answer
+
+    @app.post(LOGOUT_PATH, include_in_schema=False, **needs(PUBLIC))
+    async def logout(request: Request) -> Response:
+        if not same_origin(request.headers):
+            error = CrossSiteError("the logout form is posted from the node's own pages")
+            return inspector.error_page(request, error)
+        root = str(request.scope.get("root_path", ""))
+        answer = RedirectResponse(root + LOGIN_PATH, status_code=303)
+        answer.delete_cookie(SESSION_COOKIE, path=root or "/", httponly=True, samesite="strict")
+        return answer
 
 
 def _show_invalid_parameters(app: FastAPI, inspector: Inspector) -> None:
@@ -177,14 +254,14 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
     )
     page = inspector.page
 
-    @app.get(UI_PATH, include_in_schema=False)
+    @app.get(UI_PATH, include_in_schema=False, **needs(READ))
     async def overview(request: Request) -> Response:
         def read(world: World) -> dict[str, Any]:
             return {"world": views.overview(world), "leases": node.leases.counts()}
 
         return await page(request, "overview.html", read)
 
-    @app.get(UI_PATH + "/cells/{workflow:path}", include_in_schema=False)
+    @app.get(UI_PATH + "/cells/{workflow:path}", include_in_schema=False, **needs(READ))
     async def cells(
         request: Request,
         workflow: str,
@@ -207,7 +284,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "cells.html", read)
 
-    @app.get(UI_PATH + "/cell", include_in_schema=False)
+    @app.get(UI_PATH + "/cell", include_in_schema=False, **needs(READ))
     async def cell(
         request: Request, workflow: str, key: str | None = None, before: int | None = None
     ) -> Response:
@@ -224,7 +301,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "cell.html", read)
 
-    @app.get(UI_PATH + "/steps/{seq}/state", include_in_schema=False)
+    @app.get(UI_PATH + "/steps/{seq}/state", include_in_schema=False, **needs(READ))
     async def state_at(request: Request, seq: int) -> Response:
         def read(world: World) -> dict[str, Any]:
             # A fragment of the cell page: a refusal (a replay too long, say) is shown in it.
@@ -238,7 +315,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "state_at.html", read)
 
-    @app.get(UI_PATH + "/journal", include_in_schema=False)
+    @app.get(UI_PATH + "/journal", include_in_schema=False, **needs(READ))
     async def journal(
         request: Request,
         before: int | None = None,
@@ -272,7 +349,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "journal.html", read)
 
-    @app.get(UI_PATH + "/records/{seq}", include_in_schema=False)
+    @app.get(UI_PATH + "/records/{seq}", include_in_schema=False, **needs(READ))
     async def record(request: Request, seq: int) -> Response:
         def read(world: World) -> dict[str, Any]:
             found = views.record_at(world, seq)
@@ -287,7 +364,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "record.html", read)
 
-    @app.get(UI_PATH + "/intents", include_in_schema=False)
+    @app.get(UI_PATH + "/intents", include_in_schema=False, **needs(READ))
     async def intents(request: Request, after: str | None = None) -> Response:
         def read(world: World) -> dict[str, Any]:
             found = views.open_intents(world, node.leases.is_leased, after=after, limit=INTENT_ROWS)
@@ -295,11 +372,11 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "intents.html", read)
 
-    @app.get(UI_PATH + "/proposals", include_in_schema=False)
+    @app.get(UI_PATH + "/proposals", include_in_schema=False, **needs(READ))
     async def proposals(request: Request) -> Response:
         return await page(request, "proposals.html", views.proposals)
 
-    @app.get(UI_PATH + "/proposals/{proposal}", include_in_schema=False)
+    @app.get(UI_PATH + "/proposals/{proposal}", include_in_schema=False, **needs(READ))
     async def proposal(request: Request, proposal: str) -> Response:
         return await page(
             request, "proposal.html", lambda world: {"p": views.proposal(world, proposal)}

@@ -69,6 +69,25 @@ HOST_BATCH_MAX_DEFAULT = 256
 to idle once (one flush) for all of them: group commit."""
 SHUTDOWN_GRACE_MS_DEFAULT = 5000
 """How long a stopping node waits for in-flight requests."""
+HEADER_TIMEOUT_MS_DEFAULT = 10_000
+"""How long a client has to send a whole request head (request line and headers), from the
+connection's start or its first byte after a response; then the socket is closed."""
+HEADER_BYTES_MAX_DEFAULT = 64 * 1024
+"""Largest request head the node reads (431 `request.header_too_large`)."""
+CONNECTIONS_MAX_DEFAULT = 10_000
+"""Sockets open at once (held below the file limit); one more closes the oldest socket still
+sending its head (kernel/node/transport.py)."""
+LARGE_BODIES_MAX_DEFAULT = 4
+"""Bodies larger than `request_bytes_max` (blobs, proposals with binaries) read at once; the
+next waits its turn within `request_body_ms_max`, else `node.busy`."""
+PROPOSAL_VALUES_MAX_DEFAULT = 100_000
+"""Most values (CBOR items, module binaries included) of a proposal's body, counted before it
+is decoded: what decoding it may allocate is bounded by its bytes and this."""
+WRITE_RATE_PER_S_DEFAULT = 1000
+"""Write requests (any method but GET, HEAD, OPTIONS) one caller may make per second,
+sustained (kernel/node/rate.py)."""
+WRITE_BURST_MAX_DEFAULT = 2000
+"""Write requests one caller may make at once, after a quiet spell."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,14 @@ class NodeLimits:
     host_queue_max: int = HOST_QUEUE_MAX_DEFAULT
     host_batch_max: int = HOST_BATCH_MAX_DEFAULT
     shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT
+    # The transport (kernel/node/transport.py) and the write rate (kernel/node/rate.py).
+    header_timeout_ms: int = HEADER_TIMEOUT_MS_DEFAULT
+    header_bytes_max: int = HEADER_BYTES_MAX_DEFAULT
+    connections_max: int = CONNECTIONS_MAX_DEFAULT
+    large_bodies_max: int = LARGE_BODIES_MAX_DEFAULT
+    proposal_values_max: int = PROPOSAL_VALUES_MAX_DEFAULT
+    write_rate_per_s: int = WRITE_RATE_PER_S_DEFAULT
+    write_burst_max: int = WRITE_BURST_MAX_DEFAULT
     # Signed adapter requests (kernel/adapters/auth.py).
     adapter_request_skew_ms_max: int = ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT
     adapter_nonces_max: int = ADAPTER_NONCES_MAX_DEFAULT

@@ -49,6 +49,12 @@ class LeaseCounts(_Model):
     leased: int = Field(description="Of those, held under an unexpired lease.")
 
 
+class HealthResponse(_Model):
+    status: Literal["ok"]
+    world_id: str
+    api: str
+
+
 class WorldResponse(_Model):
     world_id: str
     manifest: str
@@ -245,22 +251,30 @@ class TasksResponse(_Model):
 class TaskCompleteRequest(_Model):
     status: Literal["ok", "error"]
     payload: Value = None
-    user: str | None = Field(None, description="Required (its holder) when the task is claimed.")
+    user: str | None = Field(
+        None, description="Who completes it: the caller's identity (left out, or the same name)."
+    )
+
+
+_USER = "The caller's identity (left out, or the same name); taken as sent only by an "
+_USER += "--insecure-local node."
 
 
 class TaskClaimRequest(_Model):
-    user: str
+    user: str | None = Field(None, description=_USER)
     roles: list[str] = Field(
-        default_factory=list, description="The user's roles; one must be among the task's."
+        default_factory=list,
+        description="Roles the caller's identity holds (left out: all of them); one must be "
+        "among the task's.",
     )
 
 
 class TaskReleaseRequest(_Model):
-    user: str = Field(description="The task's holder.")
+    user: str | None = Field(None, description=_USER)
 
 
 class TaskReassignRequest(_Model):
-    user: str = Field(description="Who reassigns: the holder, or anyone while unclaimed.")
+    user: str | None = Field(None, description=_USER)
     to: str | None = Field(description="The new assignee (null: nobody).")
 
 
@@ -300,7 +314,9 @@ class IntentResponse(_Model):
 
 class GovDecisionRequest(_Model):
     approve: bool = Field(description="true approves, false rejects (final).")
-    approver: str
+    approver: str | None = Field(
+        None, description="The caller's identity (left out, or the same name): who decided."
+    )
     reason: str = ""
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from aos.kernel import cbor, governance
 from aos.kernel.adapters.auth import AdapterForbiddenError, RefusalLimiter, RequestVerifier
-from aos.kernel.hashing import hash_bytes
 from aos.kernel.node import views
+from aos.kernel.node.audit import AuditLog
 from aos.kernel.node.errors import (
     HumanDisabledError,
     LeaseAdapterNotAllowedError,
@@ -35,6 +35,7 @@ from aos.kernel.node.human import (
     check_name,
     check_roles,
 )
+from aos.kernel.node.identities import Authority, IdentityStore
 from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_for_leases
 from aos.kernel.node.limits import NodeLimits
 from aos.kernel.node.progress import (
@@ -44,6 +45,7 @@ from aos.kernel.node.progress import (
     authenticate_frame,
     parse_frame,
 )
+from aos.kernel.node.proposals import ProposalRequest
 from aos.kernel.node.shadow_worker import ShadowUnavailableError, run_shadow
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
@@ -75,8 +77,15 @@ class Node:
         inbox_path: Path | None = None,
         inbox_sync: bool = True,
         world_path: Path | None = None,
+        authority: Authority | None = None,
     ) -> None:
         self.limits = limits or NodeLimits()
+        # Who may call it (spec/04 §9.8): by default the identities of its world directory.
+        self.authority = authority or (
+            Authority(IdentityStore.of_world(world_path), audit=AuditLog.of_world(world_path))
+            if world_path is not None
+            else Authority.in_memory()
+        )
         self.world_path = world_path  # where a shadow worker finds the world
         self.human = human
         self.inbox = (
@@ -116,6 +125,7 @@ class Node:
         *,
         limits: NodeLimits | None = None,
         human: HumanAdapter | None = None,
+        authority: Authority | None = None,
         **world_options: Any,
     ) -> Node:
         return cls(
@@ -125,6 +135,7 @@ class Node:
             inbox_path=Path(path) / INBOX_FILE_NAME,
             inbox_sync=bool(world_options.get("sync", True)),
             world_path=Path(path),
+            authority=authority,
         )
 
     def _opening(self, opener: Callable[[], World]) -> Callable[[], World]:
@@ -437,13 +448,16 @@ class Node:
         user = check_name(user, "$.user", human.limits)
         return await self._change_task(intent, lambda t: inbox.release(t, user))
 
-    async def reassign_task(self, intent: str, user: str, to: str | None) -> dict[str, Any]:
-        """Assign a task to `to` (null: nobody): its holder may, or anyone while it is not
-        claimed. Handing it to someone else releases the claim."""
+    async def reassign_task(
+        self, intent: str, user: str, to: str | None, roles: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Assign a task to `to` (null: nobody): its holder may, or while it is not claimed
+        anyone who may claim it (`roles`: the caller's; None: anyone at all). Handing it to
+        someone else releases the claim."""
         human, inbox = self._human()
         user = check_name(user, "$.user", human.limits)
         to = None if to is None else check_name(to, "$.to", human.limits)
-        return await self._change_task(intent, lambda t: inbox.reassign(t, user, to))
+        return await self._change_task(intent, lambda t: inbox.reassign(t, user, to, roles))
 
     async def _change_task(
         self, intent: str, change: Callable[[PublishedIntent], None]
@@ -459,9 +473,15 @@ class Node:
         return await self.host.run(run)
 
     async def complete_task(
-        self, intent: str, status: str, payload_json: Any, user: str | None = None
+        self,
+        intent: str,
+        status: str,
+        payload_json: Any,
+        user: str | None = None,
+        roles: list[str] | None = None,
     ) -> dict[str, Any]:
-        """Complete a task: a claimed one only by its holder (`user`)."""
+        """Complete a task: a claimed one only by its holder (`user`); an unclaimed one, when
+        `roles` are given (the caller's identity's), only by whoever may claim it."""
         human, inbox = self._human()
         if status not in TASK_STATUSES:
             raise RequestInvalidError(f"status is one of {TASK_STATUSES}", path="$.status")
@@ -473,8 +493,10 @@ class Node:
             # Looked up on the host thread: a receipt settled just before is withdrawn by now.
             # (Within one batch, a second completion of the same task is a duplicate.)
             task = self._open_task(human, intent)
-            inbox.completing(task, user)
-            settlement = world.settle(human.receipt(world.world_id, task, status, payload))
+            inbox.completing(task, user, roles)
+            receipt = human.receipt(world.world_id, task, status, payload)
+            # The identity that completed it, journaled with the receipt (None: insecure-local).
+            settlement = world.settle(receipt, by=user if roles is not None else None)
             if not settlement.duplicate:
                 inbox.note_completion(intent, user, status)
             return _settled(settlement)
@@ -498,14 +520,14 @@ class Node:
 
     # -- governance -------------------------------------------------------------------------
 
-    async def gov_propose(
-        self, patch: Any, modules: list[bytes], expected_hash: str | None
-    ) -> dict[str, Any]:
-        """Journal a proposal (`aos gov propose` while the node serves the world)."""
-        blobs = {hash_bytes(data): data for data in modules}
+    async def gov_propose(self, request: ProposalRequest) -> dict[str, Any]:
+        """Journal a proposal (`aos gov propose` while the node serves the world), read and
+        validated beforehand (kernel/node/proposals.py)."""
 
         def run(world: World) -> dict[str, Any]:
-            proposal = governance.propose(world, patch, blobs=blobs, expected_hash=expected_hash)
+            proposal = governance.propose(
+                world, request.patch, blobs=request.blobs, prepared=request.prepared
+            )
             entry = cbor.to_json(world.proposals[proposal])
             return {"proposal": proposal, **entry, "seq": world.height}
 

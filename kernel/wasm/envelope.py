@@ -10,14 +10,16 @@ Output (returned by the guest):
     {"state": bytes|null, "domain_events"?: [{"schema": text, "value": bytes}],
      "effects"?: [{"effect": text, "params": bytes, "idempotency_key"?: bytes,
                    "issuer_ref"?: text}], "ann"?: bytes, "cancel"?: [text],
-     "reads"?: [hash]}
+     "reads"?: [hash], "writes"?: [bytes], "hash"?: [bytes]}
 
 or, when the workflow raised (the SDK catches the exception):
 
     {"state": null, "fault": {"type": text, "message": text, "where"?: text}}
 
 `data` holds raw CAS blobs the guest asked for with `reads` (a read request: the host runs
-the step again with them; spec/08 §4.1); `cancel` names, by issuer_ref, open intents of the
+the step again with them; spec/08 §4.1), and the blobs of a hash request (`hash`: the step
+runs again with each under its hash, §4.4); `writes` are raw blobs the kernel stores in the
+CAS when the step applies (§4.4); `cancel` names, by issuer_ref, open intents of the
 stepping cell to close (§4.2).
 
 Every embedded value (`state`, `event.value`, `event.key`, `ctx`, an event's `value`, an
@@ -42,6 +44,7 @@ from aos.kernel.wasm.faults import (
     StepTooManyCancelsError,
     StepTooManyEffectsError,
     StepTooManyEventsError,
+    StepTooManyWritesError,
 )
 from aos.kernel.wasm.limits import StepLimits
 
@@ -50,7 +53,9 @@ CONTEXT_SCHEMA = "sys/WorkflowContext@1"
 CONTEXT_ENTROPY_BYTES = 64
 
 _OUTPUT_KEYS_REQUIRED = frozenset({"state"})
-_OUTPUT_KEYS = frozenset({"state", "domain_events", "effects", "ann", "cancel", "reads", "fault"})
+_OUTPUT_KEYS = frozenset(
+    {"state", "domain_events", "effects", "ann", "cancel", "reads", "writes", "hash", "fault"}
+)
 _FAULT_KEYS_REQUIRED = frozenset({"type", "message"})
 _FAULT_KEYS = frozenset({"type", "message", "where"})
 _EVENT_KEYS = frozenset({"schema", "value"})
@@ -125,6 +130,8 @@ class StepOutput:
     ann: bytes | None = None
     cancel: tuple[str, ...] = ()  # issuer_refs of the cell's open intents to close
     reads: tuple[str, ...] = ()  # a read request: nothing else of the output counts
+    writes: tuple[bytes, ...] = ()  # blobs to store in the CAS when the step applies
+    hash_request: tuple[bytes, ...] = ()  # blobs whose hashes the step asks for (a request)
     # `state` and `ann` decoded: `decode_output` decodes them to check them and keeps the
     # values, so the world does not decode them again (read them with the methods below).
     _state_value: Any = field(default=_UNDECODED, compare=False, repr=False)
@@ -137,6 +144,11 @@ class StepOutput:
     def ann_value(self) -> Any:
         """The value `ann` encodes (None when there is no annotation)."""
         return _decoded(self.ann, self._ann_value)
+
+    @property
+    def is_request(self) -> bool:
+        """A read or hash request: the host runs the step again, and only that run counts."""
+        return bool(self.reads or self.hash_request)
 
 
 def _decoded(data: bytes | None, kept: Any) -> Any:
@@ -272,6 +284,10 @@ def encode_output(output: StepOutput) -> bytes:
         envelope["cancel"] = list(output.cancel)
     if output.reads:
         envelope["reads"] = list(output.reads)
+    if output.writes:
+        envelope["writes"] = list(output.writes)
+    if output.hash_request:
+        envelope["hash"] = list(output.hash_request)
     return cbor.encode(envelope)
 
 
@@ -303,6 +319,8 @@ def decode_output(data: bytes, limits: StepLimits, *, module_hash: str | None = 
     _check_counts(len(events), len(effects), limits, module_hash)
     cancel = _texts(body.get("cancel", []), "$.cancel", limits.cancels_per_step_max, module_hash)
     reads = _texts(body.get("reads", []), "$.reads", limits.reads_per_step_max, module_hash)
+    writes = _blobs(body.get("writes", []), "$.writes", limits.writes_per_step_max, module_hash)
+    hashes = _blobs(body.get("hash", []), "$.hash", limits.writes_per_step_max, module_hash)
     ann, ann_value = _optional_value(body.get("ann"), "$.ann", module_hash)
     if ann is not None and len(ann) > limits.ann_bytes_max:
         raise StepAnnotationTooLargeError(
@@ -319,6 +337,8 @@ def decode_output(data: bytes, limits: StepLimits, *, module_hash: str | None = 
         ann,
         cancel,
         reads,
+        writes,
+        hashes,
         state_value,
         ann_value,
     )
@@ -360,6 +380,30 @@ def _texts(item: object, path: str, count_max: int, module_hash: str | None) -> 
     if len(set(texts)) != len(texts):
         raise _malformed("entries repeat", path, module_hash)
     return texts
+
+
+def _blobs(item: object, path: str, count_max: int, module_hash: str | None) -> tuple[bytes, ...]:
+    """A list of distinct byte strings (blobs to write, or to hash), at most `count_max`."""
+    items = _check_list(item, path, module_hash)
+    if not items:
+        return ()
+    if len(items) > count_max:
+        raise StepTooManyWritesError(
+            f"{path} has {len(items)} entries; the limit is {count_max}",
+            module_hash=module_hash,
+            path=path,
+            writes_per_step_max=count_max,
+        )
+    blobs: list[bytes] = []
+    for index, entry in enumerate(items):
+        if not isinstance(entry, bytes):
+            raise _malformed(
+                f"expected bytes, found {_kind(entry)}", f"{path}[{index}]", module_hash
+            )
+        blobs.append(entry)
+    if len(set(blobs)) != len(blobs):
+        raise _malformed("entries repeat", path, module_hash)
+    return tuple(blobs)
 
 
 def _check_counts(events: int, effects: int, limits: StepLimits, module_hash: str | None) -> None:

@@ -116,6 +116,11 @@ class StepReadRefusedError(StepFault):
     )
 
 
+class StepTooManyWritesError(StepFault):
+    code = "step.too_many_writes"
+    hint = "a step writes (and asks the hashes of) at most writes_per_step_max blobs"
+
+
 class StepAnnotationTooLargeError(StepFault):
     code = "step.ann_too_large"
     hint = "a step's annotation is at most ann_bytes_max bytes; keep history small"

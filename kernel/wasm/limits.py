@@ -43,6 +43,9 @@ CANCELS_PER_STEP_MAX_DEFAULT = 256
 # asks for more faults the step.
 READS_PER_STEP_MAX_DEFAULT = 16
 READ_BYTES_PER_STEP_MAX_DEFAULT = 16 * MIB
+# CAS blobs one step may write (spec/08 §4.4), counting those whose hashes it asks for: their
+# bytes travel in the output, so `output_bytes_max` bounds their size.
+WRITES_PER_STEP_MAX_DEFAULT = 64
 # Bytes of one step's annotation (`ann`), which the step record carries inline.
 ANN_BYTES_MAX_DEFAULT = 256 * KIB
 # Characters kept of each text of a guest exception (its type, message and place) that a
@@ -70,6 +73,7 @@ class StepLimits:
     cancels_per_step_max: int = CANCELS_PER_STEP_MAX_DEFAULT
     reads_per_step_max: int = READS_PER_STEP_MAX_DEFAULT
     read_bytes_per_step_max: int = READ_BYTES_PER_STEP_MAX_DEFAULT
+    writes_per_step_max: int = WRITES_PER_STEP_MAX_DEFAULT
     ann_bytes_max: int = ANN_BYTES_MAX_DEFAULT
     guest_fault_chars_max: int = GUEST_FAULT_CHARS_MAX_DEFAULT
 
@@ -87,6 +91,7 @@ class StepLimits:
             "events_per_step_max",
             "cancels_per_step_max",
             "reads_per_step_max",
+            "writes_per_step_max",
         ):
             _check_range(name, getattr(self, name), 0, EMITTED_PER_STEP_MAX_CEILING)
         _check_range("read_bytes_per_step_max", self.read_bytes_per_step_max, 0, 1 * GIB)

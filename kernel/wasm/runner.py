@@ -21,7 +21,7 @@ half-applied.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from aos.kernel.hashing import digest_bytes, hash_bytes
@@ -35,6 +35,7 @@ from aos.kernel.wasm.faults import (
     StepMemoryExhaustedError,
     StepNondeterministicError,
     StepReadRefusedError,
+    StepTooManyWritesError,
     StepTrapError,
     WasmUsageError,
 )
@@ -85,16 +86,30 @@ BlobReader = Callable[[str], "bytes | None"]
 """Reads one CAS blob by its `blake3:` hash text; None when the store does not have it."""
 
 READ_ROUNDS_MAX = 2
-# The output key `reads` as canonical CBOR text (0x65 = text of 5 bytes): outputs without these
-# bytes cannot be read requests, so most outputs skip the decode below.
-_READS_KEY_BYTES = b"\x65reads"
+# The output keys `reads` and `hash` as canonical CBOR text (0x65, 0x64: text of 5 and 4
+# bytes): outputs without these bytes cannot be requests, so most outputs skip the decode below.
+_REQUEST_KEY_BYTES = (b"\x65reads", b"\x64hash")
 
 
-def _read_request(output_bytes: bytes, limits: StepLimits, module_hash: str) -> tuple[str, ...]:
-    """The hashes a read-request output asks for (empty for an ordinary output)."""
-    if _READS_KEY_BYTES not in output_bytes:
-        return ()
-    return decode_output(output_bytes, limits, module_hash=module_hash).reads
+def _request(
+    output_bytes: bytes, limits: StepLimits, module_hash: str
+) -> tuple[tuple[str, ...], tuple[bytes, ...]]:
+    """What a request output asks for: hashes to read, blobs to hash (empty for an ordinary
+    output)."""
+    if not any(key in output_bytes for key in _REQUEST_KEY_BYTES):
+        return (), ()
+    output = decode_output(output_bytes, limits, module_hash=module_hash)
+    return output.reads, output.hash_request
+
+
+@dataclass
+class _Given:
+    """The blobs a step was given by hash in `data`: those it read, those it asked hashed."""
+
+    data: dict[str, bytes] = field(default_factory=dict)
+    read: int = 0
+    read_bytes: int = 0
+    hashed: int = 0
 
 
 class StepRunner:
@@ -246,39 +261,41 @@ class StepRunner:
             instance.close()
 
     def _call(self, instance: GuestInstance, input_bytes: bytes) -> bytes:
-        """Call the guest; while its output is a read request, call it again with the blobs
-        it asked for (at most `READ_ROUNDS_MAX` rounds). What it reads is content-addressed,
-        so the final output depends only on the input and the CAS: a warm instance that kept
-        a decoded blob and a fresh one that had to ask return the same bytes."""
+        """Call the guest; while its output is a request, call it again with what it asked
+        for in `data` (at most `READ_ROUNDS_MAX` rounds): the blobs it reads, and the blobs it
+        asked hashed, each under its hash. What it gets is content-addressed, so the final
+        output depends only on the input and the CAS: a warm instance that kept a decoded
+        blob and a fresh one that had to ask return the same bytes."""
         output_bytes = instance.call(input_bytes, output_bytes_max=self.limits.output_bytes_max)
-        data: dict[str, bytes] = {}
+        given = _Given()
         for _ in range(READ_ROUNDS_MAX):
-            reads = _read_request(output_bytes, self.limits, self.module_hash)
-            if not reads:
+            reads, blobs = _request(output_bytes, self.limits, self.module_hash)
+            if not reads and not blobs:
                 return output_bytes
-            data.update(self._fetch(reads, data))
-            input_bytes = with_data(input_bytes, data)
+            self._fetch(reads, given)
+            self._hash(blobs, given)
+            input_bytes = with_data(input_bytes, given.data)
             output_bytes = instance.call(input_bytes, output_bytes_max=self.limits.output_bytes_max)
-        if _read_request(output_bytes, self.limits, self.module_hash):
+        if any(_request(output_bytes, self.limits, self.module_hash)):
             raise StepReadRefusedError(
-                f"the step still asks to read after {READ_ROUNDS_MAX} rounds",
+                f"the step still asks to read or hash after {READ_ROUNDS_MAX} rounds",
                 module_hash=self.module_hash,
             )
         return output_bytes
 
-    def _fetch(self, reads: tuple[str, ...], have: dict[str, bytes]) -> dict[str, bytes]:
-        if self._read_blob is None:
+    def _fetch(self, reads: tuple[str, ...], given: _Given) -> None:
+        if reads and self._read_blob is None:
             raise StepReadRefusedError(
                 "the step asked to read blobs, and this host serves no reads",
                 module_hash=self.module_hash,
             )
-        found = dict(have)
         for hash_ in reads:
-            if hash_ in found:
+            if hash_ in given.data:
                 raise StepReadRefusedError(
                     f"the step asked again for {hash_}, which it was given",
                     module_hash=self.module_hash,
                 )
+            assert self._read_blob is not None
             blob = self._read_blob(hash_)
             if blob is None:
                 raise StepReadRefusedError(
@@ -286,19 +303,39 @@ class StepRunner:
                     module_hash=self.module_hash,
                     hash=hash_,
                 )
-            found[hash_] = blob
-        if len(found) > self.limits.reads_per_step_max:
+            given.data[hash_] = blob
+            given.read += 1
+            given.read_bytes += len(blob)
+        if given.read > self.limits.reads_per_step_max:
             raise StepReadRefusedError(
-                f"the step read {len(found)} blobs; the limit is {self.limits.reads_per_step_max}",
+                f"the step read {given.read} blobs; the limit is {self.limits.reads_per_step_max}",
                 module_hash=self.module_hash,
             )
-        total = sum(len(blob) for blob in found.values())
-        if total > self.limits.read_bytes_per_step_max:
+        if given.read_bytes > self.limits.read_bytes_per_step_max:
             raise StepReadRefusedError(
-                f"the step read {total} bytes; the limit is {self.limits.read_bytes_per_step_max}",
+                f"the step read {given.read_bytes} bytes; the limit is "
+                f"{self.limits.read_bytes_per_step_max}",
                 module_hash=self.module_hash,
             )
-        return found
+
+    def _hash(self, blobs: tuple[bytes, ...], given: _Given) -> None:
+        """A hash request: each blob goes into `data` under its hash (spec/08 §4.4)."""
+        for blob in blobs:
+            hash_ = str(hash_bytes(blob))
+            if hash_ in given.data:
+                raise StepReadRefusedError(
+                    f"the step asked again for the hash of {hash_}, which it was given",
+                    module_hash=self.module_hash,
+                )
+            given.data[hash_] = blob
+            given.hashed += 1
+        if given.hashed > self.limits.writes_per_step_max:
+            raise StepTooManyWritesError(
+                f"the step asked the hashes of {given.hashed} blobs; the limit is "
+                f"{self.limits.writes_per_step_max}",
+                module_hash=self.module_hash,
+                writes_per_step_max=self.limits.writes_per_step_max,
+            )
 
     def _memory_caused(self, trap: StepTrapError, input_bytes: bytes) -> bool:
         relaxed = min(2 * self.limits.memory_bytes_max, MEMORY_BYTES_CEILING)

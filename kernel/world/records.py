@@ -59,8 +59,9 @@ KINDS = (
 
 
 class StepRecord(NamedTuple):
-    """An applied step. `cancelled` (intents the step closed) and `ann` (its annotation) are
-    written only when the step has them, so steps without either keep their old form."""
+    """An applied step. `cancelled` (intents the step closed), `ann` (its annotation) and
+    `writes` (the hashes of the blobs it stored, spec/08 §4.4) are written only when the step
+    has them, so steps without any keep their old form."""
 
     input_seq: int
     delivery: int
@@ -71,6 +72,7 @@ class StepRecord(NamedTuple):
     intents: list[str]
     cancelled: list[str] | None = None
     ann: Any = None
+    writes: list[str] | None = None
 
     @property
     def kind(self) -> str:
@@ -83,6 +85,8 @@ class StepRecord(NamedTuple):
         value["input"] = self.input_seq
         value["state"] = self.state
         value["events"] = self.events
+        if self.writes:
+            value["writes"] = self.writes
         value["intents"] = self.intents
         value["delivery"] = self.delivery
         value["workflow"] = self.workflow
@@ -110,6 +114,7 @@ class StepRecord(NamedTuple):
             intents=value["intents"],
             cancelled=value.get("cancelled"),
             ann=value.get("ann"),
+            writes=value.get("writes"),
         )
 
 
@@ -200,6 +205,9 @@ class EffectReceipt(NamedTuple):
     stamp: dict[str, Any] | None = None
     cause: int | None = None
     payload_error: dict[str, str] | None = None
+    by: str | None = None
+    """The node identity that completed a human task (spec/04 §9.8), attested by the host
+    beside the adapter's signature; absent from every other receipt, and from old worlds."""
 
     @property
     def kind(self) -> str:
@@ -210,7 +218,9 @@ class EffectReceipt(NamedTuple):
         return str(self.body["intent"])
 
     def to_cbor_value(self) -> dict[str, Any]:
-        value: dict[str, Any] = {"body": self.body, "kind": EFFECT_RECEIPT}
+        # Keys in canonical order (length first): `by` before `body`.
+        value: dict[str, Any] = {} if self.by is None else {"by": self.by}
+        value.update(body=self.body, kind=EFFECT_RECEIPT)
         if self.cause is not None:
             value["cause"] = self.cause
         if self.stamp is not None:
@@ -234,6 +244,7 @@ class EffectReceipt(NamedTuple):
             value.get("stamp"),
             value.get("cause"),
             value.get("payload_error"),
+            value.get("by"),
         )
 
 
@@ -313,10 +324,11 @@ def step(
     intents: list[str],
     cancelled: list[str] | None = None,
     ann: Any = None,
+    writes: list[str] | None = None,
 ) -> dict[str, Any]:
     """A step record's map (`StepRecord`)."""
     return StepRecord(
-        input_seq, delivery, workflow, key, state, events, intents, cancelled, ann
+        input_seq, delivery, workflow, key, state, events, intents, cancelled, ann, writes
     ).to_cbor_value()
 
 
@@ -393,12 +405,13 @@ def receipt(
     stamp: dict[str, Any] | None,
     cause: int | None,
     payload_error: tuple[str, str] | None,
+    by: str | None = None,
 ) -> EffectReceipt:
     """A settled intent; a payload error's message is clipped as every journaled one is."""
     error = None
     if payload_error is not None:
         error = {"code": payload_error[0], "message": clip_message(payload_error[1])}
-    return EffectReceipt(body, signature, stamp, cause, error)
+    return EffectReceipt(body, signature, stamp, cause, error, by)
 
 
 def receipt_rejected(

@@ -83,3 +83,4 @@ class StepOutcome:
     fuel: int
     ann: Any = None  # the annotation the step record carries (normalized), or None
     cancel: tuple[str, ...] = ()  # issuer_refs of the cell's open intents to close
+    writes: tuple[bytes, ...] = ()  # blobs the step stores in the CAS (spec/08 §4.4)

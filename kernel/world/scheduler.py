@@ -79,13 +79,17 @@ class Scheduler:
                 )
             )
 
-    def enqueue(self, message: Message) -> None:
+    def enqueue(self, message: Message, *, first: bool = False) -> None:
+        """Queue a delivery at the back of its cell's mailbox (`first`: at the front)."""
         cell = (message.workflow, message.key)
         box = self._boxes.get(cell)
         if box is None:
             box = self._boxes[cell] = deque()
             self._ready.append(cell)
-        box.append(message)
+        if first:
+            box.appendleft(message)
+        else:
+            box.append(message)
 
     def next(self) -> Message | None:
         if not self._ready:

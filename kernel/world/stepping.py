@@ -13,12 +13,12 @@ from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from aos.kernel import cbor
-from aos.kernel.air import TIMER_SET_EFFECT
+from aos.kernel.air import STEP_FAULT, TIMER_SET_EFFECT
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.model import DefWorkflow
 from aos.kernel.air.names import is_sys_name
 from aos.kernel.air.normalize import normalize
-from aos.kernel.hashing import hash_bytes
+from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.wasm import (
     StepFault,
     StepGuestExceptionError,
@@ -61,14 +61,19 @@ class Stepper:
         intents: IntentTracker,
         scheduler: Scheduler,
         open_intents_max: int,
+        put_blob: Callable[[bytes], Hash],
     ) -> None:
         self._journal = journal
         self._tables = tables
         self._intents = intents
         self._scheduler = scheduler
         self._open_intents_max = open_intents_max
+        self._put_blob = put_blob  # into the CAS with the step's flush (spec/08 §4.4)
         # The delivery that failed each failed cell: a retry steps it again.
         self.faulted: dict[CellId, Message] = {}
+        # A handled fault notice unfailed a cell: the next flush must be a checkpoint (a
+        # journal tail does not fail or unfail cells).
+        self.checkpoint_due = False
 
     def step(
         self,
@@ -81,7 +86,10 @@ class Stepper:
     ) -> None:
         table = self._tables.get(message.workflow)
         cell = table.get(message.key)
-        if cell is not None and cell.failed:
+        # A failed cell takes only its fault notice: the one delivery whose input is the
+        # step_fault record that failed it (no input record is a step_fault otherwise).
+        notice = cell is not None and cell.failed and message.seq == cell.last_active_seq
+        if cell is not None and cell.failed and not notice:
             report.dropped += 1
             self._journal.append(
                 dropped(message.seq, message.delivery, cell_id(message), "cell_failed")
@@ -99,11 +107,16 @@ class Stepper:
         except StepFault as fault:
             if on_step is not None:
                 on_step(message, step_input, fault)
-            self._record_fault(message, fault, module, report)
+            record, seq = self._record_fault(message, fault, module, report, parked=not notice)
+            if not notice:
+                self._notify(runtime, message, record, seq, step_stamp)
             return
         if on_step is not None:
             on_step(message, step_input, outcome)
         self._apply(message, outcome, report, step_stamp)
+        if notice:  # handled: the cell runs again, and nothing is left to retry
+            self.faulted.pop(cell_id(message), None)
+            self.checkpoint_due = True
 
     def check(
         self, runtime: Runtime, message: Message, result: StepResult, module: str
@@ -131,7 +144,9 @@ class Stepper:
         ]
         if effects:
             self._check_open_intents(message, effects, output.cancel, module)
-        return StepOutcome(state, events, effects, result.fuel_used, ann, output.cancel)
+        return StepOutcome(
+            state, events, effects, result.fuel_used, ann, output.cancel, output.writes
+        )
 
     def faulted_values(self) -> list[dict[str, Any]]:
         """The parked deliveries of failed cells as a head carries them, in cell order."""
@@ -148,6 +163,7 @@ class Stepper:
         cell: CellId = (message.workflow, message.key)
         cancelled = self._intents.cancellable(cell, outcome.cancel)
         state_hash = hash_bytes(outcome.state) if outcome.state else None
+        written = [str(self._put_blob(blob)) for blob in outcome.writes]
         step_seq = self._journal.append(
             records.StepRecord(
                 input_seq=message.seq,
@@ -159,6 +175,7 @@ class Stepper:
                 intents=[str(effect.intent) for effect in outcome.effects],
                 cancelled=cancelled,
                 ann=outcome.ann,
+                writes=written or None,
             )
         )
         for intent in cancelled:
@@ -210,25 +227,55 @@ class Stepper:
         report.intents += 1
 
     def _record_fault(
-        self, message: Message, fault: StepFault, module: str, report: RunReport
-    ) -> None:
-        seq = self._journal.append(
-            records.step_fault(
-                input_seq=message.seq,
-                delivery=message.delivery,
-                workflow=message.workflow,
-                key=message.key,
-                module=module,
-                code=fault.code,
-                message=str(fault),  # clipped by the record (records.clip_message)
-                guest=fault.guest if isinstance(fault, StepGuestExceptionError) else None,
-            )
+        self, message: Message, fault: StepFault, module: str, report: RunReport, *, parked: bool
+    ) -> tuple[dict[str, Any], int]:
+        """Journal the fault and fail the cell; `parked`: keep the delivery for a retry (a
+        notice that faults leaves the delivery that failed the cell parked instead)."""
+        record = records.step_fault(
+            input_seq=message.seq,
+            delivery=message.delivery,
+            workflow=message.workflow,
+            key=message.key,
+            module=module,
+            code=fault.code,
+            message=str(fault),  # clipped by the record (records.clip_message)
+            guest=fault.guest if isinstance(fault, StepGuestExceptionError) else None,
         )
+        seq = self._journal.append(record)
         self._tables.get(message.workflow).mark_failed(message.key, seq)
-        self.faulted[(message.workflow, message.key)] = message
+        if parked:
+            self.faulted[(message.workflow, message.key)] = message
         report.faults += 1
         if len(report.fault_codes) < FAULT_CODES_KEPT_MAX:
             report.fault_codes.append(fault.code)
+        return record, seq
+
+    def _notify(
+        self,
+        runtime: Runtime,
+        message: Message,
+        fault: dict[str, Any],
+        fault_seq: int,
+        step_stamp: Stamp,
+    ) -> None:
+        """A fault notice (spec/03 §7.1): when the cell's workflow takes `sys/StepFault@1`,
+        it is told of the fault as its next delivery, on its last good state."""
+        workflow = runtime.workflows[message.workflow]
+        router = runtime.router
+        if not router.accepts(workflow.event, STEP_FAULT):
+            return
+        event = message.encoded if message.encoded is not None else cbor.encode_built(message.value)
+        value = {
+            "code": fault["code"],
+            "message": fault["message"],
+            "module": fault["module"],
+            "seq": fault_seq,
+            "input": message.seq,
+            "delivery": message.delivery,
+            "event": event,
+        }
+        notice = cell_delivery(runtime, cell_id(message), fault_seq, STEP_FAULT, value, step_stamp)
+        self._scheduler.enqueue(notice, first=True)
 
     def _check_open_intents(
         self, message: Message, effects: list[AdmittedEffect], cancel: tuple[str, ...], module: str
@@ -276,6 +323,23 @@ def step_context(runtime: Runtime, message: Message, step_stamp: Stamp | None = 
 
 def cell_id(message: Message) -> CellId:
     return (message.workflow, message.key)
+
+
+def cell_delivery(
+    runtime: Runtime, cell: CellId, seq: int, schema: str, value: Any, stamp: Stamp
+) -> Message:
+    """What the kernel delivers to one cell only (a receipt, a fault notice): `value` of
+    `schema` wrapped as the arm of the cell's event variant that refs it."""
+    event = runtime.workflows[cell[0]].event
+    return Message(
+        seq=seq,
+        delivery=0,
+        workflow=cell[0],
+        key=cell[1],
+        schema=event,
+        value=runtime.router.wrap(event, schema, value),
+        stamp=stamp,
+    )
 
 
 def dropped(seq: int, delivery: int, cell: CellId, reason: str) -> dict[str, Any]:

@@ -67,7 +67,7 @@ from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import RunnerFactory, Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
 from aos.kernel.world.stamps import Stamp, StampSource
-from aos.kernel.world.stepping import Stepper, dropped
+from aos.kernel.world.stepping import Stepper, cell_delivery, dropped
 from aos.kernel.world.tables import CellTables
 from aos.kernel.world.tail import FOLDABLE_KINDS, fold, records_after
 from aos.kernel.world.timers import CLOCK_MANUAL as CLOCK_MANUAL
@@ -136,7 +136,12 @@ class World:
         self.intents = IntentTracker(self._pending, lambda: self.store)
         self._timers = Timers(clock, stamps, self.intents)
         self._stepper = Stepper(
-            self, self._cells, self.intents, self._scheduler, limits.open_intents_max
+            self,
+            self._cells,
+            self.intents,
+            self._scheduler,
+            limits.open_intents_max,
+            self._pending.put,
         )
         self._reads = CellReads(self._cells, self._scheduler, self.intents)
         self._head = store.journal.head()
@@ -468,11 +473,12 @@ class World:
     # ----------------------------------------------------------------------------------------
     # Receipts and time
 
-    def settle(self, receipt_value: Any) -> Settlement:
+    def settle(self, receipt_value: Any, *, by: str | None = None) -> Settlement:
         """Take a signed receipt for an open intent (spec/04-effects.md). A refused receipt is
         journaled as `receipt_rejected` (flushed at once) and its error raised; a duplicate of
-        a settled intent changes nothing. An accepted one is journaled and its envelope queued
-        for the origin cell only; `run_to_idle` steps it."""
+        a settled intent changes nothing. An accepted one is journaled (with `by`, the node
+        identity that completed a human task) and its envelope queued for the origin cell
+        only; `run_to_idle` steps it."""
         self.require_open()
         stamp = self.next_stamp()
         try:
@@ -491,7 +497,7 @@ class World:
         if open_intent is None:
             return Settlement(receipt.intent, None, duplicate=True, delivered=False)
         self.logical_ns = stamp.logical_ns
-        settlement = self._accept(receipt.body, receipt.signature, open_intent, stamp, None)
+        settlement = self._accept(receipt.body, receipt.signature, open_intent, stamp, None, by=by)
         self._flush_if_full()
         return settlement
 
@@ -538,6 +544,8 @@ class World:
         open_intent: OpenIntent,
         stamp: Stamp,
         cause: int | None,
+        *,
+        by: str | None = None,
     ) -> Settlement:
         """Settle an authenticated receipt: journal it, close the intent, and queue the
         envelope for the origin cell (or fail the cell if it cannot take the rejection)."""
@@ -551,6 +559,7 @@ class World:
                 stamp=stamp.to_value() if cause is None else None,
                 cause=cause,
                 payload_error=payload_error,
+                by=by,
             )
         )
         self.intents.close(intent)
@@ -578,15 +587,7 @@ class World:
             self._checkpoints.due = True  # the tail's fold does not fail cells
             return Settlement(intent, seq, delivered=False)
         self._scheduler.enqueue(
-            Message(
-                seq=seq,
-                delivery=0,
-                workflow=open_intent.workflow,
-                key=open_intent.key,
-                schema=workflow.event,
-                value=router.wrap(workflow.event, schema, value),
-                stamp=stamp,
-            )
+            cell_delivery(self._runtime, open_intent.cell, seq, schema, value, stamp)
         )
         return Settlement(intent, seq)
 
@@ -723,6 +724,9 @@ class World:
             on_step=self.on_step,
             read_blob=self.read_blob,
         )
+        if self._stepper.checkpoint_due:
+            self._stepper.checkpoint_due = False
+            self._checkpoints.due = True
         return True
 
     def read_blob(self, hash_text: str) -> bytes | None:

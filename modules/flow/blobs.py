@@ -1,8 +1,10 @@
-"""Reading the CAS: the definition and results stored by reference (`{"$ref", "size"}`).
+"""The CAS: the definition and results stored by reference (`{"$ref", "size"}`), read
+(`ctx.read`) and written (`ctx.write`, spec/08 §4.4).
 
 A blob is content-addressed, so a decoded copy kept in a module-level memo (bounded, keyed
 by hash) can never change a result: a warm instance that remembers it and a fresh one that
-has to ask return the same output."""
+has to ask return the same output. A value this step writes is read back from the step's own
+table: until the host tells the step its hash, the hash is a stand-in."""
 
 from __future__ import annotations
 
@@ -13,7 +15,12 @@ from errors import ExprError, Missing
 from aos_sdk import cbor
 
 REF_KEYS = ("$ref", "size", "schema_hint")
+REF_BYTES_MAX = 96
+"""The longest encoding of a reference `{"$ref", "size"}`: the self-describe prefix (3), a
+map head (1), `"$ref"` (5), its text (2 + 71), `"size"` (5) and a 64-bit size (9). A result
+no longer than this gains nothing from being stored by reference."""
 DECODED_MAX = 32
+_UNKNOWN: Any = object()
 REQUEST_MAX = 12
 _DECODED: dict[str, Any] = {}
 
@@ -37,6 +44,21 @@ class Blobs:
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
+        self.written: dict[str, Any] = {}  # values this step wrote, by (stand-in) hash
+
+    def store(self, data: bytes, value: Any = _UNKNOWN) -> dict[str, Any]:
+        """Write `data`, a canonical encoding (of `value`, when the caller has it decoded),
+        with this step; its reference."""
+        blob_hash = self.ctx.write(data)
+        self.written[blob_hash] = value
+        return {"$ref": blob_hash, "size": len(data)}
+
+    def by_reference(self, value: Any, inline_max: int) -> Any:
+        """`value`, or a reference to it when its encoding is longer than `inline_max`."""
+        if is_ref(value) or type(value) in (bool, int, float) or value is None:
+            return value
+        data = cbor.encode(value)
+        return self.store(data, value) if len(data) > inline_max else value
 
     def raw(self, blob_hash: str) -> bytes:
         if not self.ctx.readable(blob_hash):
@@ -48,14 +70,21 @@ class Blobs:
         if not is_ref(value):
             return value
         blob_hash = value["$ref"]
+        if blob_hash in self.written:  # its hash may be a stand-in: never in the memo
+            if self.written[blob_hash] is _UNKNOWN:
+                self.written[blob_hash] = self._decoded(blob_hash)
+            return self.written[blob_hash]
         if blob_hash in _DECODED:
             return _DECODED[blob_hash]
-        try:
-            decoded = cbor.decode(self.raw(blob_hash))
-        except cbor.CborError as error:
-            raise ExprError(f"{blob_hash} is not a canonical CBOR value: {error}") from None
+        decoded = self._decoded(blob_hash)
         remember(_DECODED, blob_hash, decoded, DECODED_MAX)
         return decoded
+
+    def _decoded(self, blob_hash: str) -> Any:
+        try:
+            return cbor.decode(self.raw(blob_hash))
+        except cbor.CborError as error:
+            raise ExprError(f"{blob_hash} is not a canonical CBOR value: {error}") from None
 
     def request(self, missing: str, business: Any) -> list[str]:
         """What to ask the host for when `missing` is absent: it, and the other references

@@ -10,13 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import frames
+import results
 import step_ctx
 import waits
 from errors import EngineFailure, ExprError
 from run import ENDED_EVENT, ITER_PARENT_KEY, START_EVENT, Run, error_value, iter_depth
 from tasks import items_of, iteration, start_event
-
-from aos_sdk import cbor
 
 Token = dict[str, Any]
 
@@ -213,7 +212,7 @@ def _frame_ended(run: Run, token: Token, frame: dict[str, Any]) -> None:
     if not frame["remote"]:  # a distributed iteration applied it in its own execution
         ok, value = step_ctx.apply(run, token, frame, ok, value)
     if ok:
-        _keep_result(loop, index, value)
+        results.keep(loop, index, value)
         # An error a rule continued past ends the iteration, but is not a success (issue 32).
         continued = frame.get("errors_continued", 0)
         loop["stats"]["failed" if continued else "success"] += 1
@@ -221,30 +220,19 @@ def _frame_ended(run: Run, token: Token, frame: dict[str, Any]) -> None:
             where["errors_continued"] = continued
         run.history.add("loop.iteration.done", **where)
     else:
-        _keep_result(loop, index, {"error": value})
+        results.keep(loop, index, {"error": value})
         loop["stats"]["failed"] += 1
         run.history.add("loop.iteration.failed", error=value, **where)
 
 
 # -- loops ------------------------------------------------------------------------------------
 
-# A loop keeps each finished iteration's result as its canonical encoding, decoded once when
-# the loop is done: the results are otherwise decoded and encoded again with the state on
-# every step of the loop (most of a long loop's step, in the guest's Python CBOR).
-RESULTS_CBOR = "results_cbor"
 
-
-def _keep_result(loop: dict[str, Any], index: int, value: Any) -> None:
-    if RESULTS_CBOR in loop:
-        loop[RESULTS_CBOR][index] = cbor.encode(value)
-    else:  # a loop an earlier interpreter started keeps its results as values
-        loop["results"][index] = value
-
-
-def _results(loop: dict[str, Any]) -> list[Any]:
-    if RESULTS_CBOR not in loop:
-        return list(loop["results"])
-    return [None if data is None else cbor.decode(data) for data in loop[RESULTS_CBOR]]
+def keep_loops_small(run: Run) -> None:
+    """After an input, every running loop keeps its results within the inline limit."""
+    for token in _ordered_tokens(run):
+        if token["loop"] is not None:
+            results.spill(run, token["loop"])
 
 
 def _start_loop(run: Run, token: Token, step: dict[str, Any]) -> bool:
@@ -269,7 +257,7 @@ def _start_loop(run: Run, token: Token, step: dict[str, Any]) -> bool:
         "next": 0,
         "in_flight": 0,
         "window": max(1, window),
-        RESULTS_CBOR: [None] * len(items),
+        results.RESULTS_CBOR: [None] * len(items),
         "stats": {"total": len(items), "success": 0, "failed": 0},
         "distributed": loop["exec"] == "distributed",
         "iterator": loop["iterator"],
@@ -344,7 +332,7 @@ def _loop_finished(token: Token) -> bool:
 
 def _loop_done(run: Run, token: Token) -> None:
     loop = token["loop"]
-    result = {"results": _results(loop), "stats": loop["stats"]}
+    result = {"results": results.aggregate_results(run, loop), "stats": loop["stats"]}
     run.history.add("loop.done", step=token["step"], token=token["id"], stats=loop["stats"])
     complete_step(run, token, True, result, None, "loop.done")
 
@@ -363,13 +351,16 @@ def complete_step(
     """The step's result (its `result` template, else the last task's) or its error;
     then its arcs."""
     step = run.defn.step(token["step"])
-    if ok and step["result"] is not None and token["single"] is None:
+    rendered = ok and step["result"] is not None and token["single"] is None
+    if rendered:
         try:
             value = run.render(step["result"], run.scope(token, frame, _prev=value))
         except ExprError as error:
             ok, value = False, error_value("expression", "step.result", error.message)
     if step["loop"] is None or token["single"] is not None:  # a loop's: after each iteration
         ok, value = step_ctx.apply(run, token, frame, ok, value)
+    if ok and (rendered or event != "loop.done"):  # a loop's aggregate keeps its own
+        value = results.step_result(run, value)
     run.engine["tokens"].pop(token["id"], None)
     summary = run.engine["summary"]
     where = {"step": token["step"], "token": token["id"]}

@@ -1,5 +1,6 @@
 """The execution cell of `aos/FlowExec@1`: one handler for `aos/FlowExecEvent@1` (Start,
-Signal, Cancel, Ended, Receipt, Migrate).
+Signal, Cancel, Ended, Receipt, Migrate, and Faulted: the kernel's notice that it refused a
+step of this execution, spec/03 §7.1).
 
 Every input is first checked against the open waits without touching the state: a stale
 one returns the state exactly as it came (version included) and records why. Any other
@@ -23,7 +24,7 @@ from history import History
 from run import ITER_PARENT_KEY, TIMER_EFFECT, Run, iter_depth
 from tasks import copy_value
 
-from aos_sdk import DELETE
+from aos_sdk import DELETE, cbor
 
 ITERATION_KEY = "$iteration"
 
@@ -34,6 +35,8 @@ def on_event(state: Any, event: Any, ctx: Any) -> Any:
     value = value if type(value) is dict else {}
     if tag == "Start":
         return _start(state, value, ctx)
+    if tag == "Faulted":
+        return _faulted(state, value, ctx)
     if state is None:  # no such execution: nothing to change, nothing to create
         ctx.annotate({"events": [_stale_event(tag, value, "no execution")]})
         return DELETE
@@ -108,6 +111,8 @@ def _stale_fields(tag: Any, value: dict[str, Any], reason: str) -> dict[str, Any
         return {"event": "cancel.stale", "reason": reason}
     if tag == "Migrate":
         return {"event": "migrate.stale", "version": value.get("version"), "reason": reason}
+    if tag == "Faulted":
+        return {"event": "fault.stale", "code": value.get("code"), "reason": reason}
     return {"event": "input.unknown", "tag": tag if type(tag) is str else None, "reason": reason}
 
 
@@ -163,13 +168,23 @@ def _journal_height(ctx: Any) -> int:
 
 def _begin(run: Run, value: dict[str, Any]) -> None:
     """The run's workload deep-merged onto the definition's; one token for `entry`."""
-    given = value.get("workload")
-    if given is not None and type(given) is not dict:
-        raise EngineFailure("workload.invalid", "a workload is a map")
-    workload = deep_merge(copy_value(run.defn.workload), given or {})
+    workload = _workload(run, value)
     marker = workload.pop(ITERATION_KEY, None)
     run.engine["outer"] = _outer(run, workload.pop(ITER_PARENT_KEY, None))
     run.business["workload"] = workload
+    _started(run)
+    if not keychain.request(run, marker):
+        _enter(run, marker)
+
+
+def _workload(run: Run, value: dict[str, Any]) -> dict[str, Any]:
+    given = value.get("workload")
+    if given is not None and type(given) is not dict:
+        raise EngineFailure("workload.invalid", "a workload is a map")
+    return deep_merge(copy_value(run.defn.workload), given or {})
+
+
+def _started(run: Run) -> None:
     run.history.add(
         "playbook.started",
         exec=run.exec_id,
@@ -177,8 +192,6 @@ def _begin(run: Run, value: dict[str, Any]) -> None:
         version=run.state["version"],
         definition=run.state["definition"],
     )
-    if not keychain.request(run, marker):
-        _enter(run, marker)
 
 
 def _outer(run: Run, outer: Any) -> dict[str, Any] | None:
@@ -233,6 +246,55 @@ def _begin_iteration(run: Run, marker: Any) -> None:
             "parent": run.engine["outer"],
         },
     }
+
+
+# -- a step the kernel refused -----------------------------------------------------------------
+
+
+def _faulted(state: Any, notice: dict[str, Any], ctx: Any) -> Any:
+    """The kernel refused a step of this execution (output too large, fuel, memory, a trap):
+    the execution fails with that refusal as its error (kind `engine`, the fault's code and
+    message), from its last good state; its waits end, its parent is told. A refused start
+    has no state: the execution is made from the start event the notice carries, and fails."""
+    if state is None:
+        start = _refused_start(notice)
+        if start is None:
+            ctx.annotate({"events": [_stale_event("Faulted", notice, "no execution")]})
+            return DELETE
+        working = _initial(start, ctx)
+        if type(notice.get("input")) is int:
+            working["started_seq"] = notice["input"]  # the start event's record
+        return _apply(working, ctx, lambda run: _start_refused(run, start, notice))
+    working = compact.expanded(state)
+    if working["status"] != "running":
+        reason = f"the execution is {working['status']}"
+        ctx.annotate({"events": [_stale_event("Faulted", notice, reason)]})
+        return state
+    return _apply(working, ctx, lambda run: _fail_refused(run, notice))
+
+
+def _refused_start(notice: dict[str, Any]) -> dict[str, Any] | None:
+    """The start event the refused delivery was, or None."""
+    try:
+        event = cbor.decode(notice["event"]) if type(notice.get("event")) is bytes else None
+    except cbor.CborError:
+        return None
+    if type(event) is dict and event.get("$tag") == "Start" and type(event.get("$value")) is dict:
+        return event["$value"]
+    return None
+
+
+def _start_refused(run: Run, start: dict[str, Any], notice: dict[str, Any]) -> None:
+    given = start.get("workload")
+    run.business["workload"] = _workload(run, start) if type(given) in (dict, type(None)) else {}
+    _started(run)
+    _fail_refused(run, notice)
+
+
+def _fail_refused(run: Run, notice: dict[str, Any]) -> None:
+    code = notice.get("code") if type(notice.get("code")) is str else "step.fault"
+    message = notice.get("message") if type(notice.get("message")) is str else ""
+    engine.fail_execution(run, code, message)
 
 
 # -- migrating to another version --------------------------------------------------------------
@@ -307,6 +369,7 @@ def _run(run: Run, apply: Callable[[Run], None]) -> None:
     try:
         apply(run)
         engine.run_to_wait(run)
+        engine.keep_loops_small(run)
     except EngineFailure as failure:
         engine.fail_execution(run, failure.code, failure.message)
     except Exception as error:  # a bug must fail the execution, not trap every later step

@@ -37,6 +37,7 @@ import jsonpath
 from blobs import Blobs, is_ref, remember
 from errors import ExprError
 from jinja2 import ChainableUndefined, StrictUndefined, Undefined
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 CODE_MAX = 1024
@@ -341,9 +342,20 @@ class _LenientUndefined(ChainableUndefined):
     __slots__ = ()
 
 
+class _LoadingContext(Context):
+    """A name that holds a result stored by reference stands for the result (loaded)."""
+
+    def resolve_or_missing(self, key: str) -> Any:
+        found = super().resolve_or_missing(key)
+        return self.environment.loaded(found)  # type: ignore[attr-defined]
+
+
 class _Environment(ImmutableSandboxedEnvironment):
     """Sandboxed; map keys win over attributes (`r.items` is the key `items`), and
-    references are loaded when a path walks into them."""
+    references are loaded wherever a template reaches them (a name, an attribute, an item),
+    so a result stored by reference reads as the result itself."""
+
+    context_class = _LoadingContext
 
     def __init__(self, undefined: type[Undefined], tojson: Any, proxy: bool) -> None:
         super().__init__(undefined=undefined, autoescape=False, keep_trailing_newline=True)
@@ -356,19 +368,23 @@ class _Environment(ImmutableSandboxedEnvironment):
     def getattr(self, obj: Any, attribute: str) -> Any:
         obj = self._loaded(obj, attribute)
         if type(obj) is dict and attribute in obj:
-            return obj[attribute]
+            return self.loaded(obj[attribute])
         proxied = type(obj) is dict or (type(obj) is list and attribute == "result")
         if self.proxy and proxied and attribute in PROXY_KEYS and id(obj) not in self.plain:
             return obj  # NoETL's `TaskResultProxy`
-        return super().getattr(obj, attribute)
+        return self.loaded(super().getattr(obj, attribute))
 
     def getitem(self, obj: Any, argument: Any) -> Any:
-        return super().getitem(self._loaded(obj, argument), argument)
+        return self.loaded(super().getitem(self._loaded(obj, argument), argument))
+
+    def loaded(self, value: Any) -> Any:
+        """`value`, or what it references."""
+        return self.blobs.deref(value) if is_ref(value) and self.blobs is not None else value
 
     def _loaded(self, obj: Any, key: Any) -> Any:
-        if is_ref(obj) and key not in ("$ref", "size", "schema_hint") and self.blobs is not None:
-            return self.blobs.deref(obj)
-        return obj
+        if key in ("$ref", "size", "schema_hint"):
+            return obj
+        return self.loaded(obj)
 
 
 def _defined(value: Any) -> bool:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import results
 import waits
 from definition import is_hash
 from errors import ExprError
@@ -178,7 +179,7 @@ def _call(run: Run, token: Token, frame: Frame, task: Task) -> Any:
         "attempt": frame["attempt"],
         "tool": tool,
         "args": args,
-        "result_inline_bytes_max": run.limits["result_inline_bytes_max"],
+        "result_inline_bytes_max": results.call_inline_max(run, token["loop"]),
     }
     if run.noetl:  # an `aos.flow/1` call's params are what they always were
         params["flow_format"] = run.defn.format

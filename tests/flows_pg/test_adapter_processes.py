@@ -14,6 +14,7 @@ from typing import Any
 
 from aos.flows.client import FlowNodeClient
 from aos.flows.world import create_flow_world
+from tests.auth_fixtures import admin_token
 from tests.pg_cluster import PgCluster
 from tests.test_node_process import _AOS, node_process
 
@@ -63,7 +64,7 @@ def test_keychain_and_postgres_adapter_processes_run_a_flow(
     config = tmp_path / "tools.yaml"
     config.write_text("keychain: {file: secrets.yaml, env_prefix: null}\n")
     with node_process(world_path) as (url, _process):
-        client = FlowNodeClient(url)
+        client = FlowNodeClient(url, token=admin_token(url))
         client.deploy(FLOW)
         started = client.run("t/pg-process", {"n": 21})
         exec_id = str(started["exec"])

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -43,6 +42,7 @@ from aos.kernel.adapters.sdk import Adapter, AdapterConfigInvalidError, Lease, R
 from aos.kernel.adapters.signing import public_key_of, verify_body
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.world.world import World
+from tests.auth_fixtures import node_http
 from tests.test_node_process import _AOS, node_process
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -626,12 +626,14 @@ def probe(
         "args": cbor.to_json(args),
         "result_inline_bytes_max": more.get("inline_max", 64 * 1024),
     }
-    answer = httpx.post(f"{node.url}/v1/events", json={"schema": PROBE, "value": value}, timeout=30)
+    answer = node_http.post(
+        f"{node.url}/v1/events", json={"schema": PROBE, "value": value}, timeout=30
+    )
     assert answer.status_code == 200, answer.text
 
 
 def state(node: Node, probe_id: str) -> dict[str, Any]:
-    answer = httpx.get(
+    answer = node_http.get(
         f"{node.url}/v1/state/{PROBE_WORKFLOW}", params={"key": json.dumps(probe_id)}, timeout=30
     )
     return cast(dict[str, Any], cbor.from_json(answer.json()["state"]))
@@ -649,7 +651,7 @@ def run_adapter(node: Node, kind: str, *options: str) -> list[dict[str, Any]]:
 
 
 def journaled_receipt(node: Node, intent: str) -> dict[str, Any]:
-    answer = httpx.get(
+    answer = node_http.get(
         f"{node.url}/v1/journal", params={"kind": "effect_receipt", "limit": 1000}, timeout=30
     ).json()
     records = [cast(dict[str, Any], cbor.from_json(item["record"])) for item in answer["records"]]

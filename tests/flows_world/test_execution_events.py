@@ -24,6 +24,7 @@ from aos.kernel import cbor
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.node.inspector import add_inspector
+from tests.auth_fixtures import admin_token, authorize
 from tests.flows_world.support import make_flow_world
 from tests.flows_world.test_execution_wait import in_thread, wait_for_waiters
 from tests.flows_world.test_flow_requests import QUICK_FLOW, TestClient, ok
@@ -64,7 +65,7 @@ def serve(node: Node) -> TestClient:
     app = create_app(node)
     add_flow_routes(app, node)
     add_flow_pages(app, add_inspector(app, node))
-    return TestClient(app)
+    return authorize(TestClient(app), node)
 
 
 @pytest.fixture
@@ -264,7 +265,10 @@ def test_follow_prints_each_event_once_and_ends_with_the_execution(tmp_path: Pat
     world_path = tmp_path / "w"
     world, _ = create_flow_world(world_path, keys_dir=tmp_path / "w.keys", sync=False)
     world.close()
-    with node_process(world_path) as (url, _node), FlowNodeClient(url) as flows:
+    with (
+        node_process(world_path) as (url, _node),
+        FlowNodeClient(url, token=admin_token(url)) as flows,
+    ):
         flows.deploy(HOLD_FLOW)
         flows.run("t/wait", None, exec_id="h1")
         before = flows.events("h1")

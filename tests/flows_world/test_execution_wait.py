@@ -20,6 +20,7 @@ from aos.kernel.node.app import create_app
 from aos.kernel.node.cell_watch import CellWatch
 from aos.kernel.node.errors import NodeBusyError
 from aos.kernel.world.errors import WorldClosedError
+from tests.auth_fixtures import authorize
 from tests.flows_world.support import make_flow_world
 from tests.flows_world.test_flow_requests import QUICK_FLOW, TestClient, ok
 from tests.flows_world.test_flow_requests import WAIT_FLOW as HOLD_FLOW
@@ -42,7 +43,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
 def client(node: Node) -> Iterator[TestClient]:
     app = create_app(node)
     add_flow_routes(app, node)
-    with TestClient(app) as made:
+    with authorize(TestClient(app), node) as made:
         ok(made.post("/v1/flows", json={"text": HOLD_FLOW}))
         ok(made.post("/v1/flows", json={"text": QUICK_FLOW}))
         yield made
@@ -228,7 +229,7 @@ def test_a_stopping_node_answers_its_waiters(tmp_path: Path) -> None:
     node.start()
     app = create_app(node)
     add_flow_routes(app, node)
-    with TestClient(app) as client:
+    with authorize(TestClient(app), node) as client:
         ok(client.post("/v1/flows", json={"text": HOLD_FLOW}))
         ok(client.post("/v1/flows/t%2Fwait/run", json={"exec": "h1"}))
         thread, answers = in_thread(lambda: client.get(f"/v1/executions/h1?wait_ms={LONG_WAIT_MS}"))

@@ -104,6 +104,15 @@ def ok_json(*args: str | Path) -> Any:
     return json.loads(result.stdout)
 
 
+def failed_json(*args: str | Path) -> Any:
+    """A run whose execution ended `failed`: it prints the execution and exits 1."""
+    result = aos(*args, "--json")
+    assert result.exit_code == 1, result.output
+    body = json.loads(result.stdout)
+    assert body["status"] == "failed"
+    return body
+
+
 def ok_text(*args: str | Path) -> str:
     result = aos(*args)
     assert result.exit_code == 0, result.output

@@ -23,6 +23,7 @@ from aos.flows.pages import add_flow_pages
 from aos.kernel.node import Node
 from aos.kernel.node.app import create_app
 from aos.kernel.node.inspector import add_inspector
+from tests.auth_fixtures import authorize
 from tests.flows_world.support import FlowWorld, make_flow_world
 from tests.flows_world.test_flow_requests import QUICK_FLOW, WAIT_FLOW
 from tests.test_world import engine
@@ -153,7 +154,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         add_flow_routes(app, node)
         inspector = add_inspector(app, node)
         add_flow_pages(app, inspector)
-        yield TestClient(app)
+        yield authorize(TestClient(app), node)
 
 
 def test_the_http_listing_pages_and_filters(client: TestClient) -> None:

@@ -22,6 +22,7 @@ from aos.kernel.hashing import hash_value
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.node.worlds import MountedWorld, WorldsRouter
+from tests.auth_fixtures import authorize
 from tests.flows_world.support import FlowWorld, make_flow_world
 from tests.test_world import engine
 
@@ -214,7 +215,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
     with Node.open_path(made.path, sync=False, engine=engine(), limits=limits) as node:
         app = create_app(node)
         add_flow_routes(app, node)
-        yield TestClient(app)
+        yield authorize(TestClient(app), node)
 
 
 def ok(response: Any) -> dict[str, Any]:
@@ -349,7 +350,10 @@ def test_status_fast_path_answers_as_the_fastapi_route(tmp_path: Path) -> None:
         fast.router.routes[:] = [
             r for r in fast.router.routes if getattr(r, "path", "") not in fast_only
         ]
-        with TestClient(fast) as client, TestClient(plain) as reference:
+        with (
+            authorize(TestClient(fast), node) as client,
+            authorize(TestClient(plain), node) as reference,
+        ):
             ok(client.post("/v1/flows", json={"text": WAIT_FLOW}))
             ok(client.post("/v1/flows", json={"text": QUICK_FLOW}))
             ok(client.post("/v1/flows/t%2Fwait/run", json={"exec": "w1"}))
@@ -379,7 +383,9 @@ def test_status_fast_path_answers_as_the_fastapi_route(tmp_path: Path) -> None:
             mounted = MountedWorld(
                 "one", node.world_id, fast, lambda _: {}, lambda: None, lambda: None
             )
-            process = TestClient(WorldsRouter([mounted]))  # no lifespan: as uvicorn runs it
+            process = authorize(
+                TestClient(WorldsRouter([mounted])), node
+            )  # no lifespan: as uvicorn runs it
             for path in ["w1", "a/b", "nope"]:
                 got = process.get(f"/worlds/one/v1/executions/{path}")
                 want = reference.get(f"/v1/executions/{path}")

@@ -37,6 +37,7 @@ from aos.kernel.errors import AosError
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.world.world import World
+from tests.auth_fixtures import authorize
 from tests.flows_world.support import FlowWorld, make_flow_world
 from tests.flows_world.test_flow_cli import aos, ok_json, ok_text, refused
 from tests.flows_world.test_flow_requests import TestClient
@@ -454,7 +455,7 @@ def served(recorded: Path) -> Iterator[TestClient]:
     with Node.open_path(recorded, sync=False, engine=engine()) as node:
         app = create_app(node)
         add_flow_routes(app, node)
-        yield TestClient(app)
+        yield authorize(TestClient(app), node)
 
 
 def test_node_shadow_and_migrate(served: TestClient, recorded: Path) -> None:
@@ -519,7 +520,7 @@ def test_a_worker_past_the_nodes_time_limit_is_killed_and_nothing_moves(
     with Node.open_path(recorded, sync=False, engine=engine(), limits=limits) as node:
         app = create_app(node)
         add_flow_routes(app, node)
-        client = TestClient(app)
+        client = authorize(TestClient(app), node)
         height = client.get("/v1/world").json()["height"]
         answer = client.post(path, json=body)
         assert answer.status_code == 504, answer.text

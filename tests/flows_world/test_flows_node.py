@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import pytest
+
+from tests.auth_fixtures import node_http, remember_node
 
 _AOS = [sys.executable, "-c", "from aos.cli.main import main; main()"]
 START_TIMEOUT_S = 60.0
@@ -26,8 +28,13 @@ STOP_TIMEOUT_S = 15.0
 COMMAND_TIMEOUT_S = 60.0
 POLL_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.2
+
+
 # The commands must talk to the node (or world) they are given, whatever the environment says.
-_ENV = {k: v for k, v in os.environ.items() if k not in ("AOS_NODE", "AOS_WORLD")}
+def _env() -> dict[str, str]:
+    """The test's environment (its AOS_TOKEN included) less the world and node it names."""
+    return {k: v for k, v in os.environ.items() if k not in ("AOS_NODE", "AOS_WORLD")}
+
 
 NODE_FLOW = """
 name: t/order
@@ -115,7 +122,7 @@ def _stop(process: subprocess.Popen[str]) -> tuple[int, str]:
 def running(*command: str) -> Iterator[subprocess.Popen[str]]:
     """A long-running `aos` process, stopped (SIGTERM) on the way out whatever happened."""
     process = subprocess.Popen(
-        [*_AOS, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_ENV
+        [*_AOS, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
     try:
         yield process
@@ -131,7 +138,7 @@ def aos(*args: str | Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=COMMAND_TIMEOUT_S,
         check=False,
-        env=_ENV,
+        env=_env(),
     )
 
 
@@ -163,14 +170,14 @@ def waiting_for(kind: str) -> Callable[[dict[str, Any]], bool]:
 
 def http_status(url: str, exec_id: str) -> dict[str, Any]:
     """GET /v1/executions/EXEC: a check beside the commands, without a process's start-up."""
-    answer = httpx.get(f"{url}/v1/executions/{exec_id}", timeout=30)
+    answer = node_http.get(f"{url}/v1/executions/{exec_id}", timeout=30)
     assert answer.status_code == 200, answer.text
     state: dict[str, Any] = answer.json()
     return state
 
 
 def open_intents(url: str) -> int:
-    return int(httpx.get(f"{url}/v1/world", timeout=30).json()["open_intents"])
+    return int(node_http.get(f"{url}/v1/world", timeout=30).json()["open_intents"])
 
 
 def in_order(names: list[str], wanted: list[str]) -> bool:
@@ -182,11 +189,18 @@ def in_order(names: list[str], wanted: list[str]) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
+def test_a_flow_on_a_node_with_adapter_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     world, keys = tmp_path / "w", tmp_path / "keys"
     created = aos_json(
         "flow", "world", "create", world, "--keys", keys, "--clock", "wall", "--no-sync"
     )
+    monkeypatch.setenv("AOS_TOKEN", created["admin_token"])  # the first admin, printed once
+    made = aos_json(
+        "identity", "create", "ann", "--scope", "task", "--role", "finance", "--world", world
+    )
+    ann = ["--token", made["token"]]  # a task acts as its identity, with the identity's roles
     assert Path(created["keys"]) == keys and (keys / "human.key").exists()
     flow = tmp_path / "order.flow.yaml"
     flow.write_text(NODE_FLOW)
@@ -198,6 +212,7 @@ def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
     with running(*up) as node:
         announced = json.loads(_readline(node, START_TIMEOUT_S))
         url = str(announced["url"])
+        remember_node(url, created["admin_token"])
         assert announced["human_adapter"] == "aos/human@1"
         echo_command = ["adapter", "run", "tool-echo", "--node", url]
         with running(*echo_command, "--key", str(keys / "echo.key")) as echo:
@@ -228,7 +243,7 @@ def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
             assert task["origin"] == {"workflow": "aos/FlowExec@1", "key": "e1"}
             assert task["effect"] == "aos/human.task@1" and task["status"] == "open"
             claimed = aos_json(
-                "task", "claim", task["intent"], "--user", "ann", "--role", "finance", *at
+                "task", "claim", task["intent"], "--user", "ann", "--role", "finance", *at, *ann
             )
             assert (claimed["status"], claimed["holder"]) == ("claimed", "ann")
             done = aos_json(
@@ -240,9 +255,10 @@ def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
                 "--payload-json",
                 '{"approved": true}',
                 *at,
+                *ann,
             )
             assert done["delivered"] is True
-            assert httpx.get(f"{url}/v1/tasks", timeout=30).json()["tasks"] == []
+            assert node_http.get(f"{url}/v1/tasks", timeout=30).json()["tasks"] == []
 
             # Then the warehouse's signal; the fork runs both echo calls; the join closes it.
             state = poll(url, "e1", waiting_for("signal"))
@@ -293,7 +309,9 @@ def test_a_flow_on_a_node_with_adapter_processes(tmp_path: Path) -> None:
             assert open_intents(url) == 0
             state = http_status(url, "e2")
             assert state["status"] == "cancelled" and waits(state) == []
-            refused = httpx.post(f"{url}/v1/executions/e2/signal", json={"name": "go"}, timeout=30)
+            refused = node_http.post(
+                f"{url}/v1/executions/e2/signal", json={"name": "go"}, timeout=30
+            )
             assert refused.status_code == 409
             assert refused.json()["error"]["code"] == "flow.execution_ended"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aos.kernel.adapters.keys import write_seed
-from tests.flows_world.test_flow_cli import aos, ok_json, refused
+from tests.flows_world.test_flow_cli import aos, failed_json, ok_json, refused
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT = REPO / "flows" / "examples" / "report.flow.yaml"
@@ -33,8 +33,7 @@ def test_the_report_example_without_its_secret_fails_as_authorization(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("AOS_SECRET_report_key", raising=False)
-    body = ok_json("flow", "run", REPORT, "--local", "--config", TOOLS)
-    assert body["status"] == "failed"
+    body = failed_json("flow", "run", REPORT, "--local", "--config", TOOLS)
     (finished,) = [e for e in body["events"] if e["event"] == "playbook.finished"]
     assert finished["error"]["kind"] == "authorization"
     assert finished["error"]["code"] == "keychain.missing"
@@ -42,8 +41,8 @@ def test_the_report_example_without_its_secret_fails_as_authorization(
 
 def test_without_a_config_the_shell_tool_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AOS_SECRET_report_key", "s3cret")
-    body = ok_json("flow", "run", REPORT, "--local")
-    assert body["status"] == "failed"
+    body = failed_json("flow", "run", REPORT, "--local")
+    assert body["error"]["code"] == "shell.disabled"
     (failed,) = [e for e in body["events"] if e["event"] == "task.failed"]
     assert failed["error"]["code"] == "shell.disabled"
 

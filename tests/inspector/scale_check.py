@@ -17,13 +17,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
 from aos.kernel.node.inspector import PAGE_SCAN_RECORDS_MAX
 from aos.kernel.world.router import RouteError
-from tests.inspector.test_inspector_browser import browser  # noqa: F401 (a fixture)
+from tests.auth_fixtures import admin_headers, node_http
+from tests.inspector.test_inspector_browser import (
+    browser,  # noqa: F401 (a fixture)
+    log_in,
+)
 from tests.test_node_process import node_process
 from tests.test_world import COUNTER_C, create, inc
 
@@ -67,7 +70,7 @@ def url() -> Iterator[str]:
 
 def timed(name: str, url: str, path: str, **params: Any) -> Any:
     started = time.perf_counter()
-    response = httpx.get(url + path, params=params, timeout=60)
+    response = node_http.get(url + path, params=params, timeout=60)
     timings[name] = time.perf_counter() - started
     assert response.status_code == 200, response.text
     return response.json()
@@ -109,7 +112,8 @@ def test_filters_scan_a_bounded_part_and_say_where_to_go_on(url: str) -> None:
 
 def test_the_journal_page_in_the_browser(browser: Browser, url: str) -> None:  # noqa: F811
     page = browser.new_page(base_url=url)
-    head = httpx.get(url + "/v1/overview").json()["height"]
+    log_in(page, admin_headers(url)["authorization"].removeprefix("Bearer "))
+    head = node_http.get(url + "/v1/overview").json()["height"]
     started = time.perf_counter()
     page.goto("/ui/journal")
     expect(page.locator("#journal-rows tbody tr")).to_have_count(100)
@@ -130,7 +134,7 @@ def test_the_journal_page_in_the_browser(browser: Browser, url: str) -> None:  #
     )
     timings["browser: failed only (one page)"] = time.perf_counter() - started
     shown = page.locator("#journal-rows tbody tr").evaluate_all("r => r.map(x => x.dataset.seq)")
-    failed = httpx.get(
+    failed = node_http.get(
         url + "/v1/journal", params={"failed": "true", "before": head + 1}, timeout=60
     ).json()["records"]
     in_reach = [str(r["seq"]) for r in failed if r["seq"] > head - PAGE_SCAN_RECORDS_MAX]

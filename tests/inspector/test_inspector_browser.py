@@ -20,6 +20,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.auth_fixtures import admin_headers
 from tests.inspector.world import (
     APPROVAL_EXEC,
     COUNTER,
@@ -88,13 +89,24 @@ def page(browser: Browser, url: str, problems: list[str]) -> Iterator[Page]:
         "console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None
     )
     opened.set_default_timeout(WAIT_MS)
+    log_in(opened, admin_headers(url)["authorization"].removeprefix("Bearer "))
     yield opened
     context.close()
     assert problems == []  # no script error, no CSP violation, nothing missing
 
 
+def log_in(page: Page, token: str) -> None:
+    """The inspector's login: asked for a page without a session, the node sends the browser
+    to /ui/login; the token, entered once, becomes an HttpOnly cookie."""
+    page.goto("/ui")
+    assert page.url.endswith("/ui/login")
+    page.fill("input[name=token]", token)
+    page.click("#login button[type=submit]")
+    page.wait_for_url("**/ui")
+
+
 def api(url: str, path: str, **params: Any) -> Any:
-    response = httpx.get(url + path, params=params, timeout=10)
+    response = httpx.get(url + path, params=params, timeout=10, headers=admin_headers(url))
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -284,7 +296,10 @@ def test_the_live_tail_shows_an_event_sent_during_the_test(page: Page, url: str)
     page.goto("/ui")
     expect(page.locator("#tail-status")).to_have_text("live")
     sent = httpx.post(
-        url + "/v1/events", json={"schema": COUNTER_EVENT, "value": inc("tail", 4)}, timeout=10
+        url + "/v1/events",
+        json={"schema": COUNTER_EVENT, "value": inc("tail", 4)},
+        timeout=10,
+        headers=admin_headers(url),
     )
     assert sent.status_code == 200, sent.text
     line = page.locator("#tail li", has_text=f"#{sent.json()['seq']} ")
@@ -308,3 +323,31 @@ def test_a_bad_parameter_is_an_error_page_and_changes_nothing(
     # The browser reports each refused page load; those two are the point of this test.
     assert [p for p in problems if "status of 40" in p] == problems and len(problems) == 2
     problems.clear()
+
+
+def test_a_read_only_identity_logs_in_and_sees_params_redacted(
+    browser: Browser, url: str, built: InspectorWorld
+) -> None:
+    from aos.kernel.node.identities import IdentityStore
+
+    _, token = IdentityStore.of_world(built.path).create("viewer-ui", ["read"])
+    context = browser.new_context(base_url=url, viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.goto("/ui/login")
+    page.fill("input[name=token]", "aos_" + "x" * 43)
+    page.click("#login button[type=submit]")
+    assert "auth.token_invalid" in page.inner_text("#error-message")
+    log_in(page, token)
+    assert "viewer-ui" in page.inner_text("header") and "redacted" in page.inner_text("header")
+    page.goto("/ui/journal?kind=effect_intent")
+    first = page.locator("#journal-rows tbody tr a").first.get_attribute("href")
+    assert first is not None
+    page.goto(first)
+    assert "$redacted" in page.inner_text("main")
+    shot(page, "redacted-record")
+    page.click("#logout")
+    page.wait_for_url("**/ui/login")
+    page.goto("/ui")
+    assert page.url.endswith("/ui/login")  # the cookie is gone
+    context.close()

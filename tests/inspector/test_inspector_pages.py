@@ -13,6 +13,7 @@ import pytest
 from aos.kernel.node import Node
 from aos.kernel.node.app import create_app
 from aos.kernel.node.inspector import CONTENT_SECURITY_POLICY, add_inspector
+from tests.auth_fixtures import authorize
 from tests.test_node import KEYED, TestClient, make_world, open_node, send
 
 MARKUP = "<script>document.title='owned'</script>"
@@ -28,7 +29,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
 def client(node: Node) -> TestClient:
     app = create_app(node)
     add_inspector(app, node)
-    return TestClient(app)
+    return authorize(TestClient(app), node)
 
 
 def test_every_page_answers_escaped_with_its_headers(client: TestClient) -> None:

@@ -9,10 +9,14 @@ intent hash is in the environment as `AOS_INTENT` (the idempotency key), the eff
     returns            -> ok       payload: the value
     raises             -> error    {message, type}
     runs past timeout  -> timeout  {message} (the process group is killed)
+    crosses a limit    -> error    {message, code: python.memory_exceeded | python.cpu_exceeded
+                                    | python.output_too_large}
     crashes / garbage  -> error    {message, exit_code, stderr}
 
 The child runs `python -I` (no user site, no PYTHON* variables) with the configured module
-paths first on `sys.path`.
+paths first on `sys.path`, confined as kernel/adapters/builtin/python_limits.py says: not as
+root (under a root adapter, as `worker_user`; the module paths must be readable by it), with
+at most `memory_bytes_max` of address space and `cpu_s_max` of CPU time.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from aos.kernel import cbor
+from aos.kernel.adapters.builtin.python_limits import CPU_EXIT_CODE, PythonLimits, confine
 from aos.kernel.adapters.sdk import AdapterConfigInvalidError, Lease, Result
 
 PYTHON_TIMEOUT_S_DEFAULT = 30.0
@@ -40,6 +45,10 @@ PYTHON_STDERR_CHARS_MAX = 2000
 """The tail of the child's stderr kept for a crash report (and echoed to ours)."""
 _READ_CHUNK_BYTES = 64 * 1024
 _EXIT_RAISED = 3  # the runner's own code for "the function raised"
+PYTHON_LIMIT_CODES = frozenset(
+    {"python.memory_exceeded", "python.cpu_exceeded", "python.output_too_large"}
+)
+"""The `code` of an error payload whose process crossed one of its limits."""
 
 # Runs in the child; stdlib only, so the child imports nothing of aos.
 _RUNNER = r"""
@@ -72,6 +81,7 @@ class PythonOptions:
     module_paths: Sequence[Path] = ()
     timeout_s: float = PYTHON_TIMEOUT_S_DEFAULT
     python: str = field(default=sys.executable)
+    limits: PythonLimits = field(default_factory=PythonLimits)
 
     def __post_init__(self) -> None:
         if not self.functions:
@@ -101,6 +111,7 @@ class PythonFunctionEffect:
 
     def __init__(self, options: PythonOptions) -> None:
         self.options = options
+        self.confined = confine(options.python, options.limits)
 
     def __call__(self, params: Any, lease: Lease) -> Result:
         ref = self.options.functions.get(lease.effect) or self.options.functions.get("*")
@@ -109,13 +120,15 @@ class PythonFunctionEffect:
         request = json.dumps(cbor.to_json(params), allow_nan=False).encode()
         paths = [str(Path(p).resolve()) for p in self.options.module_paths]
         env = {**os.environ, "AOS_INTENT": lease.intent, "AOS_EFFECT": lease.effect}
+        runner = self.confined.prelude(self.options.limits.cpu_s_max) + _RUNNER
         process = subprocess.Popen(
-            [self.options.python, "-I", "-c", _RUNNER, ref, *paths],
+            [self.confined.python, "-I", "-c", runner, ref, *paths],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,  # its own process group, so a timeout kills its children too
+            **self.confined.popen_options(),
         )
         stdout = _Drain(process.stdout, keep_head=True)
         stderr = _Drain(process.stderr, keep_head=False)
@@ -129,15 +142,19 @@ class PythonFunctionEffect:
         finally:
             stdout.join()
             stderr.join()
-        return _result(ref, code, stdout, stderr)
+        return _result(ref, code, stdout, stderr, self.options.limits)
 
 
-def _result(ref: str, code: int, stdout: _Drain, stderr: _Drain) -> Result:
+def _result(ref: str, code: int, stdout: _Drain, stderr: _Drain, limits: PythonLimits) -> Result:
     tail = stderr.text()
     if tail:
         sys.stderr.write(tail if tail.endswith("\n") else tail + "\n")
     if stdout.overflow:
-        return Result.error(f"{ref} returned over {PYTHON_OUTPUT_BYTES_MAX} bytes of JSON")
+        message = f"{ref} returned over {PYTHON_OUTPUT_BYTES_MAX} bytes of JSON"
+        return Result.error(message, code="python.output_too_large")
+    if code == CPU_EXIT_CODE:  # the kernel's, at the CPU limit (a timeout kills it ourselves)
+        message = f"{ref} used over {limits.cpu_s_max} s of CPU (cpu_s_max)"
+        return Result.error(message, code="python.cpu_exceeded")
     try:
         answer = json.loads(stdout.data)
     except ValueError:
@@ -149,6 +166,9 @@ def _result(ref: str, code: int, stdout: _Drain, stderr: _Drain) -> Result:
             return Result.error(f"{ref} returned a value with no CBOR form: {error}")
     if code == _EXIT_RAISED and isinstance(answer, dict) and isinstance(answer.get("error"), dict):
         raised = answer["error"]
+        if raised.get("type") == "MemoryError":
+            message = f"{ref} ran out of memory (memory_bytes_max {limits.memory_bytes_max} bytes)"
+            return Result.error(message, code="python.memory_exceeded")
         return Result.error(
             f"{ref} raised {raised.get('type')}: {raised.get('message')}", type=raised.get("type")
         )

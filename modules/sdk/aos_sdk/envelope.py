@@ -7,9 +7,11 @@ raw CAS blobs the step asked to read.
 
 Output (canonical CBOR): `{"state": bytes|null, "domain_events": [{"schema", "value"}],
 "effects": [{"effect", "params", "idempotency_key"?, "issuer_ref"?}], "ann"?: bytes,
-"cancel"?: [text], "reads"?: [hash]}`. `domain_events` and `effects` are always written,
-absent optionals are left out. An output with `reads` is a read request: the host runs the
-step again with those blobs in `data`.
+"cancel"?: [text], "reads"?: [hash], "writes"?: [bytes], "hash"?: [bytes]}`.
+`domain_events` and `effects` are always written, absent optionals are left out. An output
+with `reads` is a read request: the host runs the step again with those blobs in `data`; one
+with `hash` a hash request: the host runs it again with each of those blobs in `data` under
+its hash. `writes` are blobs the host stores in the CAS when the step applies.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class StepOutput:
     has_ann: bool = False
     cancel: list[str] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
+    writes: list[bytes] = field(default_factory=list)
+    hash_request: list[bytes] = field(default_factory=list)
 
 
 _ABSENT: Any = object()
@@ -214,6 +218,10 @@ def encode_output(
         envelope["cancel"] = list(output.cancel)
     if output.reads:
         envelope["reads"] = list(output.reads)
+    if output.writes:
+        envelope["writes"] = list(output.writes)
+    if output.hash_request:
+        envelope["hash"] = list(output.hash_request)
     return cbor.encode(envelope)
 
 
@@ -282,6 +290,8 @@ def decode_output(data: bytes) -> StepOutput:
         output.ann, output.has_ann = cbor.decode(envelope["ann"]), True
     output.cancel = list(envelope.get("cancel", []))
     output.reads = list(envelope.get("reads", []))
+    output.writes = list(envelope.get("writes", []))
+    output.hash_request = list(envelope.get("hash", []))
     return output
 
 

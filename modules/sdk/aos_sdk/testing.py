@@ -121,27 +121,40 @@ def step(
     *,
     blobs: dict[str, bytes] | None = None,
 ) -> envelope.StepOutput:
-    """One step as the host runs it, read requests included: a step that asks for CAS blobs
-    runs again with them from `blobs` (at most two rounds, as the host). Returns the whole
-    decoded output (state, events, effects, `ann`, `cancel`); `state` is the plain value."""
+    """One step as the host runs it, requests included: a step that asks for CAS blobs, or
+    for the hashes of blobs it writes, runs again with them (at most two rounds, as the host),
+    reading from `blobs`, where what it writes is stored. Returns the whole decoded output
+    (state, events, effects, `ann`, `cancel`, `writes`); `state` is the plain value."""
     if ctx is None:
         ctx = make_ctx(workflow=workflow.name, key=event.key if event.has_key else _NO_KEY)
     data = input_bytes(state, event, ctx)
     given: dict[str, bytes] = {}
     output = envelope.decode_output(step_bytes(workflow, data))
     for _ in range(READ_ROUNDS_MAX):
-        if not output.reads:
-            return output
+        if not output.reads and not output.hash_request:
+            break
         for hash_ in output.reads:
             if blobs is None or hash_ not in blobs:
                 raise KeyError(f"the step asked to read {hash_}, which `blobs` does not have")
             given[hash_] = blobs[hash_]
+        for blob in output.hash_request:
+            given[blob_hash(blob)] = blob
         probe: dict[str, Any] = cbor.decode(data)
         probe["data"] = dict(given)
         output = envelope.decode_output(step_bytes(workflow, cbor.encode(probe)))
-    if output.reads:
-        raise RuntimeError(f"the step still asks to read after {READ_ROUNDS_MAX} rounds")
+    if output.reads or output.hash_request:
+        raise RuntimeError(f"the step still asks after {READ_ROUNDS_MAX} rounds")
+    if blobs is not None:
+        for blob in output.writes:
+            blobs[blob_hash(blob)] = blob
     return output
+
+
+def blob_hash(blob: bytes) -> str:
+    """A blob's CAS hash, as the host computes it (natively: a guest has no BLAKE3)."""
+    from blake3 import blake3  # the host's; imported here, so a guest never imports it
+
+    return "blake3:" + blake3(blob).hexdigest()
 
 
 def explain(workflow: Workflow[Any], data: bytes) -> str | None:

@@ -58,6 +58,11 @@ class ReadRequest(BaseException):
         self.hashes = hashes
 
 
+WRITE_STAND_IN_PREFIX = "blake3:" + "f" * 48
+"""A written blob's hash before the host told it: `WRITE_STAND_IN_PREFIX` and 16 hex digits.
+Such a run's output is a hash request, and only the run after it counts."""
+
+
 class _Delete:
     _instance: _Delete | None = None
 
@@ -85,6 +90,10 @@ class Context:
         self._ann: Any = None
         self._has_ann = False
         self._cancel: list[str] = []
+        self._writes: list[bytes] = []
+        self._written: dict[str, bytes] = {}  # by hash, or stand-in hash
+        self._unhashed: dict[bytes, str] = {}  # blobs whose hashes to ask for: stand-ins
+        self._hashes: dict[bytes, str] | None = None  # `data` by content, made on first write
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -166,17 +175,44 @@ class Context:
             self._cancel.append(issuer_ref)
 
     def read(self, blob_hash: str) -> bytes:
-        """The bytes of a blob in the world's CAS (`blake3:<hex>`). The first time a step asks
-        for a blob it was not sent, the step stops here and runs again with it: keep
-        everything before a read free of effects on anything but local variables."""
-        found = self._input.data.get(blob_hash)
+        """The bytes of a blob in the world's CAS (`blake3:<hex>`), or one this step wrote.
+        The first time a step asks for a blob it was not sent, the step stops here and runs
+        again with it: keep everything before a read free of effects on anything but local
+        variables."""
+        found = self._written.get(blob_hash)
+        if found is None:
+            found = self._input.data.get(blob_hash)
         if found is None:
             raise ReadRequest([blob_hash])
         return bytes(found)
 
     def readable(self, blob_hash: str) -> bool:
-        """Whether the host sent `blob_hash` with this step (reading it costs no round)."""
-        return blob_hash in self._input.data
+        """Whether the host sent `blob_hash` with this step, or the step wrote it (reading it
+        costs no round)."""
+        return blob_hash in self._input.data or blob_hash in self._written
+
+    def write(self, data: bytes) -> str:
+        """Store `data` in the world's CAS with this step's output, and return its hash
+        (`blake3:<hex>`; spec/08 §4.4). A guest cannot hash, so the first run of a step that
+        writes gets a stand-in hash (`WRITE_STAND_IN_PREFIX`), asks the host for the real
+        hashes once the handler returns, and runs again with them: keep what a step does with
+        a written blob's hash within its output."""
+        if type(data) is not bytes:
+            raise StepError("ctx.write takes bytes")
+        if self._hashes is None:
+            self._hashes = {bytes(blob): hash_ for hash_, blob in self._input.data.items()}
+        found = self._hashes.get(data)
+        if found is None:
+            found = self._unhashed.get(data)
+            if found is None:
+                found = f"{WRITE_STAND_IN_PREFIX}{len(self._unhashed):016x}"
+                self._unhashed[data] = found
+                self._written[found] = data
+            return found
+        if found not in self._written:
+            self._written[found] = data
+            self._writes.append(data)
+        return found
 
     def require(self, blob_hashes: list[str]) -> None:
         """Ask for several blobs at once (one read round instead of one each)."""
@@ -261,7 +297,11 @@ class Workflow(Generic[S]):
         try:
             result = handler.fn(state, event, ctx)
         except ReadRequest as request:
-            return StepOutput(state=None, has_state=False, reads=list(request.hashes))
+            # Blobs it wrote before it stopped are hashed in the same round.
+            hashes = list(ctx._unhashed)
+            return StepOutput(None, False, reads=list(request.hashes), hash_request=hashes)
+        if ctx._unhashed:
+            return StepOutput(state=None, has_state=False, hash_request=list(ctx._unhashed))
         output = StepOutput(state=None, has_state=False)
         if result is None:
             raise StepError(
@@ -274,6 +314,7 @@ class Workflow(Generic[S]):
         output.effects = ctx._effects
         output.ann, output.has_ann = ctx._ann, ctx._has_ann
         output.cancel = ctx._cancel
+        output.writes = ctx._writes
         return output
 
     def step_bytes(self, data: bytes) -> bytes:
