@@ -674,7 +674,8 @@ def _follow(client: FlowNodeClient, exec_id: str, as_json: bool) -> None:
     "--expect-version",
     type=int,
     default=None,
-    help="Only for the open wait made at this version (never buffered; refused without it).",
+    help="Only for a wait of NAME opened at this engine version: never buffered, refused "
+    "when no such wait is open.",
 )
 @world_option
 @node_option
@@ -691,7 +692,7 @@ def signal_command(
 ) -> None:
     """Send the signal NAME to a running execution: a wait takes it now, or the execution
     keeps it until one opens (`buffered`). One that can never be delivered is refused and
-    exits 1, as does one journaled but not delivered (`stale`, `dropped`)."""
+    exits 1, as does one journaled but not delivered (`stale`, `dropped`, `faulted`)."""
     value = _workload(payload, "--payload") if payload is not None else None
     if node_url is not None:
         body = node_client(node_url).signal(exec_id, name, value, expect_version)
