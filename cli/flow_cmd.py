@@ -32,6 +32,7 @@ from aos.flows.draw import to_mermaid, to_text
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError
 from aos.flows.local import LocalAdapters
 from aos.flows.positions import SourcePositions
+from aos.flows.signals import NOT_DELIVERED
 from aos.flows.world import create_flow_world, default_keys_dir
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
@@ -669,7 +670,13 @@ def _follow(client: FlowNodeClient, exec_id: str, as_json: bool) -> None:
 @click.argument("exec_id", metavar="EXEC")
 @click.argument("name")
 @click.option("--payload", default=None, help="The signal's payload as JSON.")
-@click.option("--expect-version", type=int, default=None, help="Stale unless the wait has it.")
+@click.option(
+    "--expect-version",
+    type=int,
+    default=None,
+    help="Only for a wait of NAME opened at this engine version: never buffered, refused "
+    "when no such wait is open.",
+)
 @world_option
 @node_option
 @json_option
@@ -683,18 +690,22 @@ def signal_command(
     node_url: str | None,
     as_json: bool,
 ) -> None:
-    """Send the signal NAME to a running execution."""
+    """Send the signal NAME to a running execution: a wait takes it now, or the execution
+    keeps it until one opens (`buffered`). One that can never be delivered is refused and
+    exits 1, as does one journaled but not delivered (`stale`, `dropped`, `faulted`)."""
     value = _workload(payload, "--payload") if payload is not None else None
     if node_url is not None:
         body = node_client(node_url).signal(exec_id, name, value, expect_version)
     else:
         with _opened(world_path) as world:
-            ops.signal(world, exec_id, name, value, expect_version=expect_version)
-            body = {"exec": exec_id, "status": ops.status(world, exec_id)["status"]}
+            body = ops.signal(world, exec_id, name, value, expect_version=expect_version).to_json()
     if as_json:
         emit_json(body)
-        return
-    click.echo(f"signalled {exec_id} {name}; status {body['status']}")
+    else:
+        outcome = f"{body['outcome']} (seq {body['seq']})"
+        click.echo(f"signalled {exec_id} {name}: {outcome}; status {body['status']}")
+    if body["outcome"] in NOT_DELIVERED:
+        sys.exit(1)
 
 
 @flow_group.command("cancel")

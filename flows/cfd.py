@@ -5,8 +5,9 @@ One set of pydantic models serves both directions. Authoring input may use the s
 §1.5 (string guards, `next` as a list or a step name, a rule's `else`, unnamed tasks,
 durations in seconds, null for a field's default); the models expand them while validating,
 so a validated `FlowDefinition` always holds the explicit shape, and `canonical_value` writes
-it with every default. Reading the canonical form back (`decode_definition`) runs the same
-models, and refuses bytes that are not exactly the canonical form of what they decode to.
+it with every default (but a limit added later, at its default: `LIMITS_WRITTEN_WHEN_SET`).
+Reading the canonical form back (`decode_definition`) runs the same models, and refuses bytes
+that are not exactly the canonical form of what they decode to.
 
 Every model is strict (no coercion: `"1"` is not an int), forbids unknown fields and is
 frozen. Validators raise `PydanticCustomError` with a `flow.*` type, which becomes the
@@ -41,7 +42,7 @@ from aos.flows import limits as _limits
 from aos.flows.checks import TOOL_KINDS, check_definition, is_template, nesting_depth
 from aos.flows.document import check_values, read_document
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowTooLargeError, Problem, json_path
-from aos.flows.limits import EXECUTION_LIMITS, DefinitionLimits
+from aos.flows.limits import EXECUTION_LIMITS, LIMITS_WRITTEN_WHEN_SET, DefinitionLimits
 from aos.kernel import cbor
 from aos.kernel.air.base import HashText
 from aos.kernel.hashing import Hash, hash_bytes
@@ -783,6 +784,7 @@ class Limits(CfdModel):
     history_events_per_step_max: int = _limit_field("history_events_per_step_max")
     tasks_per_input_max: int = _limit_field("tasks_per_input_max")
     result_inline_bytes_max: int = _limit_field("result_inline_bytes_max")
+    signals_buffered_max: int = _limit_field("signals_buffered_max")
 
     @field_validator(*EXECUTION_LIMITS, mode="after")
     @classmethod
@@ -918,13 +920,17 @@ def definition_from_value(
 
 def canonical_value(defn: FlowDefinition) -> dict[str, Any]:
     """The canonical form as plain data (maps, lists, text, numbers, booleans, nulls), every
-    default written and nulls kept: what `encode_definition` encodes. A fresh copy each call."""
+    default written (but `LIMITS_WRITTEN_WHEN_SET`) and nulls kept: what `encode_definition`
+    encodes. A fresh copy each call."""
     dumped = defn.model_dump(mode="python", by_alias=True)
     plain: dict[str, Any] = _plain(dumped)
     if defn.format == FORMAT_1:
         for step in plain["steps"]:
             for name in FORMAT_2_STEP_FIELDS:
                 del step[name]
+    for name in LIMITS_WRITTEN_WHEN_SET:
+        if plain["limits"][name] == EXECUTION_LIMITS[name][0]:
+            del plain["limits"][name]
     return plain
 
 

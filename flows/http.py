@@ -12,6 +12,7 @@ need `deploy` (a definition may carry inline code that tool adapters run), runni
     GET  /v1/executions/{exec}/events[?after=SEQ&limit=N&wait_ms=N]
                                           {events: [{seq, event, ...}], status, last_seq, more}
     POST /v1/executions/{exec}/signal     {name, payload, expect_version?}
+                                          -> {exec, name, seq, outcome, status}
     POST /v1/executions/{exec}/cancel     {reason?}
     POST /v1/flows/{name}/shadow          {version? | text, source?; exec?, executions_max?}
                                           the shadow report (spec/11 §10.1), from a worker process
@@ -325,12 +326,15 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
     @app.post("/v1/executions/{exec_id:path}/signal", tags=["flows"], **needs(OPERATE))
     async def signal(exec_id: str, request: SignalRequest) -> dict[str, Any]:
-        """Send a signal; a stale one is recorded in the history, not applied."""
+        """Send a signal: a wait takes it now or the execution keeps it for one (`outcome`
+        `delivered` or `buffered`); one that could never be delivered is refused (409)."""
         payload = _data(request.payload, "$.payload")
 
         def send(world: World) -> dict[str, Any]:
-            ops.signal(world, exec_id, request.name, payload, expect_version=request.expect_version)
-            return {"exec": exec_id, "status": ops.status(world, exec_id)["status"]}
+            expect_version = request.expect_version
+            return ops.signal(
+                world, exec_id, request.name, payload, expect_version=expect_version
+            ).to_json()
 
         return await node.host.run(send)
 

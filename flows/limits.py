@@ -69,7 +69,14 @@ EXECUTION_LIMITS: dict[str, tuple[int, int]] = {
     "history_events_per_step_max": (1_000, 100_000),
     "tasks_per_input_max": (100_000, 10_000_000),
     "result_inline_bytes_max": (64 * KIB, 1 * MIB),
+    "signals_buffered_max": (100, 1_000),
 }
 """name -> (default, ceiling); every limit is at least 1. `iter_depth_max` (levels of
 `iter.parent`) has a low ceiling: each level nests the execution's state one map deeper, under
-the kernel's CBOR nesting bound (64)."""
+the kernel's CBOR nesting bound (64). `signals_buffered_max` too: each buffered signal keeps up
+to ~260 bytes in the state (its name, its sequence, a payload or its reference), and 1,000 of
+them stay well inside a step's 1 MiB output."""
+LIMITS_WRITTEN_WHEN_SET = ("signals_buffered_max",)
+"""Execution limits added after definitions were deployed: the canonical form names one only
+when it is not its default, so a definition deployed before keeps its bytes and its hash
+(and still reads back as the canonical form of itself)."""

@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from aos.flows import signals
 from aos.flows.cfd import FlowDefinition, canonical_value
 from aos.flows.errors import FlowError
 from aos.flows.limits import NAME_LENGTH_MAX
+from aos.flows.signals import Signalled
 from aos.flows.world import (
     CANCEL_EVENT,
     DEPLOY_EVENT,
@@ -186,17 +188,22 @@ def signal(
     payload: Any = None,
     *,
     expect_version: int | None = None,
-) -> RunReport:
-    """Send a signal to a running execution. Whether it resumes a wait or is stale is the
-    interpreter's decision, recorded in the execution's history."""
-    _running_state(world, exec_id)
+) -> Signalled:
+    """Send a signal to a running execution: an open wait takes it, or the execution keeps it
+    until one opens. One that could never be delivered is refused, journaling nothing
+    (`flows/signals.py`, spec/11 §3.2)."""
+    state = _running_state(world, exec_id)
     if not SIGNAL_NAME_PATTERN.fullmatch(name):
         raise FlowRequestInvalidError(f"signal name {name!r} is not a name", path="$.name")
     if expect_version is not None and expect_version < 0:
         raise FlowRequestInvalidError("expect_version is a natural number", path="$.expect_version")
     _check_data(payload, "$.payload")
+    signals.check(world, state, name, expect_version)
     value = {"exec": exec_id, "name": name, "payload": payload, "expect_version": expect_version}
-    return world.send(SIGNAL_EVENT, value)[1]
+    admitted, _ = world.send(SIGNAL_EVENT, value)
+    after = _records(world, admitted.seq + 1, world.height)
+    found = signals.outcome(after, world.key_bytes(EXEC_WORKFLOW, exec_id), admitted.seq)
+    return Signalled(exec_id, name, admitted.seq, found, str(status(world, exec_id)["status"]))
 
 
 def cancel(world: World, exec_id: str, reason: str | None = None) -> RunReport:

@@ -24,6 +24,7 @@ LIMIT_DEFAULTS = {
     "history_events_per_step_max": 1_000,
     "tasks_per_input_max": 100_000,
     "result_inline_bytes_max": 64 * 1024,
+    "signals_buffered_max": 100,
 }
 TOOL_KINDS = ("echo", "http", "python", "postgres", "duckdb", "shell", "file")
 ACTIONS = (
@@ -73,6 +74,7 @@ class Definition:
         self.keychain = _keychain(raw.get("keychain"))
         self.sources = _sources(self.steps)
         self.jumps = _jump_index(self.steps)
+        self.signals = _waited_signals(self.steps)
 
     def step(self, name: str) -> dict[str, Any]:
         return self.steps[name]
@@ -507,6 +509,20 @@ def _sources(steps: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
             if name not in sources[arc["to"]]:
                 sources[arc["to"]].append(name)
     return sources
+
+
+def _waited_signals(steps: dict[str, dict[str, Any]]) -> frozenset[str]:
+    """The signal names some `wait_signal` task of the flow waits for: a signal named
+    otherwise can never be delivered (spec/11 §3.2), so it is never buffered."""
+    found: set[str] = set()
+    pending = [task for step in steps.values() for task in step["tasks"]]
+    while pending:
+        task = pending.pop()
+        if task["do"] == "wait_signal":
+            found.add(task["signal"])
+        for _, nested in nested_lists(task):
+            pending.extend(nested)
+    return frozenset(found)
 
 
 def _jump_index(steps: dict[str, dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, int]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import frames
 import results
+import signals
 import step_ctx
 import waits
 from errors import EngineFailure, ExprError
@@ -24,6 +25,7 @@ def new_engine(parent: Any) -> dict[str, Any]:
     return {
         "tokens": {},
         "waits": {},
+        signals.SIGNALS: [],
         "joins": {},
         "children": {},
         "counters": {"token": 0, "wait": 0, "child": 0, "continue": 0},
@@ -524,6 +526,7 @@ def cancel(run: Run, reason: str | None) -> None:
 
 def _end(run: Run, status: str, error: dict[str, Any] | None) -> None:
     run.state["status"] = status
+    signals.drop(run, f"the execution is {status}")
     run.history.add("playbook.finished", status=status, error=error)
     parent = run.engine["parent"]
     if parent is not None:

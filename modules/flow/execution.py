@@ -16,12 +16,13 @@ import compact
 import definition
 import engine
 import keychain
+import signals
 import waits
 from blobs import Blobs
 from errors import DefinitionError, EngineFailure, Missing
 from expressions import deep_merge
 from history import History
-from run import ITER_PARENT_KEY, TIMER_EFFECT, Run, iter_depth
+from run import ITER_PARENT_KEY, TIMER_EFFECT, Run, iter_depth, journal_height
 from tasks import copy_value
 
 from aos_sdk import DELETE, cbor
@@ -43,7 +44,7 @@ def on_event(state: Any, event: Any, ctx: Any) -> Any:
     working = compact.expanded(state)
     if tag == "Migrate":
         return _migrate(state, working, value, ctx)
-    apply, stale = _resolve(working, tag, value)
+    apply, stale = _resolve(working, tag, value, ctx)
     if apply is None:
         ctx.annotate({"events": [stale]})
         return state
@@ -51,7 +52,7 @@ def on_event(state: Any, event: Any, ctx: Any) -> Any:
 
 
 def _resolve(
-    state: dict[str, Any], tag: Any, value: dict[str, Any]
+    state: dict[str, Any], tag: Any, value: dict[str, Any], ctx: Any
 ) -> tuple[Callable[[Run], None] | None, dict[str, Any]]:
     """What the input does to the execution, or the history event saying it is stale."""
     if tag == "Receipt":
@@ -62,10 +63,7 @@ def _resolve(
             return (lambda run: waits.on_receipt(run, wait_id, value)), {}
         return None, _stale_event(tag, value, "no open wait")
     if tag == "Signal":
-        wait_id, reason = waits.signal_wait(state, value)
-        if wait_id is not None:
-            return (lambda run: waits.on_signal(run, wait_id, value)), {}
-        return None, _stale_event(tag, value, reason)
+        return _signal(state, value, ctx)
     if tag == "Ended":
         wait_id = waits.child_wait(state, value)
         if wait_id is not None:
@@ -74,6 +72,34 @@ def _resolve(
     if tag == "Cancel" and state["status"] == "running":
         return (lambda run: engine.cancel(run, value.get("reason"))), {}
     return None, _stale_event(tag, value, f"the execution is {state['status']}")
+
+
+def _signal(
+    state: dict[str, Any], value: dict[str, Any], ctx: Any
+) -> tuple[Callable[[Run], None] | None, dict[str, Any]]:
+    """An open wait of the signal's name takes it; else an execution that buffers keeps it
+    (signals.py), unless it could never be delivered or the buffer is full."""
+    wait_id, reason = waits.signal_wait(state, value)
+    if wait_id is not None:
+        return (lambda run: waits.on_signal(run, wait_id, value)), {}
+    unversioned = value.get("expect_version") is None
+    if reason != "no wait" or not unversioned or not signals.buffers(state):
+        return None, _stale_event("Signal", value, reason)
+    dropped = signals.refusal(state, _definition(state, ctx), value, journal_height(ctx))
+    if dropped is not None:
+        return None, dropped
+    return (lambda run: signals.buffer(run, value)), {}
+
+
+def _definition(state: dict[str, Any], ctx: Any) -> definition.Definition | None:
+    """The execution's definition, before anything is applied (None: it cannot be read)."""
+    try:
+        return definition.load(Blobs(ctx), state["definition"])
+    except Missing as missing:
+        ctx.require([missing.blob_hash])  # the step runs again with it
+        return None
+    except DefinitionError:
+        return None
 
 
 def _stale_event(tag: Any, value: dict[str, Any], reason: str) -> dict[str, Any]:
@@ -138,7 +164,7 @@ def _initial(value: dict[str, Any], ctx: Any) -> dict[str, Any]:
         "definition": value["definition"] if definition.is_hash(value.get("definition")) else None,
         "status": "running",
         "engine_version": 0,
-        "started_seq": _journal_height(ctx),
+        "started_seq": journal_height(ctx),
         "business": {
             "workload": {},
             "ctx": {},
@@ -157,13 +183,6 @@ def _parent(parent: Any) -> dict[str, str] | None:
     ):
         return {"exec": parent["exec"], "token": parent["token"]}
     return None
-
-
-def _journal_height(ctx: Any) -> int:
-    try:
-        return ctx.journal_height
-    except Exception:  # a host that sends no ctx: the sequence is unknown
-        return 0
 
 
 def _begin(run: Run, value: dict[str, Any]) -> None:

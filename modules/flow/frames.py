@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import signals
 import tasks
 import waits
 from errors import EngineFailure, ExprError
@@ -73,7 +74,8 @@ def _start(run: Run, token: dict[str, Any], frame: dict[str, Any], task: dict[st
         attempt=frame["attempt"],
         index=frame["index"],
     )
-    return tasks.perform(run, token, frame, task)
+    buffered = signals.take(run, token, frame, task)  # a signal that came before its wait
+    return buffered if buffered is not None else tasks.perform(run, token, frame, task)
 
 
 def current_task(run: Run, token: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:

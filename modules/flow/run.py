@@ -50,6 +50,7 @@ class Run:
         self.pipeline = PIPELINE if noetl else CLASSIC
         self.routing = ROUTING if noetl else CLASSIC
         self.version: int = state["engine_version"]
+        self.input_seq = journal_height(ctx)
         self.ctx_changed = False
         self.tasks_run = 0
         self.aborted = False  # fail_fast ended the execution's branches during this input
@@ -208,6 +209,14 @@ class Run:
 
     def emit(self, schema: str, value: dict[str, Any]) -> None:
         self.ctx.emit(schema, value)
+
+
+def journal_height(ctx: Any) -> int:
+    """The journal sequence of the input being delivered (0 from a host that sends none)."""
+    try:
+        return int(ctx.journal_height)
+    except Exception:
+        return 0
 
 
 def current_iter(frame: dict[str, Any]) -> dict[str, Any]:

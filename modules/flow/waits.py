@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import signals
 from errors import EngineFailure
 from run import (
     CANCEL_EVENT,
@@ -154,6 +155,7 @@ def on_signal(run: Run, wait_id: str, signal: dict[str, Any]) -> None:
     run.history.add(
         "signal.received",
         name=signal.get("name"),
+        signal_seq=run.input_seq if signals.buffers(run.state) else None,  # old rules: none
         wait=wait_id,
         step=wait["step"],
         task=wait["task"],

@@ -17,7 +17,8 @@ runs operations chosen by `random.Random(seed)`, acknowledging each once it retu
   call whose args say `flaky` fails (a retry on a timer follows);
 * skip time to the next timer (retry backoffs, call timeouts racing their call: a timeout
   that wins cancels the call's intent);
-* signal `go` to an execution waiting at its gate (or a stale signal to one that is not);
+* signal `go` to an execution waiting at its gate (or, sent around the host's check as a raw
+  `aos world send` would, a signal no step waits for, which the interpreter drops);
 * cancel a running execution;
 * snapshots, duplicate receipts (nothing written) and refused receipts (a late receipt for a
   cancelled intent, for now only one cancelled since the newest snapshot: see
@@ -341,8 +342,13 @@ class FlowWorkload(Workload):
         stale = not gated or self.rng.random() < 0.2
         exec_id = self.rng.choice(live if stale else gated)
         name = "poke" if stale else GATE_SIGNAL
+        payload = {"n": self.rng.randrange(1000)}
         self.begin("signal")
-        ops.signal(self.world, exec_id, name, {"n": self.rng.randrange(1000)})
+        if stale:  # `ops.signal` would refuse it (flow.signal_unknown) and journal nothing
+            value = {"exec": exec_id, "name": name, "payload": payload, "expect_version": None}
+            self.world.send(SIGNAL_EVENT, value)
+        else:
+            ops.signal(self.world, exec_id, name, payload)
         self.ack("signal", exec=exec_id, name=name)
 
     def cancel(self) -> None:

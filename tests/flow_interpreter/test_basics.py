@@ -228,8 +228,8 @@ def test_a_second_start_is_stale() -> None:
 def test_every_step_annotates_even_when_nothing_happens() -> None:
     ex = Execution()
     ex.start(flow([step("a", [task("w", "wait_signal", signal="go")])]))
-    out = ex.signal("other")
-    assert out.has_ann and events(out)[0]["event"] == "signal.stale"
+    out = ex.signal("other")  # no step waits for it
+    assert out.has_ann and events(out)[0]["event"] == "signal.dropped"
 
 
 def test_continue_with_starts_a_new_execution_and_does_not_wait() -> None:

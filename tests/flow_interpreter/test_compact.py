@@ -94,7 +94,7 @@ def test_a_stale_input_returns_the_state_exactly_as_it_came() -> None:
     ex.state = full
     before = cbor.encode(full)
     out = ex.signal("nobody.waits")
-    assert out.ann["events"][0]["event"] == "signal.stale"
+    assert out.ann["events"][0]["event"] == "signal.dropped"
     assert cbor.encode(ex.state) == before  # still in full: a stale input changes nothing
 
 

@@ -21,7 +21,13 @@ from aos.flows.cfd import (
     load_definition,
 )
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError, FlowTooLargeError
-from aos.flows.limits import DEFINITION_BYTES_MAX, EXECUTION_LIMITS, MIB, DefinitionLimits
+from aos.flows.limits import (
+    DEFINITION_BYTES_MAX,
+    EXECUTION_LIMITS,
+    LIMITS_WRITTEN_WHEN_SET,
+    MIB,
+    DefinitionLimits,
+)
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_bytes
 
@@ -169,7 +175,11 @@ def test_canonical_top_level_has_every_default() -> None:
             "failure_mode": "fail_fast",
             "final_step": None,
         },
-        "limits": {name: default for name, (default, _) in EXECUTION_LIMITS.items()},
+        "limits": {
+            name: default
+            for name, (default, _) in EXECUTION_LIMITS.items()
+            if name not in LIMITS_WRITTEN_WHEN_SET
+        },
         "subflows": {},
         "keychain": [],
         "steps": [
@@ -185,6 +195,27 @@ def test_canonical_top_level_has_every_default() -> None:
             }
         ],
     }
+
+
+EXECUTION_DEFAULTS = {name: default for name, (default, _) in EXECUTION_LIMITS.items()}
+
+
+def test_a_limit_added_later_is_written_only_when_set() -> None:
+    """`signals_buffered_max` came after definitions were deployed: at its default the
+    canonical form leaves it out (their hashes stay), set it is written and reads back."""
+    default = load(minimal())
+    assert default.limits.signals_buffered_max == 100
+    assert "signals_buffered_max" not in canonical_value(default)["limits"]
+    written = cbor.encode({**canonical_value(default), "limits": EXECUTION_DEFAULTS})
+    with pytest.raises(FlowDecodeError, match="canonical form"):
+        decode_definition(written)  # the default, named: not the canonical form
+    fewer = load(minimal(limits={"signals_buffered_max": 3}))
+    assert canonical_value(fewer)["limits"]["signals_buffered_max"] == 3
+    assert decode_definition(encode_definition(fewer)) == fewer
+    assert load(minimal(limits={"signals_buffered_max": 1000})).limits.signals_buffered_max
+    assert problems_of(minimal(limits={"signals_buffered_max": 1001})) == [
+        ("flow.limit", "$.limits.signals_buffered_max")
+    ]
 
 
 COMMON = {"name": "task_1", "when": None, "policy": None}

@@ -288,7 +288,7 @@ def test_a_flow_world_driven_by_the_cli(tmp_path: Path) -> None:
     assert "task.started" in ok_text("flow", "events", "x", *at)
 
     signalled = ok_json("flow", "signal", "x", "warehouse.picked", *at, "--payload", '{"box": 3}')
-    assert signalled == {"exec": "x", "status": "completed"}
+    assert signalled == {**signalled, "exec": "x", "outcome": "delivered", "status": "completed"}
     state = ok_json("flow", "status", "x", *at)
     assert state["business"]["steps"]["done"] == {"parcel": {"box": 3}, "who": "ann"}
     events = ok_json("flow", "events", "x", *at)
@@ -347,15 +347,24 @@ def test_signal_payloads_and_versions(tmp_path: Path) -> None:
     refused("flow.request_invalid", "flow", "signal", "s1", "bad name", *at)
     [wait] = ok_json("flow", "status", "s1", *at)["engine"]["waits"].values()
     wait_version = wait["version"]
-    stale = ok_json(
-        "flow", "signal", "s1", "warehouse.picked", "--expect-version", str(wait_version + 5), *at
+    wrong = str(wait_version + 5)
+    refused(
+        "flow.signal_stale",
+        "flow",
+        "signal",
+        "s1",
+        "warehouse.picked",
+        "--expect-version",
+        wrong,
+        *at,
     )
-    assert stale["status"] == "running"
-    assert "signal.stale" in [e["event"] for e in ok_json("flow", "events", "s1", *at)]
+    refused("flow.signal_unknown", "flow", "signal", "s1", "nobody.waits", *at)
+    assert ok_json("flow", "status", "s1", *at)["status"] == "running"
     text = ok_text(
         "flow", "signal", "s1", "warehouse.picked", "--expect-version", str(wait_version), *at
     )
-    assert "signalled s1 warehouse.picked; status completed" in text
+    assert "signalled s1 warehouse.picked: delivered (seq " in text
+    assert text.rstrip().endswith("; status completed")
 
     # A second version pins later executions; s1 stays on version 1.
     ok_json("flow", "deploy", write(tmp_path, "v2.yaml", SIGNAL_FLOW + "description: v2\n"), *at)

@@ -311,7 +311,13 @@ def test_refused_http_requests_change_nothing(client: TestClient) -> None:
 
     # Nothing moved: the waiting execution still completes on its signal.
     signalled = ok(client.post("/v1/executions/w1/signal", json={"name": "go", "payload": [1]}))
-    assert signalled == {"exec": "w1", "status": "completed"}
+    assert signalled == {
+        "exec": "w1",
+        "name": "go",
+        "seq": signalled["seq"],
+        "outcome": "delivered",
+        "status": "completed",
+    }
     events = ok(client.get("/v1/executions/w1/events"))["events"]
     assert [e["event"] for e in events][-1] == "playbook.finished"
     assert all(isinstance(e["seq"], int) for e in events)

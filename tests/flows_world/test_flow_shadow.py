@@ -31,7 +31,7 @@ from aos.flows.shadow import (
     shadow_flow,
 )
 from aos.flows.shadow_worker import REQUEST_BYTES_MAX
-from aos.flows.world import MIGRATE_EVENT
+from aos.flows.world import MIGRATE_EVENT, SIGNAL_EVENT
 from aos.kernel import cbor, replay
 from aos.kernel.errors import AosError
 from aos.kernel.node import Node, NodeLimits
@@ -311,7 +311,9 @@ def test_refused_migrations_change_nothing(
 def test_an_execution_that_moved_on_since_its_shadow_is_stale(recorded: Path) -> None:
     planned = migration.plan(recorded, "e1", 2, engine=engine())
     with World.open(recorded, engine=engine()) as world:
-        ops.signal(world, "e1", "nobody-waits")  # stale, recorded: e1 has not moved
+        # Sent around the host's check (ops.signal refuses it): dropped, recorded; e1 has not moved.
+        nobody = {"exec": "e1", "name": "nobody-waits", "payload": None, "expect_version": None}
+        world.send(SIGNAL_EVENT, nobody)
         migration.apply(world, planned)
         height = world.height
         with pytest.raises(AosError) as refusal:  # the same plan again: e1 moved on since

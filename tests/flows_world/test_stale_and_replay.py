@@ -11,6 +11,7 @@ import lmdb
 import pytest
 
 from aos.flows import operations as ops
+from aos.flows.world import SIGNAL_EVENT
 from aos.kernel import cbor, replay
 from aos.kernel.world import records
 from aos.kernel.world.receipts import ReceiptError
@@ -46,24 +47,28 @@ def _unchanged_by(flows: FlowWorld, send: Any, stale_event: str) -> None:
     assert flows.names()[-1] == stale_event  # ... but is recorded
 
 
+def _resent(flows: FlowWorld, name: str, expect_version: int | None) -> Any:
+    """A signal sent around the host's check (`ops.signal` refuses these: test_signal_buffer),
+    as a raw `aos world send` or a redelivery would."""
+    value = {"exec": "e1", "name": name, "payload": None, "expect_version": expect_version}
+    return lambda: flows.world.send(SIGNAL_EVENT, value)
+
+
 def test_a_redelivered_signal_is_stale(flows: FlowWorld) -> None:
     flows.run(
         "name: t/one\nsteps: [{name: a, tasks: [{do: wait_signal, signal: go}], next: b}, "
         "{name: b, tasks: [{do: wait_signal, signal: other}]}]",
     )
-    ops.signal(flows.world, "e1", "go", {"n": 1})
-    _unchanged_by(flows, lambda: ops.signal(flows.world, "e1", "go", {"n": 1}), "signal.stale")
+    (wait,) = flows.waits().values()
+    ops.signal(flows.world, "e1", "go", {"n": 1}, expect_version=int(wait["version"]))
+    _unchanged_by(flows, _resent(flows, "go", int(wait["version"])), "signal.stale")
 
 
 def test_a_signal_with_the_wrong_expected_version_is_stale(flows: FlowWorld) -> None:
     flows.run(SIGNAL_TWICE)
     (wait,) = flows.waits().values()
     wrong = int(wait["version"]) + 7
-    _unchanged_by(
-        flows,
-        lambda: ops.signal(flows.world, "e1", "go", None, expect_version=wrong),
-        "signal.stale",
-    )
+    _unchanged_by(flows, _resent(flows, "go", wrong), "signal.stale")
     ops.signal(flows.world, "e1", "go", None, expect_version=int(wait["version"]))
     assert flows.state()["engine"]["tokens"]  # the right version resumed it: on to `second`
     assert "signal.received" in flows.names()
