@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import grants
 import results
 import waits
 from definition import is_hash
@@ -173,19 +174,19 @@ def _call(run: Run, token: Token, frame: Frame, task: Task) -> Any:
     args = run.render(task["args"], scope)
     effect = f"aos/tool.{kind}@1"
     wait_id = waits.open_wait(run, token, frame, task, "call", effect=effect)
-    run.effect(
-        effect,
-        {
-            "exec": run.exec_id,
-            "step": token["step"],
-            "task": task["name"],
-            "attempt": frame["attempt"],
-            "tool": tool,
-            "args": args,
-            "result_inline_bytes_max": results.call_inline_max(run, token["loop"]),
-        },
-        wait_id,
-    )
+    params = {
+        "exec": run.exec_id,
+        "step": token["step"],
+        "task": task["name"],
+        "attempt": frame["attempt"],
+        "tool": tool,
+        "args": args,
+        "result_inline_bytes_max": results.call_inline_max(run, token["loop"]),
+    }
+    keychain = grants.of_call(run, task["tool"])
+    if keychain:  # else null
+        params["keychain"] = keychain
+    run.effect(effect, params, wait_id)
     if task["timeout_ms"] is not None:
         waits.arm_timeout(run, wait_id, task["timeout_ms"])
     return WAIT
