@@ -388,14 +388,16 @@ def up_command(
     worlds: list[_World] = []
     with contextlib.ExitStack() as closing:  # every world is closed, even if one fails to
         for world_path, name in zip(world_paths, names, strict=True):
-            door = _door(world_path, identities_file, insecure_local)
-            open_node = _opener(world_path, limits, human, not no_sync, door.authority)
+            authority = _door(world_path, identities_file, insecure_local)
+            open_node = _opener(world_path, limits, human, not no_sync, authority)
             worlds.append(
                 _World.open(
                     world_path, name, open_node, servers, worlds, node_id, owner_lease_ms, takeover
                 )
             )
-            worlds[-1].first_token = door.first_token
+            # Only a world this process now serves gets its first admin: a refused start
+            # (another node owns it) must make nobody, least of all one whose token no one saw.
+            worlds[-1].first_token = _first_admin(world_path, authority)
             closing.callback(worlds[-1].close)
         app = _process_app(worlds) if multi else worlds[0].app
         config = uvicorn.Config(
@@ -443,29 +445,27 @@ def _opener(
     ).start()
 
 
-class _Door:
-    """A world's authority, and the first admin's token when this start made it."""
-
-    def __init__(self, authority: Authority, first_token: str | None) -> None:
-        self.authority = authority
-        self.first_token = first_token
-
-
-def _door(world_path: str, identities_file: str | None, insecure_local: bool) -> _Door:
-    """The identities of a world (its own file, or --identities); a world that has none yet
-    gets its first admin here, whose token the announcement prints once."""
+def _door(world_path: str, identities_file: str | None, insecure_local: bool) -> Authority:
+    """The door of a world: its identities (its own file, or --identities)."""
     store = (
         IdentityStore(Path(identities_file))
         if identities_file is not None
         else IdentityStore.of_world(world_path)
     )
     audit = AuditLog.of_world(world_path)
-    if insecure_local:
-        return _Door(Authority(store, insecure_local=True, audit=audit), None)
-    first = create_first_admin(store) if Path(world_path).is_dir() else None
-    if first is not None:
-        audit.write("identity.created", identity=first[0].name, by="aos node up")
-    return _Door(Authority(store, audit=audit), None if first is None else first[1])
+    return Authority(store, insecure_local=insecure_local, audit=audit)
+
+
+def _first_admin(world_path: str, authority: Authority) -> str | None:
+    """A world whose door has no identities yet gets its first admin, whose token the
+    announcement prints once; None when it had some (or the door is open)."""
+    if authority.insecure_local or authority.store is None or not Path(world_path).is_dir():
+        return None
+    first = create_first_admin(authority.store)
+    if first is None:
+        return None
+    authority.audit.write("identity.created", identity=first[0].name, by="aos node up")
+    return first[1]
 
 
 def _is_loopback(host: str) -> bool:

@@ -14,11 +14,13 @@ The interpreter keeps `entries` as the template namespace `keychain` (so `{{ key
 renders to its placeholder) and starts the flow; a name the source does not have fails the
 execution with kind `authorization` (`keychain.missing`). The adapter that runs a tool puts
 the secret in right before use: the postgres tool's `auth: NAME` connects with entry NAME,
-the http tool replaces placeholders in its `headers`, the shell tool in its `env`. So the
-journal, the state, the annotations and every effect's params hold only names and
-placeholders. `fingerprint` is a keyed BLAKE3 of the secret (key derived from the keychain
-adapter's own signing seed): runs that used the same secret have the same fingerprint, and
-it cannot be brute-forced from the journal without that seed.
+the http tool replaces placeholders in its `headers`, the shell tool in its `env`, each only
+where the call's `Grants` allow (where the definition wrote `keychain.NAME`, never a
+placeholder that came in a value). So the journal, the state, the annotations and every
+effect's params hold only names and placeholders. `fingerprint` is a keyed BLAKE3 of the
+secret (key derived from the keychain adapter's own signing seed): runs that used the same
+secret have the same fingerprint, and it cannot be brute-forced from the journal without
+that seed.
 
 **Source** (for local development and single-host deployments): a secrets file (YAML or
 JSON: `NAME: text` or `NAME: {field: text, ...}`), then environment variables
@@ -51,6 +53,10 @@ SECRET_BYTES_MAX = 64 * 1024
 SECRET_FIELDS_MAX = 64
 ENTRIES_MAX = 256
 """As the CFD's `keychain_entries_max`: a resolve request names at most this many."""
+GRANTS_MAX = 1024
+"""A call lists at most this many places a secret may go (`Grants`)."""
+GRANT_PATH_DEPTH_MAX = 64
+"""A grant's path is at most this deep (a definition nests at most 64 levels)."""
 FINGERPRINT_CONTEXT = "aos keychain fingerprint v1"
 SCRUB_KEPT = frozenset({"kind", "error_kind", "code", "retryable", "pg"})
 
@@ -237,27 +243,116 @@ def fingerprint(secret: Secret, key: bytes) -> str:
 
 # -- using (the tool adapters) -----------------------------------------------------------------
 
+Path_ = tuple[str | int, ...]
 
-def substitute(value: Any, keychain: Keychain | None, used: list[str] | None = None) -> Any:
-    """`value` with every placeholder in its strings replaced by the secret it names (maps
-    and lists walked; keys kept), each secret put in also appended to `used` (for
-    `scrubbed`). Raises KeychainMissingError for a name or field the source does not have,
-    or a map secret used whole inside text."""
+
+class GrantsInvalidError(ValueError):
+    """A call's `keychain` field is not a list of `{path, names}` within the bounds."""
+
+
+@dataclass(frozen=True)
+class Grants:
+    """Where a call may have which entries' secrets put in (spec/11 §1.7): the call's
+    `keychain` field, `[{path, names}]`, each path into the call's `tool` (the interpreter
+    lists a template of the definition's tool that reads `keychain.NAME` of a declared entry).
+    A placeholder is replaced only inside the value at such a path and only of its names, so
+    one that arrived in a workload, a signal or a result is text wherever it lands."""
+
+    paths: tuple[tuple[Path_, frozenset[str]], ...] = ()
+
+    @classmethod
+    def of_call(cls, params: Any) -> Grants:
+        """The grants of an `aos/ToolCall@1` (none when it has no `keychain`)."""
+        found = params.get("keychain") if isinstance(params, dict) else None
+        if found is None:
+            return cls()
+        if not isinstance(found, list) or len(found) > GRANTS_MAX:
+            raise GrantsInvalidError(f"keychain is a list of at most {GRANTS_MAX} grants")
+        return cls(tuple(_grant(item) for item in found))
+
+    def within(self, *prefix: str | int) -> Grants:
+        """The grants of the value at `prefix`, with paths relative to it (a grant of a path
+        around it covers all of it)."""
+        inner = []
+        for path, names in self.paths:
+            common = min(len(path), len(prefix))
+            if path[:common] == prefix[:common]:
+                inner.append((path[len(prefix) :], names))
+        return Grants(tuple(inner))
+
+    def names_at(self, path: Path_) -> frozenset[str]:
+        """The names granted to the value at `path` (by a grant of it or of a path around it)."""
+        names: frozenset[str] = frozenset()
+        for granted, found in self.paths:
+            if path[: len(granted)] == granted:
+                names |= found
+        return names
+
+
+def _grant(item: Any) -> tuple[Path_, frozenset[str]]:
+    path = item.get("path") if isinstance(item, dict) else None
+    names = item.get("names") if isinstance(item, dict) else None
+    if (
+        not isinstance(path, list)
+        or len(path) > GRANT_PATH_DEPTH_MAX
+        or not all(isinstance(p, str) or (type(p) is int and p >= 0) for p in path)
+    ):
+        raise GrantsInvalidError(
+            f"a grant's path is a list of at most {GRANT_PATH_DEPTH_MAX} keys and indexes"
+        )
+    if (
+        not isinstance(names, list)
+        or len(names) > ENTRIES_MAX
+        or not all(isinstance(n, str) and _NAME.fullmatch(n) for n in names)
+    ):
+        raise GrantsInvalidError(f"a grant's names are at most {ENTRIES_MAX} entry names")
+    return tuple(path), frozenset(names)
+
+
+def field_grants(tool: dict[str, Any], grants: Grants, name: str) -> Grants:
+    """The grants of the tool's field `name` where the tool reads it: beside `spec`, else in
+    it (`outcomes.with_spec`)."""
+    return grants.within(name) if name in tool else grants.within("spec", name)
+
+
+def substitute(
+    value: Any,
+    keychain: Keychain | None,
+    grants: Grants,
+    used: list[str] | None = None,
+    path: Path_ = (),
+) -> Any:
+    """`value` (at `path` of what `grants` are relative to) with each placeholder that
+    `grants` allows where it stands replaced by the secret it names (maps and lists walked;
+    keys kept), each secret put in also appended to `used` (for `scrubbed`); any other
+    placeholder stays text. Raises KeychainMissingError for an allowed name or field the
+    source does not have, or a map secret used whole inside text."""
     if isinstance(value, str):
-        if "${keychain:" not in value:
+        allowed = grants.names_at(path) if "${keychain:" in value else frozenset()
+        if not allowed:
             return value
-        return PLACEHOLDER.sub(lambda match: _secret_text(match, keychain, used), value)
+        return PLACEHOLDER.sub(lambda match: _secret_text(match, keychain, used, allowed), value)
     if isinstance(value, dict):
-        return {key: substitute(item, keychain, used) for key, item in value.items()}
+        return {
+            key: substitute(item, keychain, grants, used, (*path, key))
+            for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [substitute(item, keychain, used) for item in value]
+        return [
+            substitute(item, keychain, grants, used, (*path, index))
+            for index, item in enumerate(value)
+        ]
     return value
 
 
-def _secret_text(match: re.Match[str], keychain: Keychain | None, used: list[str] | None) -> str:
+def _secret_text(
+    match: re.Match[str], keychain: Keychain | None, used: list[str] | None, allowed: frozenset[str]
+) -> str:
+    name, field_name = match.group(1), match.group(2)
+    if name not in allowed:
+        return match.group(0)
     if keychain is None:
         raise KeychainMissingError("this adapter has no keychain configured")
-    name, field_name = match.group(1), match.group(2)
     secret = keychain.require(name)
     if field_name is None:
         if not isinstance(secret, str):

@@ -4,18 +4,19 @@ a world that enables it.
     {kind: shell, command: TEXT | argv: [PROGRAM, ARG...], env: MAP, timeout_ms}
       -> {exit_code: 0, stdout, stderr}
 
-Refused (`authorization`, `shell.disabled`) unless the adapter's config says
-`shell.enabled: true`. `command` runs with `/bin/sh -c`; `argv` runs the program with no shell
-at all. A `command` is fixed text: `aos flow check` (and a deploy) refuses one holding a
-template (`flow.shell_templated`, flows/checks.py), so no rendered value is parsed by a shell. The call's `args` never become command text: each top-level key of a map `args`
-(an identifier) is an environment variable of the child (text as it is, anything else as
-JSON), so a command reads them as `"$NAME"`; `env` adds variables too (keychain placeholders
-in its values are replaced by their secrets here, the only place they appear). The child
-gets a small fixed environment (`PATH`, `LANG`, `HOME`) plus those, never the adapter's own
-(which may hold secrets), runs in its own process group and a scratch folder, and is killed
-when it runs past `timeout_ms` (a `timeout`) or writes more than `output_bytes_max` bytes
-(`shell.too_large`). A non-zero exit is an error (`shell.exit`, with `shell: {exit_code}`
-and the output's end).
+Refused (`authorization`, `shell.disabled`) unless the adapter's config says `shell.enabled:
+true`. `command` runs with `/bin/sh -c`; `argv` runs the program with no shell at all. A
+`command` is fixed text: `aos flow check` (and a deploy) refuses one holding a template
+(`flow.shell_templated`, flows/checks.py), so no rendered value is parsed by a shell. The
+call's `args` never become command text: each top-level key of a map `args` (an identifier) is
+an environment variable of the child (text as it is, anything else as JSON), so a command reads
+them as `"$NAME"`; `env` adds variables too (keychain placeholders in its values are replaced
+by their secrets here, the only place they go in, and only where the call's grants allow:
+spec/11 §1.7). The child gets a small fixed environment (`PATH`, `LANG`, `HOME`) plus those,
+never the adapter's own (which may hold secrets), runs in its own process group and a scratch
+folder, and is killed when it runs past `timeout_ms` (a `timeout`) or writes more than
+`output_bytes_max` bytes (`shell.too_large`). A non-zero exit is an error (`shell.exit`, with
+`shell: {exit_code}` and the output's end).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from aos.flows.keychain import (
+    Grants,
     Keychain,
     KeychainMissingError,
     KeychainSourceError,
@@ -79,8 +81,11 @@ def run_shell(
     args: Any,
     settings: ShellSettings,
     keychain: Keychain | None,
+    grants: Grants,
     timeout_s: float,
 ) -> ToolOutcome:
+    """Run the command (see the module's doc); `grants` are the call's keychain grants of
+    its `env` field, the only place a secret goes (never `args`)."""
     check_fields(tool, SHELL_FIELDS)
     argv = _argv(tool)
     env = _env(tool.get("env"), args)
@@ -92,9 +97,11 @@ def run_shell(
         )
     secrets: list[str] = []
     try:
-        env = substitute(env, keychain, secrets)
+        given = substitute(tool.get("env"), keychain, grants, secrets)
     except (KeychainMissingError, KeychainSourceError) as error:
         return keychain_failure(error)
+    if secrets:
+        env.update(_env(given, None))
     with tempfile.TemporaryDirectory(prefix="aos-shell-") as scratch:
         outcome = _run(argv, {**BASE_ENV, "HOME": scratch, **env}, scratch, settings, timeout_s)
     # A command that prints a secret it was given must not put it in the receipt.

@@ -25,8 +25,8 @@ Each kind's fields are its schema's (flows/tool_schema.py), the one `aos flow ch
             read -> the content (JSON, JSON text sequence, YAML); write args -> {path, bytes}
 
 Secrets (flows/keychain.py) go in here, right before use: `${keychain:NAME}` placeholders in
-http headers, the postgres tool's `auth`, the shell tool's environment; every text of the
-outcome that holds one is scrubbed.
+http headers and the shell tool's `env` where the call's `keychain` grants allow them, the
+postgres tool's `auth`; every text of the outcome that holds one is scrubbed.
 
 Outcomes are `ok` (the payload is the result), `error` and `timeout`; an error payload is small
 and always `{kind, code, message, retryable, ...}` with `kind` one of the flow error kinds
@@ -55,9 +55,12 @@ from aos.flows import pyworker
 from aos.flows.config import ToolConfig, default_config
 from aos.flows.files import FILE_BYTES_MAX_DEFAULT, FileToolError, read_resource, write_resource
 from aos.flows.keychain import (
+    Grants,
+    GrantsInvalidError,
     Keychain,
     KeychainMissingError,
     KeychainSourceError,
+    field_grants,
     keychain_failure,
     scrubbed,
     substitute,
@@ -191,6 +194,7 @@ class ToolContext:
     http_transport: httpx.BaseTransport | None = None
     result_inline_bytes_cap: int = RESULT_INLINE_BYTES_CAP_DEFAULT
     keychain: Keychain | None = None
+    grants: Grants = field(default_factory=Grants)
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
     duckdb: DuckdbSettings = field(default_factory=DuckdbSettings)
     shell: ShellSettings = field(default_factory=ShellSettings)
@@ -243,6 +247,10 @@ class ToolContext:
             object.__setattr__(call, name, value)
         return call
 
+    def with_grants(self, grants: Grants) -> ToolContext:
+        """This context for a call with the keychain grants `grants` (as `for_intent`)."""
+        return self._with(grants=grants)
+
     def python_allows(self, module: str) -> bool:
         return any(module == p or module.startswith(p + ".") for p in self.python_allow)
 
@@ -264,8 +272,8 @@ def run_tool(effect: str, params: Any, *, context: ToolContext) -> ToolOutcome:
     runner = _RUNNERS[kind]
     try:
         tool, args, inline_max = _call_of(kind, params)
-        outcome = runner(tool, args, _for_call(params, context))
-    except ToolInvalidError as error:
+        outcome = runner(tool, args, _for_call(params, context.with_grants(Grants.of_call(params))))
+    except (ToolInvalidError, GrantsInvalidError) as error:
         return failure("tool.invalid", f"{kind} tool: {error}")
     except Exception as error:  # a bug must not leave the intent waiting or the driver down
         log.exception("the %s tool failed", kind)
@@ -387,7 +395,8 @@ def _http(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
     try:
         # Secrets go in last, into headers only: the url, query and body are quoted in
         # messages and errors, which a secret must never reach.
-        headers = substitute(request.headers, context.keychain, secrets)
+        grants = field_grants(tool, context.grants, "headers")
+        headers = substitute(request.headers, context.keychain, grants, secrets)
     except (KeychainMissingError, KeychainSourceError) as error:
         return keychain_failure(error)
     # A server that echoes a request header (or an error that quotes one) must not carry
@@ -776,9 +785,10 @@ def _duckdb(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcom
 
 
 def _shell(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    grants = field_grants(tool, context.grants, "env")
     tool = with_spec(tool, SHELL_FIELDS)
     timeout_s = _timeout_s(tool, SHELL_TIMEOUT_S_DEFAULT, context.shell.timeout_s_max)
-    return run_shell(tool, args, context.shell, context.keychain, timeout_s)
+    return run_shell(tool, args, context.shell, context.keychain, grants, timeout_s)
 
 
 def _transfer(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:

@@ -1,7 +1,7 @@
 """Garbage collection of a world's CAS.
 
 Roots are the head checkpoint, the states the journal tail after it names, the retained
-snapshots, every manifest the journal names, and the blobs receipts and steps name.
+snapshots, every manifest the journal names, and the blobs receipts, events and steps name.
 From a checkpoint or snapshot the walk reaches its manifest, each CellIndex root, every index
 node and every cell state; from a manifest, its definitions and module binaries. Everything
 else (superseded checkpoints, index nodes and states of older heads) is garbage. A dry run is
@@ -108,10 +108,19 @@ def reachable(store: Store, snapshots: list[Hash]) -> set[Hash]:
                 live.add(Hash(str(record["report"])))
         elif record.get("kind") == records.EFFECT_RECEIPT:
             # A payload may name blobs by hash (large bodies uploaded by an adapter).
-            for hash_ in _hashes_in(record["body"]["payload"]):  # type: ignore[index,call-overload]
-                if store.cas.has(hash_):
-                    live.add(hash_)
+            _mark_named(store, record["body"]["payload"], live)  # type: ignore[index,call-overload]
+        elif record.get("kind") == records.DOMAIN_EVENT:
+            # An event may name a blob put before it (a deployed flow's definition, which
+            # every later start of that version reads).
+            _mark_named(store, record.get("value"), live)
     return live
+
+
+def _mark_named(store: Store, value: Any, live: set[Hash]) -> None:
+    """Every stored blob whose hash is a text anywhere in `value`."""
+    for hash_ in _hashes_in(value):
+        if store.cas.has(hash_):
+            live.add(hash_)
 
 
 def _mark_step(store: Store, record: Any, in_tail: bool, live: set[Hash]) -> None:

@@ -49,8 +49,9 @@ def remember_node(url: str, token: str | None) -> None:
 
 
 def admin_headers(url: str) -> dict[str, str]:
-    """The bearer header of the node `url` is on (the longest known prefix), or none."""
-    found = [base for base in _TOKENS if url.startswith(base)]
+    """The bearer header of the node `url` is on (the longest known prefix that ends where a
+    path segment does: `:3464` is no prefix of `:34645`), or none."""
+    found = [base for base in _TOKENS if url == base or url.startswith(base + "/")]
     return bearer(_TOKENS[max(found, key=len)]) if found else {}
 
 

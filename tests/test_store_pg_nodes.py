@@ -25,13 +25,14 @@ from click.testing import CliRunner
 
 from aos.cli.main import main
 from aos.kernel.adapters.keys import write_seed
+from aos.kernel.node.identities import IDENTITIES_FILE_NAME
 from aos.kernel.store import pg_owner
 from aos.kernel.store.errors import StoreOwnedError
 from aos.kernel.store.limits import OWNER_LEASE_MS_MIN
 from aos.kernel.store.pg_store import PgStore, open_pg_store
 from aos.kernel.store.url import write_store_url
 from aos.kernel.world_store import create_world
-from tests.auth_fixtures import admin_headers, announced, node_http
+from tests.auth_fixtures import admin_headers, admin_token, announced, node_http, remember_node
 from tests.pg_cluster import free_port
 from tests.store_backends import world_id
 from tests.test_node_process import _AOS, _readline, make_world, node_process
@@ -215,7 +216,10 @@ def test_a_killed_node_is_taken_over_and_the_adapter_follows_the_world(
     (module_folder / "fns.py").write_text(FUNCTIONS)
     port = free_port()
     second_url = f"http://127.0.0.1:{port}"
-    with killable_node(tmp_path / "a") as (first_url, first):
+    # The nodes of one PostgreSQL world share its identities (spec/04 §9.8): the first
+    # node makes the first admin there, whose token the second node then accepts.
+    door = ("--identities", str(tmp_path / "identities.json"))
+    with killable_node(tmp_path / "a", *door) as (first_url, first):
         adapter = subprocess.Popen(
             [*AOS, "adapter", "run", "python", "--node", first_url, "--node", second_url,
              "--key", str(key), "--name", ADAPTER, "--effect", "demo/noop@1",
@@ -233,9 +237,12 @@ def test_a_killed_node_is_taken_over_and_the_adapter_follows_the_world(
             first.wait()
             _, killed_at, journal_at_kill = row_of(pg_store_dsn, world)
             assert killed_at >= height
-            # Registered to another node: a node without --takeover refuses it.
+            # Registered to another node: a node without --takeover refuses it, and makes
+            # nobody at its door (no first admin whose token no one would see).
             assert refused_node(elsewhere)["code"] == "store.owned"
-            with killable_node(elsewhere, "--takeover", "--bind", f"127.0.0.1:{port}") as (
+            assert not (elsewhere / IDENTITIES_FILE_NAME).exists()
+            remember_node(second_url, admin_token(first_url))
+            with killable_node(elsewhere, "--takeover", "--bind", f"127.0.0.1:{port}", *door) as (
                 url,
                 second,
             ):

@@ -445,9 +445,9 @@ class World:
             raise
 
     def put_blob(self, data: bytes) -> Hash:
-        """Store a blob (a large receipt payload an adapter uploads) and make it durable at
-        once. A blob is a GC root only while a receipt payload names its hash; one no receipt
-        ever names is garbage at the next collection."""
+        """Store a blob (a large receipt payload an adapter uploads, a flow definition) and
+        make it durable at once. A blob is a GC root only while a receipt payload or an event
+        names its hash; one nothing journaled names is garbage at the next collection."""
         self.require_open()
         if len(data) > self.store.limits.blob_bytes_max:
             raise BlobTooLargeError(

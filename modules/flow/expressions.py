@@ -36,7 +36,7 @@ import jsonpath
 # import after `import app` flagged).
 from blobs import Blobs, is_ref, remember
 from errors import ExprError
-from jinja2 import ChainableUndefined, StrictUndefined, Undefined
+from jinja2 import ChainableUndefined, StrictUndefined, Undefined, nodes
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -45,6 +45,7 @@ JSONPATH_MAX = 1024
 _CODE: dict[str, Any] = {}
 _TEMPLATES: dict[str, Any] = {}  # by mode and source text, bound to the mode's environment
 _JSONPATH: dict[str, Any] = {}
+_NAMES_READ: dict[str, tuple[str, ...]] = {}  # by namespace and source text
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _PLAIN_PATH = re.compile(r"\{\{\s*(" + _NAME + r"(?:\." + _NAME + r"|\[\d+\])*)\s*\}\}")
@@ -190,6 +191,36 @@ def _template(env: _Environment, text: str, mode: str) -> Any:
         template = env.template_class.from_code(env, code, env.make_globals(None))
         remember(_TEMPLATES, key, template, CODE_MAX)
     return template
+
+
+def names_read(text: str, namespace: str) -> tuple[str, ...]:
+    """The names a template's own text reads of `namespace` literally (`NS.NAME`,
+    `NS['NAME']`), sorted; none when it does not parse. What the template reaches of the
+    namespace any other way (`NS[x]`, `NS | tojson`) names nothing: only literal names are
+    the definition's (spec/11 §1.7)."""
+    key = f"{namespace}\0{text}"
+    found = _NAMES_READ.get(key)
+    if found is None:
+        try:
+            tree = CLASSIC.env.parse(text)
+        except Exception:  # the rendering reports it; a template that does not parse names none
+            tree = None
+        found = () if tree is None else _literal_names(tree, namespace)
+        remember(_NAMES_READ, key, found, CODE_MAX)
+    return found
+
+
+def _literal_names(tree: Any, namespace: str) -> tuple[str, ...]:
+    names: set[str] = set()
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        target = node.node
+        if type(target) is not nodes.Name or target.name != namespace:
+            continue
+        if type(node) is nodes.Getattr:
+            names.add(node.attr)
+        elif type(node.arg) is nodes.Const and type(node.arg.value) is str:
+            names.add(node.arg.value)
+    return tuple(sorted(names))
 
 
 def _step_into(blobs: Blobs, value: Any, key: Any, path: str) -> Any:

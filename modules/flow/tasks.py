@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import grants
 import results
 import waits
 from definition import is_hash
@@ -186,6 +187,9 @@ def _call(run: Run, token: Token, frame: Frame, task: Task) -> Any:
         if _reads_context(tool, args):
             params["context"] = run.execution_context(token, frame)
     wait_id = waits.open_wait(run, token, frame, task, "call", effect=effect)
+    keychain = grants.of_call(run, task["tool"])
+    if keychain:  # else null
+        params["keychain"] = keychain
     run.effect(effect, params, wait_id)
     if task["timeout_ms"] is not None:
         waits.arm_timeout(run, wait_id, task["timeout_ms"])

@@ -167,3 +167,52 @@ def test_a_distributed_iteration_resolves_the_keychain_before_its_item() -> None
     child.receipt(resolve, {"entries": {"api": "${keychain:api}"}})
     assert child.status == "completed"
     assert child.engine["result"] == "1|${keychain:api}|K"
+
+
+def test_a_call_lists_where_its_definition_put_each_entry() -> None:
+    """spec/11 §1.7: the call carries, beside the rendered tool, each template of the
+    definition's tool that reads `keychain.NAME` of a declared entry, with those names; a
+    flow's other templates (args, a workload value) grant nothing."""
+    ex, out = _started()
+    (call,) = effects(ex.receipt(effects(out)[0], {"entries": REFERENCES}))
+    assert call.params["keychain"] == [{"path": ["headers", "Authorization"], "names": ["api"]}]
+
+
+def test_a_workload_placeholder_is_granted_nothing() -> None:
+    """The attack: a caller who may only run the flow sends `${keychain:pg}` in its workload,
+    and the definition renders that workload value into a header. The header holds the
+    placeholder's text, but no grant names it: the adapter sends it as text."""
+    fetch = task(
+        "fetch",
+        "call",
+        tool={
+            "kind": "http",
+            "url": "https://x/",
+            "headers": {
+                "Authorization": "Bearer {{ keychain.api }}{{ workload.note }}",
+                "X-Note": "{{ workload.note }}",
+                "X-Dynamic": "{{ keychain[workload.which] }}",
+            },
+        },
+    )
+    definition = {**flow([step("go", [fetch])]), "keychain": ENTRIES}
+    ex = Execution()
+    out = ex.start(definition, {"note": "${keychain:pg}", "which": "api"})
+    (call,) = effects(ex.receipt(effects(out)[0], {"entries": REFERENCES}))
+    headers = call.params["tool"]["headers"]
+    assert headers["X-Note"] == "${keychain:pg}"
+    assert headers["Authorization"] == "Bearer ${keychain:api}${keychain:pg}"
+    assert headers["X-Dynamic"] == "${keychain:api}"  # reached by no literal name
+    assert call.params["keychain"] == [{"path": ["headers", "Authorization"], "names": ["api"]}]
+
+
+def test_a_name_the_flow_does_not_declare_is_granted_nothing() -> None:
+    """`aos.flow/2` renders a task's fields leniently: a template reading an entry the flow
+    does not declare renders nothing, and names nothing either."""
+    headers = {"A": "{{ keychain['api'] }}", "B": "{{ keychain.other }}x"}
+    fetch = task("fetch", "call", tool={"kind": "http", "url": "https://x/", "headers": headers})
+    ex = Execution()
+    out = ex.start({**flow([step("go", [fetch])], format="aos.flow/2"), "keychain": ENTRIES})
+    (call,) = effects(ex.receipt(effects(out)[0], {"entries": REFERENCES}))
+    assert call.params["tool"]["headers"] == {"A": "${keychain:api}", "B": "x"}
+    assert call.params["keychain"] == [{"path": ["headers", "A"], "names": ["api"]}]

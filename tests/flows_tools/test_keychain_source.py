@@ -14,8 +14,11 @@ import pytest
 
 from aos.flows.config import CONFIG_BYTES_MAX, ToolConfigInvalidError, load_config
 from aos.flows.keychain import (
+    GRANT_PATH_DEPTH_MAX,
+    GRANTS_MAX,
     SECRET_BYTES_MAX,
     SECRETS_FILE_BYTES_MAX,
+    Grants,
     Keychain,
     KeychainMissingError,
     KeychainSourceError,
@@ -124,21 +127,79 @@ def test_resolve_reports_a_broken_source(tmp_path: Path) -> None:
     assert outcome.payload["kind"] == "authorization"
 
 
+def granted(*names: str) -> Grants:
+    """Every name allowed everywhere in a value."""
+    return Grants.of_call({"keychain": [{"path": [], "names": list(names)}]})
+
+
 def test_substitute_puts_secrets_into_strings_only() -> None:
     keychain = Keychain(env_prefix="S_", environ={"S_t": "tok", "S_m": '{"user": "u"}'})
     value = {"h": "Bearer ${keychain:t}", "l": ["${keychain:m.user}@x", 3], "${keychain:t}": 1}
-    assert substitute(value, keychain) == {"h": "Bearer tok", "l": ["u@x", 3], "${keychain:t}": 1}
+    assert substitute(value, keychain, granted("t", "m")) == {
+        "h": "Bearer tok",
+        "l": ["u@x", 3],
+        "${keychain:t}": 1,
+    }
     for bad in ("${keychain:m}", "${keychain:m.pass}", "${keychain:t.x}", "${keychain:zz}"):
         with pytest.raises(KeychainMissingError):
-            substitute(bad, keychain)
+            substitute(bad, keychain, granted("t", "m", "zz"))
     with pytest.raises(KeychainMissingError, match="no keychain"):
-        substitute("${keychain:t}", None)
+        substitute("${keychain:t}", None, granted("t"))
+
+
+def test_substitute_puts_in_only_what_is_granted_where_it_stands() -> None:
+    keychain = Keychain(env_prefix="S_", environ={"S_t": "tok", "S_db": "pw"})
+    grants = Grants.of_call(
+        {"keychain": [{"path": ["h", "A"], "names": ["t"]}, {"path": ["l"], "names": ["db"]}]}
+    )
+    value = {
+        "h": {"A": "${keychain:t}/${keychain:db}", "B": "${keychain:t}"},
+        "l": ["${keychain:db}", {"x": "${keychain:db}"}],
+        "other": "${keychain:t}",
+    }
+    assert substitute(value, keychain, grants) == {
+        "h": {"A": "tok/${keychain:db}", "B": "${keychain:t}"},
+        "l": ["pw", {"x": "pw"}],
+        "other": "${keychain:t}",
+    }
+    assert substitute(value["h"], keychain, grants.within("h"))["A"] == "tok/${keychain:db}"
+    assert substitute(value, keychain, Grants()) == value  # nothing granted: all text
+    # A name nobody granted is never looked up: a missing one is no error either.
+    assert substitute("${keychain:zz}", Keychain(environ={}), granted("t")) == "${keychain:zz}"
+
+
+@pytest.mark.parametrize(
+    "keychain",
+    [
+        "x",
+        [{"path": "h", "names": ["t"]}],
+        [{"path": [], "names": "t"}],
+        [{"path": [], "names": ["a b"]}],
+        [{"path": [-1], "names": ["t"]}],
+        [{"path": [1.5], "names": ["t"]}],
+        [{"path": [0] * (GRANT_PATH_DEPTH_MAX + 1), "names": ["t"]}],
+        [{"path": [], "names": ["t"]}] * (GRANTS_MAX + 1),
+    ],
+)
+def test_malformed_grants_are_tool_invalid(keychain: Any) -> None:
+    tool = {"kind": "echo"}
+    context = ToolContext(intent="i", keychain=Keychain(environ={}))
+    params = {"tool": tool, "args": None, "keychain": keychain}
+    outcome = run_tool("aos/tool.echo@1", params, context=context)
+    assert outcome.status == "error" and outcome.payload["code"] == "tool.invalid"
+
+
+def test_grants_at_the_edge_are_taken() -> None:
+    deepest = [{"path": [0] * GRANT_PATH_DEPTH_MAX, "names": ["t"]}] * GRANTS_MAX
+    assert len(Grants.of_call({"keychain": deepest}).paths) == GRANTS_MAX
 
 
 def test_an_http_header_naming_a_missing_entry_sends_nothing() -> None:
     tool = {"kind": "http", "url": "http://127.0.0.1:1/", "headers": {"A": "${keychain:zz}"}}
     context = ToolContext(intent="i", keychain=Keychain(environ={}))
-    outcome = run_tool("aos/tool.http@1", {"tool": tool, "args": None}, context=context)
+    grants = [{"path": ["headers", "A"], "names": ["zz"]}]
+    params = {"tool": tool, "args": None, "keychain": grants}
+    outcome = run_tool("aos/tool.http@1", params, context=context)
     assert outcome.status == "error"
     assert outcome.payload["kind"] == "authorization"  # not http.connect: no request was made
 
@@ -197,9 +258,14 @@ def test_an_http_server_echoing_the_secret_does_not_put_it_in_the_result() -> No
         keychain=Keychain(env_prefix="S_", environ={"S_t": "tok-abc"}),
         http_transport=httpx.MockTransport(echo),
     )
-    outcome = run_tool("aos/tool.http@1", {"tool": tool, "args": None}, context=context)
+    grants = [{"path": ["headers", "Authorization"], "names": ["t"]}]
+    params = {"tool": tool, "args": None, "keychain": grants}
+    outcome = run_tool("aos/tool.http@1", params, context=context)
     assert outcome.status == "ok"
     assert outcome.payload["json"] == {"you_sent": "Bearer ***"}
+    # Without the grant (a placeholder that came in a value) the header is the text itself.
+    outcome = run_tool("aos/tool.http@1", {"tool": tool, "args": None}, context=context)
+    assert outcome.payload["json"] == {"you_sent": "Bearer ${keychain:t}"}
 
 
 def test_deep_nesting_is_refused_not_a_crash(tmp_path: Path) -> None:

@@ -100,6 +100,9 @@ def test_every_shell_parsed_template_is_refused(tool: dict[str, Any], path: str)
         {"kind": "shell", "argv": ["sh", "-c", 'echo "$1"', "sh", "{{ workload.name }}"]},
         {"kind": "shell", "argv": ["/usr/bin/env", "-c", "{{ workload.name }}"]},
         {"kind": "shell", "command": "echo fixed", "env": {"X": "{{ workload.name }}"}},
+        # Another kind's `command` (SQL here) is not the shell's: the echo tool that stood
+        # here has no `command` field since tool fields are checked.
+        {"kind": "postgres", "auth": "pg", "command": "select {{ workload.name }}"},
     ],
 )
 def test_commands_that_no_shell_parses_with_a_template_pass(tool: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ in env are the only way a secret gets in; output and time are bounded."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from aos.flows.tool_shell import ShellSettings
 from aos.flows.tools import ToolContext, ToolOutcome, run_tool
 
 SHELL = "aos/tool.shell@1"
+PLACEHOLDER_NAMES = re.compile(r"\$\{keychain:([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def call(
@@ -23,12 +25,22 @@ def call(
     *,
     enabled: bool = True,
     keychain: Keychain | None = None,
+    grants: list[dict[str, Any]] | None = None,
     **settings: Any,
 ) -> ToolOutcome:
+    """Run a shell call; `grants` are its `keychain` (by default each `env` variable may
+    have the entries its placeholders name, as if the definition wrote `keychain.NAME`)."""
     context = ToolContext(
         intent="i", shell=ShellSettings(enabled=enabled, **settings), keychain=keychain
     )
-    return run_tool(SHELL, {"tool": {"kind": "shell", **tool}, "args": args}, context=context)
+    env = tool.get("env")
+    if grants is None and isinstance(env, dict):
+        grants = [
+            {"path": ["env", key], "names": PLACEHOLDER_NAMES.findall(str(value))}
+            for key, value in env.items()
+        ]
+    params = {"tool": {"kind": "shell", **tool}, "args": args, "keychain": grants}
+    return run_tool(SHELL, params, context=context)
 
 
 def ok(outcome: ToolOutcome) -> Any:
@@ -79,6 +91,22 @@ def test_keychain_placeholders_in_env_become_the_secret() -> None:
     assert ok(call(check, keychain=keychain))["stdout"] == "same\n"
     missing = error(call({"command": "true", "env": {"X": "${keychain:nope}"}}, keychain=keychain))
     assert missing["kind"] == "authorization" and missing["code"] == "keychain.missing"
+
+
+def test_a_placeholder_the_definition_did_not_put_there_stays_text() -> None:
+    """spec/11 §1.7: a secret goes only where the call's grants say the definition named
+    it; a placeholder in `args` (a workload value, say) or in another variable is text."""
+    keychain = Keychain(env_prefix="T_", environ={"T_token": "s3cr3t", "T_db": "pw"})
+    command = 'printf "%s|%s|%s" "$FROM_ARGS" "$OTHER" "$TOKEN"'
+    env = {"OTHER": "${keychain:token}", "TOKEN": "${keychain:token} ${keychain:db}"}
+    grants = [{"path": ["env", "TOKEN"], "names": ["token"]}]
+    printed = ok(call({"command": command, "env": env}, {"FROM_ARGS": "${keychain:token}"},
+                      keychain=keychain, grants=grants))  # fmt: skip
+    assert printed["stdout"] == "${keychain:token}|${keychain:token}|*** ${keychain:db}"
+    spec = {"command": 'printf %s "$TOKEN"', "spec": {"env": {"TOKEN": "${keychain:token}"}}}
+    granted = [{"path": ["spec", "env"], "names": ["token"]}]
+    assert ok(call(spec, keychain=keychain, grants=granted))["stdout"] == "***"
+    assert ok(call(spec, keychain=keychain, grants=[]))["stdout"] == "${keychain:token}"
 
 
 def test_a_non_zero_exit_is_an_error_with_the_output_end() -> None:

@@ -1,14 +1,17 @@
 """The attacks of issue 31 on identities, against a real `aos node up` process serving a flow
 world (spec/04 §9.8): the remote-code-execution pair without `deploy`; mallory, who is
 neither the assignee nor holds the role, on a human task; effect params read without
-`read:params`. Each refusal leaves the world as it was."""
+`read:params`; a keychain placeholder in a workload, which must not become a secret (spec/11
+§1.7). Each refusal leaves the world as it was."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +250,79 @@ def _stream(served: Served, who: str, *, after: int) -> str:
             if len(found) > 4 or time.monotonic() - started > 2:
                 break
     return "\n".join(found)
+
+
+LEAK_FLOW = """
+name: t/leak
+keychain: [{name: api, kind: bearer_token}, {name: db, kind: postgres_credential}]
+steps:
+  - name: post
+    tasks:
+      - do: call
+        tool:
+          kind: http
+          method: POST
+          url: "URL"
+          headers: {Authorization: "Bearer {{ keychain.api }}", X-Note: "{{ workload.note }}"}
+          json: {note: "{{ workload.note }}"}
+"""
+"""A flow that sends its API token as a header and echoes a workload value beside it."""
+API_SECRET = "api-s3cret-7f1c"
+DB_SECRET = "postgresql://app:db-s3cret-9a2e@127.0.0.1/app"
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: list[str] = []  # noqa: RUF012 -- one list per server class
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.seen.append(str(self.headers) + body.decode())
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_placeholder_in_a_workload_never_becomes_a_secret(
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mallory may only run flows: she sends `${keychain:db}` as a workload value the flow
+    renders into a header and a body. The declared use (`keychain.api` in the definition's
+    header) still gets its secret; her placeholder reaches the server as the text it is."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    keys = served.world.parent / "keys"
+    config = tmp_path / "tools.yaml"
+    config.write_text("keychain: {env_prefix: AOS_SECRET_}\n")
+    monkeypatch.setenv("AOS_SECRET_api", API_SECRET)
+    monkeypatch.setenv("AOS_SECRET_db", DB_SECRET)
+    adapters = [
+        ["adapter", "run", kind, "--node", served.url, "--key", str(keys / key),
+         "--config", str(config)]
+        for kind, key in (("keychain", "keychain.key"), ("tool-http", "http.key"))
+    ]  # fmt: skip
+    deployed = served.post("/v1/flows", "admin", {"text": LEAK_FLOW.replace("URL", url)})
+    assert deployed.status_code == 200, deployed.text
+    try:
+        with running(*adapters[0]), running(*adapters[1]):
+            workload = {"note": "${keychain:db}"}
+            ran = served.post("/v1/flows/t%2Fleak/run", "mallory", {"workload": workload})
+            assert ran.status_code == 200, ran.text
+            exec_id = ran.json()["exec"]
+            deadline = time.monotonic() + POLL_S_MAX
+            while (state := served.get(f"/v1/executions/{exec_id}", "admin").json())[
+                "status"
+            ] == "running":
+                assert time.monotonic() < deadline, state
+                time.sleep(0.05)
+    finally:
+        server.shutdown()
+    assert state["status"] == "completed", state
+    [request] = _Recorder.seen
+    assert f"Authorization: Bearer {API_SECRET}" in request
+    assert "X-Note: ${keychain:db}" in request and '"note":"${keychain:db}"' in request
+    assert "db-s3cret" not in request
