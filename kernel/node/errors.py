@@ -227,6 +227,7 @@ _STATUS_BY_CODE = {
     "flow.execution_unknown": 404,
     "flow.execution_exists": 409,
     "flow.execution_ended": 409,
+    "flow.execution_not_retryable": 409,
     "flow.migration_refused": 409,
     "flow.migration_stale": 409,
     "flow.shadow_failed": 409,
