@@ -20,6 +20,7 @@ from aos.flows.http import add_flow_routes
 from aos.flows.pages import add_flow_pages
 from aos.flows.world import EXEC_WORKFLOW, HUMAN_ADAPTER
 from aos.kernel.node import Node
+from aos.kernel.node import views as kernel_views
 from aos.kernel.node.access import PAGE_TOKEN_HEADER, SESSION_COOKIE
 from aos.kernel.node.app import create_app
 from aos.kernel.node.human import HumanAdapter
@@ -29,6 +30,7 @@ from aos.kernel.node.times import RecordTimes
 from aos.kernel.world.world import World
 from tests.auth_fixtures import authorize, token_for
 from tests.inspector.world import (
+    ALL_EXECS,
     APPROVAL_EXEC,
     DONE_EXEC,
     FAILED_EXEC,
@@ -49,7 +51,6 @@ from tests.test_node import TestClient
 from tests.test_world import engine
 
 ORIGIN = "http://testserver"  # the TestClient's host: the node's own pages
-ALL_EXECS = 10
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +151,7 @@ def test_a_listing_row_has_its_start_time_and_how_long_it_ran(
     assert row["exec"] == LONG_EXEC and row["status"] == "completed"
     assert row["duration_ns"] > 0 and row["last_seq"] > row["started_seq"]
     html = client.get("/ui/flows", params={"q": LONG_EXEC}).text
-    iso = re.search(r"<td class=\"mono\"[^>]*>(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)</td>", html)
+    iso = re.search(r"<td class=\"mono time\"[^>]*>(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)</td>", html)
     assert iso is not None
     assert re.search(r"<td class=\"mono\">PT\d+(\.\d+)?S</td>", html)
 
@@ -179,6 +180,8 @@ def test_a_bad_listing_parameter_is_an_error_page_and_changes_nothing(
         assert response.status_code == status, (path, response.text[:400])
         assert f"<h1>{code}</h1>" in response.text, path
     assert journal_of(client) == before
+    at_most = client.get("/ui/flows", params={"q": "x" * views.SEARCH_CHARS_MAX})
+    assert at_most.status_code == 200 and listed(at_most.text) == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,6 +288,17 @@ def test_kernel_views_say_running_and_failed_for_execution_cells(client: TestCli
     assert len(only_failed["records"]) >= 2
     page = client.get("/ui/journal", params={"failed": "true", "workflow": EXEC_WORKFLOW}).text
     assert FAILED_EXEC in page
+
+
+def test_the_overview_counts_derived_failures_among_a_bounded_number_of_cells(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = client.get("/v1/overview").json()["workflows"][EXEC_WORKFLOW]
+    assert counts["failed_counted"] == counts["cells"] == ALL_EXECS and counts["failed"] >= 2
+    monkeypatch.setattr(kernel_views, "DERIVED_STATUS_CELLS_MAX", 3)
+    bounded = client.get("/v1/overview").json()["workflows"][EXEC_WORKFLOW]
+    assert bounded["failed_counted"] == 3 and bounded["failed"] <= 3
+    assert 'title="among the first 3 cells"' in client.get("/ui").text
 
 
 # --------------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ TO_CANCEL_EXEC = "order-to-cancel"  # waits for a signal; cancelled
 TO_SIGNAL_EXEC = "order-to-signal"  # waits for the warehouse's signal; signalled
 TO_COMPLETE_EXEC = "order-to-complete"  # waits for a person in `finance`; the task completed
 TO_RETRY_EXEC = "parse-to-retry"  # failed; retried as a new execution
+ALL_EXECS = 10
 FINANCE = "finance"  # the role the order flow's approval asks for
 PARSE_BUSINESS_REF = "invoice-17"
 PARSE_FLOW = """
