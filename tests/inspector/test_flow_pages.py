@@ -151,7 +151,9 @@ def test_a_listing_row_has_its_start_time_and_how_long_it_ran(
     assert row["exec"] == LONG_EXEC and row["status"] == "completed"
     assert row["duration_ns"] > 0 and row["last_seq"] > row["started_seq"]
     html = client.get("/ui/flows", params={"q": LONG_EXEC}).text
-    iso = re.search(r"<td class=\"mono time\"[^>]*>(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)</td>", html)
+    iso = re.search(
+        r"<td class=\"mono time\"[^>]*>(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)</td>", html
+    )
     assert iso is not None
     assert re.search(r"<td class=\"mono\">PT\d+(\.\d+)?S</td>", html)
 
