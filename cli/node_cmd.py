@@ -355,7 +355,7 @@ def up_command(
 
     Clients send events and read state, cells and the journal; adapters lease intents and
     post signed receipts; people complete human tasks (`aos task`). The API is described at
-    /openapi.json (and browsable at /docs); a read-only web inspector is at /ui.
+    /openapi.json (and browsable at /docs); a web inspector is at /ui (its actions behind the same scopes).
     """
     host, port = _bind(bind)
     if insecure_local and not _is_loopback(host):

@@ -3,7 +3,9 @@ each run on the node's host thread, the world's one writer.
 
 Each route's scope (spec/04 §9.8) is declared with it: deploying, shadowing and migrating
 need `deploy` (a definition may carry inline code that tool adapters run), running needs
-`send`, signalling and cancelling need `operate`, reading needs `read`.
+`send` (so does retrying, which starts a new execution), signalling and cancelling need
+`operate`, reading needs `read`. The node's reads say an execution's status for its cell
+(flows/views.py `register`).
 
     POST /v1/flows                        {text, source?}  deploy  -> {name, version, definition, changed}
     GET  /v1/flows                        flows and executions
@@ -14,6 +16,8 @@ need `deploy` (a definition may carry inline code that tool adapters run), runni
     POST /v1/executions/{exec}/signal     {name, payload, expect_version?}
                                           -> {exec, name, seq, outcome, status}
     POST /v1/executions/{exec}/cancel     {reason?}
+    POST /v1/executions/{exec}/retry      {exec?}  a failed, partial or cancelled execution
+                                          started again as a new one (flows/retry.py)
     POST /v1/flows/{name}/shadow          {version? | text, source?; exec?, executions_max?}
                                           the shadow report (spec/11 §10.1), from a worker process
     POST /v1/executions/{exec}/migrate    {version?}  shadowed in a worker, then journaled (§10.2)
@@ -31,9 +35,10 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from aos.flows import migration
+from aos.flows import migration, views
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
+from aos.flows.retry import retry as retried
 from aos.flows.shadow import (
     SHADOW_EXECS_NAMED_MAX,
     SHADOW_EXECUTIONS_LIMIT,
@@ -86,6 +91,10 @@ class CancelRequest(_Request):
 
 
 EXEC_ID_LENGTH_MAX = 128
+
+
+class RetryRequest(_Request):
+    exec: str | None = Field(None, description="The new execution's id [made one].")
 
 
 class ShadowRequest(_Request):
@@ -245,6 +254,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     `world.workflow_unknown`). A client polls (or long-polls) an execution's status and its
     events while it runs, so those two routes are also served ahead of FastAPI
     (kernel/node/adapter_api.py), by the same functions as their FastAPI routes."""
+    views.register(node.derived)
     add_fast_read(
         app,
         FastRead(
@@ -345,6 +355,25 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         def send(world: World) -> dict[str, Any]:
             ops.cancel(world, exec_id, request.reason)
             return {"exec": exec_id, "status": ops.status(world, exec_id)["status"]}
+
+        return await node.host.run(send)
+
+    @app.post("/v1/executions/{exec_id:path}/retry", tags=["flows"], **needs(SEND))
+    async def retry(exec_id: str, request: RetryRequest) -> dict[str, Any]:
+        """Start a failed, partial or cancelled execution's flow version again, with the
+        workload and business reference it started with, as a new execution."""
+
+        def send(world: World) -> dict[str, Any]:
+            run = retried(world, exec_id, new_id=request.exec)
+            status = ops.status(world, run.exec)["status"]
+            return {
+                "exec": run.exec,
+                "flow": run.flow,
+                "version": run.version,
+                "definition": run.definition,
+                "status": status,
+                "retry_of": exec_id,
+            }
 
         return await node.host.run(send)
 

@@ -344,7 +344,9 @@ def history(
     first = int(state["started_seq"])
     last = min(world.store.journal.head(), first + scan_records_max - 1)
     key = world.key_bytes(EXEC_WORKFLOW, exec_id)
-    return [e for seq, record in _records(world, first, last) for e in _events(seq, record, key)]
+    return [
+        e for seq, record in _records(world, first, last) for e in record_events(seq, record, key)
+    ]
 
 
 @dataclass(frozen=True)
@@ -372,7 +374,7 @@ def history_page(
     events: list[HistoryEvent] = []
     last_seq = max(after, first - 1)
     for seq, record in _records(world, first, last):
-        events.extend(_events(seq, record, key))
+        events.extend(record_events(seq, record, key))
         last_seq = seq
         if len(events) >= events_max:
             break
@@ -399,7 +401,7 @@ def history_tail(
     head = world.store.journal.head()
     back = read_back(world.store.journal, head, records_max=scan_records_max, bottom=first)
     for seq, record in back:
-        newest.extend(reversed(list(_events(seq, record, key))))
+        newest.extend(reversed(list(record_events(seq, record, key))))
         if len(newest) > events_max:
             break
     reached = head - first + 1 <= scan_records_max  # the scan could read the first record
@@ -413,7 +415,7 @@ def _records(world: World, first: int, last: int) -> Iterator[tuple[int, Any]]:
         yield from world.store.journal.read(first, last)
 
 
-def _events(seq: int, record: Any, key: bytes | None) -> Iterator[HistoryEvent]:
+def record_events(seq: int, record: Any, key: bytes | None) -> Iterator[HistoryEvent]:
     """The history events a journal record carries for the execution whose cell key is `key`:
     those in its annotation if it is one of that execution's step records, and for a
     `step_fault` of its cell (a step the kernel refused) `execution.faulted`."""

@@ -16,6 +16,7 @@ route checks the signature itself). A path no route matches needs an identity, t
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 from collections import OrderedDict
@@ -25,6 +26,7 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import urlsplit
 
+import blake3 as _blake3
 from starlette.routing import BaseRoute, Router
 
 from aos.kernel.adapters.auth import HEADER_ADAPTER, HEADER_SIGNATURE, RequestVerifier
@@ -56,6 +58,8 @@ LOGIN_PATH = "/ui/login"
 LOGOUT_PATH = "/ui/logout"
 SESSION_COOKIE = "aos_session"
 """The inspector's cookie: the token, HttpOnly and SameSite=Strict (kernel/node/inspector.py)."""
+PAGE_TOKEN_HEADER = "x-aos-page-token"
+"""Where an inspector page's action sends the page token (`page_token`) beside the cookie."""
 BUILT_IN_ROUTES = {
     "/openapi.json": (PUBLIC,),
     "/docs": (PUBLIC,),
@@ -322,9 +326,7 @@ class AccessGuard:
         cookie = session_token(headers)
         if cookie is not None:
             if scope["method"] not in _SAFE_METHODS:
-                raise CrossSiteError(
-                    "the inspector's cookie authenticates reads only; send a Bearer token"
-                )
+                _check_page_token(self.authority, cookie, headers)
             return self.authority.identity(cookie)
         if wanted is not None and ADAPTER in wanted and HEADER_SIGNATURE in headers:
             name = self.verifier.verify(
@@ -335,6 +337,32 @@ class AccessGuard:
             )
             return Principal(name, frozenset({ADAPTER}), kind="adapter")
         raise UnauthenticatedError(f"{scope['method']} {route_path(scope)} needs credentials")
+
+
+def page_token(authority: Authority, session: str) -> str:
+    """The inspector's page token of a session (its cookie's token): the keyed BLAKE3 of it
+    under this process's `page_key`. A page carries it and sends it in `PAGE_TOKEN_HEADER`
+    with every action; another site can neither read it from the page nor compute it."""
+    return _blake3.blake3(session.encode("utf-8"), key=authority.page_key).hexdigest()
+
+
+def _check_page_token(authority: Authority, session: str, headers: Mapping[str, str]) -> None:
+    """A state-changing request that the cookie authenticates: it must come from the node's
+    own pages (`same_origin`) and carry their page token; a cookie alone is no credential for
+    a write (spec/04 §9.8), so a forged form or script on another site changes nothing."""
+    sent = headers.get(PAGE_TOKEN_HEADER)
+    if sent is None:
+        raise CrossSiteError(
+            "the inspector's cookie alone authenticates reads only; an action sends its "
+            f"page's token in {PAGE_TOKEN_HEADER}, or a Bearer token"
+        )
+    if not same_origin(headers):
+        raise CrossSiteError("an action with the inspector's cookie comes from its own pages")
+    if not hmac.compare_digest(sent, page_token(authority, session)):
+        raise CrossSiteError(
+            "the page token does not belong to this session and node (a page from before the "
+            "node restarted: load it again)"
+        )
 
 
 def _is_page(scope: Scope) -> bool:

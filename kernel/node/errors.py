@@ -230,6 +230,7 @@ _STATUS_BY_CODE = {
     "flow.signal_unknown": 409,
     "flow.signal_stale": 409,
     "flow.signal_buffer_full": 409,
+    "flow.execution_not_retryable": 409,
     "flow.migration_refused": 409,
     "flow.migration_stale": 409,
     "flow.shadow_failed": 409,

@@ -509,6 +509,9 @@ ANONYMOUS = Principal("anonymous", frozenset({PUBLIC}), kind="anonymous")
 LOCAL = Principal("local", frozenset(SCOPES), kind="local")
 
 
+PAGE_KEY_BYTES = 32
+
+
 class Authority:
     """A node's door: its identities, or none at all (`insecure_local`, loopback only)."""
 
@@ -523,6 +526,9 @@ class Authority:
         self.store = store
         self.insecure_local = insecure_local
         self.audit = audit or AuditLog(None)
+        # This process's key for the inspector's page tokens (access.page_token): a restart
+        # makes new ones, and a page from before it asks to be loaded again.
+        self.page_key = secrets.token_bytes(PAGE_KEY_BYTES)
 
     @classmethod
     def in_memory(cls) -> Authority:

@@ -1,7 +1,12 @@
 """The web inspector `aos node up` serves at /ui: server-rendered HTML (Jinja2, every value
 escaped) over the same read layer as the JSON API (views.py), with htmx (vendored under
 static/, nothing fetched from the network) for filters and paging in place, and a live tail
-over the API's server-sent events. It only reads: no page changes the world.
+over the API's server-sent events. Times are shown as ISO 8601 (times.py).
+
+Pages read; their actions (retrying a failed cell here, an execution's cancel, signal and
+retry and a person's task on the flow pages) are the JSON API's own routes, sent by
+static/actions.js with the page token (`access.page_token`) beside the session cookie, and
+each is shown disabled, with the scope it needs, to a caller without that scope.
 
     /ui                         the world: workflows, intents, proposals, a live tail
     /ui/cells/{workflow}        cells with a status filter, paged by key hash
@@ -15,7 +20,7 @@ over the API's server-sent events. It only reads: no page changes the world.
     /ui/login                   a token entered once sets the session cookie (`_add_login`)
 
 Every page needs `read`; a caller without `read:params` sees params and payloads redacted
-(kernel/node/redaction.py).
+(kernel/node/redaction.py); an action needs its route's scope (spec/04 §9.8).
 
 Flow pages are added by `aos.flows.pages` on a world that runs flows.
 """
@@ -44,25 +49,31 @@ from aos.kernel.node import views
 from aos.kernel.node.access import (
     LOGIN_PATH,
     LOGOUT_PATH,
+    PAGE_TOKEN_HEADER,
     SESSION_COOKIE,
     needs,
+    page_token,
     principal_of,
     same_origin,
+    session_token,
 )
 from aos.kernel.node.adapter_api import route_path
 from aos.kernel.node.app import query_invalid
 from aos.kernel.node.errors import http_status
 from aos.kernel.node.identities import (
+    OPERATE,
     PUBLIC,
     READ,
     READ_PARAMS,
     TASK,
     AuthError,
     CrossSiteError,
+    Principal,
 )
 from aos.kernel.node.node import Node
 from aos.kernel.node.read_api import bounds_of, journal_filter, journal_in_turns
 from aos.kernel.node.redaction import redact
+from aos.kernel.node.times import RecordTimes, iso_duration, iso_instant, logical_text, time_json
 from aos.kernel.world import records
 from aos.kernel.world.world import World
 
@@ -129,12 +140,16 @@ class Inspector:
         if not principal.may(READ_PARAMS):
             # Params and payloads as their hashes (redaction.py).
             context = redact(context, tasks=not principal.may(TASK))
+        session = session_token(request.headers)
         html = self.env.get_template(template).render(
             request=request,
             nav=nav,
             ui=root + UI_PATH,
             root=root,
             caller=principal,
+            page_token=page_token(self.node.authority, session) if session else "",
+            page_token_header=PAGE_TOKEN_HEADER,
+            allowed=lambda scope: allowed(principal, scope),
             **context,
         )
         return HTMLResponse(html, status_code=status, headers=_HEADERS)
@@ -161,8 +176,20 @@ def environment(template_dirs: list[Path]) -> jinja2.Environment:
     env.filters["summary"] = summary
     env.filters["key_text"] = key_text
     env.filters["key_json"] = key_json
+    env.filters["iso"] = iso_instant
+    env.filters["duration"] = iso_duration
+    env.filters["logical"] = logical_text
     env.globals["query"] = query
     return env
+
+
+def allowed(caller: Principal, scope: str) -> str | None:
+    """Why `caller` may not take an action that needs `scope` (None: it may), for a page to
+    show the action disabled with the reason; the node refuses it anyway (spec/04 §9.8)."""
+    if caller.may(scope):
+        return None
+    held = sorted(caller.scopes) or ["no scope"]
+    return f"needs the {scope} scope; {caller.name} has {', '.join(held)}"
 
 
 def add_inspector(app: FastAPI, node: Node) -> Inspector:
@@ -257,7 +284,8 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
     @app.get(UI_PATH, include_in_schema=False, **needs(READ))
     async def overview(request: Request) -> Response:
         def read(world: World) -> dict[str, Any]:
-            return {"world": views.overview(world), "leases": node.leases.counts()}
+            found = views.overview(world, node.derived)
+            return {"world": found, "leases": node.leases.counts()}
 
         return await page(request, "overview.html", read)
 
@@ -273,7 +301,13 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
             wanted = views.cell_status(status or None)
             rows = views.rows(limit, bounds, CELL_ROWS)
             found = views.cells(
-                world, workflow, status=wanted, after=after, limit=rows, scan_max=bounds.scan_max
+                world,
+                workflow,
+                status=wanted,
+                after=after,
+                limit=rows,
+                scan_max=bounds.scan_max,
+                derived=node.derived,
             )
             return {
                 "found": found,
@@ -292,7 +326,8 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
             ref = views.cell_ref(world, workflow, key)
             below = views.sequence(before, "before")
             return {
-                "cell": views.cell(world, ref, bounds),
+                "cell": views.cell(world, ref, bounds, node.derived),
+                "retry_scope": OPERATE,
                 "timeline": views.timeline(
                     world, ref, before=below, limit=TIMELINE_ROWS, bounds=bounds
                 ),
@@ -326,7 +361,9 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
         limit: int | None = None,
     ) -> Response:
         def where(world: World) -> views.JournalFilter:
-            return journal_filter(world, kind or [], workflow or None, key or None, failed)
+            return journal_filter(
+                world, kind or [], workflow or None, key or None, failed, node.derived
+            )
 
         try:
             cursor = views.JournalCursor(None, views.sequence(before, "before"))
@@ -368,7 +405,17 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
     async def intents(request: Request, after: str | None = None) -> Response:
         def read(world: World) -> dict[str, Any]:
             found = views.open_intents(world, node.leases.is_leased, after=after, limit=INTENT_ROWS)
-            return {"found": found, "leases": node.leases.counts()}
+            times = RecordTimes(world)
+            for row in found["intents"]:
+                row["opened"] = time_json(times.at(int(row["seq"])))
+                record = world.open_intent(str(row["intent"])) or {}
+                row["task"] = views.task_shown(row["intent"], row["effect"], record.get("params"))
+            return {
+                "found": found,
+                "leases": node.leases.counts(),
+                "clock": world.clock,
+                "logical_ns": world.logical_ns,
+            }
 
         return await page(request, "intents.html", read)
 

@@ -107,6 +107,9 @@ class Node:
         # To check signed requests and progress frames off the host thread.
         self._adapter_keys: dict[str, bytes] = {}
         self.progress_log = ProgressLog()
+        # What layers served beside the kernel (flows) say of their own cells and records,
+        # for every read of this node (views.Derived).
+        self.derived = views.Derived()
         self.verifier = RequestVerifier(
             world=lambda: self.world_id,
             keys=lambda: self._adapter_keys,

@@ -50,18 +50,24 @@ def bounds_of(node: Node) -> views.Bounds:
 
 
 def journal_filter(
-    world: World, kinds: list[str], workflow: str | None, key: str | None, failed: bool
+    world: World,
+    kinds: list[str],
+    workflow: str | None,
+    key: str | None,
+    failed: bool,
+    derived: views.Derived = views.NOTHING_DERIVED,
 ) -> views.JournalFilter:
     """Records of these kinds, of the cell `workflow` and `key` name (`workflow` alone: of
-    any of its cells), only failures."""
+    any of its cells), only failures (the kernel's and those `derived` names)."""
+    found = views.kinds_of(kinds)
     if workflow is None:
         if key is not None:
             raise QueryInvalidError("a key filter needs its workflow", path="$.key")
-        return views.JournalFilter(views.kinds_of(kinds), None, failed)
+        return views.JournalFilter(found, None, failed, derived=derived)
     if key is None:
         world.runtime.workflow(workflow)  # raises world.workflow_unknown
-        return views.JournalFilter(views.kinds_of(kinds), None, failed, workflow)
-    return views.JournalFilter(views.kinds_of(kinds), views.cell_ref(world, workflow, key), failed)
+        return views.JournalFilter(found, None, failed, workflow, derived)
+    return views.JournalFilter(found, views.cell_ref(world, workflow, key), failed, derived=derived)
 
 
 async def journal_in_turns(
@@ -116,7 +122,7 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
     @app.get("/v1/overview", tags=["read"], **needs(READ))
     async def get_overview() -> dict[str, Any]:
         """Height, manifest, clock, cells and failures per workflow, open intents, proposals."""
-        found = await node.host.run(views.overview)
+        found = await node.host.run(partial(views.overview, derived=node.derived))
         found["leases"] = node.leases.counts()
         return found
 
@@ -143,6 +149,7 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
                 after=after,
                 limit=rows,
                 scan_max=cell_bounds.scan_max,
+                derived=node.derived,
             )
         )
 
@@ -150,7 +157,9 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
     async def get_cell(workflow: str, key: str | None = None) -> dict[str, Any]:
         """One cell (key as JSON; leave it out for an unkeyed workflow) with its state."""
         return await node.host.run(
-            lambda world: views.cell(world, views.cell_ref(world, workflow, key), bounds)
+            lambda world: views.cell(
+                world, views.cell_ref(world, workflow, key), bounds, node.derived
+            )
         )
 
     @app.get("/v1/timeline", tags=["read"], **needs(READ))
@@ -196,7 +205,7 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
             start = 1
 
         def where(world: World) -> views.JournalFilter:
-            return journal_filter(world, kind or [], workflow, key, failed)
+            return journal_filter(world, kind or [], workflow, key, failed, node.derived)
 
         cursor = views.JournalCursor(start, below)
         return await journal_in_turns(node, cursor, rows, bounds, where)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aos.kernel import cbor, replay
 from aos.kernel.adapters.signing import verify_body
 from aos.kernel.hashing import hash_bytes, is_hash
 from aos.kernel.node.errors import NodeLimitExceededError, QueryInvalidError
+from aos.kernel.node.human import task_fields
 from aos.kernel.store.views import read_back
 from aos.kernel.world import records
 from aos.kernel.world.cellindex import key_hash
@@ -78,6 +79,35 @@ class CellRef:
 
     workflow: str
     key: Any = None
+
+
+StatusOf = Callable[[World, CellInfo], str]
+FailureOf = Callable[[dict[str, Any]], bool]
+DERIVED_STATUS_CELLS_MAX = 2_000
+"""Cells the overview looks at to count a derived status's failures (each one's state read and
+decoded, ~42 µs): a bound on how long it holds the world's writer."""
+
+
+@dataclass(eq=False)  # one per node, compared by identity
+class Derived:
+    """What a layer served beside the kernel says of its own cells and records, so that every
+    read of the node says it too (flows register theirs, aos.flows.views): a workflow's cell
+    status derived from its state (an execution that runs, or failed, where the kernel sees a
+    cell that waits or completed), and journal records that are failures the kernel did not
+    see (a step that ended an execution failed)."""
+
+    statuses: dict[str, StatusOf] = field(default_factory=dict)
+    failures: list[FailureOf] = field(default_factory=list)
+
+    def status(self, world: World, cell: CellInfo) -> str:
+        found = self.statuses.get(cell.workflow)
+        return cell.status if found is None else found(world, cell)
+
+    def is_failure(self, record: dict[str, Any]) -> bool:
+        return any(failure(record) for failure in self.failures)
+
+
+NOTHING_DERIVED = Derived()
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,9 +175,15 @@ def _no_constant(name: str) -> Any:
 # The world
 
 
-def overview(world: World) -> dict[str, Any]:
-    """Height, manifest, clock, cells and failures per workflow, open intents, proposals."""
+def overview(world: World, derived: Derived = NOTHING_DERIVED) -> dict[str, Any]:
+    """Height, manifest, clock, cells and failures per workflow, open intents, proposals. A
+    workflow with a derived status counts its failures among at most
+    `DERIVED_STATUS_CELLS_MAX` cells (`failed_counted`: how many were looked at)."""
     status = world.status()
+    for name in derived.statuses:
+        counts = status["workflows"].get(name)
+        if counts is not None:
+            counts.update(_derived_failures(world, name, derived))
     by_status: dict[str, int] = {}
     for entry in world.proposals.values():
         by_status[entry["status"]] = by_status.get(entry["status"], 0) + 1
@@ -164,6 +200,15 @@ def overview(world: World) -> dict[str, Any]:
     }
 
 
+def _derived_failures(world: World, workflow: str, derived: Derived) -> dict[str, int]:
+    failed = counted = 0
+    for counted, cell in enumerate(world.cells_after(workflow, None), start=1):
+        failed += derived.status(world, cell) == "failed"
+        if counted == DERIVED_STATUS_CELLS_MAX:
+            break
+    return {"failed": failed, "failed_counted": counted}
+
+
 # --------------------------------------------------------------------------------------------
 # Cells
 
@@ -176,12 +221,13 @@ def cells(
     after: str | None,
     limit: int,
     scan_max: int,
+    derived: Derived = NOTHING_DERIVED,
 ) -> dict[str, Any]:
     """A workflow's cells in key-hash order, only those with `status` when given, from the one
     after the key hash `after`. `next_after` continues (null: this is the last page). Reads
     only the cells it looks at: at most `limit` shown and `scan_max` looked at (a status
     filter that matches few cells stops there, `truncated`, with `next_after` the last cell
-    looked at)."""
+    looked at). A cell's status is the one `derived` says, for a workflow it derives."""
     if after is not None and not _KEY_HASH.fullmatch(after):
         raise QueryInvalidError("after is a cell's key hash (64 hex digits)", path="$.after")
     count = world.cell_count(workflow)  # raises world.workflow_unknown
@@ -195,8 +241,9 @@ def cells(
             next_after = page[-1]["key_hash"] if len(page) == limit else looked_at
             break
         looked_at = _key_digest(cell)
-        if not status or cell.status == status:
-            page.append({**cell_json(cell), "key_hash": looked_at})
+        shown = cell_json(cell, derived.status(world, cell))
+        if not status or shown["status"] == status:
+            page.append({**shown, "key_hash": looked_at})
     return {
         "workflow": workflow,
         "count": count,
@@ -210,23 +257,27 @@ def _key_digest(cell: CellInfo) -> str:
     return key_hash(cell.key_bytes or b"").hex()
 
 
-def cell_json(cell: CellInfo) -> dict[str, Any]:
+def cell_json(cell: CellInfo, status: str | None = None) -> dict[str, Any]:
     return {
         "key": cbor.to_json(cell.key),
-        "status": cell.status,
+        "status": cell.status if status is None else status,
         "state_hash": str(cell.state_hash),
         "last_active_seq": cell.last_active_seq,
     }
 
 
-def cell(world: World, ref: CellRef, bounds: Bounds) -> dict[str, Any]:
-    """One cell: status, state (bounded), state hash, last active sequence."""
+def cell(
+    world: World, ref: CellRef, bounds: Bounds, derived: Derived = NOTHING_DERIVED
+) -> dict[str, Any]:
+    """One cell: status (as `derived` says it), state (bounded), state hash, last active
+    sequence, and the kernel's own status."""
     info = world.cell_info(ref.workflow, world.key_bytes(ref.workflow, ref.key))
     if info is None:
         raise CellMissingError(f"{ref.workflow} has no cell for that key")
     return {
         "workflow": ref.workflow,
-        **cell_json(info),
+        **cell_json(info, derived.status(world, info)),
+        "kernel_status": info.status,
         "state": shown(world.state(ref.workflow, ref.key), bounds),
     }
 
@@ -336,12 +387,14 @@ def state_at(world: World, seq: int, bounds: Bounds, *, replay_records_max: int)
 @dataclass(frozen=True)
 class JournalFilter:
     """Which records a journal page keeps: of these kinds (none: all), of this cell's (or, with
-    `workflow` alone, of any cell of that workflow), only failures."""
+    `workflow` alone, of any cell of that workflow), only failures (the kernel's, and those
+    `derived` names)."""
 
     kinds: frozenset[str] = frozenset()
     cell: CellRef | None = None
     failed: bool = False
     workflow: str | None = None
+    derived: Derived = NOTHING_DERIVED  # with `failed`: the failures it names too
 
 
 def journal(
@@ -388,7 +441,7 @@ def _matcher(world: World, where: JournalFilter) -> Callable[[dict[str, Any]], b
         kind = record.get("kind")
         if where.kinds and kind not in where.kinds:
             return False
-        if where.failed and kind not in FAILED_KINDS:
+        if where.failed and kind not in FAILED_KINDS and not where.derived.is_failure(record):
             return False
         if where.cell is None and where.workflow is None:
             return True
@@ -522,6 +575,25 @@ def open_intents(
             for i in page
         ],
         "next_after": page[-1]["intent"] if more else None,
+    }
+
+
+def task_shown(intent: str, effect: str, params: Any) -> dict[str, Any] | None:
+    """A person's task as the pages show it beside its intent (None: its params name no
+    title, so it is no task): shaped as the task answers are (`intent`, `effect`, `params`
+    and the fields from them), so that redaction treats it as one (redaction.py)."""
+    fields = task_fields(params)
+    if fields.title is None:
+        return None
+    return {
+        "intent": intent,
+        "effect": effect,
+        "params": cbor.to_json(params),
+        "title": fields.title,
+        "description": fields.description,
+        "assignee": fields.assignee,
+        "roles": list(fields.roles),
+        "form": cbor.to_json(fields.form),
     }
 
 

@@ -20,15 +20,23 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from aos.kernel.node.inspector import JOURNAL_ROWS
 from tests.auth_fixtures import admin_headers
 from tests.inspector.world import (
+    ALL_EXECS,
     APPROVAL_EXEC,
     COUNTER,
     COUNTER_EVENT,
     DONE_EXEC,
     EXEC,
+    FAILED_EXEC,
+    LONG_EXEC,
     MARKUP_KEY,
+    PARSE_BUSINESS_REF,
+    RETRYING_EXEC,
     SIGNAL_EXEC,
+    TO_CANCEL_EXEC,
+    TO_RETRY_EXEC,
     UNROUTED_EVENT,
     InspectorWorld,
     build,
@@ -50,6 +58,7 @@ pytestmark = pytest.mark.ui
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 WAIT_MS = 10_000
+ISO_INSTANT = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"
 
 
 @pytest.fixture(scope="module")
@@ -130,26 +139,34 @@ def test_the_overview_shows_the_worlds_workflows_intents_and_proposals(
     for row in page.locator("#workflows tbody tr").all():
         name, cells, failed = (c.strip() for c in row.locator("td").all_inner_texts())
         listed[name] = {"cells": int(cells), "failed": int(failed)}
-    assert listed == world["workflows"]
+    assert listed == {
+        name: {"cells": counts["cells"], "failed": counts["failed"]}
+        for name, counts in world["workflows"].items()
+    }
     assert listed[COUNTER]["cells"] == len(built.counts) + 1  # and the key with markup
-    assert listed[EXEC]["cells"] == 3
+    assert listed[EXEC] == {"cells": ALL_EXECS, "failed": 2}  # failed flows count as failed
     expect(page.locator("#open-intents")).to_have_text(str(world["open_intents"]))
-    assert world["open_intents"] == 3  # a human task, its timeout, the signal's timeout
+    # Two human tasks and their timeouts, three signals' timeouts, a retry's timer.
+    assert world["open_intents"] == 8
     expect(page.locator("#height")).to_have_text(str(world["height"]))
     shot(page, "overview")
 
 
 def test_cells_narrow_by_status_and_page_by_key(page: Page, url: str) -> None:
     page.goto(f"/ui/cells/{EXEC}")
-    expect(page.locator("#cell-rows tbody tr")).to_have_count(3)
-    page.locator('[data-status="waiting"]').click()  # htmx swaps the table in place
-    expect(page.locator("#cell-rows tbody tr")).to_have_count(2)
-    assert page.url.endswith("status=waiting")
-    waiting = " ".join(rows(page, "cell-rows"))
-    assert APPROVAL_EXEC in waiting and SIGNAL_EXEC in waiting and DONE_EXEC not in waiting
+    expect(page.locator("#cell-rows tbody tr")).to_have_count(ALL_EXECS)
+    # An execution's cell says its execution's status (the kernel sees a waiting cell).
+    page.locator('[data-status="running"]').click()  # htmx swaps the table in place
+    expect(page.locator("#cell-rows tbody tr")).to_have_count(6)
+    assert page.url.endswith("status=running")
+    running = " ".join(rows(page, "cell-rows"))
+    assert APPROVAL_EXEC in running and SIGNAL_EXEC in running and DONE_EXEC not in running
     page.locator('[data-status="completed"]').click()
-    expect(page.locator("#cell-rows tbody tr")).to_have_count(1)
-    assert DONE_EXEC in rows(page, "cell-rows")[0]
+    expect(page.locator("#cell-rows tbody tr")).to_have_count(2)
+    assert DONE_EXEC in " ".join(rows(page, "cell-rows"))
+    page.locator('[data-status="failed"]').click()
+    expect(page.locator("#cell-rows tbody tr")).to_have_count(2)
+    assert FAILED_EXEC in " ".join(rows(page, "cell-rows"))
 
     everything = {c["key"] for c in api(url, f"/v1/cells/{COUNTER}")["cells"]}
     page.goto(f"/ui/cells/{COUNTER}?limit=2")
@@ -185,7 +202,7 @@ def test_a_cell_timeline_shows_its_receipts_signatures_and_states(page: Page, ur
     ]
     assert receipts and all(e["input"]["signature"] == "verified" for e in receipts)
     expect(page.locator(".signature.verified")).to_have_count(len(receipts))
-    expect(page.locator("#cell-status")).to_have_text("waiting")
+    expect(page.locator("#cell-status")).to_have_text("running")  # the kernel's: waiting
 
     latest_step = next(e for e in timeline["entries"] if e["kind"] == "step")
     page.locator(f'tr[data-seq="{latest_step["seq"]}"] .state-button').click()
@@ -212,11 +229,14 @@ def test_the_journal_filters_by_kind_cell_and_failure(page: Page, url: str) -> N
     expect(first).to_have_attribute("data-seq", str(head))  # newest first
 
     page.locator("#filter-failed").check()  # a change submits the filter form through htmx
-    expect(page.locator("#journal-rows tbody tr")).to_have_count(1)
+    # The kernel's rejection, and the steps that ended two executions failed.
+    expect(page.locator("#journal-rows tbody tr")).to_have_count(3)
     expect(page.locator("#journal-rows tbody tr").first).to_have_attribute(
         "data-kind", "ingress_rejected"
     )
-    assert UNROUTED_EVENT in rows(page, "journal-rows")[0]
+    failed = rows(page, "journal-rows")
+    assert UNROUTED_EVENT in failed[0]
+    assert TO_RETRY_EXEC in failed[1] and FAILED_EXEC in failed[2]
     page.locator("#filter-failed").uncheck()
 
     page.locator("#filter-workflow").select_option(COUNTER)
@@ -232,7 +252,8 @@ def test_the_journal_filters_by_kind_cell_and_failure(page: Page, url: str) -> N
 
     page.goto("/ui/journal?kind=effect_intent")
     intents = api(url, "/v1/journal", kind="effect_intent", limit=1000)["records"]
-    expect(page.locator("#journal-rows tbody tr")).to_have_count(len(intents))
+    shown = min(len(intents), JOURNAL_ROWS)  # a page of them
+    expect(page.locator("#journal-rows tbody tr")).to_have_count(shown)
 
     page.goto("/ui/journal?limit=7")
     seen: list[int] = []
@@ -280,7 +301,7 @@ def test_a_flow_execution_is_drawn_with_its_marking(page: Page, url: str) -> Non
     state = api(url, f"/v1/executions/{APPROVAL_EXEC}")
     tokens = {t["step"] for t in state["engine"]["tokens"].values()}
     page.goto("/ui/flows")
-    expect(page.locator("#execution-rows tbody tr")).to_have_count(3)
+    expect(page.locator("#execution-rows tbody tr")).to_have_count(ALL_EXECS)
     page.get_by_role("link", name=APPROVAL_EXEC).click()
     drawing = page.locator("#drawing svg")
     expect(drawing.locator("g.step")).to_have_count(6)  # validate charge ship pack invoice close
@@ -288,7 +309,11 @@ def test_a_flow_execution_is_drawn_with_its_marking(page: Page, url: str) -> Non
     assert {active.nth(i).get_attribute("data-step") for i in range(active.count())} == tokens
     assert tokens == {"charge"}
     expect(drawing.locator('g.step.done[data-step="validate"]')).to_have_count(1)
-    expect(page.locator("#waits")).to_contain_text("human")
+    human = page.locator('#pending tr[data-kind="human"]')
+    expect(human.locator(".task-title")).to_have_text("Approve order A-7 for 250 EUR")
+    # This node hosts no task inbox (no --human-adapter): completing is shown disabled, why.
+    expect(human.locator("form.action button")).to_be_disabled()
+    expect(human.locator("form.action .why")).to_contain_text("hosts no task inbox")
     shot(page, "flow-execution")
 
 
@@ -351,3 +376,90 @@ def test_a_read_only_identity_logs_in_and_sees_params_redacted(
     page.goto("/ui")
     assert page.url.endswith("/ui/login")  # the cookie is gone
     context.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Flow executions: order, search, errors, history, actions
+
+
+def test_executions_are_sorted_by_start_and_searched(page: Page) -> None:
+    page.goto("/ui/flows")
+    listed = page.locator("#execution-rows tbody tr")
+    expect(listed).to_have_count(ALL_EXECS)
+    expect(listed.first).to_have_attribute("data-exec", RETRYING_EXEC)  # newest first
+    expect(listed.first.locator("td").nth(4)).to_have_text(re.compile(ISO_INSTANT))
+    page.click("#sort-started")
+    expect(listed.first).to_have_attribute("data-exec", APPROVAL_EXEC)  # the first started
+    starts = [int(s or 0) for s in listed.evaluate_all("rows => rows.map(r => r.dataset.started)")]
+    assert starts == sorted(starts)
+    shot(page, "executions-sorted")
+    page.fill("#search", PARSE_BUSINESS_REF)
+    page.click("#execution-search button[type=submit]")
+    expect(listed).to_have_count(3)
+    for row in listed.all():
+        expect(row.locator("td").nth(3)).to_have_text(PARSE_BUSINESS_REF)
+    shot(page, "executions-searched")
+    page.select_option("#filter-status", "failed")
+    expect(listed).to_have_count(2)
+    expect(page.locator(f'#execution-rows tr[data-exec="{FAILED_EXEC}"]')).to_have_count(1)
+
+
+def test_a_failed_execution_shows_its_error_where_it_failed(page: Page) -> None:
+    page.goto(f"/ui/flows/executions/{FAILED_EXEC}")
+    expect(page.locator("#execution-status")).to_have_text("failed")
+    box = page.locator("#execution-error")
+    expect(box.locator("h2")).to_contain_text("fetch.parse")
+    expect(box.locator(".error-code")).to_have_text("python.raised")
+    expect(box.locator(".error-message")).to_contain_text("invalid literal for int()")
+    expect(page.locator("#started-at")).to_have_text(re.compile(ISO_INSTANT))
+    expect(page.locator("#retry-form button")).to_be_enabled()
+    shot(page, "failed-execution")
+
+
+def test_a_long_history_is_paged_back_to_its_start(page: Page) -> None:
+    page.goto(f"/ui/flows/executions/{LONG_EXEC}?limit=40")
+    history = page.locator("#history tbody tr")
+    newest = int(history.first.get_attribute("data-seq") or 0)
+    expect(history.first.locator("td").nth(1)).to_have_text(re.compile(ISO_INSTANT))
+    pages = 1
+    while page.locator("#history-older").count():
+        page.click("#history-older")
+        pages += 1
+        expect(history.first).not_to_have_attribute("data-seq", str(newest))
+        if pages == 3:
+            shot(page, "history-paged")
+    assert pages > 4
+    expect(history.last).to_contain_text("playbook.started")
+    expect(history.last.locator("td").nth(2)).to_have_text("PT0S")  # since the start
+
+
+def test_an_execution_is_cancelled_from_its_page(page: Page, url: str) -> None:
+    page.goto(f"/ui/flows/executions/{TO_CANCEL_EXEC}")
+    expect(page.locator("#execution-status")).to_have_text("running")
+    page.fill("#cancel-form input[name=reason]", "customer called")
+    page.click("#cancel-form button[type=submit]")
+    expect(page.locator("#execution-status")).to_have_text("cancelled")
+    events = api(url, f"/v1/executions/{TO_CANCEL_EXEC}/events")["events"]
+    assert any(e["event"] == "execution.cancelled" for e in events)
+    expect(page.locator("#cancel-form")).to_have_count(0)  # an ended execution takes none
+
+
+def test_a_failed_execution_is_retried_from_its_page_as_a_new_one(
+    page: Page, url: str, problems: list[str]
+) -> None:
+    page.goto(f"/ui/flows/executions/{TO_RETRY_EXEC}")
+    page.fill("#retry-form input[name=exec]", "parse-retried")
+    page.click("#retry-form button[type=submit]")
+    page.wait_for_url("**/ui/flows/executions/parse-retried")
+    expect(page.locator("#business-ref")).to_have_text(PARSE_BUSINESS_REF)
+    assert api(url, f"/v1/executions/{TO_RETRY_EXEC}")["status"] == "failed"
+    page.goto(f"/ui/flows/executions/{TO_RETRY_EXEC}")
+    page.fill("#retry-form input[name=exec]", "parse-retried")  # that id is taken now
+    page.click("#retry-form button[type=submit]")
+    expect(page.locator("#retry-form .action-result")).to_contain_text("flow.execution_exists")
+    shot(page, "execution-action-refused")
+    # The browser reports the refused request; it is the point of this part.
+    assert problems == [
+        "Failed to load resource: the server responded with a status of 409 (Conflict)"
+    ]
+    problems.clear()

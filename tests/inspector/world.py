@@ -1,7 +1,9 @@
 """A world for the inspector's tests with everything the inspector shows: keyed counter cells
 (the C counter), flow executions waiting for a person and for a signal (so open intents, a
-kernel timer among them), and a governance proposal that doubles every increment, shadowed,
-so every counter cell diverges and the report holds the live and the proposed state.
+kernel timer among them), one whose python task failed, one waiting to retry its task, one with
+a long history, a few kept for the actions to act on, and a governance proposal that doubles
+every increment, shadowed, so every counter cell diverges and the report holds the live and
+the proposed state.
 
 One manifest holds both: the flow world's (with fresh adapter keys) plus the counter."""
 
@@ -36,6 +38,37 @@ COUNTS = {"alpha": [1, 2], "bravo": [5], "charlie": [3, 3, 3], "delta": [7], "ec
 APPROVAL_EXEC = "order-approval"  # waits for a person (a human task) and its timeout timer
 SIGNAL_EXEC = "order-signal"  # waits for the warehouse's signal
 DONE_EXEC = "hello-done"  # runs to its end
+FAILED_EXEC = "parse-failed"  # its python task raised: failed, with the error
+RETRYING_EXEC = "parse-retrying"  # the same task under a retry rule: waits for its next attempt
+LONG_EXEC = "hello-long"  # greets LONG_NAMES names, a receipt each: a long history
+LONG_NAMES = 80
+# Kept for the actions: each is acted on by one test only.
+TO_CANCEL_EXEC = "order-to-cancel"  # waits for a signal; cancelled
+TO_SIGNAL_EXEC = "order-to-signal"  # waits for the warehouse's signal; signalled
+TO_COMPLETE_EXEC = "order-to-complete"  # waits for a person in `finance`; the task completed
+TO_RETRY_EXEC = "parse-to-retry"  # failed; retried as a new execution
+ALL_EXECS = 10
+FINANCE = "finance"  # the role the order flow's approval asks for
+PARSE_BUSINESS_REF = "invoice-17"
+PARSE_FLOW = """
+name: t/parse
+steps:
+  - name: fetch
+    tasks:
+      - name: parse
+        do: call
+        tool: {kind: python, code: "result = int(text)"}
+        args: {text: "{{ workload.text }}"}
+"""
+PARSE_RETRY_FLOW = (
+    PARSE_FLOW.replace("name: t/parse", "name: t/parse-retry")
+    + """\
+        policy:
+          rules:
+            - when: "outcome.status == 'error'"
+              then: {do: retry, attempts: 3, backoff: linear, delay_s: 30}
+"""
+)
 MARKUP_KEY = '<img src=x onerror="document.title=1">'  # a key the pages must show as text
 UNROUTED_EVENT = "demo/CounterThreshold@1"  # declared, routed nowhere: journaled as rejected
 
@@ -110,9 +143,19 @@ def _run_flows(world: World, keys: FlowKeys) -> None:
     workloads = {
         APPROVAL_EXEC: {"order_id": "A-7", "amount": 250, "currency": "EUR"},
         SIGNAL_EXEC: {"order_id": "B-2", "amount": 40, "currency": "EUR"},
+        TO_CANCEL_EXEC: {"order_id": "C-3", "amount": 30, "currency": "EUR"},
+        TO_SIGNAL_EXEC: {"order_id": "D-4", "amount": 20, "currency": "EUR"},
+        TO_COMPLETE_EXEC: {"order_id": "E-5", "amount": 900, "currency": "EUR"},
     }
     for exec_id, workload in workloads.items():
         ops.start(world, name, workload=workload, exec_id=exec_id)
     hello = ops.deploy(world, load_definition(HELLO_FLOW.read_text())).name
     ops.start(world, hello, workload={"names": ["ann", "bo"]}, exec_id=DONE_EXEC)
+    names = [f"guest-{index:02d}" for index in range(LONG_NAMES)]
+    ops.start(world, hello, workload={"names": names}, exec_id=LONG_EXEC)
+    parse = ops.deploy(world, load_definition(PARSE_FLOW)).name
+    retried = ops.deploy(world, load_definition(PARSE_RETRY_FLOW)).name
+    for exec_id, flow in ((FAILED_EXEC, parse), (TO_RETRY_EXEC, parse), (RETRYING_EXEC, retried)):
+        workload = {"text": "12 apples"}
+        ops.start(world, flow, workload=workload, exec_id=exec_id, business_ref=PARSE_BUSINESS_REF)
     LocalAdapters(world, keys).drain()
