@@ -26,7 +26,7 @@ RESTATE_STAMP := $(RESTATE_DIR)/.installed-$(RESTATE_SERVER_VERSION)
 RESTATE_VENV := .venv-restate
 RESTATE_VENV_STAMP := $(RESTATE_VENV)/.installed
 
-.PHONY: setup demo test test-fast test-ui test-scale chromium install-check interpreter-pin lint bench bench-full bench-setup bench-noetl-setup bench-restate-setup bench-restate conformance-noetl conformance-noetl-quick fault fault-ci fault-pg clean
+.PHONY: setup demo test test-fast test-ui test-scale chromium install-check interpreter-pin lint bench bench-full bench-setup bench-noetl-setup bench-restate-setup bench-restate conformance-noetl conformance-noetl-quick conformance-littleflow littleflow-graphs fault fault-ci fault-pg clean
 
 setup: $(STAMP) $(VENV)/mypy-path/aos
 
@@ -171,6 +171,17 @@ conformance-noetl: bench-noetl-setup
 # Its CI slice (tests/conformance/cases.py QUICK): ~3 min once .venv-noetl is built.
 conformance-noetl-quick: bench-noetl-setup
 	$(BIN)/python -m tests.conformance.run --quick
+
+# littleflow (seed 004's reference implementation) as an oracle of the flow language. It lives in
+# the bench's virtualenv, never the project's: `make test` compares with its graphs recorded as
+# data (tests/flowlang/littleflow_graphs.json), which `littleflow-graphs` writes again when a
+# compared text or the corpus changes (a test says when they are stale); random texts of its
+# grammar are compared live by `conformance-littleflow` (~1 min).
+littleflow-graphs: bench-setup
+	$(BENCH_VENV)/bin/python tests/flowlang/littleflow_graphs.py
+
+conformance-littleflow: bench-setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/flowlang/live_littleflow.py
 
 bench: bench-setup
 	$(BIN)/python -m bench.run --quick

@@ -76,6 +76,7 @@ TOOL_KINDS = (
     "tool-duckdb",
     "tool-shell",
     "tool-file",
+    "tool-transfer",
 )
 """The flow world's tool adapters (spec/11-flows.md, `flows/tools.py`)."""
 KEYCHAIN_KIND = "keychain"
@@ -339,6 +340,7 @@ def run_command(
     tool-shell   aos/tool.shell@1: a command, refused unless the config enables it
     keychain     aos/keychain.resolve@1: keychain names -> references, never secrets
     tool-file    aos/tool.file@1: read or write a file inside --file-base (flow resources)
+    tool-transfer  aos/tool.transfer@1: rows from http, postgres or duckdb into a table
     """
     node = nodes[0]
     for url in nodes:

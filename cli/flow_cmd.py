@@ -29,11 +29,18 @@ from aos.flows.client import FlowNodeClient
 from aos.flows.config import ToolConfig, load_config
 from aos.flows.document import load_flow, source_warnings
 from aos.flows.draw import to_mermaid, to_text
-from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError
+from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError, FlowLocalWorldError
 from aos.flows.local import LocalAdapters
+from aos.flows.numbers import execution_number
 from aos.flows.positions import SourcePositions
 from aos.flows.signals import NOT_DELIVERED
-from aos.flows.world import create_flow_world, default_keys_dir
+from aos.flows.world import (
+    FlowKeys,
+    create_flow_world,
+    default_keys_dir,
+    is_flow_world,
+    load_or_make_keys,
+)
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_value
@@ -485,8 +492,9 @@ def run_command(
     as_json: bool,
 ) -> None:
     """Start an execution of TARGET: a deployed flow's name, or a definition file (deployed
-    first). With --local, run it to its end (or its first human task) on a fresh world; with
-    --node and --wait, wait for it to end."""
+    first). With --local, run it to its end (or its first human task) on a fresh world, or on
+    the flow world --world names (its deployed flows there to run); with --node and --wait,
+    wait for it to end."""
     value = _workload(workload)
     if wait_s is not None and node_url is None:
         raise ops.FlowRequestInvalidError(
@@ -524,6 +532,7 @@ def run_command(
 def _started_json(started: ops.Started) -> dict[str, Any]:
     return {
         "exec": started.exec,
+        "number": execution_number(started.exec),
         "flow": started.flow,
         "version": started.version,
         "definition": started.definition,
@@ -534,7 +543,9 @@ def _print_started(body: dict[str, Any], as_json: bool) -> None:
     if as_json:
         emit_json(body)
     else:
-        click.echo(f"started   {body['exec']}  ({body['flow']} v{body['version']})")
+        number = body.get("number", execution_number(body["exec"]))
+        flow = f"({body['flow']} v{body['version']})"
+        click.echo(f"started   {body['exec']}  number {number}  {flow}")
         click.echo(f"status    {body.get('status', 'running')}")
     _exit_if_failed(body.get("status"))
 
@@ -563,9 +574,7 @@ def _run_local(
     file_base: Path,
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="aos-flow-local-") as scratch:
-        explicit = world_path != "./.aos" and not Path(world_path).exists()
-        path = Path(world_path) if explicit else Path(scratch) / "world"
-        world, keys = create_flow_world(path, clock=CLOCK_MANUAL, sync=explicit)
+        world, keys = _local_world(world_path, Path(scratch))
         with world:
             adapters = LocalAdapters(
                 world, keys, python_allow=python_allow, config=config, file_base=file_base
@@ -590,11 +599,33 @@ def _run_local(
     else:
         for event in body["events"]:
             click.echo(_event_line(event))
-        click.echo(f"status    {body['status']}  ({started.exec})")
+        number = execution_number(started.exec)
+        click.echo(f"status    {body['status']}  ({started.exec}, number {number})")
         _echo_failure(state)
         if drained.human_tasks:
             click.echo(f"waiting   {len(drained.human_tasks)} human task(s)")
     _exit_if_failed(state["status"])
+
+
+def _local_world(world_path: str, scratch: Path) -> tuple[World, FlowKeys]:
+    """The world `--local` runs on: a flow world `--world` names that exists (made by `aos
+    flow world create`, its adapter keys beside it; the flows deployed there, such as the
+    children a `kind: playbook` task starts, are there to run), a new one where `--world`
+    names a folder that does not exist yet, else a throwaway one."""
+    path = Path(world_path)
+    if world_path == "./.aos":
+        return create_flow_world(scratch / "world", clock=CLOCK_MANUAL, sync=False)
+    if not path.exists():
+        return create_flow_world(path, clock=CLOCK_MANUAL, sync=True)
+    keys_dir = default_keys_dir(path)
+    world = World.open(world_path)
+    if not is_flow_world(world) or not keys_dir.is_dir():
+        world.close()
+        raise FlowLocalWorldError(
+            f"{world_path} is not a flow world with its adapter keys in {keys_dir}",
+            world=world_path,
+        )
+    return world, load_or_make_keys(keys_dir)
 
 
 # --------------------------------------------------------------------------------------------
@@ -613,11 +644,12 @@ def status_command(exec_id: str, world_path: str, node_url: str | None, as_json:
         state = node_client(node_url).status(exec_id)
     else:
         with _opened(world_path) as world:
-            state = cbor.to_json(ops.status(world, exec_id))
+            state = cbor.to_json(ops.shown_status(world, exec_id))
     if as_json:
         emit_json(state)
         return
-    click.echo(f"execution {state['exec']}  ({state['flow']} v{state['version']})")
+    number = state.get("number", execution_number(state["exec"]))
+    click.echo(f"execution {state['exec']}  number {number}  ({state['flow']} v{state['version']})")
     click.echo(f"status    {state['status']}  version {state['engine_version']}")
     _echo_failure(state)
     click.echo("business  " + json.dumps(state["business"], sort_keys=True)[:2000])

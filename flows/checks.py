@@ -190,12 +190,8 @@ def _check_step(context: _Context, step: Step, parts: Parts) -> None:
     limits = context.limits
     if step.admit is not None:
         _check_guard(context, step.admit, (*parts, "admit"))
-    if step.loop is not None:
+    if step.loop is not None:  # a `max_in_flight` over `in_flight_max` runs clamped (§3.4)
         _check_templates(context, step.loop.in_, (*parts, "loop", "in"))
-        in_flight = step.loop.max_in_flight
-        if in_flight is not None and in_flight > context.defn.limits.in_flight_max:
-            message = f"more than limits.in_flight_max ({context.defn.limits.in_flight_max})"
-            context.add("flow.limit", (*parts, "loop", "max_in_flight"), message)
     _check_templates(context, step.result, (*parts, "result"))
     _check_step_set_ctx(context, step, parts)
     arcs = step.next.arcs
@@ -329,7 +325,11 @@ def _check_tool(context: _Context, tool: Tool, parts: Parts) -> None:
     fields = tool.model_extra or {}
     for problem in field_problems({"kind": tool.kind, **fields}):
         context.add("flow.tool_field_unknown", (*parts, problem.name), str(problem))
+    from aos.flows.cfd import FORMAT_1  # cfd imports this module
+
     for key, value in fields.items():
+        if key == "code" and tool.kind == "python" and context.defn.format != FORMAT_1:
+            continue  # a playbook's code runs as written where it does not render (spec/12 §6)
         _check_templates(context, value, (*parts, key))
     if tool.kind == "shell":
         _check_shell(context, fields, parts)

@@ -137,7 +137,7 @@ async def execution_status(node: Node, exec_id: str, query: str = "") -> dict[st
     wait_ms = _wait_ms(node, _query(query, {WAIT_PARAMETER: WAIT_DIGITS_MAX}))
 
     def look(world: World) -> tuple[bool, dict[str, Any]]:
-        state = ops.status(world, exec_id)  # an unknown execution is refused at the first look
+        state = ops.shown_status(world, exec_id)  # an unknown execution: refused at once
         return state["status"] in ops.TERMINAL_STATUSES, cbor.to_json(state)
 
     return await wait_for_execution(node, {"exec": exec_id}, look, wait_ms)

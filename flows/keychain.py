@@ -58,7 +58,7 @@ GRANTS_MAX = 1024
 GRANT_PATH_DEPTH_MAX = 64
 """A grant's path is at most this deep (a definition nests at most 64 levels)."""
 FINGERPRINT_CONTEXT = "aos keychain fingerprint v1"
-SCRUB_KEPT = frozenset({"kind", "code", "retryable", "pg"})
+SCRUB_KEPT = frozenset({"kind", "error_kind", "code", "retryable", "pg"})
 
 NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 PLACEHOLDER = re.compile(r"\$\{keychain:(" + NAME_PATTERN + r")(?:\.(" + NAME_PATTERN + r"))?\}")
@@ -404,13 +404,16 @@ def scrubbed(outcome: ToolOutcome, secrets: list[str]) -> ToolOutcome:
 
 
 def entry_name(auth: Any) -> str | None:
-    """The entry an `auth` field names: `NAME`, `${keychain:NAME}`, or a rendered map
-    reference (any of its placeholders)."""
+    """The entry an `auth` field names: `NAME`, `${keychain:NAME}`, NoETL's
+    `{source: credential, key: NAME}`, or a rendered map reference (any of its
+    placeholders)."""
     if isinstance(auth, str):
         match = PLACEHOLDER.fullmatch(auth)
         if match is not None:
             return match.group(1)
         return auth if _NAME.fullmatch(auth) else None
+    if isinstance(auth, dict) and auth.get("source") == "credential" and "key" in auth:
+        return entry_name(auth["key"])
     if isinstance(auth, dict) and auth:
         names = {entry_name(item) for item in auth.values()}
         return names.pop() if len(names) == 1 else None

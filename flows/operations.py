@@ -18,6 +18,7 @@ from aos.flows import signals
 from aos.flows.cfd import FlowDefinition, canonical_value
 from aos.flows.errors import FlowError
 from aos.flows.limits import NAME_LENGTH_MAX
+from aos.flows.numbers import execution_number
 from aos.flows.signals import Signalled
 from aos.flows.world import (
     CANCEL_EVENT,
@@ -254,6 +255,12 @@ def status(world: World, exec_id: str) -> dict[str, Any]:
     if state is None:
         raise ExecutionUnknownError(f"no execution {exec_id}", exec=exec_id)
     return state
+
+
+def shown_status(world: World, exec_id: str) -> dict[str, Any]:
+    """`status`, and the execution's `number` beside its id (NoETL's numeric execution id,
+    `flows/numbers.py`): what `aos flow status`, the HTTP API and the inspector show."""
+    return {**status(world, exec_id), "number": execution_number(exec_id)}
 
 
 def failure(state: dict[str, Any]) -> dict[str, Any] | None:
@@ -556,6 +563,7 @@ def _listed_state(world: World, exec_id: str, cell_status: str) -> dict[str, Any
 def _summary(state: dict[str, Any]) -> dict[str, Any]:
     return {
         "exec": state["exec"],
+        "number": execution_number(state["exec"]),
         "flow": state["flow"],
         "version": state["version"],
         "status": state["status"],

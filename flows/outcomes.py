@@ -32,15 +32,93 @@ class ToolInvalidError(Exception):
 def failure(
     code: str, message: str, *, kind: str = "transport", retryable: bool = False, **extra: Any
 ) -> ToolOutcome:
-    """An `error` outcome: `{kind, code, message, retryable, **extra}`."""
+    """An `error` outcome: `{kind, code, message, retryable, error_kind, **extra}`: `kind` is
+    the flow error category (spec/11 §3.3), `error_kind` NoETL's name of what failed."""
     payload = {"kind": kind, "code": code, "message": clip(message), "retryable": retryable}
+    payload["error_kind"] = noetl_kind(code, kind, message, extra)
     return ToolOutcome("error", {**payload, **extra})
 
 
 def timed_out(code: str, message: str) -> ToolOutcome:
-    """A `timeout` outcome: `{kind: timeout, code, message, retryable: true}`."""
+    """A `timeout` outcome: `{kind: timeout, code, message, retryable: true, error_kind}`."""
     payload = {"kind": "timeout", "code": code, "message": clip(message), "retryable": True}
+    payload["error_kind"] = "db_timeout" if code == "postgres.timeout" else "timeout"
     return ToolOutcome("timeout", payload)
+
+
+SCHEMA_EXCEPTIONS = frozenset(
+    {"TypeError", "ValueError", "ValidationError", "KeyError", "IndexError"}
+)
+"""Python exceptions NoETL classifies as `schema` (`noetl/core/errors.py`,
+`classify_python_error`)."""
+
+
+def noetl_kind(code: str, kind: str, message: str, extra: dict[str, Any]) -> str:
+    """What failed, in NoETL 2.13.1's words (`noetl/core/errors.py`, `ErrorKind` and the
+    `classify_*` functions; spec/12 §6 has the table): from the aos code and the tool's own
+    details (`http.status`, `pg.sqlstate`, `py.exception`)."""
+    if code == "http.status":
+        return _http_kind(extra.get("http"))
+    if code.startswith("python."):
+        return _python_kind(code, message, extra.get("py"))
+    if code.startswith("postgres."):
+        return _postgres_kind(code, message, extra.get("pg"))
+    if code in ("http.connect", "http.transport"):
+        return "connection"
+    return {"authorization": "auth", "timeout": "timeout"}.get(kind, "unknown")
+
+
+def _http_kind(http: Any) -> str:
+    status = http.get("status") if isinstance(http, dict) else None
+    if type(status) is not int:
+        return "unknown"
+    if status == 429:
+        return "rate_limit"
+    if status in (401, 403):
+        return "auth"
+    if status == 404:
+        return "not_found"
+    if 400 <= status < 500:
+        return "client_error"
+    return "server_error" if status >= 500 else "unknown"
+
+
+def _python_kind(code: str, message: str, py: Any) -> str:
+    if code == "python.timeout":
+        return "timeout"
+    if code == "python.result_invalid":
+        return "schema"
+    if code == "python.code_refused" or code == "python.not_allowed":
+        return "auth"
+    exception = py.get("exception") if isinstance(py, dict) else None
+    if code != "python.raised" or not isinstance(exception, str):
+        return "unknown"
+    if exception == "JSONDecodeError" or "json" in message.lower():
+        return "parse"
+    if exception in SCHEMA_EXCEPTIONS:
+        return "schema"
+    return "timeout" if "timeout" in message.lower() else "unknown"
+
+
+def _postgres_kind(code: str, message: str, pg: Any) -> str:
+    if code == "postgres.connect":
+        return "db_connection"
+    if code == "postgres.auth":
+        return "auth"
+    sqlstate = pg.get("sqlstate") if isinstance(pg, dict) else None
+    state = sqlstate if isinstance(sqlstate, str) else ""
+    lowered = message.lower()
+    if state in ("40001", "40P01") or "deadlock" in lowered:
+        return "db_deadlock"
+    if state.startswith("23") or "unique" in lowered or "duplicate" in lowered:
+        return "db_constraint"
+    if state.startswith("08"):
+        return "db_connection"
+    if state == "57014":
+        return "db_timeout"
+    if state.startswith("28") or state == "42501":
+        return "auth"
+    return "unknown"
 
 
 def with_spec(tool: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:

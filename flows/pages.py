@@ -180,7 +180,7 @@ class _HistoryPage:
 
 
 def _execution(world: World, *, exec_id: str, page: _HistoryPage) -> dict[str, Any]:
-    state = ops.status(world, exec_id)  # raises flow.execution_unknown
+    state = ops.shown_status(world, exec_id)  # raises flow.execution_unknown
     raw = ops.definition_blob(world, str(state["definition"])) if state["definition"] else None
     marking = Marking.of_state(state)
     drawing = to_svg(decode_definition(raw), marking) if raw is not None else None

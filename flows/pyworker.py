@@ -66,16 +66,87 @@ CODE_CACHE_MAX = 256
 _READ_CHUNK_BYTES = 64 * 1024
 
 WORKER = r"""
-import ast, asyncio, builtins, datetime, importlib, inspect, io, json, keyword, math, os, random
-import sys, uuid
+import ast, asyncio, builtins, datetime, decimal, importlib, inspect, io, json, keyword, math
+import os, random, sys, uuid
 proto_in = sys.stdin.buffer
 proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
 os.dup2(2, 1)  # stray writes to fd 1 go to stderr, never into the protocol
 CACHE_MAX, DEPTH_MAX = int(sys.argv[1]), 64
 CACHE = {}
-WHOLE_MAP = ("input_data", "context")
-# What NoETL's python tool offers every code without an import (random: seeded per call).
-OFFERED = {"json": json, "datetime": datetime, "uuid": uuid, "os": os, "random": random}
+NOT_GIVEN = "Code executed without explicit result variable"
+
+
+def get_val(data, keys, default=None):
+    # NoETL's helper: data[k0][k1]... along `keys`, or `default` where the walk stops.
+    for key in keys or ():
+        try:
+            data = data[key]
+        except (KeyError, IndexError, TypeError):
+            return default
+    return data
+
+
+def deep_merge(base, over):
+    # NoETL's helper: maps merge key by key, lists of named maps merge by name, other
+    # lists concatenate, anything else `over` wins.
+    if isinstance(base, dict) and isinstance(over, dict):
+        merged = dict(base)
+        for key, value in over.items():
+            mergeable = isinstance(merged.get(key), (dict, list)) and isinstance(value, (dict, list))
+            merged[key] = deep_merge(merged[key], value) if mergeable else value
+        return merged
+    if isinstance(base, list) and isinstance(over, list):
+        return merge_lists(base, over)
+    return over
+
+
+def merge_lists(base, over):
+    named = all(isinstance(item, dict) for item in base + over)
+    if not named or not any("name" in item for item in base + over):
+        return base + over
+    by_name = {item["name"]: item for item in over if "name" in item}
+    merged = []
+    for item in base:
+        found = by_name.pop(item.get("name"), None) if "name" in item else None
+        merged.append(item if found is None else deep_merge(item, found))
+    return merged + list(by_name.values()) + [item for item in over if "name" not in item]
+
+
+def make_serializable(value, depth=0):
+    # NoETL's helper: datetimes as ISO text, decimals as floats, exceptions as text,
+    # objects as the map of their attributes.
+    if depth > DEPTH_MAX:
+        return str(value)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, BaseException):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: make_serializable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [make_serializable(v, depth + 1) for v in value]
+    if hasattr(value, "__dict__"):
+        return {k: make_serializable(v, depth + 1) for k, v in vars(value).items()}
+    return value
+
+
+def now_utc():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def format_iso8601(moment):
+    return moment.astimezone(datetime.timezone.utc).isoformat()
+
+
+# What NoETL 2.13.1's python tool offers every code without an import (random: seeded per
+# call; the helpers are those of noetl.core.common it injects).
+OFFERED = {
+    "json": json, "datetime": datetime, "uuid": uuid, "os": os, "random": random,
+    "get_val": get_val, "deep_merge": deep_merge, "make_serializable": make_serializable,
+    "now_utc": now_utc, "format_iso8601": format_iso8601,
+}
 
 
 class Prints(io.TextIOBase):
@@ -142,12 +213,31 @@ def compiled(code, names):
     return found
 
 
-def variables(args):
-    # Every key as given; `input_data` and `context` are the whole map unless passed.
+def variables(args, context):
+    # Every key as given; `input_data` is the whole map unless passed, `context` the
+    # execution's context when the call carries one (a playbook's), else the whole map.
     found = dict(args)
-    for name in WHOLE_MAP:
-        found.setdefault(name, args)
+    found.setdefault("input_data", args)
+    found.setdefault("context", args if context is None else context)
     return found
+
+
+def imported(spec):
+    # A `libs` entry: a module's name, or NoETL's {from: MODULE, import: NAME}.
+    if isinstance(spec, str):
+        return importlib.import_module(spec)
+    module = importlib.import_module(spec["from"])
+    try:
+        return getattr(module, spec["import"])
+    except AttributeError:
+        return importlib.import_module(spec["from"] + "." + spec["import"])
+
+
+def not_given(scope, before):
+    # NoETL 2.13.1's answer for code that sets no `result` and has no `main`.
+    bound = [k for k in scope if k not in before and not k.startswith("__")]
+    return {"status": "success", "message": NOT_GIVEN, "locals_count": len(bound),
+            "locals_keys": bound}
 
 
 def call_main(main, given, args):
@@ -174,24 +264,28 @@ def call_main(main, given, args):
 def run(request):
     args = request.get("args")
     args = args if isinstance(args, dict) else {"args": args}
-    given = variables(args)
+    given = variables(args, request.get("context"))
     names = tuple(sorted(
         k for k in given if isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k)
     ))
     code, wrapped = compiled(request["code"], names)
     scope = {"__name__": "__aos_code__", "__builtins__": builtins, **OFFERED}
-    for alias, module in (request.get("libs") or {}).items():
-        scope[alias] = importlib.import_module(module)
+    libs = request.get("libs")
+    for alias, spec in (libs.items() if isinstance(libs, dict) else ()):
+        scope[alias] = imported(spec)
     random.seed(request.get("seed"))
     sys.stdout = Prints()
     try:
         scope.update(given)
+        before = set(scope)
         exec(code, scope)
         if wrapped:
             return scope["__aos_main__"](**{name: given[name] for name in names})
         main = scope.get("main")
         if inspect.isfunction(main) and main.__code__.co_filename == "<code>":
             return call_main(main, given, args)
+        if request.get("noetl") and "result" not in scope:
+            return not_given(scope, before)
         return scope.get("result")
     finally:
         sys.stdout = sys.stderr

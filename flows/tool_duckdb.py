@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,23 @@ def run_duckdb(
         sql, params = sql_of(tool, COMMAND_BYTES_MAX), params_of(tool, args)
     except ValueError as error:
         raise ToolInvalidError(str(error)) from None
-    database = _database(tool.get("database"), settings)
+    return on_duckdb(
+        tool.get("database"),
+        settings,
+        timeout_s,
+        lambda conn: _execute(conn, sql, params, settings),
+    )
+
+
+def on_duckdb(
+    name: Any,
+    settings: DuckdbSettings,
+    timeout_s: float,
+    work: Callable[[duckdb.DuckDBPyConnection], Any],
+) -> ToolOutcome:
+    """`work(connection)` on the database `name` (None: in memory), interrupted past
+    `timeout_s`; its answer is the outcome's result, and every failure an outcome."""
+    database = _database(name, settings)
     config: dict[str, str | bool | int | float | list[str]] = {
         "enable_external_access": settings.external_access,
         "threads": settings.threads,
@@ -90,7 +107,7 @@ def run_duckdb(
     timer = threading.Timer(timeout_s, conn.interrupt)
     timer.start()
     try:
-        return ToolOutcome("ok", _execute(conn, sql, params, settings))
+        return ToolOutcome("ok", work(conn))
     except RowsTooLargeError as error:
         return failure("duckdb.too_large", str(error))
     except duckdb.InterruptException:

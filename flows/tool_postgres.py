@@ -2,7 +2,8 @@
 server with psycopg 3, connecting with a keychain entry.
 
     {kind: postgres, auth: NAME, command: SQL, params: MAP | LIST, timeout_ms, pool}
-      -> {results: [{status, rowcount, columns, rows}], rows, columns, rowcount}
+      -> {results: [{status, rowcount, columns, rows}], rows, columns, rowcount,
+          command_0.., row_count, statement_count, status}
 
 The field names are NoETL's (flows/tool_schema.py): `auth` names the keychain entry (also
 accepted as its rendered placeholder, `{{ keychain.NAME }}`; `credential` is its older name),
@@ -15,7 +16,8 @@ else the call's `args` when it is a non-empty map or list) the command is one st
 names them psycopg's way (`%(name)s`, `%s`; a literal percent is then `%%`). Rows are maps of
 column name to plain data (numeric is an integer when whole, else its exact text; dates and
 times ISO text; json as its value). The top-level `rows`, `columns` and `rowcount` are the
-last statement's.
+last statement's. NoETL's shape is there too (`noetl_shape`): playbooks read
+`STEP.command_0.rows`.
 
 The keychain entry is text (a libpq conninfo or a `postgresql://` URI) or a map of conninfo
 fields (`host`, `port`, `user`, `password`, `dbname`, ...; NoETL's `db_host`, `db_port`,
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -119,7 +122,20 @@ def run_postgres(
     _check_pool(tool.get("pool"))
     if tool.get("auth") is not None and tool.get("credential") is not None:
         raise ToolInvalidError("auth and credential (its older name) are one field: give one")
-    name = entry_name(tool.get("auth") if tool.get("auth") is not None else tool.get("credential"))
+    auth = tool.get("auth") if tool.get("auth") is not None else tool.get("credential")
+    return on_postgres(
+        auth, keychain, timeout_s, lambda conn: _execute(conn, command, params, settings)
+    )
+
+
+Work = Callable[["psycopg.Connection[dict[str, Any]]"], Any]
+
+
+def on_postgres(auth: Any, keychain: Keychain | None, timeout_s: float, work: Work) -> ToolOutcome:
+    """`work(connection)` on a connection made with the keychain entry `auth` names (its
+    name, a placeholder, or NoETL's `{source: credential, key: NAME}`), every statement
+    bounded by `timeout_s`; its answer is the outcome's result, and every failure an outcome."""
+    name = entry_name(auth)
     if name is None:
         raise ToolInvalidError("auth names a keychain entry (auth: NAME)")
     try:
@@ -128,16 +144,10 @@ def run_postgres(
         return keychain_failure(error)
     # libpq quotes a malformed connection string whole, password included: no text that
     # reaches a receipt may hold any part of the secret.
-    return scrubbed(_run(conninfo, command, params, settings, timeout_s), _secret_texts(conninfo))
+    return scrubbed(_run(conninfo, work, timeout_s), _secret_texts(conninfo))
 
 
-def _run(
-    conninfo: dict[str, Any],
-    command: str,
-    params: Any,
-    settings: PostgresSettings,
-    timeout_s: float,
-) -> ToolOutcome:
+def _run(conninfo: dict[str, Any], work: Work, timeout_s: float) -> ToolOutcome:
     timeout_ms = max(1, int(timeout_s * 1000))
     try:
         with psycopg.connect(
@@ -146,7 +156,7 @@ def _run(
             options=f"-c statement_timeout={timeout_ms}",
             row_factory=dict_row,
         ) as conn:
-            return ToolOutcome("ok", _execute(conn, command, params, settings))
+            return ToolOutcome("ok", work(conn))
     except RowsTooLargeError as error:
         return failure("postgres.too_large", str(error))
     except pg_errors.QueryCanceled as error:
@@ -210,13 +220,44 @@ def _execute(
 ) -> dict[str, Any]:
     budget = RowBudget(settings.rows_max, settings.result_bytes_max)
     results: list[dict[str, Any]] = []
+    returned: list[bool] = []  # per statement: did it return rows (a SELECT, a RETURNING)?
     with conn.cursor() as cursor:
         cursor.execute(sql, params, prepare=False)
         while True:
+            returned.append(cursor.description is not None)
             results.append(_statement_result(cursor, budget))
             if not cursor.nextset():
                 break
-    return call_result(results)
+    return {**call_result(results), **noetl_shape(results, returned)}
+
+
+def noetl_shape(results: list[dict[str, Any]], returned: list[bool]) -> dict[str, Any]:
+    """What NoETL's postgres tool answers besides aos's fields (`noetl/tools/postgres/`,
+    `execution.execute_sql_statements_async` and `response.collapse_results_to_last_command`):
+    `command_N` per statement (`{status: success, rows, row_count, columns}` for one that
+    returned rows, else `{status: success, row_count, message}`), and at the top the last
+    one's `row_count`, the `statement_count` and `status: success`."""
+    shaped: dict[str, Any] = {}
+    for index, (result, rows) in enumerate(zip(results, returned, strict=True)):
+        if rows:
+            command = {
+                "status": "success",
+                "rows": result["rows"],
+                "row_count": len(result["rows"]),
+                "columns": result["columns"],
+            }
+        else:
+            count = result["rowcount"]
+            message = f"Command executed. {count} rows affected."
+            command = {"status": "success", "row_count": count, "message": message}
+        shaped[f"command_{index}"] = command
+    last = shaped[f"command_{len(results) - 1}"]
+    return {
+        **shaped,
+        "row_count": last["row_count"],
+        "statement_count": len(results),
+        "status": "success",
+    }
 
 
 def _statement_result(cursor: psycopg.Cursor[dict[str, Any]], budget: RowBudget) -> dict[str, Any]:

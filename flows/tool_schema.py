@@ -10,6 +10,7 @@ is `markdown_table()`, and a test keeps the two equal."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,15 +74,18 @@ TOOL_SCHEMAS: dict[str, ToolSchema] = {
                 "query": "map: the query string",
                 "params": "NoETL's name of `query`",
                 "json": "a JSON body",
-                "body": "a text or bytes body",
+                "body": "a text or bytes body (a map or a list is sent as JSON, as NoETL does)",
+                "payload": "NoETL's name of `body`",
                 "timeout_ms": "the request's timeout",
                 "expect": "the statuses that are a success (default 2xx)",
                 "follow_redirects": "true or false (default)",
             },
             required=("url", "endpoint"),
             refused={
-                "data": "write the body in `json` (a JSON value) or `body` (text)",
-                "payload": "write the body in `json` (a JSON value) or `body` (text)",
+                "data": (
+                    "NoETL routes `data` to the query or the body by the method: write the "
+                    "query in `params` and the body in `body` or `json`"
+                ),
                 "timeout": "give `timeout_ms` (milliseconds), or the task's `spec.timeout_s`",
             },
         ),
@@ -90,7 +94,10 @@ TOOL_SCHEMAS: dict[str, ToolSchema] = {
             {
                 "code": "inline source run by a reused worker (spec/12 §6)",
                 "function": "package.module:function, for modules the adapter allows",
-                "libs": "map alias -> module, imported for `code`",
+                "libs": (
+                    "map alias -> module (or NoETL's {from: module, import: name}), imported "
+                    "for `code`; NoETL's list of package names is accepted and imports nothing"
+                ),
                 "timeout_ms": "the call's timeout",
             },
             required=("code", "function"),
@@ -151,6 +158,24 @@ TOOL_SCHEMAS: dict[str, ToolSchema] = {
                     "elsewhere: remove `method` (it applies to http(s) resources)"
                 ),
             },
+        ),
+        ToolSchema(
+            "transfer",
+            {
+                "source": (
+                    "{type: http, url, method, headers, params, data_path} or {type: postgres, "
+                    "auth, query} or {type: duckdb, database, query}: the rows read"
+                ),
+                "target": (
+                    "{type: postgres, auth, table or query, mapping} or {type: duckdb, "
+                    "database, table or query, mapping}: where they are written"
+                ),
+                "mode": "append (default), insert, replace or upsert",
+                "chunk_size": "NoETL's rows per commit (default 1000): reported, all rows "
+                "commit at once",
+                "timeout_ms": "each side's timeout",
+            },
+            required=("source",),
         ),
     )
 }
@@ -220,6 +245,35 @@ def python_args_problems(args: Any, libs: Any) -> list[tuple[str, str]]:
             why = f"args key `{key}` is also a `libs` alias; one would hide the other"
             problems.append((key, why + "; rename one"))
     return problems
+
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def python_libs_problem(libs: Any) -> str | None:
+    """What is wrong with a python tool's `libs` (None: nothing). A map names, per alias, a
+    module (`np: numpy`) or NoETL's `{from: MODULE, import: NAME}`; a list of package names
+    (NoETL's other form, which its worker ignores) is accepted and imports nothing."""
+    if isinstance(libs, list):
+        if all(isinstance(item, str) for item in libs):
+            return None
+        return "libs as a list names packages (text)"
+    if not isinstance(libs, dict):
+        return "libs maps a variable name to a module (say `np: numpy`)"
+    for alias, module in libs.items():
+        if not isinstance(alias, str) or not alias.isidentifier():
+            return f"libs alias {alias!r} is not a variable name"
+        if isinstance(module, dict):
+            source, name = module.get("from"), module.get("import")
+            if set(module) != {"from", "import"} or not _is_dotted(source) or not _is_dotted(name):
+                return f"libs.{alias} is a module name or {{from: MODULE, import: NAME}}"
+        elif not _is_dotted(module):
+            return f"libs.{alias} is a module name (say `numpy` or `google.cloud.storage`)"
+    return None
+
+
+def _is_dotted(value: Any) -> bool:
+    return isinstance(value, str) and _DOTTED.fullmatch(value) is not None
 
 
 def markdown_table(kinds: Iterable[str] = TOOL_SCHEMAS) -> str:

@@ -12,7 +12,8 @@ it is pure of any transport, so the same code runs in an adapter process (`make_
     http    {method, url, headers, query, json | body, timeout_ms, expect, follow_redirects}
             -> {status, headers, json | text | body}
             (`endpoint` and `params` are accepted as the upstream names of url and query;
-            an ok result also has `data`, the decoded body, and `http: {status, headers}`)
+            an ok result also has NoETL's `data` (the decoded body), `status_code` and `url`,
+            and `http: {status, headers}`)
     python  {function: "package.module:function", timeout_ms} -> function(args), in a
             subprocess, for modules the adapter's allowlist admits; or {code, libs,
             timeout_ms} -> the code's `result` (or what its `main` returns), `args` as
@@ -79,8 +80,9 @@ from aos.flows.tool_postgres import (
     PostgresSettings,
     run_postgres,
 )
-from aos.flows.tool_schema import TOOL_SCHEMAS, python_args_problems
+from aos.flows.tool_schema import TOOL_SCHEMAS, python_args_problems, python_libs_problem
 from aos.flows.tool_shell import SHELL_FIELDS, SHELL_TIMEOUT_S_DEFAULT, ShellSettings, run_shell
+from aos.flows.tool_transfer import TRANSFER_TIMEOUT_S_DEFAULT, TransferSettings, run_transfer
 from aos.kernel import cbor
 from aos.kernel.adapters.builtin.http import (
     HTTP_BODY_BYTES_MAX_DEFAULT,
@@ -118,6 +120,7 @@ TOOL_EFFECTS: dict[str, str] = {
     "aos/tool.duckdb@1": "aos/duckdb@1",
     "aos/tool.shell@1": "aos/shell@1",
     "aos/tool.file@1": "aos/file@1",
+    "aos/tool.transfer@1": "aos/transfer@1",
 }
 """Tool effect -> the adapter identity that settles it."""
 TOOL_KINDS: tuple[str, ...] = tuple(TOOL_SCHEMAS)
@@ -197,6 +200,8 @@ class ToolContext:
     shell: ShellSettings = field(default_factory=ShellSettings)
     file_base: Path | None = None
     file_bytes_max: int = FILE_BYTES_MAX_DEFAULT
+    flow_format: int = 1
+    execution_context: Any = None
 
     def __post_init__(self) -> None:
         if isinstance(self.python_allow, str):
@@ -230,15 +235,21 @@ class ToolContext:
         """This context for a call of `intent`. Not checked again, as `replace` would: only the
         intent differs, and checking the rest re-reads the file system (the python paths) on
         every call."""
+        return self._with(intent=intent)
+
+    def for_call(self, flow_format: int, execution_context: Any) -> ToolContext:
+        """This context for one call's own `flow_format` and `execution_context`."""
+        return self._with(flow_format=flow_format, execution_context=execution_context)
+
+    def _with(self, **changes: Any) -> ToolContext:
         call = copy.copy(self)
-        object.__setattr__(call, "intent", intent)
+        for name, value in changes.items():
+            object.__setattr__(call, name, value)
         return call
 
     def with_grants(self, grants: Grants) -> ToolContext:
         """This context for a call with the keychain grants `grants` (as `for_intent`)."""
-        call = copy.copy(self)
-        object.__setattr__(call, "grants", grants)
-        return call
+        return self._with(grants=grants)
 
     def python_allows(self, module: str) -> bool:
         return any(module == p or module.startswith(p + ".") for p in self.python_allow)
@@ -261,7 +272,7 @@ def run_tool(effect: str, params: Any, *, context: ToolContext) -> ToolOutcome:
     runner = _RUNNERS[kind]
     try:
         tool, args, inline_max = _call_of(kind, params)
-        outcome = runner(tool, args, context.with_grants(Grants.of_call(params)))
+        outcome = runner(tool, args, _for_call(params, context.with_grants(Grants.of_call(params))))
     except (ToolInvalidError, GrantsInvalidError) as error:
         return failure("tool.invalid", f"{kind} tool: {error}")
     except Exception as error:  # a bug must not leave the intent waiting or the driver down
@@ -284,6 +295,16 @@ def _call_of(kind: str, params: Any) -> tuple[dict[str, Any], Any, int]:
     if type(inline_max) is not int or inline_max < 0:
         raise _ToolInvalidError("params.result_inline_bytes_max is a natural number")
     return tool, params.get("args"), inline_max
+
+
+def _for_call(params: dict[str, Any], context: ToolContext) -> ToolContext:
+    """The context with the call's own `flow_format` (default 1) and `context`."""
+    flow_format = params.get("flow_format")
+    if flow_format is None:
+        flow_format = 1
+    if type(flow_format) is not int or flow_format < 1:
+        raise _ToolInvalidError("params.flow_format is a definition format (1, 2, ...)")
+    return context.for_call(flow_format, params.get("context"))
 
 
 def _inline_or_ref(result: Any, inline_max: int, context: ToolContext) -> ToolOutcome:
@@ -496,10 +517,15 @@ def _query_value(value: Any) -> bool:
 
 
 def _content(tool: dict[str, Any], headers: dict[str, str]) -> bytes | None:
-    """The request body: `json` (a value, sent as JSON) or `body` (text, or bytes)."""
-    value, body = tool.get("json"), tool.get("body")
-    if value is not None and body is not None:
-        raise _ToolInvalidError("a request has json or body, not both")
+    """The request body: `json` (a value, sent as JSON) or `body` (text, or bytes; a map or a
+    list is sent as JSON, as NoETL sends its `body` and `payload`)."""
+    given = [name for name in ("json", "body", "payload") if tool.get(name) is not None]
+    if len(given) > 1:
+        raise _ToolInvalidError(f"a request has one body: json, body or payload, not {given}")
+    value = tool.get("json")
+    body = tool.get("body") if tool.get("body") is not None else tool.get("payload")
+    if isinstance(body, dict | list):
+        value, body = body, None
     if value is not None:
         try:
             text = json.dumps(cbor.to_json(value), allow_nan=False, separators=(",", ":"))
@@ -542,8 +568,10 @@ def _http_outcome(request: _HttpRequest, response: httpx.Response, body: bytes) 
         )
     headers = response_headers(response.headers)
     decoded = _decoded(response, body)
-    # `data` is the body as upstream playbooks read it (`outcome.result.data`), and `http`
-    # the protocol details the outcome envelope carries for ok calls too (spec/11 §3.3).
+    # `data` is the body as upstream playbooks read it (`outcome.result.data`), with
+    # `status_code` and `url` the rest of NoETL's http result (`noetl/tools/http/response.py`,
+    # `process_response`), and `http` the protocol details the outcome envelope carries for
+    # ok calls too (spec/11 §3.3).
     data = next(iter(decoded.values()))
     return ToolOutcome(
         "ok",
@@ -552,6 +580,8 @@ def _http_outcome(request: _HttpRequest, response: httpx.Response, body: bytes) 
             "headers": headers,
             **decoded,
             "data": data,
+            "status_code": status,
+            "url": str(response.url),
             "http": {"status": status, "headers": headers},
         },
     )
@@ -648,16 +678,22 @@ def _run_code(
     code, libs = tool.get("code"), tool.get("libs") or {}
     if not isinstance(code, str):
         raise _ToolInvalidError("code is text (python source)")
-    if not isinstance(libs, dict) or not all(
-        isinstance(k, str) and k.isidentifier() and isinstance(v, str) for k, v in libs.items()
-    ):
-        raise _ToolInvalidError("libs maps a variable name to a module name (say `np: numpy`)")
+    problem = python_libs_problem(libs)
+    if problem is not None:
+        raise _ToolInvalidError(problem)
     refused = python_args_problems(args, libs)
     if refused:
         raise _ToolInvalidError("; ".join(why for _, why in refused))
     options = pyworker.PoolOptions(python=context.python_executable, limits=context.python_limits)
     pool = pyworker.pool_for(options)
-    request = {"code": code, "args": args, "libs": libs, "seed": context.intent}
+    request = {
+        "code": code,
+        "args": args,
+        "libs": libs if isinstance(libs, dict) else {},
+        "seed": context.intent,
+        "context": context.execution_context,
+        "noetl": context.flow_format >= 2,
+    }
     try:
         answer = pool.run(request, timeout_s)
     except pyworker.WorkerError as error:
@@ -675,7 +711,9 @@ def _run_code(
     kind = str(raised.get("type"))
     if kind == "NotData":  # the worker's own: the code ran, its `result` is not plain data
         return failure("python.result_invalid", str(raised.get("message")))
-    return failure("python.raised", f"{kind}: {raised.get('message')}", py={"exception": kind})
+    message = f"{kind}: {raised.get('message')}"
+    # The code the definition holds raised: the definition's own logic, not a transport.
+    return failure("python.raised", message, kind="expression", py={"exception": kind})
 
 
 def _function_module(ref: Any) -> str:
@@ -720,7 +758,8 @@ def _run_function(ref: str, args: Any, timeout_s: float, context: ToolContext) -
     if found.get("code") in PYTHON_LIMIT_CODES:
         return failure(str(found["code"]), message)
     if "type" in found:
-        return failure("python.raised", message, py={"exception": str(found["type"])})
+        exception = str(found["type"])
+        return failure("python.raised", message, kind="expression", py={"exception": exception})
     if "exit_code" in found:
         stderr = _clip(str(found.get("stderr", "")), ERROR_TEXT_CHARS_MAX)
         return failure(
@@ -752,6 +791,13 @@ def _shell(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome
     return run_shell(tool, args, context.shell, context.keychain, grants, timeout_s)
 
 
+def _transfer(tool: dict[str, Any], args: Any, context: ToolContext) -> ToolOutcome:
+    """NoETL's transfer (flows/tool_transfer.py); an http source is fetched by the http tool."""
+    timeout_s = _timeout_s(tool, TRANSFER_TIMEOUT_S_DEFAULT, context.postgres.timeout_s_max)
+    settings = TransferSettings(context.postgres, context.duckdb, context.keychain, timeout_s)
+    return run_transfer(tool, settings, lambda request: _http(request, None, context))
+
+
 # -- file
 
 
@@ -781,6 +827,7 @@ _RUNNERS: dict[str, Callable[[dict[str, Any], Any, ToolContext], ToolOutcome]] =
     "duckdb": _duckdb,
     "shell": _shell,
     "file": _file,
+    "transfer": _transfer,
 }
 
 

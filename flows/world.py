@@ -47,6 +47,7 @@ ADAPTER_KEY_FILES = {
     "aos/postgres@1": "postgres.key",
     "aos/duckdb@1": "duckdb.key",
     "aos/shell@1": "shell.key",
+    "aos/transfer@1": "transfer.key",
     "aos/keychain@1": "keychain.key",
     "aos/file@1": "file.key",
     "aos/human@1": "human.key",

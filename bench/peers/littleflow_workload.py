@@ -7,6 +7,7 @@ project's, and imports nothing from aos.
         line, one JSON answer per stdout line:
         {"op": "compile", "text": T, "repeat": N}   parse + compile T N times (one parser)
         {"op": "run", "text": T, "repeat": N}       run T N times in memory, tasks echo
+        {"op": "graph", "text": T}                  T's graph (`graph`), or null if refused
         {"op": "quit"}
 
 Answers carry the mean seconds per repetition measured inside this process, or `error` for
@@ -21,6 +22,7 @@ from importlib import metadata
 from typing import Any
 
 from littleflow import Compiler, Context, FunctionTaskContext, Parser, Runner
+from littleflow.flow import InvokeFlow, InvokeTask, Sink, Source, StartFlow
 
 
 def _echo(value: Any, **_: Any) -> Any:
@@ -60,6 +62,36 @@ def _run(parser: Parser, text: str, repeat: int) -> tuple[float, Any]:
     return (time.perf_counter() - started) / repeat, output
 
 
+def graph(text: str) -> dict[str, Any] | None:
+    """littleflow's graph of `text` as plain data (None when it refuses the text): per node
+    in its numbering `[index, kind, detail, merge]` (kind start, end, join, fork, task or
+    literal; detail a task's name or a literal's repr), and the edges `[from, to]`, sorted.
+    tests/flowlang compares aos's graphs with these (recorded by littleflow_graphs.py, and
+    live by `make conformance-littleflow`)."""
+    try:
+        flow = Compiler().compile(Parser().parse(text))
+    except Exception:  # littleflow refuses with any exception type
+        return None
+    last = len(flow) - 1
+    nodes: list[list[Any]] = []
+    for index in range(len(flow)):
+        node = flow[index]
+        if isinstance(node, StartFlow):
+            nodes.append([index, "start", "", False])
+        elif isinstance(node, Sink):
+            nodes.append([index, "end" if index == last else "join", "", bool(node.merge)])
+        elif isinstance(node, InvokeFlow):
+            nodes.append([index, "fork", "", bool(node.merge)])
+        elif isinstance(node, InvokeTask):
+            nodes.append([index, "task", node.name, bool(node.merge)])
+        else:
+            assert isinstance(node, Source)
+            nodes.append([index, "literal", repr(node.value), False])
+    size = range(len(flow))
+    edges = sorted([a, b] for a in size for b in size if flow.F[a, b])
+    return {"nodes": nodes, "edges": edges}
+
+
 def main() -> int:
     parser = Parser()
     print(json.dumps({"ready": True, "littleflow": metadata.version("littleflow")}), flush=True)
@@ -72,6 +104,8 @@ def main() -> int:
                 answer: dict[str, Any] = {
                     "seconds": _compile(parser, command["text"], command["repeat"])
                 }
+            elif command["op"] == "graph":
+                answer = {"graph": graph(command["text"])}
             else:
                 seconds, output = _run(parser, command["text"], command["repeat"])
                 answer = {"seconds": seconds, "output": output}

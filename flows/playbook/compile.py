@@ -17,6 +17,9 @@ API_VERSION_PREFIX = "noetl.io/"
 KIND = "Playbook"
 ROOT_SECTIONS = ("apiVersion", "kind", "metadata", "keychain", "executor", "workload")
 ROOT_SECTIONS_ALL = (*ROOT_SECTIONS, "workflow", "workbook")
+ROOT_UNREAD = ("spec",)
+"""Root sections NoETL 2.13.1 accepts and never reads (its `Playbook` model drops fields it
+does not declare, `noetl/core/dsl/v2/models.py`): accepted here and not compiled (spec/12 §9)."""
 EXECUTOR_FIELDS = frozenset({"profile", "version", "requires", "spec"})
 STEP_FIELDS = frozenset({"step", "desc", "description", "spec", "loop", "tool", "next", "args"})
 STEP_FIELDS_ALL = STEP_FIELDS | {"set_ctx"}
@@ -111,7 +114,7 @@ def _root(doc: dict[str, Any], problems: Problems) -> None:
             "playbook.schema", ("kind",), f"`kind` is {doc.get('kind')!r}", "write `kind: Playbook`"
         )
     for key in doc:
-        if key in ROOT_SECTIONS_ALL:
+        if key in ROOT_SECTIONS_ALL or key in ROOT_UNREAD:
             continue
         if key == "vars":
             problems.add(

@@ -28,8 +28,10 @@ INLINE_KINDS = ("noop", "workbook", "playbook")
 PLAYBOOK_TOOL_KINDS: tuple[str, ...] = (*TOOL_KINDS, *INLINE_KINDS)
 """Every `kind` a playbook task may name."""
 
-TASK_OWN_FIELDS = frozenset({"name", "kind", "args", "spec", "desc", "description"})
-"""Task fields that are not the tool's: everything else a task holds is the tool's spec."""
+TASK_OWN_FIELDS = frozenset({"name", "kind", "args", "spec", "desc", "description", "assert"})
+"""Task fields that are not the tool's: everything else a task holds is the tool's spec.
+`assert` (`{expects, returns}`, the fixtures' contract of a workbook entry) is descriptive:
+NoETL 2.13.1 reads it nowhere."""
 SPEC_TOOL_FIELDS = frozenset(
     {"code", "function", "libs", "args", "url", "endpoint", "method", "params", "headers"}
     | {"body", "json", "data", "payload", "command", "query", "auth", "path"}

@@ -26,7 +26,7 @@ LIMIT_DEFAULTS = {
     "result_inline_bytes_max": 64 * 1024,
     "signals_buffered_max": 100,
 }
-TOOL_KINDS = ("echo", "http", "python", "postgres", "duckdb", "shell", "file")
+TOOL_KINDS = ("echo", "http", "python", "postgres", "duckdb", "shell", "file", "transfer")
 ACTIONS = (
     "assign",
     "business_ref",

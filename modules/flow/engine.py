@@ -215,7 +215,11 @@ def _frame_ended(run: Run, token: Token, frame: dict[str, Any]) -> None:
         ok, value = step_ctx.apply(run, token, frame, ok, value)
     if ok:
         results.keep(loop, index, value)
-        loop["stats"]["success"] += 1
+        # An error a rule continued past ends the iteration, but is not a success (issue 32).
+        continued = frame.get("errors_continued", 0)
+        loop["stats"]["failed" if continued else "success"] += 1
+        if continued:
+            where["errors_continued"] = continued
         run.history.add("loop.iteration.done", **where)
     else:
         results.keep(loop, index, {"error": value})
@@ -260,7 +264,11 @@ def _start_loop(run: Run, token: Token, step: dict[str, Any]) -> bool:
         "distributed": loop["exec"] == "distributed",
         "iterator": loop["iterator"],
     }
-    run.history.add("loop.started", step=token["step"], token=token["id"], total=len(items))
+    started = {"step": token["step"], "token": token["id"], "total": len(items)}
+    if loop["max_in_flight"] is not None and loop["max_in_flight"] > ceiling:
+        # Asked for more than the ceiling: runs clamped to it, and says so (spec/12 §5).
+        started.update(max_in_flight=loop["max_in_flight"], window=window)
+    run.history.add("loop.started", **started)
     return True
 
 

@@ -80,19 +80,23 @@ def truthy(value: Any) -> bool:
 
 
 class Mode:
-    """How a context renders: with Jinja's lenient undefined or strict, and NoETL's `tojson`
-    (its text kept as text) or aos's (read back like any other text). Each mode has its own
-    environment, made at import."""
+    """How a context renders: with Jinja's lenient undefined or strict, NoETL's `tojson`
+    (its text kept as text) or aos's (read back like any other text), and whether a result
+    reads as NoETL's `TaskResultProxy` (`proxy`: `x.data` and `x.result` of a map without
+    that key are the map, `x.result` of a list the list). Each mode has its own environment,
+    made at import."""
 
-    __slots__ = ("env", "lenient", "name", "noetl")
+    __slots__ = ("env", "lenient", "name", "noetl", "proxy")
 
-    def __init__(self, name: str, *, lenient: bool, noetl: bool) -> None:
+    def __init__(self, name: str, *, lenient: bool, noetl: bool, proxy: bool = False) -> None:
         self.name = name
         self.lenient = lenient
         self.noetl = noetl
+        self.proxy = proxy
         self.env = _Environment(
             _LenientUndefined if lenient else _ChainedUndefined,
             _noetl_tojson if noetl else _tojson,
+            proxy,
         )
 
 
@@ -124,11 +128,14 @@ class Evaluator:
         plain = _PLAIN_PATH.fullmatch(text)
         if plain is not None and plain.group(1) not in _LITERAL_NAMES:
             try:
-                return self.resolve(plain.group(1), scope)
+                return self.resolve(plain.group(1), scope, mode.proxy)
             except ExprError:
                 if not mode.lenient:
                     raise  # lenient: Jinja renders what is not there (as "")
-        template = _template(self.env(mode), text, mode.name)
+        env = self.env(mode)
+        template = _template(env, text, mode.name)
+        if mode.proxy:  # NoETL's namespaces are plain maps: no proxy reading on them
+            env.plain = frozenset(id(scope[name]) for name in PLAIN_NAMESPACES if name in scope)
         try:
             rendered = template.render(scope)
         except Exception as error:  # Jinja raises many types; each is an expression error
@@ -137,16 +144,20 @@ class Evaluator:
             return rendered  # NoETL: "the user explicitly requested JSON string format"
         return read_back(rendered)
 
-    def resolve(self, path: str, scope: dict[str, Any]) -> Any:
+    def resolve(self, path: str, scope: dict[str, Any], proxy: bool = False) -> Any:
         """A plain dotted path, natively: map keys before attributes, refs dereferenced
-        when the path walks into them."""
+        when the path walks into them; with `proxy`, `.data` and `.result` as NoETL's
+        `TaskResultProxy` reads them (but not from its plain namespaces)."""
         head = re.match(_NAME, path)
         assert head is not None
         if head.group(0) not in scope:
             raise ExprError(f"'{head.group(0)}' is undefined")
         value = scope[head.group(0)]
+        proxy = proxy and head.group(0) not in PLAIN_NAMESPACES
         for match in _SEGMENT.finditer(path, head.end()):
             key: Any = match.group(1) if match.group(1) is not None else int(match.group(2))
+            if proxy and match.group(1) is not None and _proxied(self.blobs, value, key):
+                continue
             value = _step_into(self.blobs, value, key, path)
         return value
 
@@ -220,6 +231,27 @@ def _step_into(blobs: Blobs, value: Any, key: Any, path: str) -> Any:
     if type(value) is list and type(key) is int and key < len(value):
         return value[key]
     raise ExprError(f"{path}: no {key!r} in {_describe(value)}")
+
+
+PLAIN_NAMESPACES = frozenset(
+    {"work", "workload", "context", "env", "job", "input", "data", "results", "ctx", "iter"}
+    | {"loop", "event"}
+)
+"""The names NoETL's `render_template` keeps plain maps (`noetl/core/dsl/render.py`): every
+other map at the top of the scope reads as a `TaskResultProxy`."""
+PROXY_KEYS = ("data", "result")
+
+
+def _proxied(blobs: Blobs, value: Any, key: str) -> bool:
+    """Whether `value.key` is `value` itself, as NoETL's `TaskResultProxy` reads it: `data`
+    and `result` of a map without that key, `result` of a list."""
+    if key not in PROXY_KEYS:
+        return False
+    if is_ref(value):
+        value = blobs.deref(value)
+    if type(value) is dict:
+        return key not in value
+    return type(value) is list and key == "result"
 
 
 def _describe(value: Any) -> str:
@@ -356,9 +388,11 @@ class _Environment(ImmutableSandboxedEnvironment):
 
     context_class = _LoadingContext
 
-    def __init__(self, undefined: type[Undefined], tojson: Any) -> None:
+    def __init__(self, undefined: type[Undefined], tojson: Any, proxy: bool) -> None:
         super().__init__(undefined=undefined, autoescape=False, keep_trailing_newline=True)
         self.blobs: Blobs | None = None  # the rendering step's (`Evaluator.env`)
+        self.proxy = proxy
+        self.plain: frozenset[int] = frozenset()  # the rendering scope's plain namespaces
         self.filters.update(FILTERS, tojson=tojson)
         self.globals.update(FUNCTIONS, tojson=tojson)
 
@@ -366,6 +400,9 @@ class _Environment(ImmutableSandboxedEnvironment):
         obj = self._loaded(obj, attribute)
         if type(obj) is dict and attribute in obj:
             return self.loaded(obj[attribute])
+        proxied = type(obj) is dict or (type(obj) is list and attribute == "result")
+        if self.proxy and proxied and attribute in PROXY_KEYS and id(obj) not in self.plain:
+            return obj  # NoETL's `TaskResultProxy`
         return self.loaded(super().getattr(obj, attribute))
 
     def getitem(self, obj: Any, argument: Any) -> Any:
@@ -499,4 +536,7 @@ CLASSIC = Mode("classic", lenient=False, noetl=False)
 ROUTING = Mode("routing", lenient=False, noetl=True)
 """`aos.flow/2`: admission, arcs (`when`, `args`), a loop's `in`, a step's `set_ctx`."""
 PIPELINE = Mode("pipeline", lenient=True, noetl=True)
-"""`aos.flow/2`: everything a step's tasks render (fields, `args`, `when`, policy rules)."""
+"""`aos.flow/2`: a step's tasks' `when` and policy rules."""
+TASK = Mode("task", lenient=True, noetl=True, proxy=True)
+"""`aos.flow/2`: a task's tool fields and `args`, which NoETL renders with `render_template`
+(results read as its `TaskResultProxy`)."""

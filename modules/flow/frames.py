@@ -187,6 +187,8 @@ def on_outcome(
     if action in (None, "retry"):
         _default(run, token, frame, task, outcome)
     elif action == "continue":
+        if outcome["status"] != "ok":  # a loop counts the iteration as failed (its stats)
+            frame["errors_continued"] = frame.get("errors_continued", 0) + 1
         _keep(frame, task, outcome)
         _advance(frame)
     elif action == "jump":
@@ -291,7 +293,8 @@ def _branch_for(task: dict[str, Any], outcome: dict[str, Any]) -> str:
     """ok | error | timeout; a timeout without its own branch takes the error branch."""
     if outcome["status"] == "ok":
         return "ok"
-    if outcome["error"]["kind"] == "timeout" and task["branches"]["timeout"]:
+    error = outcome["error"]
+    if error.get("category", error["kind"]) == "timeout" and task["branches"]["timeout"]:
         return "timeout"
     return "error"
 

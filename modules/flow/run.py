@@ -8,7 +8,7 @@ from typing import Any
 from blobs import Blobs
 from definition import LIMIT_DEFAULTS, Definition
 from errors import EngineFailure, ExprError
-from expressions import CLASSIC, PIPELINE, ROUTING, Evaluator, Mode
+from expressions import CLASSIC, PIPELINE, ROUTING, TASK, Evaluator, Mode
 from history import History
 
 TIMER_EFFECT = "sys/timer.set@1"
@@ -22,6 +22,25 @@ ITER_PARENT_KEY = "$iter_parent"
 the child's own iterations see as `iter.parent` (spec/11 §3.4)."""
 NS_PER_MS = 1_000_000
 TIME_NS_MAX = 2**63 - 1
+_MASK64 = 2**64 - 1
+_NUMBER_MASK = 2**63 - 1
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+
+
+def execution_number(exec_id: str) -> int:
+    """An execution's number (spec/12 §6): NoETL's execution ids are positive 63-bit
+    integers, which playbooks write into SQL and BIGINT columns as `{{ execution_id }}`.
+    The 64-bit FNV-1a hash of the id's UTF-8 bytes, mixed by splitmix64's finalizer, its top
+    bit cleared (0 is read as 1): a pure function of the id, so replay and the host
+    (`flows/numbers.py`) compute the same number."""
+    value = _FNV_OFFSET
+    for byte in exec_id.encode("utf-8"):
+        value = ((value ^ byte) * _FNV_PRIME) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    value ^= value >> 31
+    return (value & _NUMBER_MASK) or 1
 
 
 class Run:
@@ -49,6 +68,7 @@ class Run:
         noetl = defn is not None and defn.format >= 2  # spec/11 §3.6: NoETL's rules
         self.pipeline = PIPELINE if noetl else CLASSIC
         self.routing = ROUTING if noetl else CLASSIC
+        self.task_mode = TASK if noetl else CLASSIC
         self.version: int = state["engine_version"]
         self.input_seq = journal_height(ctx)
         self.ctx_changed = False
@@ -65,10 +85,21 @@ class Run:
         state = self.state
         return {
             "id": state["exec"],
+            "number": execution_number(state["exec"]),
             "flow": state["flow"],
             "version": state["version"],
             "definition": state["definition"],
         }
+
+    @property
+    def noetl(self) -> bool:
+        """An `aos.flow/2` definition (a playbook's): NoETL 2.13.1's rules (spec/11 §1.8)."""
+        return self.defn is not None and self.defn.format >= 2
+
+    def execution_id(self) -> str:
+        """`{{ execution_id }}`: the execution's number as text in a playbook (NoETL's ids are
+        numeric, rendered as text), the aos id in an `aos.flow/1` definition."""
+        return str(execution_number(self.exec_id)) if self.noetl else self.exec_id
 
     def next_id(self, counter: str, prefix: str) -> str:
         counters = self.engine["counters"]
@@ -100,10 +131,13 @@ class Run:
                 scope.update(token["args"])
             if frame is not None:
                 self._loop_names(scope, token, frame)
-                if self.defn is not None and self.defn.format >= 2:
+                if self.noetl:
                     scope.update(frame["results"])  # seed 003 §7.5: `{{ task_name.data }}`
+        execution_id = self.execution_id()
+        if self.noetl:  # NoETL's `job`: the execution's id under three names
+            scope["job"] = {"uuid": execution_id, "execution_id": execution_id, "id": execution_id}
         scope.update(
-            execution_id=self.exec_id,
+            execution_id=execution_id,
             workload=business["workload"],
             ctx=business["ctx"],
             steps=steps,
@@ -124,6 +158,24 @@ class Run:
                     scope[repeat["as"]] = repeat["iter"][repeat["as"]]
         scope.update(extra)
         return scope
+
+    def execution_context(self, token: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:
+        """What a playbook's python code reads as `context` (NoETL 2.13.1's render context,
+        `noetl/core/dsl/v2/engine.py`, `ExecutionState.get_render_context`): workload keys and
+        finished steps' results at the top level, `workload`, `ctx`, `iter`, `execution_id`
+        and `job`. Results stored by reference stay references."""
+        business = self.business
+        execution_id = self.execution_id()
+        found: dict[str, Any] = dict(business["workload"])
+        found.update(business["steps"])
+        found.update(
+            workload=business["workload"],
+            ctx=business["ctx"],
+            iter=current_iter(frame),
+            execution_id=execution_id,
+            job={"uuid": execution_id, "execution_id": execution_id, "id": execution_id},
+        )
+        return found
 
     def _loop_names(
         self, scope: dict[str, Any], token: dict[str, Any], frame: dict[str, Any]
@@ -176,6 +228,20 @@ class Run:
     def render(self, value: Any, scope: dict[str, Any]) -> Any:
         """A template of the pipeline: what a step's tasks render."""
         return self.eval.render(value, scope, self.pipeline)
+
+    def render_task(self, value: Any, scope: dict[str, Any]) -> Any:
+        """A task's tool fields and `args` (in a playbook, NoETL's `render_template`)."""
+        return self.eval.render(value, scope, self.task_mode)
+
+    def render_or_keep(self, text: Any, scope: dict[str, Any]) -> Any:
+        """A task's template that is kept as written when it does not render to text, as
+        NoETL's `render_template` keeps a template it cannot render (a playbook's python
+        `code` with `{{ ... }}` in a comment)."""
+        try:
+            value = self.render_task(text, scope)
+        except ExprError:
+            return text
+        return value if type(value) is str else text
 
     def render_routing(self, value: Any, scope: dict[str, Any]) -> Any:
         """A template of routing: an arc's `args`, a loop's `in`, a step's `set_ctx`."""
@@ -271,7 +337,15 @@ def set_path(container: Any, parts: list[str], value: Any) -> dict[str, Any]:
 
 
 def error_value(kind: str, code: str, message: str, retryable: bool = False) -> dict[str, Any]:
-    return {"kind": kind, "code": code, "message": message, "retryable": retryable}
+    """An error of the category `kind` (spec/11 §3.3): `kind` and `category` are the same
+    word, until a playbook's tool error names what failed in NoETL's words (`waits`)."""
+    return {
+        "kind": kind,
+        "category": kind,
+        "code": code,
+        "message": message,
+        "retryable": retryable,
+    }
 
 
 def ok_outcome(result: Any, attempt: int, duration_ms: int = 0) -> dict[str, Any]:

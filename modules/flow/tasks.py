@@ -31,6 +31,7 @@ from run import (
 WAIT: Any = object()
 FLOW_NAME = re.compile(r"[a-z0-9][a-z0-9._/-]{0,127}")
 """A deployed flow's name (spec/11 §1)."""
+CONTEXT_NAME = re.compile(r"\bcontext\b")
 
 
 class Push:
@@ -125,7 +126,7 @@ def _business_ref(run: Run, token: Token, frame: Frame, task: Task) -> Any:
 
 
 def _noop(run: Run, token: Token, frame: Frame, task: Task) -> Any:
-    return ok(frame, run.render(task["result"], run.scope(token, frame)))
+    return ok(frame, run.render_task(task["result"], run.scope(token, frame)))
 
 
 def _fail(run: Run, token: Token, frame: Frame, task: Task) -> Any:
@@ -169,11 +170,9 @@ def _repeat(run: Run, token: Token, frame: Frame, task: Task) -> Any:
 def _call(run: Run, token: Token, frame: Frame, task: Task) -> Any:
     scope = run.scope(token, frame)
     kind = task["tool"]["kind"]
-    tool = run.render({key: value for key, value in task["tool"].items() if key != "kind"}, scope)
-    tool["kind"] = kind
-    args = run.render(task["args"], scope)
+    tool = _rendered_tool(run, task["tool"], scope)
+    args = run.render_task(task["args"], scope)
     effect = f"aos/tool.{kind}@1"
-    wait_id = waits.open_wait(run, token, frame, task, "call", effect=effect)
     params = {
         "exec": run.exec_id,
         "step": token["step"],
@@ -183,6 +182,11 @@ def _call(run: Run, token: Token, frame: Frame, task: Task) -> Any:
         "args": args,
         "result_inline_bytes_max": results.call_inline_max(run, token["loop"]),
     }
+    if run.noetl:  # an `aos.flow/1` call's params are what they always were
+        params["flow_format"] = run.defn.format
+        if _reads_context(tool, args):
+            params["context"] = run.execution_context(token, frame)
+    wait_id = waits.open_wait(run, token, frame, task, "call", effect=effect)
     keychain = grants.of_call(run, task["tool"])
     if keychain:  # else null
         params["keychain"] = keychain
@@ -190,6 +194,32 @@ def _call(run: Run, token: Token, frame: Frame, task: Task) -> Any:
     if task["timeout_ms"] is not None:
         waits.arm_timeout(run, wait_id, task["timeout_ms"])
     return WAIT
+
+
+def _rendered_tool(run: Run, tool: dict[str, Any], scope: dict[str, Any]) -> dict[str, Any]:
+    """The tool's fields rendered (its `kind` as it is). A playbook's python `code` renders
+    as NoETL renders it, and when it cannot (a `{{ ... }}` in a comment that is no template)
+    it runs as written (spec/12 §6)."""
+    rendered = {"kind": tool["kind"]}
+    for key, value in tool.items():
+        if key == "kind":
+            continue
+        if key == "code" and run.noetl and tool["kind"] == "python":
+            rendered[key] = run.render_or_keep(value, scope)
+        else:
+            rendered[key] = run.render_task(value, scope)
+    return rendered
+
+
+def _reads_context(tool: dict[str, Any], args: Any) -> bool:
+    """Python code that names `context` (and gets no `context` from its args) is given the
+    execution's context; nothing else is (it can be large, and a call's params are journaled)."""
+    code = tool.get("code")
+    if tool["kind"] != "python" or type(code) is not str:
+        return False
+    if type(args) is dict and "context" in args:
+        return False
+    return CONTEXT_NAME.search(code) is not None
 
 
 def _human(run: Run, token: Token, frame: Frame, task: Task) -> Any:
@@ -238,7 +268,7 @@ def _subflow(run: Run, token: Token, frame: Frame, task: Task) -> Any:
     target = _target(run, task["flow"])
     if target is None:
         return failed(frame, "engine", "subflow.unknown", f"no subflow {task['flow']!r}")
-    workload = _inside(run.render(task["workload"], run.scope(token, frame)), run, frame)
+    workload = _inside(run.render_task(task["workload"], run.scope(token, frame)), run, frame)
     child, parent = _child_wait(run, token, frame, task)
     run.emit(START_EVENT, start_event(run, child, target, workload, parent))
     run.history.add("child.started", child=child, wait=parent["token"], **where(token, task))
@@ -254,7 +284,7 @@ def _subflow_named(run: Run, token: Token, frame: Frame, task: Task) -> Any:
     if FLOW_NAME.fullmatch(name) is None:
         message = f"{task['flow']!r} rendered {name!r}, which cannot name a flow"
         return failed(frame, "engine", "subflow.unknown", message)
-    workload = _inside(run.render(task["workload"], scope), run, frame)
+    workload = _inside(run.render_task(task["workload"], scope), run, frame)
     child, parent = _child_wait(run, token, frame, task)
     lookup = {
         "name": name,

@@ -186,7 +186,7 @@ def on_ended(run: Run, wait_id: str, ended: dict[str, Any]) -> None:
         if wait["into"] is not None:
             run.set_ctx(wait["into"], ended.get("result"))
     else:
-        error = normalize_error(ended.get("error"), "engine", f"child.{status}")
+        error = normalize_error(ended.get("error"), "engine", f"child.{status}", run.noetl)
         outcome = error_outcome(error, wait["attempt"], _ms(run, wait))
     _resume(run, wait, {"outcome": outcome})
 
@@ -238,12 +238,33 @@ def _receipt_outcome(run: Run, wait: dict[str, Any], envelope: dict[str, Any]) -
         # An ok outcome carries the tool's protocol details too (`outcome.http.status`).
         return _with_protocol(ok_outcome(payload, attempt, duration), payload)
     if status == "timeout":
-        error = normalize_error(payload, "timeout", "receipt.timeout")
-        error["kind"] = "timeout"
+        error = normalize_error(payload, "timeout", "receipt.timeout", run.noetl)
+        error["category"] = "timeout"
+        if not run.noetl or error["kind"] not in ("timeout", "db_timeout"):
+            error["kind"] = "timeout"
         error["retryable"] = type(payload) is not dict or payload.get("retryable") is not False
-        return _with_protocol(error_outcome(error, attempt, duration), payload)
-    outcome = error_outcome(normalize_error(payload, "transport", "tool.error"), attempt, duration)
-    return _with_protocol(outcome, payload)
+    else:
+        error = normalize_error(payload, "transport", "tool.error", run.noetl)
+    if run.noetl:
+        _noetl_details(error, payload, wait["effect"])
+    return _with_protocol(error_outcome(error, attempt, duration), payload)
+
+
+def _noetl_details(error: dict[str, Any], payload: Any, effect: Any) -> None:
+    """A playbook's tool error also carries what NoETL's error holds (`noetl/core/errors.py`,
+    `ErrorInfo`; `noetl/worker/task_sequence_executor.py`): the tool kind as `source`, an
+    http status as `status`, `status_code` and `http_status`, a SQLSTATE as `pg_code`, a
+    python exception's type as `exception_type`."""
+    kind = effect[len("aos/tool.") : -len("@1")] if type(effect) is str else None
+    error["source"] = kind if kind and effect == f"aos/tool.{kind}@1" else "unknown"
+    details = payload if type(payload) is dict else {}
+    http, pg, py = details.get("http"), details.get("pg"), details.get("py")
+    if type(http) is dict and type(http.get("status")) is int:
+        error["status"] = error["status_code"] = error["http_status"] = http["status"]
+    if type(pg) is dict and type(pg.get("sqlstate")) is str:
+        error["pg_code"] = pg["sqlstate"]
+    if type(py) is dict and type(py.get("exception")) is str:
+        error["exception_type"] = py["exception"]
 
 
 def _with_protocol(outcome: dict[str, Any], payload: Any) -> dict[str, Any]:
@@ -260,18 +281,25 @@ def _with_protocol(outcome: dict[str, Any], payload: Any) -> dict[str, Any]:
 PROTOCOL_FIELDS = ("http", "pg", "py", "shell", "duckdb")
 
 
-def normalize_error(value: Any, kind: str, code: str) -> dict[str, Any]:
-    """`{kind, code, message, retryable}` from whatever an adapter or a child sent."""
+def normalize_error(value: Any, kind: str, code: str, noetl: bool = False) -> dict[str, Any]:
+    """`{kind, category, code, message, retryable}` from whatever an adapter or a child sent:
+    the category is the sender's (its `category`, else its `kind` when that is a category),
+    else `kind`. In a playbook (`noetl`) `kind` says what failed in NoETL's words: a tool's
+    `error_kind`, a child's `kind` (spec/11 §3.3)."""
     if type(value) is not dict:
         message = "" if value is None else value if type(value) is str else repr(value)
         return error_value(kind, code, message)
-    given_kind = value.get("kind")
-    return error_value(
-        given_kind if given_kind in ERROR_KINDS else kind,
+    given = value.get("category") if value.get("category") in ERROR_KINDS else value.get("kind")
+    error = error_value(
+        given if given in ERROR_KINDS else kind,
         value["code"] if type(value.get("code")) is str else code,
         value["message"] if type(value.get("message")) is str else "",
         value.get("retryable") is True,
     )
+    named = value.get("error_kind") if "error_kind" in value else value.get("kind")
+    if noetl and type(named) is str and named:
+        error["kind"] = named
+    return error
 
 
 def _resume(run: Run, wait: dict[str, Any], resume: dict[str, Any]) -> None:

@@ -45,6 +45,7 @@ from aos.flows.config import load_config
 from aos.flows.document import load_flow
 from aos.flows.errors import FlowError
 from aos.flows.local import LocalAdapters
+from aos.flows.numbers import execution_number
 from aos.flows.world import create_flow_world
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
@@ -197,7 +198,9 @@ def run_aos(case: Case, database: Database, folder: Path) -> Outcome:
             except AosError as error:
                 return Outcome(f"error ({error.code})", note=str(error)[:CELL_CHARS_MAX])
         requests = list(Handler.calls)
-    return aos_outcome(state, shape, execution=started.exec, requests=requests)
+    # A playbook's `{{ execution_id }}` is the execution's number (spec/12 §6).
+    number = str(execution_number(started.exec))
+    return aos_outcome(state, shape, execution=number, requests=requests)
 
 
 def _exec_id(case: Case) -> str:

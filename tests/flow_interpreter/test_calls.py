@@ -91,6 +91,7 @@ def test_call_error_without_branch_fails_the_step_and_the_execution() -> None:
     assert failure["step"] == "pay"
     assert failure["error"] == {
         "kind": "transport",
+        "category": "transport",
         "code": "tool.error",
         "message": "boom",
         "retryable": False,

@@ -83,6 +83,7 @@ def test_a_refused_resolution_fails_the_execution_as_authorization() -> None:
     assert ex.status == "failed"
     assert ex.engine["error"] == {
         "kind": "authorization",
+        "category": "authorization",
         "code": "keychain.missing",
         "message": error["message"],
         "retryable": False,

@@ -29,6 +29,7 @@ def test_tokens_max_edge() -> None:
     assert over.status == "failed"
     assert over.engine["error"] == {
         "kind": "engine",
+        "category": "engine",
         "code": "limit.tokens_max",
         "message": "more than 3 tokens in one execution",
         "retryable": False,

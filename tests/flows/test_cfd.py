@@ -730,15 +730,6 @@ CHECKS: list[tuple[str, dict[str, Any], str, str]] = [
         "$.limits.tokens_max",
     ),
     (
-        "loop over the flow's in-flight limit",
-        minimal(
-            limits={"in_flight_max": 3},
-            steps=[{"name": "a", "loop": {"in": [], "mode": "parallel", "max_in_flight": 4}}],
-        ),
-        "flow.limit",
-        "$.steps[0].loop.max_in_flight",
-    ),
-    (
         "unknown field",
         minimal(steps=[{"name": "a", "taks": []}]),
         "flow.schema",

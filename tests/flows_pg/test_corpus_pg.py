@@ -23,6 +23,7 @@ import psycopg
 
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
+from aos.flows.numbers import execution_number
 from aos.kernel import replay
 from tests.flows_pg.support import secrets_world
 from tests.flows_world.support import FlowWorld
@@ -64,7 +65,9 @@ def test_iterator_save_test(tmp_path: Path, pg_cluster: PgCluster, database: str
         dsn,
         "SELECT id, execution_id, item_name, item_value FROM public.iterator_save_test ORDER BY id",
     )
-    assert saved == [(f"save1:item{n}", "save1", f"item{n}", n * 100) for n in (1, 2, 3)]
+    # `{{ execution_id }}` is the execution's number, as NoETL's ids are (spec/12 §6).
+    number = str(execution_number("save1"))
+    assert saved == [(f"{number}:item{n}", number, f"item{n}", n * 100) for n in (1, 2, 3)]
     verify(tmp_path / "w")
 
 
@@ -122,7 +125,8 @@ def test_weather_loop_v2_as_written(tmp_path: Path, pg_cluster: PgCluster, datab
     state = run_weather(tmp_path, dsn, WEATHER_PLAYBOOK.read_bytes(), "weather")
     assert state["status"] == "completed"
     steps = state["business"]["steps"]
-    assert steps["city_loop"]["stats"] == {"total": 3, "success": 3, "failed": 0}
+    # each iteration went on past an error: it ended, and counts as failed (spec/12 §5)
+    assert steps["city_loop"]["stats"] == {"total": 3, "success": 0, "failed": 3}
     for continued in steps["city_loop"]["results"]:  # the error its policy continued past
         assert continued["error"]["code"] == "python.raised"
         assert (
@@ -140,7 +144,7 @@ def test_weather_loop_v2_as_written(tmp_path: Path, pg_cluster: PgCluster, datab
     stored = rows(
         dsn, "SELECT execution_id, total_cities, summary_data FROM weather_monitoring_summary"
     )
-    assert stored == [("weather", 0, empty)]
+    assert stored == [(str(execution_number("weather")), 0, empty)]
     assert steps["end"] == {"status": "completed", "workflow": "weather_monitoring"}
 
 
@@ -170,4 +174,4 @@ def test_weather_loop_v2_reading_the_body_under_data(
         "SELECT execution_id, total_cities, alerts_triggered, summary_data "
         "FROM weather_monitoring_summary",
     )
-    assert stored == [("weather2", 3, 1, summary)]
+    assert stored == [(str(execution_number("weather2")), 3, 1, summary)]

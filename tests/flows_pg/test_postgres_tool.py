@@ -174,8 +174,8 @@ def test_an_unreachable_server_is_a_retryable_transport_error() -> None:
 @pytest.mark.parametrize(
     ("tool", "says"),
     [
-        ({"query": "SELECT 1", "command": "SELECT 2"}, "one of them"),
-        ({}, "one of them"),
+        ({"query": "SELECT 1", "command": "SELECT 2"}, "it has 2"),
+        ({}, "it has 0"),
         ({"query": "  "}, "SQL text"),
         ({"query": "SELECT 1", "sql": "x"}, "unknown field"),
         ({"query": "SELECT 1", "params": "x"}, "params is a map"),

@@ -60,7 +60,7 @@ def test_an_exception_is_an_error_with_its_type() -> None:
     payload = error(code_call("raise KeyError('nope')"))
     assert (payload["code"], payload["kind"], payload["py"]) == (
         "python.raised",
-        "transport",
+        "expression",  # the code the definition holds failed, not a transport (issue 32)
         {"exception": "KeyError"},
     )
     assert "nope" in payload["message"]
@@ -114,7 +114,8 @@ def test_a_worker_retires_after_its_calls() -> None:
         {},
         {"code": 7},
         {"code": "result = 1", "libs": {"not an identifier": "math"}},
-        {"code": "result = 1", "libs": ["math"]},
+        {"code": "result = 1", "libs": [7]},
+        {"code": "result = 1", "libs": {"d": {"from": "datetime"}}},
         {"code": "result = 1", "timeout_ms": 0},
     ],
 )

@@ -274,6 +274,18 @@ def test_http_post_sends_json_and_the_idempotency_key(server: str, blobs: Blobs)
     assert (seen["method"], seen["body"]) == ("PUT", "plain words")
 
 
+def test_http_sends_a_body_map_as_json_as_noetl_does(server: str, blobs: Blobs) -> None:
+    # NoETL's http tool sends a map `body` (or its `payload`) as JSON (`request.py`).
+    for name in ("body", "payload"):
+        tool = {"method": "POST", "url": f"{server}/echo", name: {"test": "x", "n": [1]}}
+        outcome = run(HTTP, call("http", **tool), context(blobs))
+        seen = outcome.payload["json"]
+        assert seen["headers"]["content-type"] == "application/json"
+        assert json.loads(seen["body"]) == {"test": "x", "n": [1]}
+        # NoETL's result beside aos's: the status as `status_code`, the final `url`
+        assert (outcome.payload["status_code"], outcome.payload["url"]) == (200, f"{server}/echo")
+
+
 def test_http_bodies_as_json_text_or_bytes(server: str, blobs: Blobs) -> None:
     def result(path: str) -> dict[str, Any]:
         outcome = run(HTTP, call("http", url=server + path), context(blobs))
@@ -288,19 +300,21 @@ def test_http_bodies_as_json_text_or_bytes(server: str, blobs: Blobs) -> None:
 
 
 def test_http_status_errors_and_their_kinds(server: str, blobs: Blobs) -> None:
-    expected = {
-        404: ("transport", False),
-        401: ("authorization", False),
-        403: ("authorization", False),
-        429: ("transport", True),
-        500: ("transport", True),
-        503: ("transport", True),
+    expected = {  # the category, NoETL's kind (noetl/core/errors.py), retryable
+        404: ("transport", "not_found", False),
+        401: ("authorization", "auth", False),
+        403: ("authorization", "auth", False),
+        409: ("transport", "client_error", False),
+        429: ("transport", "rate_limit", True),
+        500: ("transport", "server_error", True),
+        503: ("transport", "server_error", True),
     }
-    for status, (kind, retryable) in expected.items():
+    for status, (kind, noetl_kind, retryable) in expected.items():
         outcome = run(HTTP, call("http", url=f"{server}/status/{status}"), context(blobs))
         error = error_of(outcome)
-        assert (error["kind"], error["code"], error["retryable"]) == (
+        assert (error["kind"], error["error_kind"], error["code"], error["retryable"]) == (
             kind,
+            noetl_kind,
             "http.status",
             retryable,
         )
@@ -352,6 +366,8 @@ def test_http_invalid_requests(server: str, blobs: Blobs) -> None:
         {"url": "ftp://example.org/"},
         {"url": f"{server}/", "method": "FETCH"},
         {"url": f"{server}/", "json": {}, "body": "x"},
+        {"url": f"{server}/", "body": "x", "payload": {"a": 1}},
+        {"url": f"{server}/", "data": {"a": 1}},  # refused by name, with the fields to use
         {"url": f"{server}/", "headers": ["x"]},
         {"url": f"{server}/", "timeout_ms": 0},
         {"url": f"{server}/", "expect": []},
@@ -392,11 +408,12 @@ def test_python_raising_crashing_and_invalid(blobs: Blobs) -> None:
     raised = run(PYTHON, call("python", {}, function="flowtool_fns:fail"), context(blobs))
     error = error_of(raised)
     assert (error["kind"], error["code"], error["retryable"]) == (
-        "transport",
+        "expression",
         "python.raised",
         False,
     )
     assert error["py"] == {"exception": "KeyError"} and "nothing" in error["message"]
+    assert error["error_kind"] == "schema"  # NoETL's word for a KeyError
     crashed = error_of(
         run(PYTHON, call("python", {}, function="flowtool_fns:crash"), context(blobs))
     )

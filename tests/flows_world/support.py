@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.flows import operations as ops
-from aos.flows.cfd import load_definition
+from aos.flows.document import load_flow
 from aos.flows.local import LocalAdapters
 from aos.flows.world import FlowKeys, create_flow_world
 from aos.kernel import cbor
@@ -25,7 +25,8 @@ class FlowWorld:
     path: Path
 
     def deploy(self, text: str) -> ops.Deployed:
-        return ops.deploy(self.world, load_definition(text))
+        """A canonical definition, a playbook or a `.flow` text (`load_flow`), deployed."""
+        return ops.deploy(self.world, load_flow(text, source="<test>"))
 
     def run(self, text: str, workload: Any = None, exec_id: str = "e1") -> dict[str, Any]:
         """Deploy, start and drain: the execution's state once nothing but people, signals

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from aos.cli.main import main
+from aos.flows.numbers import execution_number
 from aos.flows.world import ADAPTER_KEY_FILES
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_bytes
@@ -253,6 +254,50 @@ def test_run_local_refusals(tmp_path: Path) -> None:
     refused("flow.request_invalid", "flow", "run", flow, "--local", "--workload", f"@{missing}")
     refused("flow.request_invalid", "flow", "run", flow, "--local", "--id", "bad id")
     refused("flow.invalid", "flow", "run", write(tmp_path, "bad.yaml", BAD_FLOW), "--local")
+
+
+CHILD_PLAYBOOK = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: child, path: tests/child}
+workload: {n: 1}
+workflow:
+  - step: double
+    tool: {kind: python, code: "result = {'doubled': n * 2}", args: {n: "{{ workload.n }}"}}
+"""
+PARENT_PLAYBOOK = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: parent, path: tests/parent}
+workflow:
+  - step: call
+    tool: {kind: playbook, path: tests/child, args: {n: 21}}
+"""
+
+
+def test_run_local_on_a_flow_world_finds_the_flows_deployed_there(tmp_path: Path) -> None:
+    world = tmp_path / "w"
+    ok_json("flow", "world", "create", world, "--clock", "manual", "--no-sync")
+    ok_json("flow", "deploy", write(tmp_path, "child.yaml", CHILD_PLAYBOOK), "--world", world)
+    parent = write(tmp_path, "parent.yaml", PARENT_PLAYBOOK)
+    body = ok_json("flow", "run", parent, "--local", "--world", world, "--id", "p1")
+    assert body["status"] == "completed", body["events"]
+    assert body["result"] == {"doubled": 42}
+    assert body["number"] == execution_number("p1")
+    # the execution stays in the world: `aos flow status` reads it afterwards
+    status = ok_json("flow", "status", "p1", "--world", world)
+    assert (status["status"], status["number"]) == ("completed", execution_number("p1"))
+    assert f"number {execution_number('p1')}" in ok_text("flow", "status", "p1", "--world", world)
+
+
+def test_run_local_refuses_a_world_that_is_no_flow_world(tmp_path: Path) -> None:
+    parent = write(tmp_path, "parent.yaml", PARENT_PLAYBOOK)
+    keyless = tmp_path / "keyless"
+    ok_json("flow", "world", "create", keyless, "--clock", "manual", "--no-sync")
+    for key in (tmp_path / "keyless.keys").iterdir():
+        key.unlink()
+    (tmp_path / "keyless.keys").rmdir()
+    refused("flow.local_world", "flow", "run", parent, "--local", "--world", keyless)
 
 
 # --------------------------------------------------------------------------------------------

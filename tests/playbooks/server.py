@@ -14,12 +14,16 @@ PAGES = 3
 """/data and /endpoints/* pages: 1..PAGES."""
 WEATHER = {"37.7749": (18.5, 11.0), "40.7128": (31.5, 7.5), "51.5074": (12.0, 20.25)}
 """/v1/forecast (open-meteo's shape) by latitude: (temperature, windspeed)."""
+RECORDS = [
+    {"id": n, "userId": 10 + n, "title": f"post {n}", "meta": {"tag": f"t{n}"}} for n in range(1, 6)
+]
+"""/records: `{data: {items: RECORDS}}` (a transfer's http source)."""
 
 
 class Handler(BaseHTTPRequestHandler):
     """GET /get echoes the query; /flaky 503s twice, then 200; /data?page=N pages through
     PAGES pages; /ep/ok?page=N pages too, page 2 503s twice; /pages?page=N pages too, page 2
-    503s once; /ep/missing is 404;
+    503s once; /ep/missing is 404; /status/N answers status N; /records holds RECORDS;
     /v1/forecast?latitude=L answers `current_weather` for the latitudes of WEATHER."""
 
     calls: ClassVar[list[str]] = []
@@ -44,6 +48,10 @@ class Handler(BaseHTTPRequestHandler):
             items = [f"p{page}-{i}" for i in range(2)]
             paging = {"hasMore": page < PAGES, "page": page}
             self._answer(200, {"paging": paging, "items": items, "data": items})
+        elif url.path.startswith("/status/") and url.path[len("/status/") :].isdigit():
+            self._answer(int(url.path[len("/status/") :]), {"status": url.path})
+        elif url.path == "/records":
+            self._answer(200, {"data": {"items": RECORDS}})
         elif url.path == "/v1/forecast" and query.get("latitude") in WEATHER:
             temperature, windspeed = WEATHER[query["latitude"]]
             current = {"temperature": temperature, "windspeed": windspeed}

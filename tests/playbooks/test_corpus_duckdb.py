@@ -13,6 +13,7 @@ import duckdb
 
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
+from aos.flows.numbers import execution_number
 from aos.kernel import replay
 from tests.flows_pg.support import secrets_world
 from tests.playbooks.driver import PLAYBOOKS
@@ -47,6 +48,7 @@ def test_iterator_save_test_on_duckdb(tmp_path: Path) -> None:
             "SELECT id, execution_id, item_name, item_value FROM main.iterator_save_test "
             "ORDER BY id"
         ).fetchall()
-    assert saved == [(f"duck1:item{n}", "duck1", f"item{n}", n * 100) for n in (1, 2, 3)]
+    number = str(execution_number("duck1"))  # `{{ execution_id }}`: NoETL's numeric id
+    assert saved == [(f"{number}:item{n}", number, f"item{n}", n * 100) for n in (1, 2, 3)]
     report = replay.verify(tmp_path / "w")
     assert report.ok, report.divergence
