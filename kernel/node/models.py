@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Value = Any
 """A value of the CBOR data model in JSON form; bytes are {"$bytes": "<hex>"}."""
+OPERATION_KEY_TEXT_CHARS_MAX = 4096
 
 
 class _Model(BaseModel):
@@ -310,6 +311,9 @@ class IntentResponse(_Model):
     progress: list[dict[str, Value]] = Field(
         description="Its newest progress frames, oldest first."
     )
+    served: bool = Field(
+        True, description="False: read from the world, no node serves it to keep progress."
+    )
 
 
 class GovDecisionRequest(_Model):
@@ -324,7 +328,15 @@ class OperationRequest(_Model):
     action: str = Field(description="cell_retry | cell_reset | intent_cancel")
     workflow: str | None = Field(None, description="The cell's workflow (cell_retry, cell_reset).")
     key: Value = Field(None, description="The cell's key value (null for an unkeyed workflow).")
-    intent: str | None = Field(None, description="The intent hash (intent_cancel).")
+    key_text: str | None = Field(
+        None,
+        max_length=OPERATION_KEY_TEXT_CHARS_MAX,
+        description="Instead of `key`: the key as a user typed it, a value of the workflow's "
+        "key type (a text key bare), else JSON (as `aos world state get` reads KEY).",
+    )
+    intent: str | None = Field(
+        None, description="The intent hash, or a unique prefix of an open one (intent_cancel)."
+    )
     reason: str = Field("", description="Why, journaled with the action.")
 
 
@@ -332,6 +344,7 @@ class OperationResponse(_Model):
     seq: int = Field(description="The journal seq of the operation record.")
     action: str
     report: RunReportBody
+    target: str = Field("", description="What it acted on: the intent, or WORKFLOW[KEY].")
 
 
 class TimeAdvanceRequest(_Model):
@@ -428,6 +441,7 @@ class FlowDeployed(_Model):
 class FlowVersion(_Model):
     version: int
     definition: str
+    deployed_ns: int | None = Field(None, description="The logical time it was deployed at.")
 
 
 class FlowEntry(_Model):
