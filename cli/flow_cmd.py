@@ -41,9 +41,10 @@ from aos.flows import operations as ops
 from aos.flows.cfd import FlowDefinition, canonical_value
 from aos.flows.client import FlowClient, LocalFlows, NodeFlows
 from aos.flows.config import load_config
-from aos.flows.document import load_flow
+from aos.flows.document import load_flow, source_warnings
 from aos.flows.draw import to_mermaid, to_text
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError
+from aos.flows.positions import SourcePositions
 from aos.flows.world import create_flow_world, default_keys_dir
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
@@ -81,11 +82,15 @@ def flow_client(world_path: str, node_url: str | None) -> FlowClient:
 
 def read_definition(path: Path, workbook: Path | None = None) -> FlowDefinition:
     if workbook is not None and flowlang.is_flow_source(str(path)):
-        entries = flowlang.read_workbook(_read_bytes(workbook), source=str(workbook))
+        entries = _workbook_entries(workbook)
         text = _read_text(path)
         definition: FlowDefinition = flowlang.load_flow(text, source=str(path), workbook=entries)
         return definition
     return load_flow(_read_bytes(path), source=str(path))
+
+
+def _workbook_entries(workbook: Path) -> list[dict[str, Any]]:
+    return flowlang.read_workbook(_read_bytes(workbook), source=str(workbook))
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -116,24 +121,66 @@ def flow_group() -> None:
 @flow_group.command("check")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @workbook_option
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 on warnings too (template references nothing provides).",
+)
 @json_option
-def check_command(files: tuple[Path, ...], workbook: Path | None, as_json: bool) -> None:
-    """Check flow definitions: every problem of each file, with its path. Exit 1 if any."""
-    results: list[dict[str, Any]] = []
-    for path in files:
-        try:
-            definition = read_definition(path, workbook)
-            value = canonical_value(definition)
-            digest = str(cbor_hash(value))
-            results.append({"file": str(path), "ok": True, "name": definition.name, "hash": digest})
-        except FlowCheckError as error:
-            problems = [p.to_dict() for p in error.problems]
-            results.append({"file": str(path), "ok": False, "problems": problems})
-        except AosError as error:
-            results.append({"file": str(path), "ok": False, "problems": [_problem(error)]})
+def check_command(
+    files: tuple[Path, ...], workbook: Path | None, strict: bool, as_json: bool
+) -> None:
+    """Check flow definitions: every problem of each file, each where it is written
+    (FILE:LINE:COLUMN), and warnings of template references no step, task or namespace
+    provides. Exit 1 if any problem (with --strict: or warning)."""
+    results = [_check_file(path, workbook) for path in files]
     _print_checks(results, as_json)
-    if not all(r["ok"] for r in results):
+    if any(not r["ok"] or (strict and r["warnings"]) for r in results):
         raise SystemExit(1)
+
+
+def _check_file(path: Path, workbook: Path | None) -> dict[str, Any]:
+    try:
+        definition = read_definition(path, workbook)
+        data = _read_bytes(path)
+        warnings = source_warnings(data, definition, source=str(path))
+    except FlowCheckError as error:
+        problems: list[dict[str, Any]] = [p.to_dict() for p in error.problems]
+        return _located(path, {"file": str(path), "ok": False, "problems": problems})
+    except flowlang.FlowLangError as error:
+        found = _flow_errors(path, workbook) or [error]
+        problems = [{**_problem(e), "line": e.line, "column": e.column} for e in found]
+        return {"file": str(path), "ok": False, "problems": problems, "warnings": []}
+    except AosError as error:
+        return {"file": str(path), "ok": False, "problems": [_problem(error)], "warnings": []}
+    digest = cbor_hash(canonical_value(definition))
+    checked = {"file": str(path), "ok": True, "name": definition.name, "hash": digest}
+    return _located(path, {**checked, "warnings": [w.to_dict() for w in warnings]})
+
+
+def _flow_errors(path: Path, workbook: Path | None) -> list[flowlang.FlowLangError]:
+    """Every error of a `.flow` file (a `.flow` text's errors come one at a time)."""
+    entries = _workbook_entries(workbook) if workbook is not None else []
+    return flowlang.errors_of(_read_text(path), source=str(path), workbook=entries)
+
+
+def _located(path: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """`result` with the line and column of each problem and warning, where the file (YAML
+    or JSON) says them."""
+    result.setdefault("problems", [])
+    result.setdefault("warnings", [])
+    found = result["problems"] + result["warnings"]
+    if not found or flowlang.is_flow_source(str(path)):
+        return result
+    try:
+        positions = SourcePositions(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return result
+    for problem in found:
+        position = positions.of(problem["path"])
+        if position is not None:
+            problem.update(line=position.line, column=position.column)
+    return result
 
 
 def cbor_hash(value: Any) -> str:
@@ -154,10 +201,25 @@ def _print_checks(results: list[dict[str, Any]], as_json: bool) -> None:
     for result in results:
         if result["ok"]:
             click.echo(f"ok    {result['file']}  {result['name']}  {result['hash']}")
-            continue
-        click.echo(f"error {result['file']}: {len(result['problems'])} problem(s)")
-        rows = [[p["code"], p["path"], p["message"]] for p in result["problems"]]
-        click.echo(table(["CODE", "PATH", "MESSAGE"], rows))
+        else:
+            click.echo(f"error {result['file']}: {len(result['problems'])} problem(s)")
+            click.echo(_found_table(result["file"], result["problems"]))
+        if result.get("warnings"):
+            click.echo(f"warn  {result['file']}: {len(result['warnings'])} warning(s)")
+            click.echo(_found_table(result["file"], result["warnings"]))
+
+
+def _found_table(file: str, found: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            f"{file}:{p['line']}:{p['column']}" if "line" in p else "",
+            p["code"],
+            p["path"],
+            p["message"],
+        ]
+        for p in found
+    ]
+    return table(["WHERE", "CODE", "PATH", "MESSAGE"], rows)
 
 
 @flow_group.command("compile")

@@ -20,7 +20,13 @@ validation cannot see, because it needs the whole definition.
     flow.limit             more steps, tasks, arcs, rules, subflows, keychain entries or
                            nesting than allowed
 
-`check_definition` returns every problem, in definition order.
+`check_definition` returns every problem, in definition order. `reference_warnings` returns
+what `aos flow check` warns of without refusing the definition (NoETL renders an unknown name
+as nothing in a task's fields, and playbooks rely on it):
+
+    flow.template_reference_unknown a template reading a name no step, task, workload key,
+                           arc argument, loop item or namespace provides, or a field its
+                           value's known shape lacks (flows/references.py)
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from aos.flows.errors import Problem, json_path
 from aos.flows.limits import DefinitionLimits
+from aos.flows.references import KnownNames
 from aos.flows.tool_schema import TOOL_SCHEMAS, field_problems, python_args_problems
 
 if TYPE_CHECKING:
@@ -63,6 +70,17 @@ class _Context:
     defn: FlowDefinition
     limits: DefinitionLimits
     problems: list[Problem] = field(default_factory=list)
+    references: bool = False
+    """Whether to check what templates read (into `warnings`)."""
+    warnings: list[Problem] = field(default_factory=list)
+    _known: KnownNames | None = None
+
+    @property
+    def known(self) -> KnownNames:
+        """The names the definition's templates may read (made at the first template)."""
+        if self._known is None:
+            self._known = KnownNames(self.defn)
+        return self._known
 
     def add(self, code: str, parts: Parts, message: str) -> None:
         self.problems.append(Problem(code, json_path(parts), message))
@@ -73,7 +91,16 @@ def check_definition(
 ) -> list[Problem]:
     """Every semantic problem of a structurally valid definition (`flow.unreachable` only
     with `unreachable`: playbooks may hold steps no arc reaches, seed 000 §5.1)."""
-    context = _Context(defn, limits)
+    return _checked(_Context(defn, limits), unreachable).problems
+
+
+def reference_warnings(defn: FlowDefinition, limits: DefinitionLimits) -> list[Problem]:
+    """What the templates of a definition (without problems) read that nothing provides."""
+    return _checked(_Context(defn, limits, references=True), unreachable=False).warnings
+
+
+def _checked(context: _Context, unreachable: bool) -> _Context:
+    defn, limits = context.defn, context.limits
     steps = _step_names(context)
     _check_step_refs(context, steps)
     for index, step in enumerate(defn.steps):
@@ -83,7 +110,7 @@ def check_definition(
     _check_keychain(context)
     if unreachable and defn.entry in steps:
         _check_reachable(context, steps)
-    return context.problems
+    return context
 
 
 def _check_keychain(context: _Context) -> None:
@@ -430,11 +457,17 @@ def _check_guard(context: _Context, guard: TemplateGuard | JsonPathGuard, parts:
 
 def _parse_template(context: _Context, text: str, parts: Parts) -> None:
     try:
-        _JINJA.parse(text)
+        parsed = _JINJA.parse(text)
     except RecursionError:
         context.add("flow.template_invalid", parts, "the template nests too deeply to parse")
+        return
     except Exception as error:  # any parse failure is the author's problem
         context.add("flow.template_invalid", parts, _first_line(error))
+        return
+    if context.references:
+        for message in context.known.problems(parsed):
+            warning = Problem("flow.template_reference_unknown", json_path(parts), message)
+            context.warnings.append(warning)
 
 
 def _jsonpath_problem(text: str) -> str | None:

@@ -90,6 +90,24 @@ def load_flow(
     return definition_from_value(value, source=source, limits=bounds)
 
 
+def source_warnings(
+    data: bytes | str, defn: FlowDefinition, *, source: str, limits: DefinitionLimits | None = None
+) -> list[Problem]:
+    """What `aos flow check` warns of in a document `load_flow` accepted as `defn`: template
+    references nothing provides (flows/checks.py), at the paths of the document as written."""
+    from aos.flows import flowlang, playbook
+    from aos.flows.cfd import DEFAULT_LIMITS
+    from aos.flows.checks import reference_warnings
+
+    bounds = limits or DEFAULT_LIMITS
+    found = reference_warnings(defn, bounds)
+    if not found or flowlang.is_flow_source(source):
+        return found
+    if playbook.is_playbook(read_document(data, source=source, limits=bounds)):
+        return [playbook.playbook_problem(problem) for problem in found]
+    return found
+
+
 class _UnreadableError(Exception):
     """Why a text is not a document; becomes a FlowDecodeError naming the source."""
 

@@ -17,6 +17,8 @@ allowed; dates stay text unless the caller asks for YAML's timestamps.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import yaml
@@ -79,8 +81,8 @@ def parse_all(
 ) -> list[Any]:
     """Every document of a YAML stream, in order (the bounds hold for the stream as a whole)."""
     loader_class = _TimestampLoader if timestamps else _BoundedLoader
-    try:
-        # The reader checks the characters as it is constructed: inside the `try` too.
+    with _read_errors(depth_max):
+        # The reader checks the characters as it is constructed: inside the `with` too.
         loader: Any = loader_class(text, depth_max, nodes_max)  # PyYAML's methods are untyped
         try:
             documents = []
@@ -89,6 +91,30 @@ def parse_all(
             return documents
         finally:
             loader.dispose()
+
+
+def compose(
+    text: str,
+    *,
+    depth_max: int = YAML_DEPTH_MAX_DEFAULT,
+    nodes_max: int = YAML_NODES_MAX_DEFAULT,
+) -> yaml.Node | None:
+    """The node tree of the one document `text` holds (None when empty), under the same
+    bounds as `parse`: for readers that need where a value was written (its `start_mark`)."""
+    with _read_errors(depth_max):
+        loader: Any = _BoundedLoader(text, depth_max, nodes_max)  # PyYAML's methods are untyped
+        try:
+            node: yaml.Node | None = loader.get_single_node()
+            return node
+        finally:
+            loader.dispose()
+
+
+@contextmanager
+def _read_errors(depth_max: int) -> Iterator[None]:
+    """PyYAML's errors as the reader's typed ones."""
+    try:
+        yield
     except (YamlTooDeepError, YamlTooLargeError):
         raise
     except RecursionError:

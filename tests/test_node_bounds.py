@@ -16,6 +16,8 @@ from aos.kernel import cbor
 from aos.kernel.node import NodeLimits
 from aos.kernel.node.errors import NodeConfigError
 from aos.kernel.node.proposals import count_cbor_values
+from aos.kernel.node.access import PRINCIPAL_KEY
+from aos.kernel.node.identities import ADAPTER, Principal
 from aos.kernel.node.rate import TokenBuckets, caller_key
 from aos.kernel.node.transport import (
     FILES_RESERVED,
@@ -23,6 +25,7 @@ from aos.kernel.node.transport import (
     effective_connections_max,
     raise_open_files_limit,
 )
+from tests.auth_fixtures import authorize
 from tests.test_node import TestClient, create_app, make_world, open_node, send
 
 
@@ -61,9 +64,14 @@ def test_buckets_are_kept_for_at_most_callers_max_callers() -> None:
     assert buckets.take("c") > 0
 
 
-def test_the_caller_is_the_peer_address() -> None:
-    assert caller_key({"client": ("10.0.0.7", 5123)}) == "10.0.0.7"
+def test_the_caller_is_the_identity_else_the_peer_address() -> None:
+    peer = {"client": ("10.0.0.7", 5123)}
+    assert caller_key(peer) == "peer:10.0.0.7"
     assert caller_key({"client": None}) == "-"
+    alice = Principal("alice", frozenset({"read"}), kind="identity")
+    assert caller_key({**peer, PRINCIPAL_KEY: alice}) == "identity:alice"
+    forged = Principal("ops/adapter@1", frozenset({ADAPTER}), kind="adapter")
+    assert caller_key({**peer, PRINCIPAL_KEY: forged}) == "peer:10.0.0.7"  # not yet proved
 
 
 def test_writes_past_the_rate_are_429_with_retry_after_and_change_nothing(
@@ -71,7 +79,7 @@ def test_writes_past_the_rate_are_429_with_retry_after_and_change_nothing(
 ) -> None:
     limits = NodeLimits(write_rate_per_s=1, write_burst_max=2)
     with open_node(make_world(tmp_path / "w"), limits=limits) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         send(client, "a")
         height = client.get("/v1/world").json()["height"]
         # The bucket holds two; at one a second, quick requests soon find it empty.
@@ -92,7 +100,7 @@ def test_writes_past_the_rate_are_429_with_retry_after_and_change_nothing(
 def test_a_json_proposal_is_held_to_request_bytes_max(tmp_path: Path) -> None:
     limits = NodeLimits(request_bytes_max=4096, proposal_bytes_max=1 << 20)
     with open_node(make_world(tmp_path / "w"), limits=limits) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         height = client.get("/v1/world").json()["height"]
         body = b'{"patch": {"x": [' + b"1," * 4000 + b"1]}}"
         refused = client.post(
@@ -115,7 +123,7 @@ def test_a_cbor_proposal_of_too_many_values_is_refused_before_it_is_decoded(
 ) -> None:
     limits = NodeLimits(proposal_values_max=1000)
     with open_node(make_world(tmp_path / "w"), limits=limits) as node:
-        client = TestClient(create_app(node))
+        client = authorize(TestClient(create_app(node)), node)
         height = client.get("/v1/world").json()["height"]
         headers = {"content-type": "application/cbor"}
         # 1000 values exactly: the map, its key, the patch map, its key and 996 list items.

@@ -17,11 +17,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 
 from aos.flows.world import create_flow_world
+from aos.kernel.adapters.auth import HEADER_ADAPTER, HEADER_SIGNATURE
+from tests.auth_fixtures import admin_headers, node_http
 from tests.flows_tools.test_shell_check import INJECTED
-from tests.test_node_process import make_world, node_process
+from tests.test_node_process import ADAPTER, make_world, node_process
 from tests.test_yamltext import laughs
 
 ANSWER_WITHIN_S = 1.0
@@ -59,7 +60,7 @@ def host_port(url: str) -> tuple[str, int]:
 
 def timed_get(url: str) -> tuple[float, int]:
     started = time.monotonic()
-    status = httpx.get(f"{url}/v1/world", timeout=30).status_code
+    status = node_http.get(f"{url}/v1/world", timeout=30).status_code
     return time.monotonic() - started, status
 
 
@@ -129,11 +130,11 @@ def closed_by_peer(sockets: list[socket.socket], timeout_s: float) -> int:
 def test_a_60_mb_json_proposal_is_413_within_a_second_and_costs_no_memory(tmp_path: Path) -> None:
     body = b'{"patch": {"x": [' + b"1," * 30_000_000 + b"1]}}"
     with node_process(make_world(tmp_path / "w")) as (url, process):
-        height = httpx.get(f"{url}/v1/world").json()["height"]
+        height = node_http.get(f"{url}/v1/world").json()["height"]
         before_kb = rss_kb(process.pid)
         reset_peak_rss(process.pid)
         started = time.monotonic()
-        answer = httpx.post(
+        answer = node_http.post(
             f"{url}/v1/gov/proposals",
             content=body,
             headers={"content-type": "application/json"},
@@ -147,17 +148,19 @@ def test_a_60_mb_json_proposal_is_413_within_a_second_and_costs_no_memory(tmp_pa
         assert grew_kb < 100 * 1024
         # Without a Content-Length, the streaming cap refuses it as it arrives.
         chunks = (body[i : i + (1 << 20)] for i in range(0, len(body), 1 << 20))
-        streamed = httpx.post(f"{url}/v1/gov/proposals", content=chunks, timeout=60)
+        streamed = node_http.post(f"{url}/v1/gov/proposals", content=chunks, timeout=60)
         assert streamed.status_code == 413
         assert rss_kb(process.pid, "VmHWM") - before_kb < 100 * 1024
-        assert httpx.get(f"{url}/v1/world").json()["height"] == height
+        assert node_http.get(f"{url}/v1/world").json()["height"] == height
 
 
-def stalled_body(address: tuple[str, int], path: str, media_type: str) -> socket.socket:
-    """A request over request_bytes_max whose body stops after a few bytes."""
-    sock = socket.create_connection(address)
+def stalled_body(url: str, path: str, media_type: str, credentials: str) -> socket.socket:
+    """A request over request_bytes_max whose body stops after a few bytes. It carries
+    `credentials` (header lines): an anonymous one is refused before its body is read."""
+    sock = socket.create_connection(host_port(url))
     sock.sendall(
         f"POST {path} HTTP/1.1\r\nHost: n\r\nContent-Type: {media_type}\r\n".encode()
+        + credentials.encode()
         + b"Content-Length: 2000000\r\n\r\npartial"
     )
     return sock
@@ -168,15 +171,17 @@ def test_large_bodies_are_read_one_at_a_time_and_a_third_is_told_the_node_is_bus
 ) -> None:
     options = ["--large-bodies-max", "1", "--request-body-ms-max", "1000"]
     with node_process(make_world(tmp_path / "w"), *options) as (url, _):
-        address = host_port(url)
         # The one turn for a body over request_bytes_max: a blob stalls in it until its body
         # times out (1 s), then a stalled proposal takes it for another second ...
-        first = stalled_body(address, "/v1/blobs", "application/octet-stream")
+        # (A blob's signature covers its body, so the route checks it once the body is in.)
+        signed = f"{HEADER_ADAPTER}: {ADAPTER}\r\n{HEADER_SIGNATURE}: unchecked\r\n"
+        first = stalled_body(url, "/v1/blobs", "application/octet-stream", signed)
         time.sleep(0.2)
-        second = stalled_body(address, "/v1/gov/proposals", "application/cbor")
+        token = f"Authorization: {admin_headers(url)['authorization']}\r\n"
+        second = stalled_body(url, "/v1/gov/proposals", "application/cbor", token)
         time.sleep(0.2)
         # ... so a third, waiting at most request_body_ms_max for a turn, is turned away.
-        third = httpx.post(
+        third = node_http.post(
             f"{url}/v1/gov/proposals",
             content=b"\xa0" * 2_000_000,
             headers={"content-type": "application/cbor"},
@@ -239,7 +244,7 @@ def test_an_endless_head_is_431(tmp_path: Path) -> None:
         assert b"request.header_too_large" in answer
         sock.close()
         # A head of the same size in bounds is served.
-        big_but_fine = httpx.get(f"{url}/v1/world", headers={"X-Pad": "p" * 3000})
+        big_but_fine = node_http.get(f"{url}/v1/world", headers={"X-Pad": "p" * 3000})
         assert big_but_fine.status_code == 200
 
 
@@ -271,14 +276,14 @@ def test_a_yaml_bomb_and_a_templated_shell_command_are_refused_by_a_node(
     world, _ = create_flow_world(world_path, keys_dir=tmp_path / "w.keys", sync=False)
     world.close()
     with node_process(world_path) as (url, _):
-        height = httpx.get(f"{url}/v1/world").json()["height"]
+        height = node_http.get(f"{url}/v1/world").json()["height"]
         started = time.monotonic()
-        bomb = httpx.post(f"{url}/v1/flows", json={"text": laughs(), "source": "bomb.yaml"})
+        bomb = node_http.post(f"{url}/v1/flows", json={"text": laughs(), "source": "bomb.yaml"})
         assert time.monotonic() - started < ANSWER_WITHIN_S
         assert bomb.status_code == 400, bomb.text
         refused = bomb.json()["error"]
         assert refused["code"] == "flow.invalid" and "yaml_nodes_max" in json.dumps(refused)
-        injected = httpx.post(f"{url}/v1/flows", json={"text": INJECTED, "source": "i.yaml"})
+        injected = node_http.post(f"{url}/v1/flows", json={"text": INJECTED, "source": "i.yaml"})
         assert injected.status_code == 400, injected.text
         assert "flow.shell_templated" in injected.text
-        assert httpx.get(f"{url}/v1/world").json()["height"] == height
+        assert node_http.get(f"{url}/v1/world").json()["height"] == height

@@ -32,7 +32,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from aos.cli.main import main
 from aos.flows.client import NodeFlows
 from aos.kernel.adapters.keys import write_seed
-from aos.kernel.adapters.sdk import NodeClient, RetryPolicy
+from aos.kernel.adapters.sdk import AdapterNodeRefusedError, NodeClient, RetryPolicy
 from aos.kernel.errors import AosError
 from aos.kernel.node.errors import NodeUnreachableError
 from aos.kernel.node.tls import (
@@ -46,6 +46,7 @@ from aos.kernel.node.tls import (
 from aos.kernel.store.errors import StoreUnavailableError
 from aos.kernel.store.pg_store import open_pg_store
 from aos.kernel.store.url import parse_store_url
+from tests.auth_fixtures import admin_token, node_http
 from tests.pg_cluster import PgCluster
 from tests.test_node_process import ADAPTER, make_world, node_process
 from tests.test_receipts import ADAPTER_SEED
@@ -159,7 +160,7 @@ def test_a_node_serves_https_that_a_private_ca_verifies(tmp_path: Path, ca: Auth
     with node_process(make_world(tmp_path / "w"), *served(ca, *human)) as (url, _):
         assert url.startswith("https://127.0.0.1:")
         trusted = ssl.create_default_context(cafile=ca.path)
-        assert httpx.get(f"{url}/v1/world", verify=trusted).status_code == 200
+        assert node_http.get(f"{url}/v1/world", verify=trusted).status_code == 200
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             httpx.get(f"{url}/v1/world")  # the system's CAs do not know it
         runner = CliRunner()
@@ -182,16 +183,26 @@ def test_the_flow_client_and_the_adapter_sdk_verify_with_aos_ca(
         sdk.close()
         monkeypatch.setenv(CA_ENV, str(ca.path))
         assert flow_answer(url) == "world.workflow_unknown"  # the node's own answer
-        sdk = NodeClient(url, retry=RetryPolicy(attempts_max=1))
-        assert sdk.request("GET", "/v1/world")["height"] >= 1
-        sdk.close()
+        assert node_answer(url) == "auth.unauthenticated"  # the node's own typed refusal
 
 
 def flow_answer(url: str) -> str:
     """The code of the node's answer to a flow listing (the world has no flows)."""
-    with pytest.raises(AosError) as refused, NodeFlows(url) as flows:
+    with pytest.raises(AosError) as refused, NodeFlows(url, token=admin_token(url)) as flows:
         flows.listing()
     return refused.value.code
+
+
+def node_answer(url: str) -> str:
+    """The code of the node's answer to the adapter SDK's unsigned read: an answer at all
+    means the TLS handshake was verified both ways."""
+    sdk = NodeClient(url, retry=RetryPolicy(attempts_max=1))
+    try:
+        with pytest.raises(AdapterNodeRefusedError) as refused:
+            sdk.request("GET", "/v1/world")
+    finally:
+        sdk.close()
+    return str(refused.value.detail["node_code"])
 
 
 def test_mutual_tls_admits_only_clients_the_client_ca_signed(
@@ -213,9 +224,7 @@ def test_mutual_tls_admits_only_clients_the_client_ca_signed(
         monkeypatch.setenv(CLIENT_CERT_ENV, str(member.cert))
         monkeypatch.setenv(CLIENT_KEY_ENV, str(member.key))
         assert flow_answer(url) == "world.workflow_unknown"
-        sdk = NodeClient(url, retry=RetryPolicy(attempts_max=1))
-        assert sdk.request("GET", "/v1/world")["height"] >= 1
-        sdk.close()
+        assert node_answer(url) == "auth.unauthenticated"  # the node's own typed refusal
 
 
 def test_tls_files_that_cannot_be_used_are_refused(tmp_path: Path, ca: Authority) -> None:
@@ -290,4 +299,4 @@ def test_a_tls_handshake_that_never_comes_is_closed_at_the_head_timeout(
         assert time.monotonic() - started < 5
         silent.close()
         trusted = ssl.create_default_context(cafile=ca.path)
-        assert httpx.get(f"{url}/v1/world", verify=trusted).status_code == 200
+        assert node_http.get(f"{url}/v1/world", verify=trusted).status_code == 200

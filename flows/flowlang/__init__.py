@@ -15,7 +15,7 @@ from typing import Any
 
 from aos.flows.flowlang.binding import Binding
 from aos.flows.flowlang.compile import compile_graph
-from aos.flows.flowlang.errors import FlowLangError
+from aos.flows.flowlang.errors import FlowLangError, FlowSyntaxError, LiteralError
 from aos.flows.flowlang.fmt import format_document
 from aos.flows.flowlang.graph import Graph, build_graph
 from aos.flows.flowlang.mermaid import to_mermaid
@@ -29,6 +29,7 @@ __all__ = [
     "FlowLangError",
     "Graph",
     "compile_text",
+    "errors_of",
     "format_text",
     "graph_of",
     "is_flow_source",
@@ -100,3 +101,37 @@ def load_flow(
     limits = limits or DefinitionLimits()
     value = compile_text(text, source=source, limits=limits, workbook=workbook)
     return definition_from_value(value, source=source, limits=limits)
+
+
+ERRORS_PER_CHECK_MAX = 20
+"""Most errors `errors_of` reports for one text (past the first few, most are echoes)."""
+
+
+def errors_of(
+    text: str,
+    *,
+    source: str,
+    workbook: Iterable[dict[str, Any]] = (),
+    limits: DefinitionLimits | None = None,
+) -> list[FlowLangError]:
+    """Every error of a `.flow` text one check can find, in the order found (empty: it is a
+    flow). The grammar stops at its first error, so each error's line is set aside (made
+    blank, so that the others keep their numbers) and the text is read again, until it reads,
+    an error is not the grammar's (one of the whole graph, which lists all it finds: unbound
+    tasks, say) or has no line to set aside, or `ERRORS_PER_CHECK_MAX`. A later error may be
+    an echo of an earlier one (a statement cut in two)."""
+    lines = text.split("\n")
+    errors: list[FlowLangError] = []
+    while len(errors) < ERRORS_PER_CHECK_MAX:
+        try:
+            compile_text("\n".join(lines), source=source, limits=limits, workbook=workbook)
+            break
+        except FlowLangError as error:
+            errors.append(error)
+            if not isinstance(error, (FlowSyntaxError, LiteralError)):
+                break
+            index = error.line - 1
+            if not 0 <= index < len(lines) or not lines[index].strip():
+                break
+            lines[index] = ""
+    return errors

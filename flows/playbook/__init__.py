@@ -27,6 +27,7 @@ __all__ = [
     "definition_of",
     "is_playbook",
     "merge_specs",
+    "playbook_problem",
 ]
 
 _CFD_TASK = re.compile(r"^\$\.steps\[(\d+)\]\.tasks\[(\d+)\]")
@@ -53,7 +54,7 @@ def definition_of(
             compiled.value, source=source, limits=limits, unreachable=False
         )
     except FlowCheckError as error:
-        mapped = [_playbook_problem(p) for p in error.problems]
+        mapped = [playbook_problem(p) for p in error.problems]
         raise FlowCheckError(mapped, source=source) from None
 
 
@@ -70,7 +71,7 @@ def _compiled(doc: Any, source: str) -> Compiled:
     return compiled
 
 
-def _playbook_problem(problem: Problem) -> Problem:
+def playbook_problem(problem: Problem) -> Problem:
     """A CFD problem at the playbook's path (`$.steps[1].tasks[0]` is `$.workflow[1].tool[0]`),
     the CFD path kept in the message."""
     task = _CFD_TASK.match(problem.path)
