@@ -31,7 +31,6 @@ from aos.cli.world_cmd import (
     world_group,
 )
 from aos.kernel.cbor import from_json
-from aos.kernel.node.models import OperationRequest
 from aos.kernel.world import records
 from aos.kernel.world.explain import EXPLAIN_RECORDS_MAX, Explanation, explain
 from aos.kernel.world.operations import (
@@ -195,9 +194,7 @@ def _cell_operation(
     world_path: str,
     as_json: bool,
 ) -> None:
-    request = OperationRequest.model_validate(
-        {"action": action, "workflow": workflow, "key_text": key, "reason": reason}
-    )
+    request = {"action": action, "workflow": workflow, "key_text": key, "reason": reason}
     _operate(request, node_url, world_path, as_json)
 
 
@@ -219,9 +216,7 @@ def intent_cancel_command(
     """Close an open INTENT (its hash, or a unique prefix as `aos world status` shows it);
     its cell gets a receipt envelope with status `cancelled`, and a later receipt for it is
     refused."""
-    request = OperationRequest.model_validate(
-        {"action": INTENT_CANCEL, "intent": intent, "reason": reason}
-    )
+    request = {"action": INTENT_CANCEL, "intent": intent, "reason": reason}
     _operate(request, node_url, world_path, as_json)
 
 
@@ -269,12 +264,12 @@ def _intent_lines(view: dict[str, Any], *, served: bool) -> list[str]:
     return lines
 
 
-def _operate(
-    request: OperationRequest, node_url: str | None, world_path: str, as_json: bool
-) -> None:
+def _operate(request: dict[str, Any], node_url: str | None, world_path: str, as_json: bool) -> None:
     """An operation, here or through the node that serves the world; what its run did."""
+    from aos.kernel.node.models import OperationRequest  # pydantic: only when one runs
+
     with world_client(world_path, node_url) as client:
-        answer = client.operate(request)
+        answer = client.operate(OperationRequest.model_validate(request))
     _report(answer.action, answer.target, answer.seq, run_json(answer.report), as_json)
 
 
