@@ -14,10 +14,10 @@ import pytest
 
 from aos.kernel import cbor
 from aos.kernel.node import NodeLimits
-from aos.kernel.node.errors import NodeConfigError
-from aos.kernel.node.proposals import count_cbor_values
 from aos.kernel.node.access import PRINCIPAL_KEY
+from aos.kernel.node.errors import NodeConfigError
 from aos.kernel.node.identities import ADAPTER, Principal
+from aos.kernel.node.proposals import count_cbor_values
 from aos.kernel.node.rate import TokenBuckets, caller_key
 from aos.kernel.node.transport import (
     FILES_RESERVED,

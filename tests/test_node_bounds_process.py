@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-
 from aos.flows.world import create_flow_world
 from aos.kernel.adapters.auth import HEADER_ADAPTER, HEADER_SIGNATURE
 from tests.auth_fixtures import admin_headers, node_http
