@@ -51,7 +51,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from aos.flows.client import FlowNodeClient
+from aos.flows.client import NodeFlows
 from aos.flows.operations import TERMINAL_STATUSES
 from aos.kernel.node.metrics import BATCH_PHASES
 from bench.harness import Contender, Row, interleaved, round_ratios
@@ -197,7 +197,7 @@ class AosNode:
         self.in_process = in_process
         self.concurrency = concurrency
         self.children: list[_Child] = []
-        self.client = FlowNodeClient("http://unstarted")
+        self.client = NodeFlows("http://unstarted")
 
     @classmethod
     @contextmanager
@@ -238,7 +238,7 @@ class AosNode:
             self._aos("node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"),
         )
         url = str(json.loads(node.first_line())["url"])
-        self.client = FlowNodeClient(url)
+        self.client = NodeFlows(url)
         key = world.with_name("world.keys") / "python.key"
         options = ["--node", url, "--key", str(key), "--allow", PYTHON_ALLOW]
         options += ["--module-path", str(REPO)]
@@ -252,12 +252,12 @@ class AosNode:
 
     def register(self, file: Path) -> str:
         """Deploy the file (the node loads it with the flow loader); the flow's name."""
-        return str(self.client.deploy(file.read_text(), source=str(file))["name"])
+        return self.client.deploy_text(file.read_text(), source=str(file)).name
 
     def execute(self, name: str) -> tuple[float, str]:
         started = time.perf_counter()
-        ended = self.client.run_to_end(name, None, wait_s=EXECUTION_S_MAX)
-        execution, status = str(ended["exec"]), str(ended["status"])
+        ended = self.client.run(name, None, wait_s=EXECUTION_S_MAX)
+        execution, status = ended.exec, ended.status
         seconds = time.perf_counter() - started
         if status not in TERMINAL_STATUSES:
             raise BenchCheckError(f"{name}: execution {execution} overran")
@@ -286,8 +286,9 @@ class AosNode:
         return figures
 
     def check(self, case: str, execution: str) -> None:
-        results = aos_results(self.client.status(execution))
-        check_results(case, results, aos_calls(self.client.events(execution)))
+        results = aos_results(self.client.status(execution).model_dump())
+        events = [event.model_dump() for event in self.client.events(execution)]
+        check_results(case, results, aos_calls(events))
 
 
 # --------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import httpx
 
-from aos.flows.client import FlowNodeClient
+from aos.flows.client import NodeFlows
 from aos.flows.operations import TERMINAL_STATUSES
 from aos.flows.tools import TOOL_EFFECTS, ToolContext, handlers_for, renewing
 from aos.kernel.adapters.keys import read_seed
@@ -187,20 +187,18 @@ def python_adapter(url: str, keys: Path, *, chain: bool = True) -> TimedAdapter:
     return adapter
 
 
-def execute(
-    client: FlowNodeClient, name: str, poll_s: float, marks: list[tuple[str, float]]
-) -> float:
+def execute(client: NodeFlows, name: str, poll_s: float, marks: list[tuple[str, float]]) -> float:
     """One execution's seconds: the run answered at its end (long-poll), or with `poll_s`
     the status polled that often (as before the long-poll existed)."""
     started = time.perf_counter()
     if not poll_s:
         marks.append(("run out", started))
-        client.run_to_end(name, None, wait_s=EXECUTION_S_MAX)
+        client.run(name, None, wait_s=EXECUTION_S_MAX)
         ended = time.perf_counter()
         marks.append(("run in", ended))
         return ended - started
-    execution = str(client.run(name, None)["exec"])
-    while str(client.status(execution)["status"]) not in TERMINAL_STATUSES:
+    execution = client.run(name, None).exec
+    while client.status(execution).status not in TERMINAL_STATUSES:
         time.sleep(poll_s)
     return time.perf_counter() - started
 
@@ -217,13 +215,13 @@ def profile(
     folder: Path, case: str, executions: int, poll_s: float, *, chain: bool = True
 ) -> Profile:
     """Run `executions` of `case` after the warm-up, timing the adapter's phases."""
-    with node_up(folder) as (url, keys, pid), FlowNodeClient(url) as client:
+    with node_up(folder) as (url, keys, pid), NodeFlows(url) as client:
         adapter = python_adapter(url, keys, chain=chain)
         serving = threading.Thread(target=lambda: adapter.run(install_signals=False))
         serving.start()
         try:
             file = AOS_FILES[case]
-            name = str(client.deploy(file.read_text(), source=str(file))["name"])
+            name = client.deploy_text(file.read_text(), source=str(file)).name
             for _ in range(WARMUP):
                 execute(client, name, poll_s, adapter.marks)
             adapter.marks.clear()  # the transport's list too

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from aos.flows.client import FlowNodeClient
+from aos.flows.client import NodeFlows
 from bench.bench_playbooks import AOS_FILES
 from bench.proc_cpu import tree_cpu_s
 from bench.profile_playbooks import node_up
@@ -29,11 +29,11 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory(prefix="aos-profile-status-") as folder,
         node_up(Path(folder)) as (url, _, pid),
-        FlowNodeClient(url) as client,
+        NodeFlows(url) as client,
     ):
         file = AOS_FILES["loop20"]
-        name = str(client.deploy(file.read_text(), source=str(file))["name"])
-        execution = str(client.run(name, None)["exec"])
+        name = client.deploy_text(file.read_text(), source=str(file)).name
+        execution = client.run(name, None).exec
         for _ in range(WARMUP):
             client.status(execution)
         seconds = []

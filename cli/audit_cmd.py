@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,11 +17,14 @@ from aos.cli.common import (
     progress_bar,
     world_option,
 )
-from aos.cli.remote import node_call, node_option, serving_node
+from aos.cli.remote import node_option, world_client
 from aos.cli.world_cmd import opened_world, read_world, world_group
 from aos.kernel import cbor, export, gc, replay, verify
 from aos.kernel.world import worldkey
 from aos.kernel.world.worldkey import WorldKeyMissingError
+
+if TYPE_CHECKING:
+    from aos.kernel.node.models import TimeResponse
 
 
 @world_group.command("snapshot")
@@ -236,15 +239,16 @@ def time_group() -> None:
     """Logical time of a development world (created with --clock manual)."""
 
 
-def _report_time(logical_ns: int, report: dict[str, Any] | None, as_json: bool) -> None:
+def _report_time(answer: TimeResponse, as_json: bool) -> None:
+    report = answer.report
     if as_json:
-        emit_json({"logical_ns": logical_ns, "report": report})
+        emit_json(answer.model_dump())
     elif report is None:
-        click.echo(f"logical_ns {logical_ns}: no timer is pending")
+        click.echo(f"logical_ns {answer.logical_ns}: no timer is pending")
     else:
         click.echo(
-            f"logical_ns {logical_ns}: {report['steps']} steps, {report['faults']} faults, "
-            f"{report['intents']} intents"
+            f"logical_ns {answer.logical_ns}: {report.steps} steps, {report.faults} faults, "
+            f"{report.intents} intents"
         )
 
 
@@ -264,14 +268,8 @@ def time_advance_command(
 
     amount: Any = int(duration) if duration.lstrip("-").isdigit() else duration
     by_ns = normalize(amount, parse_type({"duration": {}}))
-    url = serving_node(world_path, node_url)
-    if url is not None:
-        answer = node_call(url, "/v1/time/advance", {"by_ns": by_ns})
-        _report_time(answer["logical_ns"], answer["report"], as_json)
-        return
-    with opened_world(world_path) as world:
-        report = world.advance_time(by_ns)
-        _report_time(world.logical_ns, dict(report.__dict__), as_json)
+    with world_client(world_path, node_url) as client:
+        _report_time(client.advance_time(by_ns), as_json)
 
 
 @time_group.command("jump-next")
@@ -282,11 +280,5 @@ def time_advance_command(
 def time_jump_next_command(node_url: str | None, world_path: str, as_json: bool) -> None:
     """Advance logical time to the earliest pending timer and settle what is due (through
     the node, while one serves the world)."""
-    url = serving_node(world_path, node_url)
-    if url is not None:
-        answer = node_call(url, "/v1/time/jump-next", {})
-        _report_time(answer["logical_ns"], answer["report"], as_json)
-        return
-    with opened_world(world_path) as world:
-        report = world.jump_next_timer()
-        _report_time(world.logical_ns, None if report is None else dict(report.__dict__), as_json)
+    with world_client(world_path, node_url) as client:
+        _report_time(client.jump_next_timer(), as_json)

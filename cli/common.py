@@ -3,6 +3,10 @@
 * `--json` prints exact JSON on stdout; otherwise a human table or text.
 * Exit 0 on success, 1 on a user-facing error (its code and a one-line hint on stderr, or the
   error object on stdout with `--json`), 2 on bad usage (click's own handling).
+* A command that waits for an execution (`aos flow run --local`, `run --wait`, `status
+  --wait`) exits with what it saw: 0 completed, 3 failed (or partial: a branch failed), 4
+  cancelled, 5 still running when the wait ended. `aos world send` exits 1 when its event
+  faulted or was dropped in a cell it was routed to (it is journaled all the same).
 * `--world PATH` (env `AOS_WORLD`, default `./.aos`) on every command that opens a world.
 """
 
@@ -24,6 +28,30 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_FAILED = 3
+EXIT_CANCELLED = 4
+EXIT_RUNNING = 5
+EXIT_BY_STATUS = {
+    "completed": EXIT_OK,
+    "failed": EXIT_FAILED,
+    "partial": EXIT_FAILED,
+    "cancelled": EXIT_CANCELLED,
+    "running": EXIT_RUNNING,
+}
+EXIT_CODES_HELP = (
+    "Exit status: 0 completed, 3 failed (or partial), 4 cancelled, 5 still running when the "
+    "wait ended; 1 an error, 2 bad usage."
+)
+
+
+def exit_for_execution(status: str, *, waited: bool) -> None:
+    """Exit as an execution's status says (EXIT_BY_STATUS), once its answer is printed. A
+    command that did not wait leaves a running execution with 0."""
+    code = EXIT_BY_STATUS.get(status, EXIT_ERROR)
+    if code == EXIT_RUNNING and not waited:
+        code = EXIT_OK
+    if code != EXIT_OK:
+        sys.exit(code)
 
 
 def json_option(fn: F) -> F:

@@ -1,53 +1,67 @@
-"""`aos flow`: check, compile, draw, deploy and run flows; status, history, signals, cancel
-(spec/11-flows.md §9).
+"""`aos flow`: check, compile, draw, deploy and run flows; status, history, explain, signals,
+cancel (spec/11-flows.md §9).
 
-Commands that touch a world open it directly (`--world`, like `aos world`), or talk to a node
-serving it (`--node URL`, env `AOS_NODE`). `aos flow run FILE --local` needs neither: it
-creates a flow world in a temporary folder (or at `--world` when that does not exist yet),
-runs the adapters in process and prints the execution's end and history.
+Commands that touch a world open it (`--world DIR`, env `AOS_WORLD`: reads read-only, so they
+work beside a node that serves it; writes through that node when one does) or ask a node
+(`--node URL`, env `AOS_NODE`), through one client (flows/client.py) whose answers they
+render; which one is cli/remote.py's precedence (an option wins over the environment; both
+is `cli.target_conflict`). `aos flow run FILE --local` needs neither: it runs on a scratch
+world (or a new one kept at `--keep DIR`, or the existing flow world `--world DIR`), the
+adapters in process, and prints the execution's end and history.
+
+A command that waits for an execution exits with what it saw (cli/common.py): 0 completed,
+3 failed, 4 cancelled, 5 still running.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
-from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
+from aos.cli.common import (
+    EXIT_CODES_HELP,
+    F,
+    emit_json,
+    exit_for_execution,
+    handles_errors,
+    json_option,
+    table,
+    world_option,
+)
 from aos.cli.identity_cmd import echo_first_admin, first_admin_token
-from aos.cli.remote import client_token, credentials_options
+from aos.cli.remote import NODE_ENV, client_token, credentials_options, node_target
 from aos.flows import flowlang
 from aos.flows import operations as ops
 from aos.flows.cfd import FlowDefinition, canonical_value
-from aos.flows.client import FlowNodeClient
-from aos.flows.config import ToolConfig, load_config
+from aos.flows.client import FlowClient, LocalFlows, NodeFlows
+from aos.flows.config import load_config
 from aos.flows.document import load_flow, source_warnings
 from aos.flows.draw import to_mermaid, to_text
-from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError, FlowLocalWorldError
-from aos.flows.local import LocalAdapters
+from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError
 from aos.flows.numbers import execution_number
 from aos.flows.positions import SourcePositions
 from aos.flows.signals import NOT_DELIVERED
 from aos.flows.world import (
-    FlowKeys,
     create_flow_world,
     default_keys_dir,
-    is_flow_world,
-    load_or_make_keys,
 )
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_value
-from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, World
+from aos.kernel.node import models
+from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL
 
 WORKLOAD_BYTES_MAX = 1024 * 1024
 WAIT_S_MAX = 24 * 3600.0
+MESSAGE_CHARS_MAX = 2000
+"""How much of an error's message a text line shows (`--json` has it whole)."""
 
 
 def node_option(fn: Any) -> Any:
@@ -55,25 +69,21 @@ def node_option(fn: Any) -> Any:
     return click.option(
         "--node",
         "node_url",
-        envvar="AOS_NODE",
+        envvar=NODE_ENV,
         default=None,
         metavar="URL",
-        help="Talk to the node serving the world (env AOS_NODE) instead of opening it.",
+        help=f"Ask the node serving the world (env {NODE_ENV}) instead of opening it; "
+        "--world and --node both given is an error.",
     )(fn)
 
 
-def node_client(url: str) -> FlowNodeClient:
-    """A client of the node at `url`, sending the caller's token (cli/remote.py)."""
-    return FlowNodeClient(url, token=client_token())
-
-
-@contextmanager
-def _opened(world_path: str) -> Iterator[World]:
-    world = World.open(world_path)
-    try:
-        yield world
-    finally:
-        world.close()
+def flow_client(world_path: str, node_url: str | None) -> FlowClient:
+    """The client a flow command uses: the node, or the world opened here (cli/remote.py's
+    precedence), sending the caller's token."""
+    url = node_target(world_path, node_url)
+    if url is not None:
+        return NodeFlows(url, token=client_token())
+    return LocalFlows(world_path, token=client_token())
 
 
 def read_definition(path: Path, workbook: Path | None = None) -> FlowDefinition:
@@ -346,26 +356,13 @@ def deploy_command(
     """Check FILE and journal it as a new version of its flow (the same definition as the
     latest version changes nothing). Prints name, version and definition hash."""
     definition = read_definition(file, workbook)
-    if node_url is not None:
-        text, source = sent_to_node(file, workbook, definition)
-        body = node_client(node_url).deploy(text, source=source)
-    else:
-        with _opened(world_path) as world:
-            body = ops.deploy(world, definition).to_json()
+    with flow_client(world_path, node_url) as client:
+        body = client.deploy(definition, source=str(file))
     if as_json:
-        emit_json(body)
+        emit_json(body.model_dump())
         return
-    note = "" if body["changed"] else "  (unchanged: already the latest version)"
-    click.echo(f"deployed  {body['name']} v{body['version']}  {body['definition']}{note}")
-
-
-def sent_to_node(file: Path, workbook: Path | None, definition: FlowDefinition) -> tuple[str, str]:
-    """The text and source name a node is sent to deploy FILE. The node compiles what it is
-    sent and knows no workbook: a `.flow` file bound by one is sent as its definition."""
-    if workbook is not None and flowlang.is_flow_source(str(file)):
-        text = json.dumps(cbor.to_json(canonical_value(definition)))
-        return text, f"{file}.json"
-    return file.read_text(), str(file)
+    note = "" if body.changed else "  (unchanged: already the latest version)"
+    click.echo(f"deployed  {body.name} v{body.version}  {body.definition}{note}")
 
 
 @flow_group.command("ls")
@@ -399,22 +396,19 @@ def ls_command(
 ) -> None:
     """Deployed flows and their versions; a page of executions and their status, in key-hash
     order (the next page: --after the key hash it names)."""
-    if node_url is not None:
-        body = node_client(node_url).listing(flow=flow, status=status, after=after, limit=limit)
-    else:
-        wanted, page = ops.ExecutionFilter(flow, status), ops.Page(after, limit)
-        with _opened(world_path) as world:
-            body = ops.listing(world, wanted, page)
+    wanted, page = ops.ExecutionFilter(flow, status), ops.Page(after, limit)
+    with flow_client(world_path, node_url) as client:
+        body = client.listing(wanted, page)
     if as_json:
-        emit_json(body)
+        emit_json(body.model_dump())
         return
-    rows = [[f["name"], len(f["versions"]), f["versions"][-1]["definition"]] for f in body["flows"]]
+    rows = [[f.name, len(f.versions), f.versions[-1].definition] for f in body.flows]
     click.echo(table(["FLOW", "VERSIONS", "LATEST"], rows))
     click.echo("")
-    rows = [[e["exec"], e["flow"], e["version"], e["status"]] for e in body["executions"]]
+    rows = [[e.exec, e.flow, e.version, e.status] for e in body.executions]
     click.echo(table(["EXECUTION", "FLOW", "VERSION", "STATUS"], rows))
-    if body["next_after"] is not None:
-        click.echo(f"\n{body['count']} executions in all; more: --after {body['next_after']}")
+    if body.next_after is not None:
+        click.echo(f"\n{body.count} executions in all; more: --after {body.next_after}")
 
 
 def _workload(text: str | None, option: str = "--workload") -> Any:
@@ -438,19 +432,43 @@ def _workload(text: str | None, option: str = "--workload") -> Any:
         raise ops.FlowRequestInvalidError(f"{option} is not JSON: {error}") from None
 
 
-@flow_group.command("run")
+def _wait_option(what: str) -> Callable[[F], F]:
+    return click.option(
+        "--wait",
+        "wait_s",
+        type=click.FloatRange(0, WAIT_S_MAX),
+        default=None,
+        help=f"Wait up to this many seconds for the execution to end{what} (a node serving "
+        "the world moves it; a world opened here moves only while the command holds it).",
+    )
+
+
+@flow_group.command("run", epilog=EXIT_CODES_HELP)
 @click.argument("target")
 @click.option("--workload", default=None, help="The workload: JSON, or @FILE.")
 @click.option("--id", "exec_id", default=None, help="The execution id (default: generated).")
 @click.option("--version", "version", type=int, default=None, help="A deployed version.")
-@click.option("--local", is_flag=True, help="Run on an embedded world, adapters in process.")
 @click.option(
-    "--wait",
-    "wait_s",
-    type=click.FloatRange(0, WAIT_S_MAX),
-    default=None,
-    help="With --node: wait up to this many seconds for the execution to end.",
+    "--local",
+    is_flag=True,
+    help="Run to its end here, adapters in process: on a scratch world, a new one kept at "
+    "--keep DIR, or the existing flow world --world DIR.",
 )
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="--local: make the world at DIR (its keys in DIR.keys) and keep it.",
+)
+@click.option(
+    "--with",
+    "children",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="--local: deploy this definition first (a `kind: playbook` child, a subflow; "
+    "repeatable, in order).",
+)
+@_wait_option("")
 @click.option(
     "--python-allow",
     multiple=True,
@@ -482,6 +500,8 @@ def run_command(
     exec_id: str | None,
     version: int | None,
     local: bool,
+    keep: Path | None,
+    children: tuple[Path, ...],
     wait_s: float | None,
     python_allow: tuple[str, ...],
     config_file: Path | None,
@@ -492,179 +512,210 @@ def run_command(
     as_json: bool,
 ) -> None:
     """Start an execution of TARGET: a deployed flow's name, or a definition file (deployed
-    first). With --local, run it to its end (or its first human task) on a fresh world, or on
-    the flow world --world names (its deployed flows there to run); with --node and --wait,
-    wait for it to end."""
+    first). With --wait, wait for its end. With --local, run it to its end (or its first wait
+    for a person or a signal) here: on a scratch world, a new one kept at --keep DIR, or the
+    flow world --world names (its deployed flows, such as a `kind: playbook` task's children,
+    are there to run)."""
     value = _workload(workload)
-    if wait_s is not None and node_url is None:
-        raise ops.FlowRequestInvalidError(
-            "--wait needs --node: an embedded world moves only while a command holds it"
-        )
     if local:
-        config = load_config(config_file)
-        definition = read_definition(Path(target), workbook)
-        base = file_base if file_base is not None else Path(target).resolve().parent
         _run_local(
-            definition, value, exec_id, python_allow, config, world_path, as_json, file_base=base
+            target,
+            value,
+            exec_id,
+            world_path,
+            _LocalOptions(keep, children, python_allow, config_file, file_base, workbook, as_json),
         )
         return
-    if node_url is not None:
-        client = node_client(node_url)
+    if keep is not None or children:
+        raise click.UsageError("--keep and --with are for --local")
+    with flow_client(world_path, node_url) as client:
         name = target
         if Path(target).is_file():
-            definition = read_definition(Path(target), workbook)
-            text, source = sent_to_node(Path(target), workbook, definition)
-            name = client.deploy(text, source=source)["name"]
-        if wait_s is None:
-            body = client.run(name, value, exec_id=exec_id, version=version)
-        else:  # the node answers once it ended (long-polls, no polling interval)
-            body = client.run_to_end(name, value, wait_s=wait_s, exec_id=exec_id, version=version)
-    else:
-        with _opened(world_path) as world:
-            name = target
-            if Path(target).is_file():
-                name = ops.deploy(world, read_definition(Path(target), workbook)).name
-            started = ops.start(world, name, workload=value, exec_id=exec_id, version=version)
-            body = {**_started_json(started), "status": ops.status(world, started.exec)["status"]}
-    _print_started(body, as_json)
-
-
-def _started_json(started: ops.Started) -> dict[str, Any]:
-    return {
-        "exec": started.exec,
-        "number": execution_number(started.exec),
-        "flow": started.flow,
-        "version": started.version,
-        "definition": started.definition,
-    }
-
-
-def _print_started(body: dict[str, Any], as_json: bool) -> None:
+            name = client.deploy(read_definition(Path(target), workbook), source=target).name
+        body = client.run(name, value, exec_id=exec_id, version=version, wait_s=wait_s or 0.0)
     if as_json:
-        emit_json(body)
+        emit_json(body.model_dump())
     else:
-        number = body.get("number", execution_number(body["exec"]))
-        flow = f"({body['flow']} v{body['version']})"
-        click.echo(f"started   {body['exec']}  number {number}  {flow}")
-        click.echo(f"status    {body.get('status', 'running')}")
-    _exit_if_failed(body.get("status"))
+        click.echo(
+            f"started   {body.exec}  number {execution_number(body.exec)}  ({body.flow} v{body.version})"
+        )
+        click.echo(f"status    {body.status}")
+        _echo_error(body.error)
+    exit_for_execution(body.status, waited=wait_s is not None)
 
 
-def _exit_if_failed(status: Any) -> None:
-    """A run that saw its execution end `failed` exits 1 (what it printed stands)."""
-    if status == ops.STATUS_FAILED:
-        sys.exit(1)
+@dataclass(frozen=True)
+class _LocalOptions:
+    """What `run --local` takes beyond the run itself."""
 
-
-def _echo_failure(state: dict[str, Any]) -> None:
-    found = ops.failure(state)
-    if found is not None:
-        click.echo(f"error     {found.get('code')}: {found.get('message')}"[:2000])
+    keep: Path | None
+    children: tuple[Path, ...]
+    python_allow: tuple[str, ...]
+    config_file: Path | None
+    file_base: Path | None
+    workbook: Path | None
+    as_json: bool
 
 
 def _run_local(
-    definition: FlowDefinition,
-    workload: Any,
-    exec_id: str | None,
-    python_allow: tuple[str, ...],
-    config: ToolConfig,
-    world_path: str,
-    as_json: bool,
-    *,
-    file_base: Path,
+    target: str, workload: Any, exec_id: str | None, world_path: str, options: _LocalOptions
 ) -> None:
-    with tempfile.TemporaryDirectory(prefix="aos-flow-local-") as scratch:
-        world, keys = _local_world(world_path, Path(scratch))
-        with world:
-            adapters = LocalAdapters(
-                world, keys, python_allow=python_allow, config=config, file_base=file_base
-            )
-            ops.deploy(world, definition)
-            started = ops.start(world, definition.name, workload=workload, exec_id=exec_id)
-            drained = adapters.drain()
-            state = ops.status(world, started.exec)
-            events = ops.history(world, started.exec)
-    body = {
-        **_started_json(started),
-        "status": state["status"],
-        "result": state["engine"].get("result") if isinstance(state["engine"], dict) else None,
-        "error": ops.failure(state),
-        "human_tasks": drained.human_tasks,
-        "receipts": drained.receipts,
-        "timers_skipped": drained.timers_skipped,
-        "events": [{"seq": e.seq, **e.event} for e in events],
-    }
-    if as_json:
-        emit_json(cbor.to_json(body))
-    else:
-        for event in body["events"]:
-            click.echo(_event_line(event))
-        number = execution_number(started.exec)
-        click.echo(f"status    {body['status']}  ({started.exec}, number {number})")
-        _echo_failure(state)
-        if drained.human_tasks:
-            click.echo(f"waiting   {len(drained.human_tasks)} human task(s)")
-    _exit_if_failed(state["status"])
+    from aos.flows.local import LocalAdapters, local_world, run_here
 
-
-def _local_world(world_path: str, scratch: Path) -> tuple[World, FlowKeys]:
-    """The world `--local` runs on: a flow world `--world` names that exists (made by `aos
-    flow world create`, its adapter keys beside it; the flows deployed there, such as the
-    children a `kind: playbook` task starts, are there to run), a new one where `--world`
-    names a folder that does not exist yet, else a throwaway one."""
-    path = Path(world_path)
-    if world_path == "./.aos":
-        return create_flow_world(scratch / "world", clock=CLOCK_MANUAL, sync=False)
-    if not path.exists():
-        return create_flow_world(path, clock=CLOCK_MANUAL, sync=True)
-    keys_dir = default_keys_dir(path)
-    world = World.open(world_path)
-    if not is_flow_world(world) or not keys_dir.is_dir():
-        world.close()
-        raise FlowLocalWorldError(
-            f"{world_path} is not a flow world with its adapter keys in {keys_dir}",
-            world=world_path,
+    context = click.get_current_context()
+    if context.get_parameter_source("node_url") == ParameterSource.COMMANDLINE:
+        raise click.UsageError("--local runs here: leave --node out")
+    given = context.get_parameter_source("world_path") == ParameterSource.COMMANDLINE
+    config = load_config(options.config_file)
+    definition = read_definition(Path(target), options.workbook)
+    children = tuple(read_definition(child, options.workbook) for child in options.children)
+    base = options.file_base or Path(target).resolve().parent
+    world_dir = Path(world_path) if given else None
+    with local_world(world_dir=world_dir, keep=options.keep) as (world, keys, kept):
+        adapters = LocalAdapters(
+            world, keys, python_allow=options.python_allow, config=config, file_base=base
         )
-    return world, load_or_make_keys(keys_dir)
+        body = run_here(
+            world, adapters, definition, children=children, workload=workload, exec_id=exec_id
+        )
+    body = body.model_copy(update={"world": None if kept is None else str(kept)})
+    if options.as_json:
+        emit_json(body.model_dump())
+    else:
+        for event in body.events:
+            click.echo(_event_line(event))
+        number = execution_number(body.exec)
+        click.echo(f"status    {body.status}  ({body.exec}, number {number})")
+        _echo_error(body.error)
+        if body.human_tasks:
+            click.echo(f"waiting   {len(body.human_tasks)} human task(s)")
+        if kept is None:
+            click.echo("world     a scratch world, gone now (--keep DIR keeps it)")
+        else:
+            click.echo(f"world     {kept}  (aos flow events {body.exec} --world {kept})")
+    exit_for_execution(body.status, waited=True)
 
 
 # --------------------------------------------------------------------------------------------
-# status, events, signal, cancel
+# status, explain, events, signal, cancel
 
 
-@flow_group.command("status")
+def _echo_error(error: models.TaskError | None) -> None:
+    for line in error_lines(error):
+        click.echo(line)
+
+
+def error_lines(error: models.TaskError | None) -> list[str]:
+    """An error as people read it: its code, what failed (kind) and its message, whether a
+    retry may help, and the python traceback when the tool sent one (bounded by the answer)."""
+    if error is None:
+        return []
+    kind = f" ({error.kind})" if error.kind else ""
+    lines = [f"error     {error.code}{kind}: {error.message}"[:MESSAGE_CHARS_MAX]]
+    if error.retryable:
+        lines.append("          retryable")
+    if error.traceback:
+        lines.append("traceback")
+        lines += [f"  {line}" for line in error.traceback.rstrip().splitlines()]
+    return lines
+
+
+@flow_group.command("status", epilog=EXIT_CODES_HELP)
+@click.argument("exec_id", metavar="EXEC")
+@_wait_option(" (then exit as its status says)")
+@world_option
+@node_option
+@json_option
+@handles_errors
+def status_command(
+    exec_id: str, wait_s: float | None, world_path: str, node_url: str | None, as_json: bool
+) -> None:
+    """An execution's status, version, business state and waits; why it failed, when it has
+    (its error and traceback: `aos flow explain EXEC` says where). EXEC is an execution id or
+    a unique prefix of one. Exits 0 once it answered, unless it waited (--wait)."""
+    with flow_client(world_path, node_url) as client:
+        state = client.status(exec_id, wait_s=wait_s or 0.0)
+    if as_json:
+        emit_json(state.model_dump())
+    else:
+        number = execution_number(state.exec)
+        click.echo(f"execution {state.exec}  number {number}  ({state.flow} v{state.version})")
+        click.echo(f"status    {state.status}  version {state.engine_version}")
+        _echo_error(state.error)
+        click.echo("business  " + json.dumps(state.business, sort_keys=True)[:MESSAGE_CHARS_MAX])
+        waits = (state.engine or {}).get("waits") or {}
+        for token, wait in sorted(waits.items()):
+            click.echo(f"waiting   {token}  {json.dumps(wait, sort_keys=True)[:200]}")
+    if wait_s is not None:
+        exit_for_execution(state.status, waited=True)
+
+
+@flow_group.command("explain")
 @click.argument("exec_id", metavar="EXEC")
 @world_option
 @node_option
 @json_option
 @handles_errors
-def status_command(exec_id: str, world_path: str, node_url: str | None, as_json: bool) -> None:
-    """An execution's status, version, business state and waits."""
-    if node_url is not None:
-        state = node_client(node_url).status(exec_id)
-    else:
-        with _opened(world_path) as world:
-            state = cbor.to_json(ops.shown_status(world, exec_id))
+def explain_command(exec_id: str, world_path: str, node_url: str | None, as_json: bool) -> None:
+    """Why an execution failed (the step, the task and attempt, the policy rule that decided,
+    the error and its traceback), or what it waits on (each open wait: its kind, since when
+    in logical time, its attempt, the intent, a retry's due time and last error)."""
+    with flow_client(world_path, node_url) as client:
+        found = client.explain(exec_id)
     if as_json:
-        emit_json(state)
+        emit_json(found.model_dump())
         return
-    number = state.get("number", execution_number(state["exec"]))
-    click.echo(f"execution {state['exec']}  number {number}  ({state['flow']} v{state['version']})")
-    click.echo(f"status    {state['status']}  version {state['engine_version']}")
-    _echo_failure(state)
-    click.echo("business  " + json.dumps(state["business"], sort_keys=True)[:2000])
-    waits = (state.get("engine") or {}).get("waits") or {}
-    for token, wait in sorted(waits.items()):
-        click.echo(f"waiting   {token}  {json.dumps(wait, sort_keys=True)[:200]}")
+    for line in _explanation_lines(found):
+        click.echo(line)
+    _echo_error(found.error)
 
 
-def _event_line(event: dict[str, Any]) -> str:
-    return f"{event['seq']:>6}  {ops.describe_event(event)}"
+def _explanation_lines(found: models.ExecutionExplanation) -> list[str]:
+    lines = [
+        f"execution {found.exec}  ({found.flow} v{found.version})",
+        f"status    {found.status}  at logical time {found.logical_ns} ns",
+    ]
+    point = found.failed_at
+    if point is not None:
+        where = ".".join(p for p in (point.step, point.task) if p) or "-"
+        attempt = f" attempt {point.attempt}" if point.attempt is not None else ""
+        lines.append(f"failed    {where}{attempt}  ({point.event} at seq {point.seq})")
+        if point.rule is not None:
+            lines.append(f"policy    rule {point.rule} fired: {point.action}")
+        elif point.action is not None:
+            lines.append(f"policy    no rule matched: the default ({point.action})")
+    for wait in found.waits:
+        lines += _wait_lines(wait, found.logical_ns)
+    if found.status == ops.STATUS_RUNNING and not found.waits:
+        lines.append("waiting   nothing: it runs at the next input")
+    if not found.history_complete:
+        lines.append("(the history read stopped at its bound: older events are not shown)")
+    return lines
+
+
+def _wait_lines(wait: models.WaitBody, now_ns: int) -> list[str]:
+    where = ".".join(p for p in (wait.step, wait.task) if p) or "-"
+    on = wait.signal or wait.child or wait.intent or ""
+    lines = [
+        f"waiting   {wait.wait} {wait.kind} {where} attempt {wait.attempt}  since {wait.since_ns}"
+        f" ns{f'  on {on}' if on else ''}"
+    ]
+    if wait.due_ns is not None:
+        lines.append(f"          due at {wait.due_ns} ns (in {max(0, wait.due_ns - now_ns)} ns)")
+    if wait.last_error is not None:
+        error = wait.last_error
+        lines.append(f"          last error {error.code} ({error.kind}): {error.message}"[:500])
+    return lines
+
+
+def _event_line(event: models.HistoryEvent) -> str:
+    body = event.model_dump()
+    return f"{event.seq:>6}  {ops.describe_event(body)}"
 
 
 @flow_group.command("events")
 @click.argument("exec_id", metavar="EXEC")
-@click.option("--follow", is_flag=True, help="With --node: print new events until it ends.")
+@click.option("--follow", is_flag=True, help="Print new events until it ends (needs a node).")
 @world_option
 @node_option
 @json_option
@@ -673,29 +724,20 @@ def events_command(
     exec_id: str, follow: bool, world_path: str, node_url: str | None, as_json: bool
 ) -> None:
     """An execution's history in journal order, each event with the journal sequence of the
-    step record that carries it."""
-    if follow:
-        if node_url is None:
-            raise ops.FlowRequestInvalidError("--follow needs --node")
-        _follow(node_client(node_url), exec_id, as_json)
-        return
-    if node_url is not None:
-        events = node_client(node_url).events(exec_id)
-    else:
-        with _opened(world_path) as world:
-            events = [{"seq": e.seq, **cbor.to_json(e.event)} for e in ops.history(world, exec_id)]
+    step record that carries it. With --follow, each new event once its step is durable
+    (long-polls of the node that serves the world), until the execution has ended."""
+    with flow_client(world_path, node_url) as client:
+        if follow:
+            for event in client.follow(exec_id):
+                line = json.dumps(event.model_dump(), sort_keys=True)
+                click.echo(line if as_json else _event_line(event))
+            return
+        events = client.events(exec_id)
     if as_json:
-        emit_json(events)
+        emit_json([event.model_dump() for event in events])
         return
     for event in events:
         click.echo(_event_line(event))
-
-
-def _follow(client: FlowNodeClient, exec_id: str, as_json: bool) -> None:
-    """Print events as the node journals them (one JSON object a line with --json) until the
-    execution has ended: long-polls, so each event shows once its step is durable."""
-    for event in client.follow(exec_id):
-        click.echo(json.dumps(event, sort_keys=True) if as_json else _event_line(event))
 
 
 @flow_group.command("signal")
@@ -726,17 +768,14 @@ def signal_command(
     keeps it until one opens (`buffered`). One that can never be delivered is refused and
     exits 1, as does one journaled but not delivered (`stale`, `dropped`, `faulted`)."""
     value = _workload(payload, "--payload") if payload is not None else None
-    if node_url is not None:
-        body = node_client(node_url).signal(exec_id, name, value, expect_version)
-    else:
-        with _opened(world_path) as world:
-            body = ops.signal(world, exec_id, name, value, expect_version=expect_version).to_json()
+    with flow_client(world_path, node_url) as client:
+        body = client.signal(exec_id, name, value, expect_version)
     if as_json:
-        emit_json(body)
+        emit_json(body.model_dump())
     else:
-        outcome = f"{body['outcome']} (seq {body['seq']})"
-        click.echo(f"signalled {exec_id} {name}: {outcome}; status {body['status']}")
-    if body["outcome"] in NOT_DELIVERED:
+        outcome = f"{body.outcome} (seq {body.seq})"
+        click.echo(f"signalled {body.exec} {name}: {outcome}; status {body.status}")
+    if body.outcome in NOT_DELIVERED:
         sys.exit(1)
 
 
@@ -751,13 +790,9 @@ def cancel_command(
     exec_id: str, reason: str | None, world_path: str, node_url: str | None, as_json: bool
 ) -> None:
     """Cancel a running execution: its open intents, waits and children."""
-    if node_url is not None:
-        body = node_client(node_url).cancel(exec_id, reason)
-    else:
-        with _opened(world_path) as world:
-            ops.cancel(world, exec_id, reason)
-            body = {"exec": exec_id, "status": ops.status(world, exec_id)["status"]}
+    with flow_client(world_path, node_url) as client:
+        body = client.cancel(exec_id, reason)
     if as_json:
-        emit_json(body)
+        emit_json(body.model_dump())
         return
-    click.echo(f"cancelled {exec_id}; status {body['status']}")
+    click.echo(f"cancelled {body.exec}; status {body.status}")

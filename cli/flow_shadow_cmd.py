@@ -5,15 +5,15 @@
     aos flow migrate EXEC [--to N] [--dry-run]              move a running execution to a
                                                             version that reproduces its history
 
-Without `--node` both read the world's store read-only, so they work while a node serves it;
-`migrate` then writes through the node that serves the world, if one does.
+Both go through the flow client (flows/client.py): on a world opened here the shadow reads
+its store read-only, so it works while a node serves it, and `migrate` writes through that
+node when one does; with `--node` the node shadows in a worker process.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,29 +28,11 @@ from aos.cli.common import (
     table,
     world_option,
 )
-from aos.cli.flow_cmd import (
-    flow_group,
-    node_client,
-    node_option,
-    read_definition,
-    sent_to_node,
-    workbook_option,
-)
-from aos.cli.remote import serving_node
-from aos.cli.world_cmd import opened_world
+from aos.cli.flow_cmd import flow_client, flow_group, node_option, read_definition, workbook_option
+from aos.cli.remote import node_target
 from aos.flows import migration
 from aos.flows import operations as ops
-from aos.flows.shadow import (
-    SHADOW_EXECUTIONS_LIMIT,
-    SHADOW_EXECUTIONS_MAX_DEFAULT,
-    ShadowTarget,
-    check_execs,
-    deployed_target,
-    file_target,
-    shadow_flow,
-)
-from aos.kernel import cbor
-from aos.kernel.world.world import World
+from aos.flows.shadow import SHADOW_EXECUTIONS_LIMIT, SHADOW_EXECUTIONS_MAX_DEFAULT
 
 SHOWN_CHARS_MAX = 300
 """How much of a differing value a line of the text report shows (`--json` has it whole)."""
@@ -89,69 +71,28 @@ def shadow_command(
     where the others first differ. TARGET is a deployed flow's name (its latest version, or
     --version), or a definition file not deployed. Nothing is journaled; a shadow promises
     nothing about branches the history never took."""
-    ask = _Ask(target, Path(target).is_file(), version, execs, executions_max, workbook)
-    if ask.is_file and version is not None:
+    is_file = Path(target).is_file()
+    if is_file and version is not None:
         raise ops.FlowRequestInvalidError("--version names a deployed version; TARGET is a file")
-    if node_url:
-        report = _shadow_on_node(node_url, ask)
-    else:
-        with progress_bar("shadowing", as_json=as_json) as progress:
-            report = _shadow_here(world_path, ask, progress)
+    definition = read_definition(Path(target), workbook) if is_file else None
+    with (
+        flow_client(world_path, node_url) as client,
+        progress_bar("shadowing", as_json=as_json) as progress,
+    ):
+        report = client.shadow_flow(
+            definition.name if definition is not None else target,
+            version=version,
+            definition=definition,
+            execs=execs,
+            executions_max=executions_max,
+            progress=progress,
+        )
     if as_json:
         emit_json(report)
     else:
         _echo_report(report)
     if strict and report["summary"]["diverge"]:
         sys.exit(1)
-
-
-@dataclass(frozen=True)
-class _Ask:
-    """What a shadow command asks for, whoever computes it."""
-
-    target: str
-    is_file: bool
-    version: int | None
-    execs: tuple[str, ...]
-    executions_max: int
-    workbook: Path | None
-
-
-def _shadow_here(
-    world_path: str, ask: _Ask, progress: Callable[[int, int], None] | None
-) -> dict[str, Any]:
-    with World.reading(world_path) as world:
-        shadowed: ShadowTarget
-        if ask.is_file:
-            shadowed = file_target(world, read_definition(Path(ask.target), ask.workbook))
-        else:
-            shadowed = deployed_target(world, ask.target, ask.version)
-        check_execs(world, shadowed.flow, ask.execs)
-    report = shadow_flow(
-        world_path,
-        shadowed,
-        execs=ask.execs,
-        executions_max=ask.executions_max,
-        progress=progress,
-    )
-    return dict(cbor.to_json(report.to_value()))
-
-
-def _shadow_on_node(node_url: str, ask: _Ask) -> dict[str, Any]:
-    with node_client(node_url) as client:
-        if not ask.is_file:
-            return client.shadow(
-                ask.target, version=ask.version, execs=ask.execs, executions_max=ask.executions_max
-            )
-        definition = read_definition(Path(ask.target), ask.workbook)
-        text, source = sent_to_node(Path(ask.target), ask.workbook, definition)
-        return client.shadow(
-            definition.name,
-            text=text,
-            source=source,
-            execs=ask.execs,
-            executions_max=ask.executions_max,
-        )
 
 
 def _echo_report(report: dict[str, Any]) -> None:
@@ -245,7 +186,7 @@ def migrate_command(
     reached; then one input is journaled and the history records `execution.migrated`."""
     if (exec_id is None) == (flow is None):
         raise click.UsageError("give EXEC or --flow NAME, not both")
-    if dry_run and node_url is not None:
+    if dry_run and node_target(world_path, node_url) is not None:
         raise ops.FlowRequestInvalidError("--dry-run shadows here: give --world, not --node")
     ask = _MigrateAsk(version, dry_run, executions_max, world_path, node_url, as_json)
     if exec_id is not None:
@@ -256,7 +197,8 @@ def migrate_command(
 
 @dataclass(frozen=True)
 class _MigrateAsk:
-    """What a migrate command asks for, for one execution or a whole flow."""
+    """What a migrate command asks for, for one execution or a whole flow. A dry run plans
+    here (a read-only shadow) and journals nothing; the others go through the client."""
 
     version: int | None
     dry_run: bool
@@ -265,19 +207,15 @@ class _MigrateAsk:
     node_url: str | None
     as_json: bool
 
-    def node(self) -> str | None:
-        """The node to migrate through (a dry run shadows here and journals nothing)."""
-        return None if self.dry_run else serving_node(self.world_path, self.node_url)
-
 
 def _migrate_one(exec_id: str, ask: _MigrateAsk) -> None:
-    if (url := ask.node()) is not None:
-        with node_client(url) as client:
-            body = client.migrate(exec_id, ask.version)
-    else:
-        with progress_bar("shadowing", as_json=ask.as_json) as progress:
+    with progress_bar("shadowing", as_json=ask.as_json) as progress:
+        if ask.dry_run:
             planned = migration.plan(ask.world_path, exec_id, ask.version, progress=progress)
-        body = planned.to_value() if ask.dry_run else _apply_here(ask.world_path, planned)
+            body = planned.to_value()
+        else:
+            with flow_client(ask.world_path, ask.node_url) as client:
+                body = client.migrate(exec_id, ask.version, progress)
     if ask.as_json:
         emit_json(body)
         return
@@ -291,34 +229,25 @@ def _migrate_one(exec_id: str, ask: _MigrateAsk) -> None:
         click.echo(f"status    {body['status']}")
 
 
-def _apply_here(world_path: str, planned: migration.MigrationPlan) -> dict[str, Any]:
-    with opened_world(world_path) as world:
-        return migration.apply(world, planned)
-
-
 def _migrate_flow(flow: str, ask: _MigrateAsk) -> None:
-    if (url := ask.node()) is not None:
-        with node_client(url) as client:
-            body = client.migrate_flow(flow, ask.version, executions_max=ask.executions_max)
-    else:
-        with progress_bar("shadowing", as_json=ask.as_json) as progress:
-            planned = migration.plan_flow(
+    with progress_bar("shadowing", as_json=ask.as_json) as progress:
+        if ask.dry_run:
+            body = migration.plan_flow(
                 ask.world_path,
                 flow,
                 ask.version,
                 executions_max=ask.executions_max,
                 progress=progress,
-            )
-        body = planned.to_value() if ask.dry_run else _apply_flow_here(ask.world_path, planned)
+            ).to_value()
+        else:
+            with flow_client(ask.world_path, ask.node_url) as client:
+                body = client.migrate_flow(
+                    flow, ask.version, executions_max=ask.executions_max, progress=progress
+                )
     if ask.as_json:
         emit_json(body)
     else:
         _echo_flow_migration(body, ask.dry_run)
-
-
-def _apply_flow_here(world_path: str, planned: migration.FlowMigrationPlan) -> dict[str, Any]:
-    with opened_world(world_path) as world:
-        return migration.apply_flow(world, planned)
 
 
 def _echo_flow_migration(body: dict[str, Any], dry_run: bool) -> None:

@@ -27,11 +27,11 @@ from aos.cli.common import (
     table,
     world_option,
 )
-from aos.cli.remote import SHADOW_TIMEOUT_S, node_call, node_option, serving_node
+from aos.cli.remote import node_option, world_client
 from aos.cli.world_cmd import cell_text as _cell
 from aos.cli.world_cmd import key_text as _key
-from aos.cli.world_cmd import opened_world, read_world, short
-from aos.kernel import cbor, governance, shadow
+from aos.cli.world_cmd import read_world, short
+from aos.kernel import cbor, governance
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.loader import load_manifest_dir, read_document
 from aos.kernel.air.model import (
@@ -48,26 +48,18 @@ from aos.kernel.air.model import (
 from aos.kernel.errors import AosError
 from aos.kernel.governance import (
     GovAlreadyDecidedError,
-    GovError,
     GovNotQuiescentError,
     GovPatchInvalidError,
-    GovUnknownProposalError,
 )
-from aos.kernel.hashing import PREFIX, Hash, hash_bytes
+from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.world.modules import building_resolver
 from aos.kernel.world.world import World
 
 CELLS_SHOWN_DEFAULT = 50
 """Most cells the shadow table lists (divergent cells first); `--json` gives them all."""
 BLOCKERS_SHOWN_MAX = 50
-CANDIDATES_SHOWN_MAX = 10
 DIFFERENCE_CHARS_MAX = 80
 _CLOSED = ("applied", "rejected")
-
-
-class ProposalAmbiguousError(GovError):
-    code = "gov.proposal_ambiguous"
-    hint = "give more digits of the proposal hash (`aos gov ls` lists them)"
 
 
 @click.group("gov")
@@ -114,26 +106,17 @@ def propose_command(
     for file in wasm_files:
         data = file.read_bytes()
         blobs[hash_bytes(data)] = data
-    url = serving_node(world_path, node_url)
-    with read_world(world_path) if url is not None else opened_world(world_path) as world:
+    with read_world(world_path) as world:
         if source.is_dir():
             patch_value, lines, built = _folder_patch(world, source, as_json=as_json)
             blobs.update(built)
         else:
             patch_value = read_document(source)
             lines = []
-        if url is None:
-            proposal = governance.propose(
-                world, patch_value, blobs=blobs, expected_hash=expected_hash
-            )
-            entry, height = dict(world.proposals[proposal]), world.height
-    if url is not None:
-        request = {"patch": patch_value, "modules": list(blobs.values())}
-        answer = node_call(
-            url, "/v1/gov/proposals", cbor_body={**request, "expected_hash": expected_hash}
-        )
-        proposal, height = str(answer.pop("proposal")), int(answer.pop("seq"))
-        entry = answer
+    with world_client(world_path, node_url) as client:
+        answer = client.propose(patch_value, list(blobs.values()), expected_hash)
+    proposal, height = answer.proposal, answer.seq
+    entry = answer.model_dump(exclude={"proposal", "seq"})
     lines = lines or _patch_lines(patch_value)
     if as_json:
         emit_json({"proposal": proposal, **entry, "diff": lines, "seq": height})
@@ -222,34 +205,23 @@ def shadow_command(
     effects they would now emit, open intents affected, routing and allowlist differences.
     A shadow promises nothing about branches the history never took. While a node serves
     the world, the node runs the shadow (in a worker process) and journals it."""
-    url = serving_node(world_path, node_url)
-    with read_world(world_path) if url is not None else opened_world(world_path) as world:
-        proposal = _resolve(world, ident)
+    with read_world(world_path) as world:
+        proposal = governance.resolve_proposal(world, ident)
         status = world.proposals[proposal]["status"]
         if status in _CLOSED:
             raise GovAlreadyDecidedError(f"{proposal} is {status}")
-    if url is not None:
-        answer = node_call(url, f"/v1/gov/{proposal}/shadow", {}, timeout_s=SHADOW_TIMEOUT_S)
-        report_value, height = answer["report"], int(answer["seq"])
-        with read_world(world_path) as world:
-            recorded = world.proposals[proposal]["shadow"]
-    else:
-        report_value, recorded, height = _shadow_here(world_path, proposal, as_json=as_json)
+    with (
+        world_client(world_path, node_url) as client,
+        progress_bar("shadowing", as_json=as_json) as progress,
+    ):
+        answer = client.shadow(proposal, progress)
+    report_value, height = answer.report, answer.seq
     if as_json:
         emit_json(report_value)
         return
     _echo_report(report_value, limit=limit)
     click.echo("")
-    click.echo(f"recorded  seq {height}, report {recorded['report']}")
-
-
-def _shadow_here(world_path: str, proposal: str, *, as_json: bool) -> tuple[Any, Any, int]:
-    """Shadow with the world alone (no node serves it): replay read-only, then journal."""
-    with progress_bar("shadowing", as_json=as_json) as progress:
-        report = shadow.shadow(world_path, proposal, progress=progress)
-    with opened_world(world_path) as world:
-        governance.record_shadow(world, proposal, report)
-        return cbor.to_json(report.to_value()), world.proposals[proposal]["shadow"], world.height
+    click.echo(f"recorded  seq {height}, report {answer.report_hash}")
 
 
 def _echo_report(report: dict[str, Any], *, limit: int) -> None:
@@ -400,21 +372,13 @@ def reject_command(
 def _decide(
     ident: str, *, approve: bool, approver: str, reason: str, node_url: str | None, world_path: str
 ) -> None:
-    url = serving_node(world_path, node_url)
-    if url is not None:
-        with read_world(world_path) as world:
-            proposal = _resolve(world, ident)
-        decision = {"approve": approve, "approver": approver, "reason": reason}
-        node_call(url, f"/v1/gov/{proposal}/decision", decision)
-        return
-    with opened_world(world_path) as world:
-        proposal = _resolve(world, ident)
-        governance.decide(world, proposal, approve=approve, approver=approver, reason=reason)
+    with world_client(world_path, node_url) as client:
+        client.decide(ident, approve=approve, approver=approver, reason=reason)
 
 
 def _echo_decision(ident: str, world_path: str, *, as_json: bool) -> None:
     with read_world(world_path) as world:
-        proposal = _resolve(world, ident)
+        proposal = governance.resolve_proposal(world, ident)
         entry = dict(world.proposals[proposal])
         height = world.height
     decision = entry["decision"]
@@ -440,29 +404,20 @@ def apply_command(ident: str, node_url: str | None, world_path: str, as_json: bo
     whose shadow ran at the world's current state, and strict quiescence (no open intents,
     no queued work); otherwise it is refused with what blocks it. Through the node while
     one serves the world."""
-    url = serving_node(world_path, node_url)
     try:
-        if url is not None:
-            with read_world(world_path) as world:
-                proposal = _resolve(world, ident)
-            answer = node_call(url, f"/v1/gov/{proposal}/apply", {})
-            manifest, height = str(answer["manifest"]), int(answer["seq"])
-        else:
-            with opened_world(world_path) as world:
-                proposal = _resolve(world, ident)
-                manifest = governance.apply(world, proposal)
-                height = world.height
+        with world_client(world_path, node_url) as client:
+            answer = client.apply(ident)
     except AosError as error:
         if error.code != GovNotQuiescentError.code:
             raise
         _fail_blocked(error, as_json=as_json)
         return
     if as_json:
-        emit_json({"proposal": proposal, "manifest": manifest, "seq": height})
+        emit_json(answer.model_dump())
         return
-    click.echo(f"applied   {proposal}")
-    click.echo(f"manifest  {manifest}")
-    click.echo(f"seq       {height}")
+    click.echo(f"applied   {answer.proposal}")
+    click.echo(f"manifest  {answer.manifest}")
+    click.echo(f"seq       {answer.seq}")
 
 
 def _fail_blocked(error: AosError, *, as_json: bool) -> None:
@@ -527,7 +482,7 @@ def show_command(ident: str, limit: int, world_path: str, as_json: bool) -> None
     """Everything about proposal ID: status, base and proposed manifests, the patch, the
     decision, and the stored shadow report."""
     with read_world(world_path) as world:
-        proposal = _resolve(world, ident)
+        proposal = governance.resolve_proposal(world, ident)
         body = _entry_json(proposal, world.proposals[proposal], world.state_height)
         body["patch"] = cbor.to_json(world.store.cas.get_value(Hash(proposal)))
         shadowed = body["shadow"]
@@ -581,19 +536,3 @@ def _decision_text(decision: dict[str, Any] | None, *, reason: bool = False) -> 
         return "-"
     text = f"{decision['action']} by {decision['approver']}"
     return f"{text}: {decision['reason']}" if reason else text
-
-
-def _resolve(world: World, ident: str) -> str:
-    """The proposal named by a full id or a unique prefix of its hash."""
-    if ident in world.proposals:
-        return ident
-    digits = ident.removeprefix(PREFIX)
-    matches = sorted(p for p in world.proposals if p.removeprefix(PREFIX).startswith(digits))
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise GovUnknownProposalError(f"no proposal {ident}")
-    raise ProposalAmbiguousError(
-        f"{ident} names {len(matches)} proposals",
-        candidates=matches[:CANDIDATES_SHOWN_MAX],
-    )

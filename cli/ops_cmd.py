@@ -18,14 +18,11 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, world_option
-from aos.cli.remote import node_call, node_option, serving_node
+from aos.cli.remote import node_option, world_client
 from aos.cli.world_cmd import (
-    RUN_FIELDS,
-    cell_key,
     cell_text,
     clip,
     key_value,
-    opened_world,
     read_world,
     record_json,
     record_line,
@@ -33,19 +30,15 @@ from aos.cli.world_cmd import (
     run_lines,
     world_group,
 )
-from aos.kernel.cbor import from_json, to_json
+from aos.kernel.cbor import from_json
 from aos.kernel.world import records
-from aos.kernel.world.errors import IntentNotOpenError
 from aos.kernel.world.explain import EXPLAIN_RECORDS_MAX, Explanation, explain
-from aos.kernel.world.intent_view import intent_view
 from aos.kernel.world.operations import (
     CELL_RESET,
     CELL_RETRY,
     INTENT_CANCEL,
     OPERATION_REASON_CHARS_MAX,
-    Operation,
 )
-from aos.kernel.world.world import World
 
 _reason_option = click.option(
     "--reason",
@@ -201,18 +194,8 @@ def _cell_operation(
     world_path: str,
     as_json: bool,
 ) -> None:
-    url = serving_node(world_path, node_url)
-    with read_world(world_path) if url else opened_world(world_path) as world:
-        value, key_bytes = cell_key(world, workflow, key)
-        if url is None:
-            operation = Operation.parse(
-                {"action": action, "workflow": workflow, "key": key_bytes, "reason": reason}
-            )
-            seq, run = _operate(world, operation)
-    if url is not None:
-        request = {"action": action, "workflow": workflow, "key": to_json(value), "reason": reason}
-        seq, run = _operate_remote(url, request)
-    _report(action, cell_text(workflow, value), seq, run, as_json)
+    request = {"action": action, "workflow": workflow, "key_text": key, "reason": reason}
+    _operate(request, node_url, world_path, as_json)
 
 
 @world_group.group("intent")
@@ -233,15 +216,8 @@ def intent_cancel_command(
     """Close an open INTENT (its hash, or a unique prefix as `aos world status` shows it);
     its cell gets a receipt envelope with status `cancelled`, and a later receipt for it is
     refused."""
-    url = serving_node(world_path, node_url)
-    with read_world(world_path) if url else opened_world(world_path) as world:
-        full = resolve_open_intent(world, intent)
-        request = {"action": INTENT_CANCEL, "intent": full, "reason": reason}
-        if url is None:
-            seq, run = _operate(world, Operation.parse(request))
-    if url is not None:
-        seq, run = _operate_remote(url, request)
-    _report(INTENT_CANCEL, full, seq, run, as_json)
+    request = {"action": INTENT_CANCEL, "intent": intent, "reason": reason}
+    _operate(request, node_url, world_path, as_json)
 
 
 @intent_group.command("show")
@@ -253,27 +229,13 @@ def intent_cancel_command(
 def intent_show_command(intent: str, node_url: str | None, world_path: str, as_json: bool) -> None:
     """An intent: open (with its effect, origin and params) or settled or cancelled, and the
     newest progress frames its adapter posted (kept by the node that serves the world)."""
-    url = serving_node(world_path, node_url)
-    with read_world(world_path) as world:
-        full = _intent_hash(world, intent)
-        view = intent_view(world, full) if url is None else None
-    if url is not None:
-        view = node_call(url, f"/v1/intents/{full}", method="GET")
-    assert view is not None
-    view.setdefault("progress", [])
+    with world_client(world_path, node_url) as client:
+        view = client.intent(intent).model_dump()
     if as_json:
         emit_json(view)
         return
-    for line in _intent_lines(view, served=url is not None):
+    for line in _intent_lines(view, served=bool(view["served"])):
         click.echo(line)
-
-
-def _intent_hash(world: World, text: str) -> str:
-    """An open intent by prefix, else the text itself (a closed intent needs its full hash)."""
-    try:
-        return resolve_open_intent(world, text)
-    except IntentNotOpenError:
-        return text
 
 
 def _intent_lines(view: dict[str, Any], *, served: bool) -> list[str]:
@@ -302,27 +264,13 @@ def _intent_lines(view: dict[str, Any], *, served: bool) -> list[str]:
     return lines
 
 
-def resolve_open_intent(world: World, text: str) -> str:
-    """The open intent whose hash is `text` or starts with it (with or without `blake3:`)."""
-    wanted = text if text.startswith("blake3:") else f"blake3:{text}"
-    found = [i["intent"] for i in world.open_intents() if str(i["intent"]).startswith(wanted)]
-    if len(found) == 1:
-        return str(found[0])
-    if not found:
-        raise IntentNotOpenError(f"no open intent is {text}")
-    raise IntentNotOpenError(f"{len(found)} open intents start with {text}: give more digits")
+def _operate(request: dict[str, Any], node_url: str | None, world_path: str, as_json: bool) -> None:
+    """An operation, here or through the node that serves the world; what its run did."""
+    from aos.kernel.node.models import OperationRequest  # pydantic: only when one runs
 
-
-def _operate(world: World, operation: Operation) -> tuple[int, dict[str, Any]]:
-    seq = world.operate(operation)
-    return seq, run_json(world.run_to_idle())
-
-
-def _operate_remote(url: str, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """The same operation through the node that serves the world."""
-    answer = node_call(url, "/v1/operations", request)
-    report = answer["report"]
-    return int(answer["seq"]), {name: report[name] for name in RUN_FIELDS}
+    with world_client(world_path, node_url) as client:
+        answer = client.operate(OperationRequest.model_validate(request))
+    _report(answer.action, answer.target, answer.seq, run_json(answer.report), as_json)
 
 
 def _report(action: str, target: str, seq: int, run: dict[str, Any], as_json: bool) -> None:

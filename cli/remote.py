@@ -1,42 +1,53 @@
-"""Writes through the node that owns a world.
+"""Which client a command uses (kernel/client.py, flows/client.py), and the caller's token.
 
-While `aos node up` serves a world it is the world's only writer, so a command that writes
-(`aos world send`, `cell retry|reset`, `intent cancel`, `time advance|jump-next`, every
-`aos gov` action) sends its
-request to that node: the one named by `--node`, else the one the world's owner record names
-(kernel/node/owner.py: `node.json`, or for a PostgreSQL world the database's owner registry,
-which may name a node on another machine). Reads need no node: they open the world read-only.
+A command that touches a world either opens it (`--world DIR`, env `AOS_WORLD`, default
+`./.aos`: reads read-only, so they work beside a node that serves it; writes through that
+node when one does) or talks to a node (`--node URL`; env `AOS_NODE` for `aos flow` and
+`aos task`). Precedence (README "Running a world", spec/04 §11): an option given on the
+command line wins over the environment; `--world` and `--node` both given is an error
+naming both (`cli.target_conflict`), and so are `AOS_WORLD` and `AOS_NODE` both set when
+neither option is given. For `aos world` and `aos gov`, `--node` only names the node to
+write through: their reads need the world's directory.
 
-Every request carries the caller's token (`Authorization: Bearer`, spec/04 §9.8), the first
-found of: `--token TOKEN`, `--token-file FILE`, env `AOS_TOKEN`, env `AOS_TOKEN_FILE`.
+Every request to a node carries the caller's token (`Authorization: Bearer`, spec/04 §9.8),
+the first found of: `--token TOKEN`, `--token-file FILE`, env `AOS_TOKEN`, env
+`AOS_TOKEN_FILE`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
-from aos.kernel import cbor
 from aos.kernel.errors import AosError
-from aos.kernel.node.errors import NodeUnreachableError, refused
-from aos.kernel.node.owner import owner_url
-from aos.kernel.node.tls import client_verify
+
+if TYPE_CHECKING:
+    from aos.kernel.client import LocalWorld
 
 NODE_TIMEOUT_S = 60.0
 """How long a write through the node may take (it runs the world to idle)."""
-SHADOW_TIMEOUT_S = 900.0
-"""How long `aos gov shadow` waits for a node's shadow (the node's own bound,
-`--shadow-ms-max`, is 600 s by default)."""
 
 TOKEN_ENV = "AOS_TOKEN"
 TOKEN_FILE_ENV = "AOS_TOKEN_FILE"
 TOKEN_FILE_BYTES_MAX = 4096
+WORLD_ENV = "AOS_WORLD"
+NODE_ENV = "AOS_NODE"
 _TOKEN_KEY = "aos.token"
 _TOKEN_FILE_KEY = "aos.token_file"
+
+
+class TargetConflictError(AosError):
+    code = "cli.target_conflict"
+    hint = "give one of --world DIR (open the world) and --node URL (ask its node)"
+
+
+class TokenFileError(AosError):
+    code = "auth.token_file"
+    hint = "the token file holds the token `aos identity create` printed, and nothing else"
 
 
 def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -65,6 +76,7 @@ def credentials_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def node_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--node URL` of `aos world` and `aos gov`: the node to write through."""
     fn = credentials_options(fn)
     return click.option(
         "--node",
@@ -100,19 +112,32 @@ def _token_file(path: str) -> str:
     return data.decode("utf-8", "replace").strip()
 
 
-def auth_headers() -> dict[str, str]:
-    token = client_token()
-    return {} if token is None else {"authorization": f"Bearer {token}"}
+def world_client(world_path: str, node_url: str | None = None) -> LocalWorld:
+    """The client of `aos world` and `aos gov`: the world opened here, written through the
+    node that serves it (or `node_url`)."""
+    from aos.kernel.client import LocalWorld
+
+    return LocalWorld(world_path, token=client_token(), node_url=node_url)
 
 
-class TokenFileError(AosError):
-    code = "auth.token_file"
-    hint = "the token file holds the token `aos identity create` printed, and nothing else"
-
-
-def serving_node(world_path: str, node_url: str | None) -> str | None:
-    """The node to write through: `--node`, else the live owner of the world, else None."""
-    return node_url if node_url else owner_url(Path(world_path))
+def node_target(world_path: str, node_url: str | None) -> str | None:
+    """The node a command that opens a world or asks a node (`aos flow`) talks to, by the
+    precedence above; None: it opens the world at `world_path`."""
+    context = click.get_current_context()
+    world_source = context.get_parameter_source("world_path")
+    node_source = context.get_parameter_source("node_url")
+    world_given = world_source == ParameterSource.COMMANDLINE
+    node_given = node_url is not None and node_source == ParameterSource.COMMANDLINE
+    if world_given and node_given:
+        raise TargetConflictError(f"both --world {world_path} and --node {node_url} are given")
+    if world_given or node_given:
+        return node_url if node_given else None
+    if node_url is not None and world_source == ParameterSource.ENVIRONMENT:
+        raise TargetConflictError(
+            f"both {WORLD_ENV}={world_path} and {NODE_ENV}={node_url} are set, and neither "
+            "--world nor --node is given"
+        )
+    return node_url
 
 
 def node_call(
@@ -123,35 +148,13 @@ def node_call(
     method: str = "POST",
     params: dict[str, Any] | None = None,
     timeout_s: float = NODE_TIMEOUT_S,
-    cbor_body: Any = None,
 ) -> Any:
-    """One request (a POST of `body` as JSON, or of `cbor_body` as canonical CBOR, or a GET);
-    the answer's JSON, or the node's error raised as an AosError."""
-    import httpx  # only commands that talk to a node pay for it
+    """One request to a node's route the clients have no method for (identities, tasks): the
+    answer's JSON, or the node's error raised as an AosError."""
+    from aos.kernel.client import NodeConnection
 
-    content = None
-    headers = auth_headers()
-    if cbor_body is not None:
-        content = cbor.encode(cbor_body)
-        headers["content-type"] = "application/cbor"
+    connection = NodeConnection(url, token=client_token(), timeout_s=timeout_s)
     try:
-        response = httpx.request(
-            method,
-            url.rstrip("/") + path,
-            json=body if content is None else None,
-            content=content,
-            headers=headers,
-            params=params,
-            timeout=timeout_s,
-            verify=client_verify(url),
-        )
-    except httpx.HTTPError as error:
-        raise NodeUnreachableError(f"cannot reach {url}: {error}") from None
-    try:
-        found = response.json()
-    except ValueError:
-        found = None
-    if response.is_success and found is not None:
-        return found
-    answer = found.get("error") if isinstance(found, dict) else None
-    raise refused(answer if isinstance(answer, dict) else {}, f"HTTP {response.status_code}")
+        return connection.call(method, path, body, params=params)
+    finally:
+        connection.close()

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -36,14 +36,13 @@ from aos.cli.common import (
     world_option,
 )
 from aos.cli.identity_cmd import echo_first_admin, first_admin_token
-from aos.cli.remote import node_call, node_option, serving_node
+from aos.cli.remote import node_option, world_client
+from aos.flows import cell_status as _flow_cells  # noqa: F401  (flow cells say running, failed)
 from aos.kernel import cbor, jsontext
 from aos.kernel.air import AirCheckError
-from aos.kernel.air.errors import AirError
 from aos.kernel.world import records
 from aos.kernel.world.cells import STATUS_FAILED
-from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
-from aos.kernel.world.explain import PROBLEM_KINDS
+from aos.kernel.world.errors import CellMissingError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.trace import (
     ROLE_TARGET,
@@ -53,6 +52,9 @@ from aos.kernel.world.trace import (
     trace,
 )
 from aos.kernel.world.world import CLOCK_MANUAL, CLOCK_WALL, CellInfo, RunReport, World
+
+if TYPE_CHECKING:
+    from aos.kernel.node.models import RunProblem, RunReportBody
 
 JOURNAL_TAIL_LIMIT_DEFAULT = 20
 JOURNAL_TAIL_SCAN_RECORDS_MAX = 100_000
@@ -242,40 +244,32 @@ def send_command(
     admission, marked `duplicate`.
     """
     value = _event_value(value_json, value_file)
-    url = serving_node(world_path, node_url)
-    if url is None:
-        sent = _send_here(world_path, schema, value, idempotency_key, as_json=as_json)
-    else:
-        request = {"schema": schema, "value": value, "idempotency_key": idempotency_key}
-        sent = node_call(url, "/v1/events", request)
-        report = sent.pop("report")
-        sent["run"] = {name: report[name] for name in RUN_FIELDS}
-        sent["journal"] = {"first": sent["seq"], "last": max(sent["seq"], report["last_seq"])}
-    seq = int(sent["seq"])
-    problems: list[tuple[int, dict[str, Any]]] = []
-    if sent["run"]["faults"] or sent["run"]["dropped"]:
-        with read_world(world_path) as world:
-            problems = _run_problems(world, seq, sent["journal"]["last"])
-    own = [(at, record) for at, record in problems if record["input"] == seq]
+    try:
+        with world_client(world_path, node_url) as client:
+            sent = client.send(schema, value, idempotency_key=idempotency_key)
+    except RouteError as error:
+        _fail_rejected(error, as_json=as_json)
+        raise
+    own = [problem for problem in sent.problems if problem.input == sent.seq]
     body: dict[str, Any] = {
-        "seq": seq,
-        "event_hash": sent["event_hash"],
-        "deliveries": sent["deliveries"],
-        "duplicate": bool(sent.get("duplicate", False)),
-        "run": sent["run"],
-        "problems": [_problem_json(at, record) for at, record in problems],
-        "journal": sent["journal"],
+        "seq": sent.seq,
+        "event_hash": sent.event_hash,
+        "deliveries": sent.deliveries,
+        "duplicate": sent.duplicate,
+        "run": run_json(sent.report),
+        "problems": [problem.model_dump(exclude_none=True) for problem in sent.problems],
+        "journal": {"first": sent.seq, "last": max(sent.seq, sent.report.last_seq)},
     }
     if as_json:
         emit_json(body)
     else:
         word = "duplicate" if body["duplicate"] else "admitted "
-        click.echo(f"{word} seq {seq}  {body['event_hash']}")
+        click.echo(f"{word} seq {sent.seq}  {body['event_hash']}")
         click.echo(f"delivered {body['deliveries']}")
         for line in run_lines(body["run"]):
             click.echo(line)
-        for at, record in problems:
-            click.echo(f"{_problem_word(record):<9} {_problem_text(at, record)}")
+        for problem in sent.problems:
+            click.echo(f"{_problem_word(problem):<9} {_problem_text(problem)}")
         click.echo(f"journal   {body['journal']['first']}..{body['journal']['last']}")
     if own:
         # The event is journaled and durable; exit non-zero because it did not take effect
@@ -286,34 +280,15 @@ def send_command(
                 f"{len(own)} of its {body['deliveries']} deliveries",
                 err=True,
             )
-            click.echo(f"  hint: aos world explain {own[0][0]}", err=True)
+            click.echo(f"  hint: aos world explain {own[0].seq}", err=True)
         sys.exit(EXIT_ERROR)
 
 
 RUN_FIELDS = ("steps", "faults", "fault_codes", "dropped", "events", "intents")
 
 
-def _send_here(
-    world_path: str, schema: str, value: Any, idempotency_key: str | None, *, as_json: bool
-) -> dict[str, Any]:
-    """Send in this process (no node serves the world)."""
-    with opened_world(world_path) as world:
-        try:
-            admitted, report = world.send(schema, value, idempotency_key=idempotency_key)
-        except RouteError as error:
-            _fail_rejected(error, world.height, as_json=as_json)
-            raise
-    return {
-        "seq": admitted.seq,
-        "event_hash": str(admitted.event_hash),
-        "deliveries": admitted.deliveries,
-        "duplicate": admitted.duplicate,
-        "run": run_json(report),
-        "journal": {"first": admitted.seq, "last": max(admitted.seq, report.last_seq)},
-    }
-
-
-def run_json(report: RunReport) -> dict[str, Any]:
+def run_json(report: RunReport | RunReportBody) -> dict[str, Any]:
+    """What a run did, from the kernel's report or a client's answer alike."""
     return {name: getattr(report, name) for name in RUN_FIELDS}
 
 
@@ -325,39 +300,15 @@ def run_lines(run: dict[str, Any]) -> list[str]:
     ]
 
 
-def _run_problems(world: World, first: int, last: int) -> list[tuple[int, dict[str, Any]]]:
-    """The step faults and dropped deliveries a run journaled, in order."""
-    found: list[tuple[int, dict[str, Any]]] = []
-    for seq, record in world.store.journal.read(first, last):
-        if isinstance(record, dict) and record.get("kind") in PROBLEM_KINDS:
-            found.append((seq, {str(k): v for k, v in record.items()}))
-    return found
+def _problem_word(problem: RunProblem) -> str:
+    return "fault" if problem.kind == records.STEP_FAULT else "dropped"
 
 
-def _problem_word(record: dict[str, Any]) -> str:
-    return "fault" if record["kind"] == records.STEP_FAULT else "dropped"
-
-
-def _problem_text(seq: int, record: dict[str, Any]) -> str:
-    cell = cell_text(str(record["workflow"]), key_value(record["key"]))
-    if record["kind"] == records.STEP_FAULT:
-        return f"{cell}  seq {seq}  {record['code']}: {clip(str(record['message']))}"
-    return f"{cell}  seq {seq}  {record['reason']} (aos world explain {seq})"
-
-
-def _problem_json(seq: int, record: dict[str, Any]) -> dict[str, Any]:
-    body = {
-        "seq": seq,
-        "kind": record["kind"],
-        "workflow": record["workflow"],
-        "key": key_json(record["key"]),
-        "input": record["input"],
-    }
-    if record["kind"] == records.STEP_FAULT:
-        body.update(code=record["code"], message=record["message"])
-    else:
-        body["reason"] = record["reason"]
-    return body
+def _problem_text(problem: RunProblem) -> str:
+    cell = cell_text(problem.workflow, problem.key)
+    if problem.kind == records.STEP_FAULT:
+        return f"{cell}  seq {problem.seq}  {problem.code}: {clip(str(problem.message))}"
+    return f"{cell}  seq {problem.seq}  {problem.reason} (aos world explain {problem.seq})"
 
 
 def _event_value(value_json: str | None, value_file: IO[str] | None) -> Any:
@@ -371,9 +322,10 @@ def _event_value(value_json: str | None, value_file: IO[str] | None) -> Any:
     return jsontext.parse(text, path="value")
 
 
-def _fail_rejected(error: RouteError, seq: int, *, as_json: bool) -> None:
-    """A routing error: the kernel journaled the input as rejected; say where."""
-    error.detail["rejected_seq"] = seq
+def _fail_rejected(error: RouteError, *, as_json: bool) -> None:
+    """A routing error: the kernel journaled the input as rejected (at `rejected_seq`); say
+    where."""
+    seq = error.detail.get("rejected_seq")
     if as_json:
         fail(error, as_json=True)
     click.echo(f"error[{error.code}]: {error}", err=True)
@@ -406,7 +358,7 @@ def state_get_command(workflow: str, key: str | None, world_path: str, as_json: 
     that is not keyed.
     """
     with read_world(world_path) as world:
-        key_value, key_bytes = cell_key(world, workflow, key)
+        key_value, key_bytes = world.key_from_text(workflow, key)
         state = world.state(workflow, key_value)
         status = world.status_of(workflow, key_bytes)
     if state is None and status != STATUS_FAILED:
@@ -422,25 +374,6 @@ def state_get_command(workflow: str, key: str | None, world_path: str, as_json: 
         )
         return
     click.echo(json.dumps(cbor.to_json(state), indent=2, sort_keys=True, ensure_ascii=False))
-
-
-def cell_key(world: World, workflow: str, key: str | None) -> tuple[Any, bytes | None]:
-    """The key value and canonical key bytes named by KEY: as typed, else as JSON."""
-    definition = world.runtime.workflow(workflow)
-    if definition.key_schema is None:
-        if key is not None:
-            raise KeyUnexpectedError(f"{workflow} is not keyed; leave KEY out")
-        return None, None
-    if key is None:
-        return None, world.key_bytes(workflow, None)  # raises world.key_required
-    try:
-        return key, world.key_bytes(workflow, key)
-    except AirError as as_typed:
-        try:
-            parsed = jsontext.parse(key, path="key")
-        except jsontext.JsonInvalidError:
-            raise as_typed from None
-        return parsed, world.key_bytes(workflow, parsed)
 
 
 @state_group.command("cells")

@@ -113,14 +113,3 @@ class FlowTooLargeError(FlowError):
 
     code = "flow.too_large"
     hint = "a definition is at most definition_bytes_max bytes (1 MiB), authored and canonical"
-
-
-class FlowLocalWorldError(FlowError):
-    """`aos flow run --local --world DIR` on a folder that holds no flow world, or one
-    whose adapter keys are not beside it."""
-
-    code = "flow.local_world"
-    hint = (
-        "--local runs on a flow world made by `aos flow world create DIR` (keys in DIR.keys), "
-        "or on a new one: name a folder that does not exist"
-    )

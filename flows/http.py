@@ -13,6 +13,7 @@ need `deploy` (a definition may carry inline code that tool adapters run), runni
     GET  /v1/executions/{exec}[?wait_ms=N] the execution's state (once it ended, or N ms passed)
     GET  /v1/executions/{exec}/events[?after=SEQ&limit=N&wait_ms=N]
                                           {events: [{seq, event, ...}], status, last_seq, more}
+    GET  /v1/executions/{exec}/explain    why it failed, or what it waits on
     POST /v1/executions/{exec}/signal     {name, payload, expect_version?}
                                           -> {exec, name, seq, outcome, status}
     POST /v1/executions/{exec}/cancel     {reason?}
@@ -38,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aos.flows import migration, views
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
+from aos.flows.explain import explain, state_answer
 from aos.flows.retry import retry as retried
 from aos.flows.shadow import (
     SHADOW_EXECS_NAMED_MAX,
@@ -47,6 +49,7 @@ from aos.flows.shadow import (
 from aos.flows.shadow_worker import plan_flow_in_worker, plan_in_worker, shadow_in_worker
 from aos.flows.world import EXEC_WORKFLOW
 from aos.kernel import cbor
+from aos.kernel.node import models
 from aos.kernel.node.access import needs
 from aos.kernel.node.adapter_api import FastRead, add_fast_read
 from aos.kernel.node.cell_watch import Cell, Look, wait_for_cell
@@ -119,7 +122,8 @@ class MigrateFlowRequest(_Request):
 
 
 EXECUTIONS_PREFIX = "/v1/executions/"
-EVENTS_SUFFIX = "/events"
+EVENTS_SUFFIX = ops.EVENTS_SUFFIX
+EXPLAIN_SUFFIX = ops.EXPLAIN_SUFFIX
 
 
 WAIT_PARAMETER = "wait_ms"
@@ -135,12 +139,15 @@ async def execution_status(node: Node, exec_id: str, query: str = "") -> dict[st
     with `wait_ms`, once the execution has ended or after N ms (a long-poll: no step of the
     execution is missed, and what is answered is durable)."""
     wait_ms = _wait_ms(node, _query(query, {WAIT_PARAMETER: WAIT_DIGITS_MAX}))
+    execution = {"exec": exec_id}
 
     def look(world: World) -> tuple[bool, dict[str, Any]]:
-        state = ops.shown_status(world, exec_id)  # an unknown execution: refused at once
-        return state["status"] in ops.TERMINAL_STATUSES, cbor.to_json(state)
+        # An unknown execution is refused at the first look; a prefix names its full id.
+        state = ops.shown_status(world, execution["exec"])
+        execution["exec"] = state["exec"]
+        return state["status"] in ops.TERMINAL_STATUSES, cbor.to_json(state_answer(state))
 
-    return await wait_for_execution(node, {"exec": exec_id}, look, wait_ms)
+    return await wait_for_execution(node, execution, look, wait_ms)
 
 
 _EVENTS_QUERY = {
@@ -163,11 +170,13 @@ async def execution_events(node: Node, exec_id: str, query: str = "") -> dict[st
     limit = found.get(LIMIT_PARAMETER, limits.events_per_request_max)
     within(LIMIT_PARAMETER, limit, limits.events_per_request_max, at="$query")
     after = found.get(AFTER_PARAMETER, 0)
+    execution = {"exec": exec_id}
 
     def look(world: World) -> tuple[bool, dict[str, Any]]:
+        execution["exec"] = ops.status(world, execution["exec"])["exec"]
         page = ops.history_page(
             world,
-            exec_id,
+            execution["exec"],
             after=after,
             events_max=limit,
             scan_records_max=limits.journal_scan_records_per_turn,
@@ -177,7 +186,7 @@ async def execution_events(node: Node, exec_id: str, query: str = "") -> dict[st
         answer = {"events": events, "status": page.status, "last_seq": page.last_seq}
         return done, {**answer, "more": page.more}
 
-    return await wait_for_execution(node, {"exec": exec_id}, look, wait_ms)
+    return await wait_for_execution(node, execution, look, wait_ms)
 
 
 _LISTING_QUERY = ("after", "flow", LIMIT_PARAMETER, "status")
@@ -267,7 +276,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         app,
         FastRead(
             EXECUTIONS_PREFIX,
-            lambda rest: not rest.endswith(EVENTS_SUFFIX),
+            lambda rest: not rest.endswith((EVENTS_SUFFIX, EXPLAIN_SUFFIX)),
             lambda exec_id, query: execution_status(node, exec_id, query),
         ),
     )
@@ -302,8 +311,9 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         started: dict[str, Any] = {}
 
         def look(world: World) -> tuple[bool, dict[str, Any]]:
-            status = ops.status(world, started["exec"])["status"]
-            return status in ops.TERMINAL_STATUSES, {**started, "status": status}
+            state = state_answer(ops.status(world, started["exec"]))
+            answer = {**started, "status": state["status"], "error": cbor.to_json(state["error"])}
+            return state["status"] in ops.TERMINAL_STATUSES, answer
 
         def start(world: World) -> tuple[bool, dict[str, Any]]:
             run = ops.start(
@@ -342,9 +352,10 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
         def send(world: World) -> dict[str, Any]:
             expect_version = request.expect_version
-            return ops.signal(
+            signalled = ops.signal(
                 world, exec_id, request.name, payload, expect_version=expect_version
-            ).to_json()
+            )
+            return signalled.to_json()
 
         return await node.host.run(send)
 
@@ -353,8 +364,9 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         """Cancel a running execution."""
 
         def send(world: World) -> dict[str, Any]:
-            ops.cancel(world, exec_id, request.reason)
-            return {"exec": exec_id, "status": ops.status(world, exec_id)["status"]}
+            full = ops.status(world, exec_id)["exec"]
+            ops.cancel(world, full, request.reason)
+            return {"exec": full, "status": ops.status(world, full)["status"]}
 
         return await node.host.run(send)
 
@@ -377,6 +389,17 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
         return await node.host.run(send)
 
+    @app.get(
+        "/v1/executions/{exec_id:path}/explain",
+        response_model=models.ExecutionExplanation,
+        tags=["flows"],
+        **needs(READ),
+    )
+    async def explain_execution(exec_id: str) -> dict[str, Any]:
+        """Why the execution failed (its error, traceback, the step, task and policy rule),
+        or what it waits on (each open wait: kind, since when, attempt, next retry)."""
+        return await node.host.run(lambda world: cbor.to_json(explain(world, exec_id)))
+
     @app.post("/v1/flows/{name:path}/shadow", tags=["flows"], **needs(DEPLOY))
     async def shadow(name: str, request: ShadowRequest) -> dict[str, Any]:
         """Replay the world's history read-only with another definition of the flow beside
@@ -398,8 +421,9 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     async def migrate(exec_id: str, request: MigrateRequest) -> dict[str, Any]:
         """Move a running execution to another deployed version of its flow, where a shadow
         shows that version reproduces its whole history."""
+        full = await node.host.run(lambda world: ops.status(world, exec_id)["exec"])
         planned = await plan_in_worker(
-            _world_dir(node), exec_id, request.version, timeout_ms=node.limits.shadow_ms_max
+            _world_dir(node), full, request.version, timeout_ms=node.limits.shadow_ms_max
         )
         return await node.host.run(lambda world: migration.apply(world, planned))
 

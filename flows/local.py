@@ -12,17 +12,34 @@ next timer (a time-skipping test world: retries and timer waits take no wall tim
 
 from __future__ import annotations
 
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aos.flows.cfd import FlowDefinition
 from aos.flows.config import ToolConfig, default_config
+from aos.flows.errors import FlowError
 from aos.flows.keychain import KEYCHAIN_ADAPTER, KEYCHAIN_EFFECT, fingerprint_key, resolve
 from aos.flows.outcomes import ToolOutcome
 from aos.flows.tools import TOOL_EFFECTS, ToolContext, run_tool
-from aos.flows.world import EXEC_WORKFLOW, HUMAN_ADAPTER, HUMAN_EFFECT, FlowKeys
+from aos.flows.world import (
+    ADAPTER_KEY_FILES,
+    EXEC_WORKFLOW,
+    HUMAN_ADAPTER,
+    HUMAN_EFFECT,
+    FlowKeys,
+    create_flow_world,
+    default_keys_dir,
+    is_flow_world,
+    load_or_make_keys,
+)
+from aos.kernel import cbor
 from aos.kernel.adapters.signing import signed_receipt
+from aos.kernel.node.models import LocalRunResult
 from aos.kernel.world.world import CLOCK_MANUAL, World
 
 ROUNDS_MAX_DEFAULT = 10_000
@@ -157,3 +174,94 @@ class LocalAdapters:
         time.sleep(max(0.0, min((due - time.time_ns()) / 1e9, 1.0)))
         self.world.tick()
         return True
+
+
+# --------------------------------------------------------------------------------------------
+# `aos flow run --local`
+
+
+class LocalWorldInvalidError(FlowError):
+    code = "flow.local_world_invalid"
+    hint = (
+        "--local runs on a scratch world, on a new one kept at --keep DIR, or on an existing "
+        "flow world named with --world DIR whose adapter keys are in DIR.keys "
+        "(`aos flow world create DIR`)"
+    )
+
+
+@contextmanager
+def local_world(
+    *, world_dir: Path | None = None, keep: Path | None = None
+) -> Iterator[tuple[World, FlowKeys, Path | None]]:
+    """The world a local run uses, its adapter keys, and where it is kept (None: a scratch
+    world that vanishes when the block ends): the existing flow world `world_dir` (its keys
+    beside it, `DIR.keys`), a new one made at `keep` (kept, its keys beside it), or a
+    scratch world with throwaway keys. A new world's clock is `manual` (time is skipped)."""
+    if world_dir is not None and keep is not None:
+        raise LocalWorldInvalidError(
+            "give --world DIR (an existing world) or --keep DIR (a new one)"
+        )
+    if world_dir is not None:
+        with _existing(world_dir) as (world, keys):
+            yield world, keys, world_dir
+        return
+    if keep is not None:
+        if keep.exists() and any(keep.iterdir()):
+            raise LocalWorldInvalidError(f"--keep {keep}: the folder exists and is not empty")
+        world, keys = create_flow_world(keep, keys_dir=default_keys_dir(keep), clock=CLOCK_MANUAL)
+        with world:
+            yield world, keys, keep
+        return
+    with tempfile.TemporaryDirectory(prefix="aos-flow-local-") as scratch:
+        world, keys = create_flow_world(Path(scratch) / "world", clock=CLOCK_MANUAL, sync=False)
+        with world:
+            yield world, keys, None
+
+
+@contextmanager
+def _existing(world_dir: Path) -> Iterator[tuple[World, FlowKeys]]:
+    folder = default_keys_dir(world_dir)
+    missing = [name for name in ADAPTER_KEY_FILES.values() if not (folder / name).is_file()]
+    if missing:
+        raise LocalWorldInvalidError(
+            f"{world_dir}: its adapter keys are not in {folder} (missing {', '.join(missing)})"
+        )
+    world = World.open(world_dir)
+    try:
+        if not is_flow_world(world):
+            raise LocalWorldInvalidError(f"{world_dir} is not a flow world")
+        yield world, load_or_make_keys(folder)
+    finally:
+        world.close()
+
+
+def run_here(
+    world: World,
+    adapters: LocalAdapters,
+    definition: FlowDefinition,
+    *,
+    children: tuple[FlowDefinition, ...] = (),
+    workload: Any = None,
+    exec_id: str | None = None,
+) -> LocalRunResult:
+    """Deploy `children` (in order, so `kind: playbook` steps and subflows find them), then
+    `definition`; start it and run the adapters here until it ends or waits for a person or
+    a signal. Its history, result and error as `aos flow run --local` prints them."""
+    from aos.flows import operations as ops
+    from aos.flows.client import history_event, started
+
+    for child in children:
+        ops.deploy(world, child)
+    ops.deploy(world, definition)
+    run = ops.start(world, definition.name, workload=workload, exec_id=exec_id)
+    drained = adapters.drain()
+    state = ops.status(world, run.exec)
+    engine = state["engine"] if isinstance(state["engine"], dict) else {}
+    return LocalRunResult(
+        **started(run, state).model_dump(),
+        result=cbor.to_json(engine.get("result")),
+        human_tasks=drained.human_tasks,
+        receipts=drained.receipts,
+        timers_skipped=drained.timers_skipped,
+        events=[history_event(e) for e in ops.history(world, run.exec)],
+    )

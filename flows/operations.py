@@ -7,6 +7,7 @@ a refused request changes nothing: the world's height, state and journal are as 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import secrets
@@ -28,16 +29,19 @@ from aos.flows.world import (
     SIGNAL_EVENT,
     START_EVENT,
 )
-from aos.kernel import cbor
+from aos.kernel import cbor, prefixes
 from aos.kernel.hashing import Hash, hash_bytes
+from aos.kernel.prefixes import IdAmbiguousError
 from aos.kernel.store.views import read_back
 from aos.kernel.world import records
 from aos.kernel.world.cellindex import key_hash
 from aos.kernel.world.world import RunReport, World
 
 EXEC_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
-EXEC_ID_RESERVED_SUFFIX = "/events"
-"""The node's events route (spec/11 §9.1): no execution id ends in it."""
+EVENTS_SUFFIX = "/events"
+EXPLAIN_SUFFIX = "/explain"
+EXEC_ID_RESERVED_SUFFIXES = (EVENTS_SUFFIX, EXPLAIN_SUFFIX)
+"""The node's routes under an execution (spec/11 §9.1): no execution id ends in them."""
 """Execution ids given by users; `:` and `~` are kept for derived ids (children,
 continue-with), so a user id never collides with one."""
 HISTORY_SCAN_RECORDS_MAX_DEFAULT = 1_000_000
@@ -62,6 +66,8 @@ measured on 300 warm executions), so a page holds the world's writer for ~0.1 s 
 journal page does (`journal_scan_records_per_turn`)."""
 EXECUTIONS_SCAN_MAX = 100_000
 KEY_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")
+EXEC_PREFIX_SCAN_MAX = 100_000
+"""Executions an id prefix is looked for among (keys only, ~2 µs each)."""
 
 
 class FlowUnknownError(FlowError):
@@ -77,6 +83,11 @@ class FlowVersionUnknownError(FlowError):
 class ExecutionUnknownError(FlowError):
     code = "flow.execution_unknown"
     hint = "aos flow ls lists executions"
+
+
+class ExecutionAmbiguousError(IdAmbiguousError):
+    code = "flow.execution_ambiguous"
+    hint = "give more of the execution id (`aos flow ls` lists them)"
 
 
 class ExecutionExistsError(FlowError):
@@ -194,6 +205,7 @@ def signal(
     until one opens. One that could never be delivered is refused, journaling nothing
     (`flows/signals.py`, spec/11 §3.2)."""
     state = _running_state(world, exec_id)
+    exec_id = state["exec"]  # a prefix names the full id
     if not SIGNAL_NAME_PATTERN.fullmatch(name):
         raise FlowRequestInvalidError(f"signal name {name!r} is not a name", path="$.name")
     if expect_version is not None and expect_version < 0:
@@ -209,7 +221,7 @@ def signal(
 
 def cancel(world: World, exec_id: str, reason: str | None = None) -> RunReport:
     """Cancel a running execution: its open intents, waits and children."""
-    _running_state(world, exec_id)
+    exec_id = _running_state(world, exec_id)["exec"]
     return world.send(CANCEL_EVENT, {"exec": exec_id, "reason": reason})[1]
 
 
@@ -244,13 +256,18 @@ def resolve(world: World, name: str, version: int | None) -> tuple[int, str]:
 
 
 def status(world: World, exec_id: str) -> dict[str, Any]:
-    """An execution's state, decoded: status, version, business state, waits. An execution
-    whose cell the kernel failed (a fault its interpreter did not handle: a world whose
-    manifest predates fault notices, or a notice that faulted too) is `failed`, with the
-    fault under `fault`; one whose start was refused is made from its start event."""
+    """An execution's state, decoded: status, version, business state, waits. `exec_id` is
+    an execution's id or a unique prefix of one (`resolve_exec`). An execution whose cell the
+    kernel failed (a fault its interpreter did not handle: a world whose manifest predates
+    fault notices, or a notice that faulted too) is `failed`, with the fault under `fault`;
+    one whose start was refused is made from its start event."""
     state = _exec_state(world, exec_id)
     cell = world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, exec_id))
-    if cell is not None and cell.status == STATUS_FAILED:
+    if state is None and cell is None:
+        exec_id = resolve_exec(world, exec_id)
+        state = _exec_state(world, exec_id)
+        cell = world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, exec_id))
+    if cell is not None and cell.faulted:
         return _kernel_failed(world, exec_id, state, cell.last_active_seq)
     if state is None:
         raise ExecutionUnknownError(f"no execution {exec_id}", exec=exec_id)
@@ -261,6 +278,20 @@ def shown_status(world: World, exec_id: str) -> dict[str, Any]:
     """`status`, and the execution's `number` beside its id (NoETL's numeric execution id,
     `flows/numbers.py`): what `aos flow status`, the HTTP API and the inspector show."""
     return {**status(world, exec_id), "number": execution_number(exec_id)}
+
+
+def resolve_exec(world: World, text: str) -> str:
+    """The execution whose id starts with `text`, looked for among the first
+    `EXEC_PREFIX_SCAN_MAX` executions in key-hash order (their keys only: no state is read);
+    `flow.execution_unknown` when none does, `flow.execution_ambiguous` when several do."""
+    keys = itertools.islice(world.cell_keys_after(EXEC_WORKFLOW, None), EXEC_PREFIX_SCAN_MAX)
+    return prefixes.resolve(
+        text,
+        (str(key) for key in keys),
+        what="execution",
+        unknown=lambda message: ExecutionUnknownError(message, exec=text),
+        ambiguous=ExecutionAmbiguousError,
+    )
 
 
 def failure(state: dict[str, Any]) -> dict[str, Any] | None:
@@ -343,7 +374,7 @@ def history(
     state = status(world, exec_id)
     first = int(state["started_seq"])
     last = min(world.store.journal.head(), first + scan_records_max - 1)
-    key = world.key_bytes(EXEC_WORKFLOW, exec_id)
+    key = world.key_bytes(EXEC_WORKFLOW, state["exec"])
     return [
         e for seq, record in _records(world, first, last) for e in record_events(seq, record, key)
     ]
@@ -370,7 +401,7 @@ def history_page(
     first = max(int(state["started_seq"]), after + 1)
     head = world.store.journal.head()
     last = min(head, first + scan_records_max - 1)
-    key = world.key_bytes(EXEC_WORKFLOW, exec_id)
+    key = world.key_bytes(EXEC_WORKFLOW, state["exec"])
     events: list[HistoryEvent] = []
     last_seq = max(after, first - 1)
     for seq, record in _records(world, first, last):
@@ -395,8 +426,9 @@ def history_tail(
     """The newest `events_max` history events, found by reading the journal back from its
     head at most `scan_records_max` records (so a page that shows them holds the world's one
     writer for a bounded time, however long ago the execution started)."""
-    first = int(status(world, exec_id)["started_seq"])
-    key = world.key_bytes(EXEC_WORKFLOW, exec_id)
+    state = status(world, exec_id)
+    first = int(state["started_seq"])
+    key = world.key_bytes(EXEC_WORKFLOW, state["exec"])
     newest: list[HistoryEvent] = []  # newest first
     head = world.store.journal.head()
     back = read_back(world.store.journal, head, records_max=scan_records_max, bottom=first)
@@ -540,7 +572,7 @@ def executions_page(world: World, wanted: ExecutionFilter, page: Page) -> dict[s
             next_after = looked_at  # there is more: go on after the last one looked at
             break
         looked_at = key_hash(cell.key_bytes or b"").hex()
-        state = _listed_state(world, str(cell.key), cell.status)
+        state = _listed_state(world, str(cell.key), cell.faulted)
         if state is not None and wanted.keeps(summary := _summary(state)):
             shown.append({**summary, "key_hash": looked_at})
     return {
@@ -550,9 +582,9 @@ def executions_page(world: World, wanted: ExecutionFilter, page: Page) -> dict[s
     }
 
 
-def _listed_state(world: World, exec_id: str, cell_status: str) -> dict[str, Any] | None:
-    """A listed execution's state: as `status` derives it for a failed cell."""
-    if cell_status != STATUS_FAILED:
+def _listed_state(world: World, exec_id: str, faulted: bool) -> dict[str, Any] | None:
+    """A listed execution's state: as `status` derives it for a cell the kernel failed."""
+    if not faulted:
         return _exec_state(world, exec_id)
     try:
         return status(world, exec_id)
@@ -591,11 +623,12 @@ def _check_exec_id(exec_id: str) -> None:
             f"execution id {exec_id!r}: 1-128 of letters, digits, '.', '_', '-', '/'",
             path="$.exec",
         )
-    if exec_id.endswith(EXEC_ID_RESERVED_SUFFIX):
-        # GET /v1/executions/{exec}/events is the history of {exec}: an execution named so
-        # could not have its own status read over HTTP.
+    if exec_id.endswith(EXEC_ID_RESERVED_SUFFIXES):
+        # GET /v1/executions/{exec}/events is the history of {exec} (and /explain its
+        # explanation): an execution named so could not have its own status read over HTTP.
         raise FlowRequestInvalidError(
-            f"execution id {exec_id!r}: it may not end in {EXEC_ID_RESERVED_SUFFIX!r}",
+            f"execution id {exec_id!r}: it may not end in "
+            f"{' or '.join(map(repr, EXEC_ID_RESERVED_SUFFIXES))}",
             path="$.exec",
         )
 

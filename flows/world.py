@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.flows import interpreter
+from aos.flows.cell_status import EXEC_WORKFLOW as EXEC_WORKFLOW
 from aos.kernel.adapters.keys import read_seed, write_seed
 from aos.kernel.adapters.signing import generate_seed, public_key_of
 from aos.kernel.resources import package_path
@@ -31,7 +32,6 @@ from aos.kernel.world.world import CLOCK_WALL, World, WorldLimits
 FLOW_MANIFEST_DATA = "world-manifest"
 
 REGISTRY_WORKFLOW = "aos/FlowRegistry@1"
-EXEC_WORKFLOW = "aos/FlowExec@1"
 DEPLOY_EVENT = "aos/FlowDeploy@1"
 START_EVENT = "aos/FlowStart@1"
 SIGNAL_EVENT = "aos/FlowSignal@1"

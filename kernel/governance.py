@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aos.kernel import cbor
+from aos.kernel import cbor, prefixes
 from aos.kernel.air.check import AnyDefinition
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest
@@ -37,6 +37,7 @@ from aos.kernel.air.model import (
 )
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
+from aos.kernel.prefixes import IdAmbiguousError
 from aos.kernel.world import records
 from aos.kernel.world.world import World
 
@@ -72,6 +73,26 @@ class GovStaleBaseError(GovError):
 class GovUnknownProposalError(GovError):
     code = "gov.unknown_proposal"
     hint = "list proposals with `aos gov ls`"
+
+
+class ProposalAmbiguousError(IdAmbiguousError):
+    code = "gov.proposal_ambiguous"
+    hint = "give more digits of the proposal hash (`aos gov ls` lists them)"
+
+
+def resolve_proposal(world: World, text: str) -> str:
+    """The proposal named by its full id or a unique prefix of its hash (with or without
+    `blake3:`), as every governance command and route takes it."""
+    if text in world.proposals:
+        return text
+    return prefixes.resolve(
+        text,
+        sorted(world.proposals),
+        what="proposal",
+        unknown=GovUnknownProposalError,
+        ambiguous=ProposalAmbiguousError,
+        hashes=True,
+    )
 
 
 class GovDuplicateProposalError(GovError):

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from aos.cli.main import main
-from aos.flows.client import FlowNodeClient
+from aos.flows.client import NodeFlows
 from aos.kernel.adapters.keys import write_seed
 from aos.kernel.adapters.sdk import AdapterNodeRefusedError, NodeClient, RetryPolicy
 from aos.kernel.errors import AosError
@@ -175,7 +175,7 @@ def test_the_flow_client_and_the_adapter_sdk_verify_with_aos_ca(
     tmp_path: Path, ca: Authority, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with node_process(make_world(tmp_path / "w"), *served(ca)) as (url, _):
-        with pytest.raises(NodeUnreachableError), FlowNodeClient(url) as flows:
+        with pytest.raises(NodeUnreachableError), NodeFlows(url) as flows:
             flows.listing()
         sdk = NodeClient(url, retry=RetryPolicy(attempts_max=1))
         with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
@@ -188,7 +188,7 @@ def test_the_flow_client_and_the_adapter_sdk_verify_with_aos_ca(
 
 def flow_answer(url: str) -> str:
     """The code of the node's answer to a flow listing (the world has no flows)."""
-    with pytest.raises(AosError) as refused, FlowNodeClient(url, token=admin_token(url)) as flows:
+    with pytest.raises(AosError) as refused, NodeFlows(url, token=admin_token(url)) as flows:
         flows.listing()
     return refused.value.code
 
@@ -239,7 +239,7 @@ def test_tls_files_that_cannot_be_used_are_refused(tmp_path: Path, ca: Authority
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate")
     os.environ[CA_ENV] = str(tmp_path / "gone.pem")  # a client's stale CA: said when used
-    with pytest.raises(TlsConfigError), FlowNodeClient("https://127.0.0.1:1") as flows:
+    with pytest.raises(TlsConfigError), NodeFlows("https://127.0.0.1:1") as flows:
         flows.listing()
     assert client_verify("http://127.0.0.1:1") is False  # a plain node never reads it
     world = make_world(tmp_path / "w")

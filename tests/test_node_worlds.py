@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.flows.client import FlowNodeClient
+from aos.flows.client import NodeFlows
 from aos.kernel.adapters.keys import write_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url
@@ -207,7 +207,7 @@ def test_an_unknown_world_prefix_is_a_typed_404_that_changes_nothing(tmp_path: P
         # The flow client takes a base URL with a path: the world answers (it runs no flows).
         for base, code in ((urls["alpha"], "world.workflow_unknown"), (root, "node.world_unknown")):
             token = admin_headers(urls["alpha"])["authorization"].removeprefix("Bearer ")
-            with FlowNodeClient(base, token=token) as flows, pytest.raises(AosError) as caught:
+            with NodeFlows(base, token=token) as flows, pytest.raises(AosError) as caught:
                 flows.listing()
             assert caught.value.code == code
         after = {name: node_http.get(f"{url}/v1/journal").json() for name, url in urls.items()}

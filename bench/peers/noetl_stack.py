@@ -123,7 +123,7 @@ class NoetlStack:
     url: str = ""
     processes: list[_Process] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
-    # One connection pool for the bench's requests, as aos's FlowNodeClient keeps: neither
+    # One connection pool for the bench's requests, as aos's NodeFlows keeps: neither
     # side pays a client (and its TLS certificate store) per request.
     http: httpx.Client = field(default_factory=lambda: httpx.Client(verify=False))
 

@@ -8,9 +8,29 @@
     limits.py  NodeLimits and their defaults
 
 See spec/04-effects.md.
+
+`Node` and `NodeLimits` are imported when first asked for, so that a client that needs only
+the node's models or error codes (the CLI, kernel/client.py) does not load the server.
 """
 
-from aos.kernel.node.limits import NodeLimits
-from aos.kernel.node.node import Node
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aos.kernel.node.limits import NodeLimits
+    from aos.kernel.node.node import Node
 
 __all__ = ["Node", "NodeLimits"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Node":
+        from aos.kernel.node.node import Node
+
+        return Node
+    if name == "NodeLimits":
+        from aos.kernel.node.limits import NodeLimits
+
+        return NodeLimits
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -173,7 +173,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         """Height, manifest, logical time, cells per workflow, open intents, leases."""
         return await node.info()
 
-    @app.post("/v1/events", response_model=models.EventResponse, tags=["world"], **needs(SEND))
+    @app.post("/v1/events", response_model=models.SendResponse, tags=["world"], **needs(SEND))
     async def post_event(
         request: models.EventRequest,
         idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
@@ -435,7 +435,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
     )
     async def post_operation(request: models.OperationRequest) -> dict[str, Any]:
         """Retry or reset a cell, or cancel an open intent (journaled; see spec/03 §13)."""
-        return await node.operate(request.model_dump())
+        return await node.operate(request)
 
     @app.post(
         "/v1/time/advance", response_model=models.TimeResponse, tags=["time"], **needs(OPERATE)

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from aos.kernel.errors import AosError
+from aos.kernel.prefixes import IdAmbiguousError
 
 
 class NodeError(AosError):
@@ -41,6 +42,11 @@ class NodeInternalError(NodeError):
 class TaskUnknownError(NodeError):
     code = "node.task_unknown"
     hint = "`aos task ls` lists the open tasks; a completed task is gone"
+
+
+class TaskAmbiguousError(IdAmbiguousError):
+    code = "node.task_ambiguous"
+    hint = "give more digits of the task's intent hash (`aos task ls` lists them)"
 
 
 class WorldUnknownError(NodeError):

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Value = Any
 """A value of the CBOR data model in JSON form; bytes are {"$bytes": "<hex>"}."""
+OPERATION_KEY_TEXT_CHARS_MAX = 4096
 
 
 class _Model(BaseModel):
@@ -310,6 +311,9 @@ class IntentResponse(_Model):
     progress: list[dict[str, Value]] = Field(
         description="Its newest progress frames, oldest first."
     )
+    served: bool = Field(
+        True, description="False: read from the world, no node serves it to keep progress."
+    )
 
 
 class GovDecisionRequest(_Model):
@@ -324,7 +328,15 @@ class OperationRequest(_Model):
     action: str = Field(description="cell_retry | cell_reset | intent_cancel")
     workflow: str | None = Field(None, description="The cell's workflow (cell_retry, cell_reset).")
     key: Value = Field(None, description="The cell's key value (null for an unkeyed workflow).")
-    intent: str | None = Field(None, description="The intent hash (intent_cancel).")
+    key_text: str | None = Field(
+        None,
+        max_length=OPERATION_KEY_TEXT_CHARS_MAX,
+        description="Instead of `key`: the key as a user typed it, a value of the workflow's "
+        "key type (a text key bare), else JSON (as `aos world state get` reads KEY).",
+    )
+    intent: str | None = Field(
+        None, description="The intent hash, or a unique prefix of an open one (intent_cancel)."
+    )
     reason: str = Field("", description="Why, journaled with the action.")
 
 
@@ -332,6 +344,7 @@ class OperationResponse(_Model):
     seq: int = Field(description="The journal seq of the operation record.")
     action: str
     report: RunReportBody
+    target: str = Field("", description="What it acted on: the intent, or WORKFLOW[KEY].")
 
 
 class TimeAdvanceRequest(_Model):
@@ -341,3 +354,235 @@ class TimeAdvanceRequest(_Model):
 class TimeResponse(_Model):
     logical_ns: int
     report: RunReportBody | None
+
+
+class _Open(BaseModel):
+    """An answer that carries fields another layer defines (the flow interpreter's state, a
+    tool's error envelope): the named fields are checked, the others pass through."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class RunProblem(_Model):
+    """A step fault or a dropped delivery a run journaled (spec/03 §13)."""
+
+    seq: int
+    kind: Literal["step_fault", "delivery_dropped"]
+    workflow: str
+    key: Value = Field(description="The cell's key value (null for an unkeyed workflow).")
+    input: int = Field(description="The seq of the input whose delivery went wrong.")
+    code: str | None = Field(None, description="step_fault: the fault's code.")
+    message: str | None = Field(None, description="step_fault: what went wrong.")
+    reason: str | None = Field(None, description="delivery_dropped: why.")
+
+
+class SendResponse(EventResponse):
+    """`POST /v1/events`'s answer as a client gives it, from the node or from a world opened
+    in process: the admission, what the run did, and what went wrong in it."""
+
+    problems: list[RunProblem] = Field(
+        default_factory=list, description="The faults and drops of the run, in journal order."
+    )
+
+
+class ProposalResponse(_Open):
+    """A proposal after a governance action, with the world's height after it."""
+
+    proposal: str
+    seq: int = Field(description="The world's height after the action.")
+    status: str
+    base: str
+    manifest: str
+    shadow: Value = None
+    decision: Value = None
+
+
+class ShadowResponse(_Model):
+    report: Value = Field(description="The shadow report (spec/06 §3).")
+    report_hash: str = Field(description="Where the journal's shadow record keeps it (CAS).")
+    seq: int = Field(description="The world's height after the report was journaled.")
+
+
+class ApplyResponse(_Model):
+    proposal: str
+    manifest: str = Field(description="The world's manifest from now on.")
+    seq: int
+
+
+# --------------------------------------------------------------------------------------------
+# Flows (spec/11 §9.1): what `aos flow` renders, the same from a world opened in process and
+# from a node.
+
+ExecutionStatus = Literal["running", "completed", "failed", "partial", "cancelled"]
+TRACEBACK_CHARS_MAX = 4000
+"""The most of a task's python traceback an answer shows (its last lines, where it raised)."""
+
+
+class TaskError(_Open):
+    """An error as a task's tool, the engine or the kernel gave it: what kind of thing failed,
+    its code and message, whether a retry may help, and a python traceback when the tool sent
+    one (at most `TRACEBACK_CHARS_MAX` characters shown). Other fields the tool gave pass
+    through."""
+
+    kind: str | None = None
+    code: str | None = None
+    message: str | None = None
+    retryable: bool | None = None
+    traceback: str | None = None
+
+
+class FlowDeployed(_Model):
+    name: str
+    version: int
+    definition: str = Field(description="The canonical definition's hash.")
+    changed: bool = Field(description="False: that definition was already the latest version.")
+
+
+class FlowVersion(_Model):
+    version: int
+    definition: str
+    deployed_ns: int | None = Field(None, description="The logical time it was deployed at.")
+
+
+class FlowEntry(_Model):
+    name: str
+    versions: list[FlowVersion] = Field(description="Oldest first.")
+
+
+class ExecutionSummary(_Model):
+    exec: str
+    flow: str
+    version: int | None
+    status: ExecutionStatus
+    engine_version: int
+    key_hash: str = Field(description="The cursor: pass it as `after` for the next page.")
+
+
+class FlowListing(_Model):
+    flows: list[FlowEntry]
+    count: int = Field(description="Executions in the world (the index's count).")
+    executions: list[ExecutionSummary]
+    next_after: str | None = Field(description="`after` for the next page; null: the last.")
+
+
+class ExecutionStarted(_Model):
+    """A run's answer: the execution it started and its status when the answer was made."""
+
+    exec: str
+    number: int | None = Field(
+        None, description="The execution's number, NoETL's numeric execution id (spec/12)."
+    )
+    flow: str
+    version: int
+    definition: str
+    status: ExecutionStatus
+    error: TaskError | None = Field(None, description="Why it failed, when it has.")
+
+
+class ExecutionState(_Open):
+    """An execution's state (spec/11 §3.1) with `error`, why it failed, when it has. The
+    engine's records leave out fields at their defaults (spec/11 §3.1)."""
+
+    exec: str
+    flow: str | None
+    version: int | None
+    definition: str | None
+    status: ExecutionStatus
+    engine_version: int
+    started_seq: int
+    business: Value
+    engine: Value
+    error: TaskError | None = None
+
+
+class HistoryEvent(_Open):
+    """One history event (spec/11 §6), with the seq of the step record that carries it."""
+
+    seq: int
+    event: str
+
+
+class ExecutionEvents(_Model):
+    events: list[HistoryEvent]
+    status: ExecutionStatus = Field(description="The execution's status when read.")
+    last_seq: int = Field(description="`after` for the next page.")
+    more: bool = Field(description="The page stopped at a bound before the journal's head.")
+
+
+class ExecutionAck(_Open):
+    """A signal's or a cancel's answer: the execution and its status after it."""
+
+    exec: str
+    status: ExecutionStatus
+
+
+class SignalAnswer(_Open):
+    """A signal's answer (spec/11 §3.2): the journaled input, what became of it
+    (`delivered`, `buffered`; `stale`, `dropped`, `faulted` for one not delivered) and the
+    execution's status after it."""
+
+    exec: str
+    name: str
+    seq: int
+    outcome: str
+    status: ExecutionStatus
+
+
+class WaitBody(_Model):
+    """An open wait of an execution (spec/11 §3.2), for a person."""
+
+    wait: str = Field(description="The waiting token (w1, w2, ...).")
+    kind: str = Field(description="call, human, timer, timeout, retry, keychain, signal, child")
+    step: str | None
+    task: str | None
+    attempt: int
+    since_ns: int = Field(description="Logical time the wait opened at.")
+    signal: str | None = None
+    child: str | None = None
+    intent: str | None = Field(None, description="The open intent it waits on, if any.")
+    effect: str | None = None
+    due_ns: int | None = Field(None, description="A timer's (a retry's) logical due time.")
+    last_error: TaskError | None = Field(
+        None, description="A retry: the error of the attempt that failed."
+    )
+
+
+class FailurePoint(_Model):
+    """Where an execution failed: the step and task, the attempt, the history event's seq,
+    and the policy rule that decided it (its index in the task's rules; null: no rule
+    matched and the default applied)."""
+
+    step: str | None
+    task: str | None
+    attempt: int | None
+    seq: int
+    event: str
+    rule: int | None = None
+    action: str | None = Field(None, description="What the rule (or the default) did.")
+
+
+class ExecutionExplanation(_Model):
+    """`aos flow explain`: why an execution failed, or what it waits on (spec/11 §9)."""
+
+    exec: str
+    flow: str | None
+    version: int | None
+    status: ExecutionStatus
+    logical_ns: int = Field(description="The world's logical time when read.")
+    error: TaskError | None = None
+    failed_at: FailurePoint | None = None
+    waits: list[WaitBody] = Field(default_factory=list)
+    history_complete: bool = Field(
+        description="The history read reached the execution's start (a bounded read)."
+    )
+
+
+class LocalRunResult(ExecutionStarted):
+    """`aos flow run --local`: the run to its end (or its first wait for a person)."""
+
+    result: Value = None
+    human_tasks: list[str] = Field(default_factory=list)
+    receipts: int = 0
+    timers_skipped: int = 0
+    events: list[HistoryEvent] = Field(default_factory=list)
+    world: str | None = Field(None, description="Where the world is kept (--keep, --world).")

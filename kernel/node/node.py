@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aos.kernel import cbor, governance
+from aos.kernel import actions, cbor, governance, prefixes
 from aos.kernel.adapters.auth import AdapterForbiddenError, RefusalLimiter, RequestVerifier
 from aos.kernel.node import views
 from aos.kernel.node.audit import AuditLog
@@ -24,6 +24,7 @@ from aos.kernel.node.errors import (
     NodeLimitExceededError,
     RequestInvalidError,
     RequestTooLargeError,
+    TaskAmbiguousError,
     TaskUnknownError,
 )
 from aos.kernel.node.host import Admission, WorldHost
@@ -38,6 +39,7 @@ from aos.kernel.node.human import (
 from aos.kernel.node.identities import Authority, IdentityStore
 from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_for_leases
 from aos.kernel.node.limits import NodeLimits
+from aos.kernel.node.models import OperationRequest, RunReportBody
 from aos.kernel.node.progress import (
     ProgressForgedError,
     ProgressInvalidError,
@@ -49,8 +51,7 @@ from aos.kernel.node.proposals import ProposalRequest
 from aos.kernel.node.shadow_worker import ShadowUnavailableError, run_shadow
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
-from aos.kernel.world.intent_view import intent_view
-from aos.kernel.world.operations import Operation
+from aos.kernel.world.intent_view import intent_view, resolve_intent
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import RunReport, Settlement, World
@@ -229,7 +230,12 @@ class Node:
             detail = {"seq": admitted.seq, "event_hash": str(admitted.event_hash)}
             return Admission(True, answer, detail)
 
-        return await self.host.run_batched(admit)
+        sent = await self.host.run_batched(admit)
+        report = RunReportBody.model_validate(sent["report"])
+        if report.faults or report.dropped:  # rare: read on the host thread, after the flush
+            found = await self.host.run(lambda w: actions.problems(w, sent["seq"], report))
+            sent["problems"] = [problem.model_dump() for problem in found]
+        return sent
 
     async def state(self, workflow: str, key_json: Any, keyed_request: bool) -> dict[str, Any]:
         key = cbor.from_json(key_json, "$.key")
@@ -327,10 +333,11 @@ class Node:
         cancelled (and at which seq) once closed, and its newest progress frames."""
 
         def read(world: World) -> dict[str, Any]:
-            return intent_view(world, intent)
+            return intent_view(world, resolve_intent(world, intent))
 
         found = await self.host.run(read)
-        found["progress"] = [frame.to_json() for frame in self.progress_log.frames(intent)]
+        frames = self.progress_log.frames(found["intent"])
+        found["progress"] = [frame.to_json() for frame in frames]
         return found
 
     async def settle(
@@ -434,9 +441,19 @@ class Node:
         return inbox.history(intent)
 
     def _open_task(self, human: HumanAdapter, intent: str) -> PublishedIntent:
+        """An open task by its intent hash or a unique prefix of it."""
         task = self.leases.get(intent)
         if task is None or human.name not in task.adapters:
-            raise TaskUnknownError(f"no open task {intent}")
+            tasks = {t.intent: t for t in self.leases.open_for(human.name, sys.maxsize)}
+            found = prefixes.resolve(
+                intent,
+                tasks,
+                what="open task",
+                unknown=TaskUnknownError,
+                ambiguous=TaskAmbiguousError,
+                hashes=True,
+            )
+            return tasks[found]
         return task
 
     async def claim_task(self, intent: str, user: str, roles: list[str]) -> dict[str, Any]:
@@ -501,25 +518,16 @@ class Node:
             # The identity that completed it, journaled with the receipt (None: insecure-local).
             settlement = world.settle(receipt, by=user if roles is not None else None)
             if not settlement.duplicate:
-                inbox.note_completion(intent, user, status)
+                inbox.note_completion(task.intent, user, status)
             return _settled(settlement)
 
         return await self.host.run_batched(admit)
 
     # -- operations (kernel/world/operations.py) ---------------------------------------------
 
-    async def operate(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def operate(self, request: OperationRequest) -> dict[str, Any]:
         """Retry or reset a cell, or cancel an intent: journaled, then run to idle."""
-        key = cbor.from_json(request.get("key"), "$.key")
-
-        def run(world: World) -> dict[str, Any]:
-            fields = dict(request)
-            if request.get("workflow") is not None:
-                fields["key"] = world.key_bytes(str(request["workflow"]), key)
-            seq = world.operate(Operation.parse(fields))
-            return {"seq": seq, "action": request["action"], "report": _report(world.run_to_idle())}
-
-        return await self.host.run(run)
+        return await self.host.run(lambda world: actions.operate(world, request).model_dump())
 
     # -- governance -------------------------------------------------------------------------
 
@@ -531,8 +539,7 @@ class Node:
             proposal = governance.propose(
                 world, request.patch, blobs=request.blobs, prepared=request.prepared
             )
-            entry = cbor.to_json(world.proposals[proposal])
-            return {"proposal": proposal, **entry, "seq": world.height}
+            return actions.proposal_body(world, proposal).model_dump()
 
         return await self.host.run(run)
 
@@ -541,6 +548,7 @@ class Node:
         its report here; answers the report with the record's sequence."""
         if self.world_path is None:
             raise ShadowUnavailableError("this node did not open its world from a folder")
+        proposal = await self.host.run(lambda w: governance.resolve_proposal(w, proposal))
         found = await run_shadow(self.world_path, proposal, timeout_ms=self.limits.shadow_ms_max)
 
         def record(world: World) -> dict[str, Any]:
@@ -548,7 +556,8 @@ class Node:
             governance.record_shadow_raw(
                 world, proposal, found.state_height, report_hash, found.summary
             )
-            return {"report": cbor.to_json(cbor.decode(found.report)), "seq": world.height}
+            report = cbor.to_json(cbor.decode(found.report))
+            return {"report": report, "report_hash": report_hash, "seq": world.height}
 
         return await self.host.run(record)
 
@@ -556,35 +565,27 @@ class Node:
         self, proposal: str, *, approve: bool, approver: str, reason: str
     ) -> dict[str, Any]:
         def run(world: World) -> dict[str, Any]:
-            governance.decide(world, proposal, approve=approve, approver=approver, reason=reason)
-            entry = cbor.to_json(world.proposals[proposal])
-            return {"proposal": proposal, **entry, "seq": world.height}
+            decided = actions.decide(
+                world, proposal, approve=approve, approver=approver, reason=reason
+            )
+            return decided.model_dump()
 
         return await self.host.run(run)
 
     async def gov_apply(self, proposal: str) -> dict[str, Any]:
-        def run(world: World) -> dict[str, Any]:
-            manifest = governance.apply(world, proposal)
-            return {"proposal": proposal, "manifest": manifest, "seq": world.height}
-
-        return await self.host.run(run)
+        return await self.host.run(lambda world: actions.apply(world, proposal).model_dump())
 
     # -- time --------------------------------------------------------------------------------
 
     async def advance_time(self, by_ns: int) -> dict[str, Any]:
         def advance(world: World) -> dict[str, Any]:
-            report = world.advance_time(by_ns)
-            return {"logical_ns": world.logical_ns, "report": _report(report)}
+            return actions.time_answer(world, world.advance_time(by_ns)).model_dump()
 
         return await self.host.run(advance)
 
     async def jump_next_timer(self) -> dict[str, Any]:
         def jump(world: World) -> dict[str, Any]:
-            report = world.jump_next_timer()
-            return {
-                "logical_ns": world.logical_ns,
-                "report": _report(report) if report is not None else None,
-            }
+            return actions.time_answer(world, world.jump_next_timer()).model_dump()
 
         return await self.host.run(jump)
 
@@ -627,16 +628,7 @@ def within(name: str, value: int, maximum: int, *, minimum: int = 1, at: str = "
 
 
 def _report(report: RunReport) -> dict[str, Any]:
-    return {
-        "steps": report.steps,
-        "faults": report.faults,
-        "fault_codes": list(report.fault_codes),
-        "dropped": report.dropped,
-        "events": report.events,
-        "intents": report.intents,
-        "first_seq": report.first_seq,
-        "last_seq": report.last_seq,
-    }
+    return actions.report_body(report).model_dump()
 
 
 def _origin(published: PublishedIntent) -> dict[str, Any]:

@@ -18,7 +18,11 @@ class WorldExistsError(WorldError):
 
 class WorldMissingError(WorldError):
     code = "world.missing"
-    hint = "create it first with `aos world create DIR --manifest MANIFEST_DIR`"
+    hint = (
+        "create it first with `aos world create DIR --manifest MANIFEST_DIR` (a flow world: "
+        "`aos flow world create DIR`); `aos flow run FILE --local` runs on a scratch world "
+        "that is gone after it, and keeps it with `--keep DIR`"
+    )
 
 
 class WorldCorruptError(WorldError):

@@ -95,3 +95,27 @@ def _failing_fault(
 
 def _as_record(value: cbor.Value) -> dict[str, Any]:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def run_problems(journal: JournalView, first: int, last: int) -> list[dict[str, Any]]:
+    """The step faults and dropped deliveries journaled from `first` to `last` (a run's
+    records), in order, each as `{seq, kind, workflow, key, input, code?, message?, reason?}`
+    with its key decoded to JSON."""
+    found: list[dict[str, Any]] = []
+    for seq, record in journal.read(first, last) if first <= last else ():
+        if not isinstance(record, dict) or record.get("kind") not in PROBLEM_KINDS:
+            continue
+        key = record.get("key")
+        problem = {
+            "seq": seq,
+            "kind": record["kind"],
+            "workflow": record["workflow"],
+            "key": cbor.to_json(cbor.decode(key)) if isinstance(key, bytes) and key else None,
+            "input": record["input"],
+        }
+        if record["kind"] == records.STEP_FAULT:
+            problem.update(code=record["code"], message=record["message"])
+        else:
+            problem["reason"] = record["reason"]
+        found.append(problem)
+    return found

@@ -3,18 +3,43 @@ cancelled (with the seq that closed it). Progress frames are the node's (node/pr
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from aos.kernel import cbor
+from aos.kernel import cbor, prefixes
 from aos.kernel.errors import InvalidInputError
 from aos.kernel.hashing import is_hash
-from aos.kernel.world.errors import NotFoundError
+from aos.kernel.world.errors import IntentNotOpenError, NotFoundError
 from aos.kernel.world.world import World
 
 
 class IntentHashInvalidError(InvalidInputError):
     code = "world.intent_invalid"
     hint = "an intent is named by its hash, blake3:<64 hex>"
+
+
+_HEX_PREFIX = re.compile(r"[0-9a-f]{1,64}")
+
+
+class IntentAmbiguousError(prefixes.IdAmbiguousError):
+    code = "world.intent_ambiguous"
+    hint = "give more digits of the intent hash (`aos world status` lists the open intents)"
+
+
+def resolve_intent(world: World, text: str) -> str:
+    """An intent named by its hash (open or closed), or an open intent by a unique prefix of
+    its hash (with or without `blake3:`), as `aos world status` and `aos task ls` show it."""
+    full = text if text.startswith(prefixes.HASH_PREFIX) else prefixes.HASH_PREFIX + text
+    if is_hash(full) or not _HEX_PREFIX.fullmatch(full.removeprefix(prefixes.HASH_PREFIX)):
+        return full if is_hash(full) else text  # not a hash's prefix: the caller refuses it
+    return prefixes.resolve(
+        text,
+        (str(i["intent"]) for i in world.open_intents()),
+        what="open intent",
+        unknown=IntentNotOpenError,
+        ambiguous=IntentAmbiguousError,
+        hashes=True,
+    )
 
 
 def intent_view(world: World, intent: str) -> dict[str, Any]:

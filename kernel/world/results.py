@@ -51,6 +51,8 @@ class CellInfo:
     state_hash: Hash
     status: str
     last_active_seq: int
+    faulted: bool = False  # the kernel failed it (a step fault); `status` may say failed too
+    # when the workflow's own state says so (queries.status_from_state)
 
 
 @dataclass(frozen=True)

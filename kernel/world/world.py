@@ -905,6 +905,10 @@ class World:
         """The canonical key bytes of a cell, from a key value (normalized like routing)."""
         return queries.key_bytes(self._runtime, workflow, key)
 
+    def key_from_text(self, workflow: str, text: str | None) -> tuple[Any, bytes | None]:
+        """The key value and key bytes a user's KEY names (queries.key_from_text)."""
+        return queries.key_from_text(self._runtime, workflow, text)
+
     def state(self, workflow: str, key: Any = None) -> Any:
         """The state of a cell (None if it does not exist)."""
         return self._reads.state(workflow, self.key_bytes(workflow, key))
@@ -920,6 +924,10 @@ class World:
         """A workflow's cells whose key hash is greater than `after` (all when None), in
         key-hash order, lazily: a page of cells reads what it shows, not the whole index."""
         return self._reads.cells_after(workflow, after)
+
+    def cell_keys_after(self, workflow: str, after: bytes | None) -> Iterator[Any]:
+        """The keys of a workflow's cells after key hash `after`, lazily, reading no state."""
+        return self._reads.keys_after(workflow, after)
 
     def cell_count(self, workflow: str) -> int:
         """How many cells a workflow has (index counts, no walk)."""

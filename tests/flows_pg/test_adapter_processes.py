@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aos.flows.client import FlowNodeClient
+from aos.flows.client import NodeFlows
 from aos.flows.world import create_flow_world
 from tests.auth_fixtures import admin_token
 from tests.pg_cluster import PgCluster
@@ -44,10 +44,10 @@ def _adapter_once(url: str, kind: str, key: Path, config: Path) -> list[dict[str
     return [json.loads(line) for line in done.stdout.splitlines() if '"intent"' in line]
 
 
-def _waiting_for(client: FlowNodeClient, exec_id: str, effect: str) -> None:
+def _waiting_for(client: NodeFlows, exec_id: str, effect: str) -> None:
     deadline = time.monotonic() + POLL_TIMEOUT_S
     while time.monotonic() < deadline:
-        waits = client.status(exec_id)["engine"]["waits"]
+        waits = client.status(exec_id).engine["waits"]
         if any(w["effect"] == effect for w in waits.values()):
             return
         time.sleep(0.1)
@@ -64,10 +64,9 @@ def test_keychain_and_postgres_adapter_processes_run_a_flow(
     config = tmp_path / "tools.yaml"
     config.write_text("keychain: {file: secrets.yaml, env_prefix: null}\n")
     with node_process(world_path) as (url, _process):
-        client = FlowNodeClient(url, token=admin_token(url))
-        client.deploy(FLOW)
-        started = client.run("t/pg-process", {"n": 21})
-        exec_id = str(started["exec"])
+        client = NodeFlows(url, token=admin_token(url))
+        client.deploy_text(FLOW)
+        exec_id = client.run("t/pg-process", {"n": 21}).exec
         _waiting_for(client, exec_id, "aos/keychain.resolve@1")
         (resolved,) = _adapter_once(url, "keychain", keys / "keychain.key", config)
         assert resolved["status"] == "ok" and resolved["seq"] is not None
@@ -75,11 +74,11 @@ def test_keychain_and_postgres_adapter_processes_run_a_flow(
         (ran,) = _adapter_once(url, "tool-postgres", keys / "postgres.key", config)
         assert ran["status"] == "ok"
         deadline = time.monotonic() + POLL_TIMEOUT_S
-        while (state := client.status(exec_id))["status"] == "running":
+        while (state := client.status(exec_id)).status == "running":
             assert time.monotonic() < deadline, state
             time.sleep(0.1)
-        assert state["status"] == "completed", state["engine"]["error"]
-        assert state["business"]["steps"]["count"]["rows"] == [{"doubled": 42}]
+        assert state.status == "completed", state.engine["error"]
+        assert state.business["steps"]["count"]["rows"] == [{"doubled": 42}]
     password = pg_cluster.password.encode()
     holding = [p.name for p in world_path.rglob("*") if p.is_file() and password in p.read_bytes()]
     assert holding == []

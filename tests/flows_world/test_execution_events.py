@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from aos.flows import operations as ops
-from aos.flows.client import FlowNodeClient
+from aos.flows.client import NodeFlows
 from aos.flows.http import add_flow_routes
 from aos.flows.pages import add_flow_pages
 from aos.flows.world import create_flow_world
@@ -267,11 +267,11 @@ def test_follow_prints_each_event_once_and_ends_with_the_execution(tmp_path: Pat
     world.close()
     with (
         node_process(world_path) as (url, _node),
-        FlowNodeClient(url, token=admin_token(url)) as flows,
+        NodeFlows(url, token=admin_token(url)) as flows,
     ):
-        flows.deploy(HOLD_FLOW)
+        flows.deploy_text(HOLD_FLOW)
         flows.run("t/wait", None, exec_id="h1")
-        before = flows.events("h1")
+        before = [event.model_dump() for event in flows.events("h1")]
         command = [*_AOS, "flow", "events", "h1", "--node", url, "--follow", "--json"]
         follower = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         try:
@@ -285,5 +285,5 @@ def test_follow_prints_each_event_once_and_ends_with_the_execution(tmp_path: Pat
                 follower.kill()
         assert follower.returncode == 0
         shown += [json.loads(line) for line in rest.splitlines()]
-        assert shown == flows.events("h1")
-        assert flows.status("h1")["status"] == "completed"
+        assert shown == [event.model_dump() for event in flows.events("h1")]
+        assert flows.status("h1").status == "completed"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from aos.cli.common import EXIT_FAILED, EXIT_RUNNING
 from aos.cli.main import main
 from aos.flows.numbers import execution_number
 from aos.flows.world import ADAPTER_KEY_FILES
@@ -105,9 +106,9 @@ def ok_json(*args: str | Path) -> Any:
 
 
 def failed_json(*args: str | Path) -> Any:
-    """A run whose execution ended `failed`: it prints the execution and exits 1."""
+    """A run whose execution ended `failed`: it prints the execution and exits 3."""
     result = aos(*args, "--json")
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == EXIT_FAILED, result.output
     body = json.loads(result.stdout)
     assert body["status"] == "failed"
     return body
@@ -235,14 +236,23 @@ def test_run_local_retries_an_echo_call_through_a_timer(tmp_path: Path) -> None:
     assert "playbook.finished" in text and "status    completed" in text
 
 
+def running_json(*args: str | Path) -> Any:
+    """A run that stopped while its execution still runs (a person to ask): exit 5."""
+    result = aos(*args, "--json")
+    assert result.exit_code == EXIT_RUNNING, result.output
+    return json.loads(result.stdout)
+
+
 def test_run_local_stops_at_a_human_task(tmp_path: Path) -> None:
     flow = write(tmp_path, "human.flow.yaml", HUMAN_FLOW)
-    body = ok_json("flow", "run", flow, "--local", "--workload", '{"order": "A-1"}')
+    body = running_json("flow", "run", flow, "--local", "--workload", '{"order": "A-1"}')
     assert body["status"] == "running"
     assert len(body["human_tasks"]) == 1 and body["human_tasks"][0].startswith("blake3:")
     names = [e["event"] for e in body["events"]]
     assert "human.task.created" in names and "playbook.finished" not in names
-    text = ok_text("flow", "run", flow, "--local", "--workload", '{"order": "B-2"}')
+    result = aos("flow", "run", flow, "--local", "--workload", '{"order": "B-2"}')
+    assert result.exit_code == EXIT_RUNNING, result.output
+    text = result.stdout
     assert "human.task.created" in text and "ask.approve" in text
     assert "waiting   1 human task(s)" in text and "status    running" in text
 
@@ -297,7 +307,7 @@ def test_run_local_refuses_a_world_that_is_no_flow_world(tmp_path: Path) -> None
     for key in (tmp_path / "keyless.keys").iterdir():
         key.unlink()
     (tmp_path / "keyless.keys").rmdir()
-    refused("flow.local_world", "flow", "run", parent, "--local", "--world", keyless)
+    refused("flow.local_world_invalid", "flow", "run", parent, "--local", "--world", keyless)
 
 
 # --------------------------------------------------------------------------------------------

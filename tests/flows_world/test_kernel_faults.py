@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from aos.cli.common import EXIT_FAILED
 from aos.cli.main import main
 from aos.flows import operations as ops
 from aos.flows.local import LocalAdapters
@@ -88,7 +89,9 @@ def test_a_step_the_kernel_refuses_fails_the_execution_with_its_reason(
     assert state["engine"]["waits"] == {}  # and nothing is left open
     assert flows.world.open_intents() == []
     cell = next(c for c in flows.world.cells(EXEC_WORKFLOW) if c.key == "e1")
-    assert cell.status != "failed"  # the interpreter handled its fault notice
+    # The interpreter handled its fault notice: the kernel did not fail the cell, and its
+    # views say failed because the execution did.
+    assert not cell.faulted and cell.status == "failed"
     names = flows.names()
     assert names[-2:] == ["execution.faulted", "playbook.finished"]
     faulted = flows.events()[-2]
@@ -129,14 +132,14 @@ def test_faulted_executions_replay(flows: FlowWorld) -> None:
     assert report.ok, report.divergence
 
 
-def test_the_cli_exits_1_for_a_failed_run_and_status_says_why(tmp_path: Path) -> None:
+def test_the_cli_exits_3_for_a_failed_run_and_status_says_why(tmp_path: Path) -> None:
     source = tmp_path / "burns.flow.yaml"
     source.write_text(AT_ONCE)
     world = tmp_path / "kept"
     done = CliRunner().invoke(
-        main, ["flow", "run", str(source), "--local", "--world", str(world), "--id", "x"]
+        main, ["flow", "run", str(source), "--local", "--keep", str(world), "--id", "x"]
     )
-    assert done.exit_code == 1, done.output
+    assert done.exit_code == EXIT_FAILED, done.output
     assert re.search(r"status\s+failed", done.output)
     assert "step.fuel_exhausted" in done.output
     shown = CliRunner().invoke(main, ["flow", "status", "x", "--world", str(world)])
