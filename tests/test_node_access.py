@@ -21,7 +21,7 @@ from starlette.routing import Mount, Route
 from aos.flows.http import add_flow_routes
 from aos.flows.pages import add_flow_pages
 from aos.kernel.adapters.auth import AdapterAuth
-from aos.kernel.node import Node
+from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.access import SESSION_COOKIE, declared
 from aos.kernel.node.app import create_app
 from aos.kernel.node.identities import (
@@ -39,6 +39,8 @@ from tests.auth_fixtures import bearer, token_for
 from tests.test_node import ADAPTER as ADAPTER_NAME
 from tests.test_node import TestClient, make_world, open_node, send
 from tests.test_receipts import ADAPTER_SEED
+
+TAIL_MS = 200
 
 ORIGIN = {"origin": "http://testserver"}
 FORM = {"content-type": "application/x-www-form-urlencoded"}
@@ -68,7 +70,10 @@ def full_app(node: Node) -> FastAPI:
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[Node]:
-    with open_node(make_world(tmp_path / "w")) as opened:
+    # A live tail answers for tail_stream_ms_max (5 minutes by default): the matrix only
+    # needs its first bytes.
+    limits = NodeLimits(tail_stream_ms_max=TAIL_MS)
+    with open_node(make_world(tmp_path / "w"), limits=limits) as opened:
         yield opened
 
 

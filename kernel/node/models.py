@@ -451,6 +451,9 @@ class FlowEntry(_Model):
 
 class ExecutionSummary(_Model):
     exec: str
+    number: int | None = Field(
+        None, description="The execution's number, NoETL's numeric execution id (spec/12)."
+    )
     flow: str
     version: int | None
     status: ExecutionStatus

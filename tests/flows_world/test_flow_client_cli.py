@@ -69,11 +69,11 @@ def test_a_failed_local_run_exits_3_and_shows_its_error(tmp_path: Path) -> None:
     failing = write(tmp_path, "failing.yaml", FAILING)
     text = exits(EXIT_FAILED, "flow", "run", failing, "--local")
     assert "status    failed" in text
-    assert "error     python.raised (transport): ValueError: no such order A-1" in text
+    assert "error     python.raised (schema): ValueError: no such order A-1" in text
     assert "a scratch world, gone now (--keep DIR keeps it)" in text
     body = as_json(EXIT_FAILED, "flow", "run", failing, "--local")
     assert body["status"] == "failed" and body["world"] is None
-    assert (body["error"]["code"], body["error"]["kind"]) == ("python.raised", "transport")
+    assert (body["error"]["code"], body["error"]["kind"]) == ("python.raised", "schema")
     assert "no such order A-1" in body["error"]["message"]
     done = write(tmp_path, "child.yaml", CHILD)
     assert as_json(EXIT_OK, "flow", "run", done, "--local")["status"] == "completed"
@@ -107,12 +107,12 @@ def test_keep_children_prefixes_explain_and_the_kernel_views(tmp_path: Path) -> 
     explained = exits(EXIT_OK, "flow", "explain", "bad", *at)
     assert "execution bad-1" in explained and "status    failed" in explained
     assert "failed    look_up.look_up_task attempt 1  (task.failed at seq" in explained
-    assert "error     python.raised (transport): ValueError: no such order A-1" in explained
+    assert "error     python.raised (schema): ValueError: no such order A-1" in explained
     found = as_json(EXIT_OK, "flow", "explain", "bad-1", *at)
     assert (found["failed_at"]["step"], found["failed_at"]["attempt"]) == ("look_up", 1)
     assert found["error"]["code"] == "python.raised"
     status_text = exits(EXIT_OK, "flow", "status", "bad-1", *at)
-    assert "python.raised (transport): ValueError: no such order A-1" in status_text
+    assert "python.raised (schema): ValueError: no such order A-1" in status_text
 
     # The kernel's own views say failed for the failed execution's cell.
     cells = as_json(EXIT_OK, "world", "state", "cells", EXEC_WORKFLOW, *at, "--limit", "100")
