@@ -66,12 +66,13 @@ CODE_CACHE_MAX = 256
 _READ_CHUNK_BYTES = 64 * 1024
 
 WORKER = r"""
-import ast, asyncio, builtins, datetime, decimal, importlib, inspect, io, json, keyword, math
-import os, random, sys, uuid
+import ast, asyncio, builtins, datetime, decimal, importlib, inspect, io, json, keyword, linecache
+import math, os, random, sys, traceback, uuid
 proto_in = sys.stdin.buffer
 proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
 os.dup2(2, 1)  # stray writes to fd 1 go to stderr, never into the protocol
 CACHE_MAX, DEPTH_MAX = int(sys.argv[1]), 64
+TRACEBACK_CHARS_MAX = 4000  # kernel/node/models.py's: what an answer shows of one
 CACHE = {}
 NOT_GIVEN = "Code executed without explicit result variable"
 
@@ -261,6 +262,17 @@ def call_main(main, given, args):
     return asyncio.run(found) if inspect.iscoroutine(found) else found
 
 
+def code_traceback(error, code):
+    # The frames of the author's code only (from its first frame on), with its lines, and
+    # the end of it when long: the worker's own frames say nothing to the author.
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != "<code>":
+        tb = tb.tb_next
+    linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
+    text = "".join(traceback.format_exception(type(error), error, tb))
+    return text[-TRACEBACK_CHARS_MAX:]
+
+
 def run(request):
     args = request.get("args")
     args = args if isinstance(args, dict) else {"args": args}
@@ -296,6 +308,9 @@ for line in proto_in:
         answer = {"ok": to_wire(run(from_wire(json.loads(line))))}
     except BaseException as error:  # SystemExit too: the code must leave a result
         answer = {"error": {"type": type(error).__name__, "message": str(error)[:2000]}}
+        if isinstance(error, Exception):
+            code = str(json.loads(line).get("code", ""))
+            answer["error"]["traceback"] = code_traceback(error, code)
     proto_out.write((json.dumps(answer, allow_nan=False) + "\n").encode())
 """
 

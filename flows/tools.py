@@ -109,6 +109,7 @@ from aos.kernel.adapters.sdk import (
     Result,
 )
 from aos.kernel.errors import AosError
+from aos.kernel.node.models import TRACEBACK_CHARS_MAX
 
 log = logging.getLogger("aos.flows.tools")
 
@@ -713,7 +714,9 @@ def _run_code(
         return failure("python.result_invalid", str(raised.get("message")))
     message = f"{kind}: {raised.get('message')}"
     # The code the definition holds raised: the definition's own logic, not a transport.
-    return failure("python.raised", message, kind="expression", py={"exception": kind})
+    shown = raised.get("traceback")
+    trace = {"traceback": shown[-TRACEBACK_CHARS_MAX:]} if isinstance(shown, str) else {}
+    return failure("python.raised", message, kind="expression", py={"exception": kind}, **trace)
 
 
 def _function_module(ref: Any) -> str:

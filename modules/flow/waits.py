@@ -281,8 +281,13 @@ def _with_protocol(outcome: dict[str, Any], payload: Any) -> dict[str, Any]:
 PROTOCOL_FIELDS = ("http", "pg", "py", "shell", "duckdb")
 
 
+TRACEBACK_CHARS_MAX = 4000
+"""Most of a tool's python traceback an error keeps (its end: where it raised)."""
+
+
 def normalize_error(value: Any, kind: str, code: str, noetl: bool = False) -> dict[str, Any]:
-    """`{kind, category, code, message, retryable}` from whatever an adapter or a child sent:
+    """`{kind, category, code, message, retryable[, traceback]}` from whatever an adapter or a
+    child sent:
     the category is the sender's (its `category`, else its `kind` when that is a category),
     else `kind`. In a playbook (`noetl`) `kind` says what failed in NoETL's words: a tool's
     `error_kind`, a child's `kind` (spec/11 §3.3)."""
@@ -299,6 +304,8 @@ def normalize_error(value: Any, kind: str, code: str, noetl: bool = False) -> di
     named = value.get("error_kind") if "error_kind" in value else value.get("kind")
     if noetl and type(named) is str and named:
         error["kind"] = named
+    if type(value.get("traceback")) is str:  # where a python task raised (flows/pyworker.py)
+        error["traceback"] = value["traceback"][-TRACEBACK_CHARS_MAX:]
     return error
 
 

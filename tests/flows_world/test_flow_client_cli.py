@@ -74,6 +74,12 @@ def test_a_failed_local_run_exits_3_and_shows_its_error(tmp_path: Path) -> None:
     body = as_json(EXIT_FAILED, "flow", "run", failing, "--local")
     assert body["status"] == "failed" and body["world"] is None
     assert (body["error"]["code"], body["error"]["kind"]) == ("python.raised", "schema")
+    # The traceback of the author's code, its line shown, none of the worker's frames.
+    trace = body["error"]["traceback"]
+    assert trace.startswith("Traceback (most recent call last):")
+    assert 'File "<code>", line 1' in trace and 'raise ValueError(f"no such order' in trace
+    assert trace.count('File "') == 1 and trace.endswith("ValueError: no such order A-1\n")
+    assert "traceback\n" in text and 'File "<code>", line 1' in text
     assert "no such order A-1" in body["error"]["message"]
     done = write(tmp_path, "child.yaml", CHILD)
     assert as_json(EXIT_OK, "flow", "run", done, "--local")["status"] == "completed"
