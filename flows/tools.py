@@ -715,7 +715,9 @@ def _run_code(
     message = f"{kind}: {raised.get('message')}"
     # The code the definition holds raised: the definition's own logic, not a transport.
     shown = raised.get("traceback")
-    trace = {"traceback": shown[-TRACEBACK_CHARS_MAX:]} if isinstance(shown, str) else {}
+    trace: dict[str, Any] = {}
+    if isinstance(shown, str):
+        trace["traceback"] = shown[-TRACEBACK_CHARS_MAX:]
     return failure("python.raised", message, kind="expression", py={"exception": kind}, **trace)
 
 
