@@ -161,7 +161,17 @@ class NotData(Exception):
     pass
 
 
-def to_wire(value, depth=0):
+def json_key(key):
+    # What json.dumps makes of a key, as NoETL's worker serializes a result: numbers, booleans
+    # and None become text; anything else is not data.
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, int, float)):
+        return json.dumps(key, allow_nan=False)
+    raise NotData("a map in the result has a key that is not text, a number or a boolean")
+
+
+def to_wire(value, depth=0, json_keys=False):
     if depth > DEPTH_MAX:
         raise NotData("the result nests deeper than 64")
     if value is None or isinstance(value, (bool, int, str)):
@@ -173,11 +183,18 @@ def to_wire(value, depth=0):
     if isinstance(value, (bytes, bytearray)):
         return {"$bytes": bytes(value).hex()}
     if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
+        if json_keys:
+            keys = [json_key(k) for k in value]
+            if len(set(keys)) != len(keys):
+                raise NotData("two keys of a map in the result are one text (1 and '1', say)")
+        elif all(isinstance(k, str) for k in value):
+            keys = list(value)
+        else:
             raise NotData("a map in the result has a key that is not text")
-        return {k: to_wire(v, depth + 1) for k, v in value.items()}
+        items = zip(keys, value.values())
+        return {k: to_wire(v, depth + 1, json_keys) for k, v in items}
     if isinstance(value, (list, tuple)):
-        return [to_wire(v, depth + 1) for v in value]
+        return [to_wire(v, depth + 1, json_keys) for v in value]
     raise NotData(f"a value of type {type(value).__name__} is not data (maps, lists, text, numbers)")
 
 
@@ -305,7 +322,9 @@ def run(request):
 
 for line in proto_in:
     try:
-        answer = {"ok": to_wire(run(from_wire(json.loads(line))))}
+        request = from_wire(json.loads(line))
+        # A playbook's result goes as NoETL's worker sends it: as JSON, keys made text.
+        answer = {"ok": to_wire(run(request), json_keys=bool(request.get("noetl")))}
     except BaseException as error:  # SystemExit too: the code must leave a result
         answer = {"error": {"type": type(error).__name__, "message": str(error)[:2000]}}
         if isinstance(error, Exception):

@@ -100,3 +100,17 @@ result = {
 def test_a_bad_flow_format_is_refused() -> None:
     outcome = code_call("result = 1", params={"flow_format": 0})
     assert outcome.status == "error" and outcome.payload["code"] == "tool.invalid"
+
+
+def test_a_playbooks_result_keys_become_text_as_json_makes_them() -> None:
+    """NoETL's worker sends a result as JSON (`json.dumps`), so numbers, booleans and None as
+    map keys arrive as text; an `aos.flow/1` result must be data as written."""
+    code = "result = {'counts': {1: 'one', 2.5: 'half', None: 'none', 'x': True}}"
+    answer = code_call(code, params={"flow_format": 2})
+    assert answer.payload == {"counts": {"1": "one", "2.5": "half", "null": "none", "x": True}}
+    clash = code_call("result = {1: 'a', '1': 'b'}", params={"flow_format": 2})
+    assert (clash.status, clash.payload["code"]) == ("error", "python.result_invalid")
+    assert "one text" in clash.payload["message"]
+    strict = code_call(code)
+    assert (strict.status, strict.payload["code"]) == ("error", "python.result_invalid")
+    assert "not text" in strict.payload["message"]
