@@ -500,8 +500,11 @@ def check(
     for cell in world.cells(EXEC_WORKFLOW):
         exec_id = str(cell.key)
         state = world.state(EXEC_WORKFLOW, cell.key)
-        if cell.status == "failed" or not isinstance(state, dict):
-            problems.append(f"execution {exec_id} is {cell.status} with state {type(state)}")
+        # `faulted`: the kernel failed a step of the cell. Its `status` says `failed` for an
+        # execution that ended failed too (flows/cell_status.py), which a workload of retries
+        # and timeouts may legitimately do.
+        if cell.faulted or not isinstance(state, dict):
+            problems.append(f"execution {exec_id} is faulted with state {type(state)}")
             continue
         states[exec_id] = state
         ended = finished[cell.key_bytes]
