@@ -59,8 +59,9 @@ WORKERS_MAX_DEFAULT = 4
 """Workers one pool runs at once (calls beyond wait for an idle one)."""
 WORKER_CALLS_MAX_DEFAULT = 10_000
 """Calls a worker serves before it is replaced (bounds what code can leak into it)."""
-OUTPUT_BYTES_MAX_DEFAULT = 1024 * 1024
-"""Most bytes of one answer; more kills the worker and fails the call."""
+OUTPUT_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
+"""Most bytes of one answer; more kills the worker and fails the call. A node's
+`blob_bytes_max`: a result over the inline limit goes by reference (spec/11 §7), as a blob."""
 CODE_CACHE_MAX = 256
 """Compiled code objects a worker keeps."""
 _READ_CHUNK_BYTES = 64 * 1024

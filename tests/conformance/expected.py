@@ -28,6 +28,7 @@ KINDS = {
     "noetl-fault": "a NoETL 2.13.1 fault",
     "noetl-older": "NoETL 2.13.1 no longer does what the fixture was written for",
     "noetl-race": "a race in NoETL 2.13.1: the parts differ in some runs only",
+    "aos-choice": "aos departs from NoETL 2.13.1 on purpose",
 }
 RACE = "noetl-race"  # its parts may differ or not; never counted as no longer seen
 
