@@ -35,6 +35,17 @@ workflow:
       code: |
         raise ValueError(f"no such order {order}")
 """
+KEYED = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: keyed, path: t/keyed}
+workflow:
+  - step: count
+    tool:
+      kind: python
+      code: |
+        result = {"by": {1: "one", None: "none"}}
+"""
 SIGNAL_FLOW = """
 name: t/signal
 steps:
@@ -212,3 +223,18 @@ def test_reads_beside_a_serving_node_and_exit_codes_through_it(
         exits(EXIT_RUNNING, "flow", "status", "s-2", *at, "--wait", "0.1")
         exits(EXIT_OK, "flow", "signal", "s-2", "warehouse.picked", *node)
         exits(EXIT_OK, "flow", "status", "s-2", *node, "--wait", "5")
+
+
+def test_a_world_whose_python_task_raised_replays_with_its_traceback(tmp_path: Path) -> None:
+    """The traceback and the JSON-made keys travel in the receipt and the interpreter's error:
+    a world that holds them replays byte for byte."""
+    failing = write(tmp_path, "failing.yaml", FAILING)
+    keyed = write(tmp_path, "keyed.yaml", KEYED)
+    kept = tmp_path / "kept"
+    failed = as_json(EXIT_FAILED, "flow", "run", failing, "--local", "--keep", kept)
+    assert failed["error"]["traceback"].endswith("ValueError: no such order A-1\n")
+    done = as_json(EXIT_OK, "flow", "run", keyed, "--local", "--world", kept)
+    assert done["result"] == {"by": {"1": "one", "null": "none"}}
+    replayed = aos("world", "replay", "--verify", "--world", kept)
+    assert replayed.exit_code == 0, replayed.output
+    assert "ok: every record and the head match" in replayed.stdout
