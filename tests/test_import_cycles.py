@@ -1,0 +1,231 @@
+"""No import cycles between packages, and dependencies point one way: `cli -> flows -> kernel`
+(DESIGN §2, STYLE "Structure").
+
+An AST walk over every module under kernel/, flows/ and cli/ collects its imports of `aos.*`,
+at module level and inside functions alike (a deferred import still ties the two packages
+together; deferring it only hides the cycle from the interpreter). Each module belongs to a
+node of the graph: its package (`aos.kernel.world.cells` -> `aos.kernel.world`), except a
+loose module directly in a root package (`aos.kernel.cbor`), which is a node of its own, the
+root being a namespace of separate concepts rather than one. A cycle is reported as the path
+of nodes with, for each edge, the first import that makes it (file:line).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_ROOTS = {"kernel": "aos.kernel", "flows": "aos.flows", "cli": "aos.cli"}
+# The layers, lowest first: a module may import its own layer and the ones below it.
+LAYERS = ("aos.kernel", "aos.flows", "aos.cli")
+
+Edge = tuple[str, str]
+
+
+def _module_name(path: Path, root: Path) -> str:
+    folder = path.relative_to(root).parts[0]
+    parts = list(path.relative_to(root / folder).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([SOURCE_ROOTS[folder], *parts])
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _node(module: str, packages: set[str]) -> str:
+    """The graph node a module belongs to: itself when it is a package or a loose module of a
+    root package, else its package."""
+    if module in packages or module in SOURCE_ROOTS.values():
+        return module
+    parent = module.rpartition(".")[0]
+    return module if parent in SOURCE_ROOTS.values() else parent
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The longest known module a dotted import name starts with (`aos.kernel.world.World`
+    -> `aos.kernel.world`), or None for a name outside the tree."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                yield f"{node.module}.{alias.name}", node.lineno
+
+
+def _sources(root: Path) -> dict[str, Path]:
+    found = {}
+    for folder in SOURCE_ROOTS:
+        for path in sorted((root / folder).rglob("*.py")):
+            found[_module_name(path, root)] = path
+    return found
+
+
+def import_graph(root: Path = ROOT) -> dict[Edge, str]:
+    """Every edge between two different nodes, with the first import that makes it."""
+    sources = _sources(root)
+    modules = set(sources)
+    packages = {name for name, path in sources.items() if _is_package(path)}
+    edges: dict[Edge, str] = {}
+    for module, path in sources.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        source = _node(module, packages)
+        for name, line in _imports(tree):
+            target = _resolve(name, modules)
+            if target is None:
+                continue
+            node = _node(target, packages)
+            if node != source:
+                where = f"{path.relative_to(root).as_posix()}:{line}"
+                edges.setdefault((source, node), where)
+    return edges
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components of more than one node, each sorted, in sorted order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _cycle_through(start: str, members: set[str], graph: dict[str, set[str]]) -> list[str]:
+    """One shortest cycle from `start` back to it inside a component (breadth-first)."""
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph.get(node, set()) & members):
+                if target == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [*reversed(path), start]
+                if target not in previous:
+                    previous[target] = node
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")
+
+
+def _rotated(cycle: list[str]) -> tuple[str, ...]:
+    """A cycle's nodes starting at its least one, so that rotations compare equal."""
+    nodes = cycle[:-1]
+    first = nodes.index(min(nodes))
+    return tuple(nodes[first:] + nodes[:first])
+
+
+def cycles(root: Path = ROOT) -> list[str]:
+    """The cycles between packages, as `a -> b (file:line); b -> a (file:line)`: for every
+    package in a strongly connected component, one shortest cycle through it (a component
+    of n packages can hold exponentially many cycles; these name every package and edge
+    a reader must cut)."""
+    edges = import_graph(root)
+    graph: dict[str, set[str]] = {}
+    for source, target in edges:
+        graph.setdefault(source, set()).add(target)
+    seen: set[tuple[str, ...]] = set()
+    described = []
+    for component in _strongly_connected(graph):
+        for start in component:
+            path = _cycle_through(start, set(component), graph)
+            if _rotated(path) in seen:
+                continue
+            seen.add(_rotated(path))
+            hops = [f"{a} -> {b} ({edges[a, b]})" for a, b in zip(path, path[1:], strict=False)]
+            described.append("; ".join(hops))
+    return described
+
+
+def _layer(node: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if node == layer or node.startswith(layer + "."))
+
+
+def upward_imports(root: Path = ROOT) -> list[str]:
+    """Imports from a lower layer into a higher one (kernel importing flows or cli, flows
+    importing cli)."""
+    return sorted(
+        f"{source} -> {target} ({where})"
+        for (source, target), where in import_graph(root).items()
+        if _layer(target) > _layer(source)
+    )
+
+
+def test_no_import_cycles_between_packages() -> None:
+    found = cycles()
+    assert not found, "import cycles between packages:\n" + "\n".join(found)
+
+
+def test_dependencies_point_from_cli_to_flows_to_kernel() -> None:
+    found = upward_imports()
+    assert not found, "imports against cli -> flows -> kernel:\n" + "\n".join(found)
+
+
+def _write(root: Path, relative: str, text: str) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def test_a_deferred_import_that_closes_a_cycle_is_named(tmp_path: Path) -> None:
+    for folder in SOURCE_ROOTS:
+        _write(tmp_path, f"{folder}/__init__.py", "")
+    _write(tmp_path, "kernel/a/__init__.py", "")
+    _write(tmp_path, "kernel/a/one.py", "from aos.kernel.b.two import thing\n")
+    _write(tmp_path, "kernel/b/__init__.py", "")
+    _write(tmp_path, "kernel/b/two.py", "def f():\n    import aos.kernel.a.one\n")
+    _write(tmp_path, "kernel/loose.py", "from aos.kernel.a import one\n")
+    assert cycles(tmp_path) == [
+        "aos.kernel.a -> aos.kernel.b (kernel/a/one.py:1); "
+        "aos.kernel.b -> aos.kernel.a (kernel/b/two.py:2)"
+    ]
+
+
+def test_an_import_against_the_layers_is_named(tmp_path: Path) -> None:
+    for folder in SOURCE_ROOTS:
+        _write(tmp_path, f"{folder}/__init__.py", "")
+    _write(tmp_path, "flows/x.py", "")
+    _write(tmp_path, "kernel/y.py", "from aos.flows import x\n")
+    _write(tmp_path, "cli/z.py", "from aos.flows.x import thing\n")
+    assert cycles(tmp_path) == []
+    assert upward_imports(tmp_path) == ["aos.kernel.y -> aos.flows.x (kernel/y.py:1)"]
