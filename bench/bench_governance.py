@@ -4,7 +4,7 @@ A counter-c world with N cells, one increment each (events ingressed in batches 
 `run_to_idle` per batch, sync off, no automatic snapshots). Two proposals change the C counter
 by text replacement in a copy of its source: a behaviour-preserving refactor (every cell
 reproduces) and, in full mode, a variant that doubles every increment (every cell diverges at
-its first step). Rows are seconds per 10k cells of history; the baseline is a plain `replay.verify` of
+its first step). Rows are seconds per 10k cells of history; the baseline is a plain `replay.verify_replay` of
 the same world from genesis, so the ratio column is what running the proposed module beside
 every recorded step adds to a replay audit. All runs share one engine (each module compiles
 once, a negligible part of a run).
@@ -20,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aos.kernel import governance, replay, shadow
 from aos.kernel.air.loader import load_manifest_dir
+from aos.kernel.audit import replay
+from aos.kernel.governance import proposals, shadow
 from aos.kernel.hashing import Hash
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.modules import building_resolver
@@ -76,9 +77,9 @@ def _propose(path: Path, folder: Path) -> str:
     built: dict[Hash, Path] = {}
     loaded = load_manifest_dir(folder, artifact_resolver=building_resolver(built))
     with World.open(path, sync=False) as world:
-        patch, _ = governance.diff(world.runtime.loaded, loaded)
+        patch, _ = proposals.diff(world.runtime.loaded, loaded)
         blobs = {h: file.read_bytes() for h, file in built.items()}
-        return governance.propose(world, patch, blobs=blobs)
+        return proposals.propose(world, patch, blobs=blobs)
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -99,7 +100,7 @@ def _rows(cells: int, variants: dict[str, dict[str, str]]) -> list[Row]:
             label: _propose(path, _variant(root, f"v{n}", changes))
             for n, (label, changes) in enumerate(variants.items())
         }
-        verified, verify_s = _timed(lambda: replay.verify(path, engine=engine))
+        verified, verify_s = _timed(lambda: replay.verify_replay(path, engine=engine))
         assert verified.ok, verified.divergence
         runs = [("replay --verify from genesis (no shadow)", verify_s, True, {})]
         for label, proposal in proposals.items():

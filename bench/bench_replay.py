@@ -8,7 +8,7 @@
   left with the longest tail the default cadence allows (1,998 records after the head
   checkpoint, no close): the chain check and the fold of that tail on top of the open.
 * `replay.speed <module>`: the same workload stepped live (ingress in batches of 100, one
-  `run_to_idle` each, sync off) and then audited by `replay.verify` from genesis, and from the
+  `run_to_idle` each, sync off) and then audited by `replay.verify_replay` from genesis, and from the
   latest snapshot (the last tenth of the journal). Rows are per input event; the live run is
   the baseline, so the ratio column is the replay's cost relative to live stepping. The C
   counter is `strict` (a fresh instance per step, live and in replay alike); the Python
@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aos.kernel.replay import ReplayReport, verify
+from aos.kernel.audit.replay import ReplayReport, verify_replay
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import World, WorldLimits
@@ -162,7 +162,7 @@ def _timed_verify(
 ) -> tuple[ReplayReport, float]:
     workers = {} if workers_max is None else {"workers_max": workers_max}
     start = time.perf_counter()
-    report = verify(path, engine=engine, from_snapshot=from_snapshot, **workers)
+    report = verify_replay(path, engine=engine, from_snapshot=from_snapshot, **workers)
     return report, time.perf_counter() - start
 
 
@@ -176,7 +176,9 @@ def _speed_rows(label: str, manifest: Path, events: int) -> list[Row]:
         live_s += _timed(lambda: _feed(world, events - tail_events, tail_events, REPLAY_KEYS))
         determinism = world.runtime.loaded.determinism(WORKFLOW)
         world.close()
-        verify(path, engine=engine, from_snapshot=str(snapshot_seq))  # warms the module cache
+        verify_replay(
+            path, engine=engine, from_snapshot=str(snapshot_seq)
+        )  # warms the module cache
         tail, tail_s = _timed_verify(path, engine, str(snapshot_seq))
         full, full_s = _timed_verify(path, engine, None)
         alone, alone_s = _timed_verify(path, engine, None, workers_max=1)

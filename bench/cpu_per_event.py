@@ -5,7 +5,7 @@ comparison that holds on a loaded machine, where wall-clock medians do not.
     python -m bench.cpu_per_event --manifest manifests/counter --replay
 
 Warms 1,000 cells, then times `--events` events (ingress 100, `run_to_idle`, repeat) with
-`time.process_time()`; with `--replay` the world is then closed and `replay.verify` from
+`time.process_time()`; with `--replay` the world is then closed and `replay.verify_replay` from
 genesis is timed the same way. Run it in two checkouts, alternating, to compare them.
 """
 
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aos.kernel.replay import verify
+from aos.kernel.audit.replay import verify_replay
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import World, WorldLimits
 
@@ -62,7 +62,7 @@ def main() -> int:
         line += f" ({args.events / live_s:.0f} events per CPU-s)"
         if args.replay:
             start = time.process_time()
-            report = verify(path)
+            report = verify_replay(path)
             replay_s = time.process_time() - start
             assert report.ok, report
             per_event = replay_s / (args.events + KEYS) * 1e6

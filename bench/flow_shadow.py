@@ -4,7 +4,7 @@
 
 Builds a flow world (manual clock, no sync, the echo tool in process) with N executions of a
 three-step flow (two tool calls and a result), deploys a second version that changes only
-the result, then times, round by round in one process, `replay.verify` and `shadow_flow` of
+the result, then times, round by round in one process, `replay.verify_replay` and `shadow_flow` of
 the second version against every execution (each diverges at its last step, so every step
 is shadowed). Process CPU time, median of the rounds; the ratio is the shadow over the
 replay. Not run by `bench.run`: it measures a command, not a hot path.
@@ -23,7 +23,7 @@ from aos.flows.cfd import load_definition
 from aos.flows.local import LocalAdapters
 from aos.flows.shadow import deployed_target, shadow_flow
 from aos.flows.world import create_flow_world
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.world import World
 
@@ -65,7 +65,7 @@ def measure(path: Path, rounds: int, engine: WasmEngine) -> dict[str, list[float
     found: dict[str, list[float]] = {"replay": [], "shadow": []}
     for _ in range(rounds):
         started = time.process_time()
-        if not replay.verify(path, engine=engine).ok:
+        if not replay.verify_replay(path, engine=engine).ok:
             raise SystemExit("the world does not replay")
         found["replay"].append(time.process_time() - started)
         started = time.process_time()

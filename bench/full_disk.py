@@ -13,7 +13,7 @@ both halves on a tmpfs mounted with `size=`:
    flushes of `--batch` until a flush fails: it must fail with `store.full` (typed, the child
    lives), after acknowledging some flushes.
 3. `reopen`: the file system is grown (`mount -o remount,size=`), the world reopens, holds
-   every acknowledged event, takes one more, and `replay.verify` passes.
+   every acknowledged event, takes one more, and `replay.verify_replay` passes.
 
 One JSON line per step; the exit status is non-zero if any expectation fails. tmpfs is used
 rather than a loop-mounted image because it needs no block device; its fallocate and its
@@ -121,7 +121,7 @@ def store_until_full(point: Path, manifest: Path, batch: int) -> dict[str, Any]:
 
 def reopen_and_verify(point: Path, acknowledged_cells: int, height: int) -> dict[str, Any]:
     """Step 3: after the file system grew, the world reopens whole and verifies."""
-    from aos.kernel import replay
+    from aos.kernel.audit import replay
     from aos.kernel.world.stamps import PinnedStampSource
     from aos.kernel.world.world import World
 
@@ -134,7 +134,7 @@ def reopen_and_verify(point: Path, acknowledged_cells: int, height: int) -> dict
         )
         world.run_to_idle()
         after = world.state("demo/counter@1", "after")
-    report = replay.verify(root)
+    report = replay.verify_replay(root)
     ok = reopened_height >= height and last is not None and after is not None and report.ok
     return {
         "step": "reopen",

@@ -32,7 +32,8 @@ from aos.flows import operations as ops
 from aos.flows.document import load_flow
 from aos.flows.local import LocalAdapters
 from aos.flows.world import create_flow_world
-from aos.kernel import cbor, gc
+from aos.kernel import cbor
+from aos.kernel.audit import gc
 from aos.kernel.world.world import CLOCK_MANUAL, World
 
 PLAYBOOK = """

@@ -41,7 +41,7 @@ import httpx
 from aos.flows.client import NodeFlows
 from aos.flows.operations import TERMINAL_STATUSES
 from aos.flows.tools import TOOL_EFFECTS, ToolContext, handlers_for, renewing
-from aos.kernel.adapters.keys import read_seed
+from aos.kernel.adapters.protocol.keys import read_seed
 from aos.kernel.adapters.sdk import Adapter, Lease, Outcome, Result
 from bench.bench_playbooks import AOS_FILES, EXECUTION_S_MAX, PYTHON_ALLOW, REPO
 from bench.proc_cpu import children, tree_cpu_s

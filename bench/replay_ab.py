@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aos.kernel.replay import verify
+from aos.kernel.audit.replay import verify_replay
 from aos.kernel.wasm import WasmEngine
 from bench.bench_replay import COUNTER_C, COUNTER_PY, REPLAY_KEYS, _feed, _world
 
@@ -54,7 +54,7 @@ def _timed(fn: Callable[[], object]) -> tuple[float, float]:
 
 def measure(workers: int | None) -> dict[str, Any]:
     options: dict[str, Any] = {}
-    if workers is not None and "workers_max" in inspect.signature(verify).parameters:
+    if workers is not None and "workers_max" in inspect.signature(verify_replay).parameters:
         options["workers_max"] = workers
     engine = WasmEngine()
     result: dict[str, Any] = {"workers": options.get("workers_max")}
@@ -62,10 +62,10 @@ def measure(workers: int | None) -> dict[str, Any]:
         with _world(manifest, sync=False) as (world, path):
             live = _timed(lambda world=world, events=events: _feed(world, 0, events, REPLAY_KEYS))
             world.close()
-            verify(path, engine=engine, **options)  # warms the module cache
+            verify_replay(path, engine=engine, **options)  # warms the module cache
 
             def replay(path: Path = path) -> None:
-                assert verify(path, engine=engine, **options).ok
+                assert verify_replay(path, engine=engine, **options).ok
 
             rounds = [_timed(replay) for _ in range(ROUNDS)]
         wall = statistics.median(r[0] for r in rounds)

@@ -48,7 +48,8 @@ from aos.kernel.adapters.builtin.python_fn import (
     parse_functions,
 )
 from aos.kernel.adapters.builtin.python_limits import PythonLimits
-from aos.kernel.adapters.keys import read_seed, write_seed
+from aos.kernel.adapters.protocol.keys import read_seed, write_seed
+from aos.kernel.adapters.protocol.signing import generate_seed, public_key_of
 from aos.kernel.adapters.sdk import (
     CONCURRENCY_DEFAULT,
     CONCURRENCY_MAX,
@@ -63,7 +64,6 @@ from aos.kernel.adapters.sdk import (
     RetryPolicy,
     RunSummary,
 )
-from aos.kernel.adapters.signing import generate_seed, public_key_of
 from aos.kernel.air.names import name_problem
 
 BUILTIN_KINDS = ("http", "python")

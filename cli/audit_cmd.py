@@ -19,7 +19,8 @@ from aos.cli.common import (
 )
 from aos.cli.remote import node_option, world_client
 from aos.cli.world_cmd import opened_world, read_world, world_group
-from aos.kernel import cbor, export, gc, replay, verify
+from aos.kernel import cbor
+from aos.kernel.audit import export, gc, integrity, replay
 from aos.kernel.world import worldkey
 from aos.kernel.world.worldkey import WorldKeyMissingError
 
@@ -76,7 +77,7 @@ def replay_command(
     if from_seq is not None and from_snapshot is not None:
         raise click.UsageError("--from and --from-snapshot exclude each other")
     with progress_bar("replaying", as_json=as_json) as progress:
-        report = replay.verify(
+        report = replay.verify_replay(
             world_path,
             from_seq=from_seq,
             from_snapshot=from_snapshot,
@@ -150,7 +151,7 @@ def verify_command(
         return
     if public_key is not None:
         raise click.UsageError("--public-key goes with --export")
-    report = verify.verify_world(world_path)
+    report = integrity.verify_integrity(world_path)
     if as_json:
         emit_json(report.to_value())
         return

@@ -8,8 +8,9 @@ import sys
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option
-from aos.kernel import cbor, jsontext
+from aos.kernel import cbor
 from aos.kernel.errors import InvalidInputError
+from aos.kernel.text import jsontext
 
 
 class InvalidHexError(InvalidInputError):

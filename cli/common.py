@@ -111,7 +111,7 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 @contextmanager
 def progress_bar(label: str, *, as_json: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A replay's progress as a bar on stderr, when stderr is a terminal and the command does
-    not answer JSON; None otherwise. Yields what `replay.verify` and the shadows take as
+    not answer JSON; None otherwise. Yields what `replay.verify_replay` and the shadows take as
     `progress`: called with the sequence reached and the last one."""
     if as_json or not sys.stderr.isatty():
         yield None

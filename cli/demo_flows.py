@@ -29,7 +29,7 @@ from aos.flows.cfd import load_definition
 from aos.flows.document import load_flow
 from aos.flows.local import LocalAdapters
 from aos.flows.world import create_flow_world
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from aos.kernel.world.world import CLOCK_MANUAL, World
 
 DEMO_DIR = Path(".aos-demo-flows")
@@ -101,7 +101,7 @@ def main() -> None:
             click.echo(f"{event.seq:>5}  {ops.describe_event(event.event)}")
         click.echo(f"\nstatus {state['status']}, result {state['business']['steps']['close']}")
         click.echo(f"inventory service called {_Inventory.calls} times (2 failures, 1 success)")
-    report = replay.verify(DEMO_DIR / "world")
+    report = replay.verify_replay(DEMO_DIR / "world")
     verdict = "ok: every record and the head match" if report.ok else f"{report.divergence}"
     click.echo(f"replay --verify: {report.records} records, {report.steps} steps; {verdict}")
     if not report.ok or state["status"] != "completed":
@@ -125,7 +125,7 @@ def playbook() -> None:
         state = ops.status(world, "hello-1")
         steps = state["business"]["steps"]
         click.echo(f"\nstatus {state['status']}: {steps['start']['greeting']}, {steps['done']}")
-    report = replay.verify(world_dir)
+    report = replay.verify_replay(world_dir)
     click.echo(f"replay --verify: {report.records} records; {'ok' if report.ok else 'FAILED'}")
     if not report.ok or state["status"] != "completed":
         raise SystemExit(1)
@@ -146,7 +146,7 @@ def flow_language() -> None:
         _drain(LocalAdapters(world, keys), "echo tasks")
         state = ops.status(world, "merge-1")
         click.echo(f"status {state['status']}: result {state['engine'].get('result')}")
-    report = replay.verify(world_dir)
+    report = replay.verify_replay(world_dir)
     click.echo(f"replay --verify: {report.records} records; {'ok' if report.ok else 'FAILED'}")
     if not report.ok or state["status"] != "completed":
         raise SystemExit(1)
@@ -179,7 +179,7 @@ def versions() -> None:
         ops.signal(world, "a-1", "decided", "yes")
         steps = ops.status(world, "a-1")["business"]["steps"]
     click.echo(f"migrated  a-1 v1 -> v2, then decided: {steps['record']}")
-    report_ok = replay.verify(world_dir)
+    report_ok = replay.verify_replay(world_dir)
     click.echo(
         f"replay --verify: {report_ok.records} records; {'ok' if report_ok.ok else 'FAILED'}"
     )

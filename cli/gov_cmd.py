@@ -31,7 +31,7 @@ from aos.cli.remote import node_option, world_client
 from aos.cli.world_cmd import cell_text as _cell
 from aos.cli.world_cmd import key_text as _key
 from aos.cli.world_cmd import read_world, short
-from aos.kernel import cbor, governance
+from aos.kernel import cbor
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.loader import load_manifest_dir, read_document
 from aos.kernel.air.model import (
@@ -46,7 +46,8 @@ from aos.kernel.air.model import (
     def_hash,
 )
 from aos.kernel.errors import AosError
-from aos.kernel.governance import (
+from aos.kernel.governance import proposals
+from aos.kernel.governance.proposals import (
     GovAlreadyDecidedError,
     GovNotQuiescentError,
     GovPatchInvalidError,
@@ -142,7 +143,7 @@ def _folder_patch(
             rows = [[i.code, i.path, i.message, i.file or ""] for i in error.issues]
             click.echo(table(["CODE", "PATH", "MESSAGE", "FILE"], rows))
         raise
-    patch_value, lines = governance.diff(world.runtime.loaded, loaded)
+    patch_value, lines = proposals.diff(world.runtime.loaded, loaded)
     if not patch_value["ops"]:
         raise GovPatchInvalidError(f"{folder} is the world's manifest: nothing changes")
     return patch_value, lines, {h: path.read_bytes() for h, path in built.items()}
@@ -206,7 +207,7 @@ def shadow_command(
     A shadow promises nothing about branches the history never took. While a node serves
     the world, the node runs the shadow (in a worker process) and journals it."""
     with read_world(world_path) as world:
-        proposal = governance.resolve_proposal(world, ident)
+        proposal = proposals.resolve_proposal(world, ident)
         status = world.proposals[proposal]["status"]
         if status in _CLOSED:
             raise GovAlreadyDecidedError(f"{proposal} is {status}")
@@ -378,7 +379,7 @@ def _decide(
 
 def _echo_decision(ident: str, world_path: str, *, as_json: bool) -> None:
     with read_world(world_path) as world:
-        proposal = governance.resolve_proposal(world, ident)
+        proposal = proposals.resolve_proposal(world, ident)
         entry = dict(world.proposals[proposal])
         height = world.height
     decision = entry["decision"]
@@ -482,7 +483,7 @@ def show_command(ident: str, limit: int, world_path: str, as_json: bool) -> None
     """Everything about proposal ID: status, base and proposed manifests, the patch, the
     decision, and the stored shadow report."""
     with read_world(world_path) as world:
-        proposal = governance.resolve_proposal(world, ident)
+        proposal = proposals.resolve_proposal(world, ident)
         body = _entry_json(proposal, world.proposals[proposal], world.state_height)
         body["patch"] = cbor.to_json(world.store.cas.get_value(Hash(proposal)))
         shadowed = body["shadow"]

@@ -44,9 +44,8 @@ from aos.cli.common import (
 from aos.cli.remote import credentials_options, node_call
 from aos.flows.http import add_flow_routes
 from aos.flows.pages import add_flow_pages
-from aos.kernel import jsontext
-from aos.kernel.adapters import auth as adapter_auth
-from aos.kernel.adapters.keys import read_seed
+from aos.kernel.adapters.protocol import auth as adapter_auth
+from aos.kernel.adapters.protocol.keys import read_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node import limits as node_limits
 from aos.kernel.node.app import create_app
@@ -82,6 +81,7 @@ from aos.kernel.node.worlds import (
 )
 from aos.kernel.store.limits import OWNER_LEASE_MS_DEFAULT, OWNER_LEASE_MS_MIN
 from aos.kernel.store.url import world_location
+from aos.kernel.text import jsontext
 
 BIND_DEFAULT = "127.0.0.1:9010"
 NODE_URL_DEFAULT = "http://127.0.0.1:9010"

@@ -47,9 +47,9 @@ from aos.flows.tool_shell import (
     SHELL_TIMEOUT_S_MAX_DEFAULT,
     ShellSettings,
 )
-from aos.kernel import yamltext
 from aos.kernel.adapters.sdk import AdapterConfigInvalidError
 from aos.kernel.errors import InvalidInputError
+from aos.kernel.text import yamltext
 
 CONFIG_BYTES_MAX = 64 * 1024
 ROWS_MAX_CEILING = 1_000_000

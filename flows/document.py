@@ -4,7 +4,7 @@
 Strict means: UTF-8, one document, no duplicate map keys, no YAML-only value types
 (timestamps, binary, sets), no non-finite numbers, text map keys. Bounded means: the size is
 checked before parsing; the nesting and the number of values while parsing, YAML aliases
-counted as the values they repeat (kernel/yamltext.py, so a small file can never expand into
+counted as the values they repeat (kernel/text/yamltext.py, so a small file can never expand into
 an exponential walk); and both again while walking the values.
 """
 
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowTooLargeError, Problem, json_path
 from aos.flows.limits import DefinitionLimits
-from aos.kernel import yamltext
 from aos.kernel.cbor import INT_MAX, INT_MIN
+from aos.kernel.text import yamltext
 
 if TYPE_CHECKING:
     from aos.flows.cfd import FlowDefinition
@@ -191,7 +191,7 @@ def _json_problem(error: Exception) -> str:
 
 
 def _parse_yaml(text: str, limits: DefinitionLimits) -> Any:
-    """The bounded YAML reader (kernel/yamltext.py), its aliases counted expanded against the
+    """The bounded YAML reader (kernel/text/yamltext.py), its aliases counted expanded against the
     definition's own value bound; timestamps are read as such, to be refused with a hint."""
     try:
         return yamltext.parse(

@@ -41,9 +41,10 @@ from typing import Any
 import blake3
 
 from aos.flows.outcomes import ToolOutcome, failure
-from aos.kernel import cbor, yamltext
+from aos.kernel import cbor
 from aos.kernel.adapters.sdk import Adapter, Lease, Result
 from aos.kernel.errors import InvalidInputError
+from aos.kernel.text import yamltext
 
 KEYCHAIN_EFFECT = "aos/keychain.resolve@1"
 KEYCHAIN_ADAPTER = "aos/keychain@1"

@@ -38,7 +38,7 @@ from aos.flows.world import (
     load_or_make_keys,
 )
 from aos.kernel import cbor
-from aos.kernel.adapters.signing import signed_receipt
+from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.node.models import LocalRunResult
 from aos.kernel.world.world import CLOCK_MANUAL, World
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from aos.kernel import yamltext
 from aos.kernel.errors import InvalidInputError
+from aos.kernel.text import yamltext
 
 _SEGMENT = re.compile(
     r"\.(?P<key>[A-Za-z_][A-Za-z0-9_-]*)|\[(?P<index>\d+)\]|\['(?P<quoted>(?:[^'\\]|\\.)*)'\]"

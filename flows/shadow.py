@@ -44,9 +44,9 @@ from aos.flows.operations import (
 )
 from aos.flows.world import EXEC_WORKFLOW
 from aos.kernel import cbor
+from aos.kernel.audit.replay import DivergedError, ReplayReport
+from aos.kernel.governance.shadow import recorded_history
 from aos.kernel.hashing import hash_bytes
-from aos.kernel.replay import DivergedError, ReplayReport
-from aos.kernel.shadow import recorded_history
 from aos.kernel.wasm import Determinism, StepFault, StepRunner, WasmEngine
 from aos.kernel.world.scheduler import Message
 from aos.kernel.world.world import StepOutcome, World

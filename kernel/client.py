@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
-from aos.kernel import actions, cbor
-from aos.kernel.node import models
+from aos.kernel import cbor
+from aos.kernel.node import actions, models
 from aos.kernel.node.errors import NodeUnreachableError, refused
 
 if TYPE_CHECKING:
@@ -335,13 +335,13 @@ class LocalWorld(_Closing):
         node = self.served()
         if node is not None:
             return node.shadow(proposal)
-        from aos.kernel import governance, shadow
+        from aos.kernel.governance import proposals, shadow
 
         with self.reading() as world:
-            proposal = governance.resolve_proposal(world, proposal)
+            proposal = proposals.resolve_proposal(world, proposal)
         report = shadow.shadow(self.path, proposal, progress=progress)
         with self.writing() as world:
-            governance.record_shadow(world, proposal, report)
+            proposals.record_shadow(world, proposal, report)
             recorded = world.proposals[proposal]["shadow"]
             return models.ShadowResponse(
                 report=cbor.to_json(report.to_value()),

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from aos.cli.main import main
 from aos.kernel import cbor
-from aos.kernel.adapters.auth import (
+from aos.kernel.adapters.protocol.auth import (
     AdapterAuth,
     AdapterClockSkewedError,
     AdapterNoncesFullError,
@@ -27,7 +27,8 @@ from aos.kernel.adapters.auth import (
     RequestVerifier,
     request_headers,
 )
-from aos.kernel.adapters.keys import write_seed
+from aos.kernel.adapters.protocol.keys import write_seed
+from aos.kernel.adapters.protocol.signing import public_key_of
 from aos.kernel.adapters.sdk import (
     Adapter,
     AdapterEffectNotAllowedError,
@@ -36,7 +37,6 @@ from aos.kernel.adapters.sdk import (
     Lease,
     Result,
 )
-from aos.kernel.adapters.signing import public_key_of
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app

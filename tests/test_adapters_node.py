@@ -30,10 +30,11 @@ from aos.cli.demo_orders import (
     aos_command,
     orders_manifest,
 )
-from aos.kernel import cbor, gc
-from aos.kernel.adapters.auth import AdapterAuth
-from aos.kernel.adapters.keys import read_seed, write_seed
-from aos.kernel.adapters.signing import generate_seed, public_key_of, verify_body
+from aos.kernel import cbor
+from aos.kernel.adapters.protocol.auth import AdapterAuth
+from aos.kernel.adapters.protocol.keys import read_seed, write_seed
+from aos.kernel.adapters.protocol.signing import generate_seed, public_key_of, verify_body
+from aos.kernel.audit import gc
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.store import open_store
 from aos.kernel.world.world import World

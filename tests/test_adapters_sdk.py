@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from aos.kernel import cbor
+from aos.kernel.adapters.protocol.signing import public_key_of, verify_body
 from aos.kernel.adapters.sdk import (
     URLS_CACHED_MAX,
     Adapter,
@@ -30,7 +31,6 @@ from aos.kernel.adapters.sdk import (
     Result,
     RetryPolicy,
 )
-from aos.kernel.adapters.signing import public_key_of, verify_body
 from aos.kernel.hashing import hash_bytes, hash_value
 
 SEED = bytes(range(32))

@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main as aos_main
-from aos.kernel import cbor, export, replay, verify
+from aos.kernel import cbor
+from aos.kernel.audit import export, integrity, replay
 from aos.kernel.hashing import Hash
 from aos.kernel.store import open_store
 from aos.kernel.world import chain as journal_chain
@@ -75,7 +76,7 @@ def test_the_chain_is_blake3_over_each_records_bytes_from_the_world_id(tmp_path:
     path = tmp_path / "w"
     counter_world(path)
     with open_store(path, readonly=True) as store:
-        world_id = verify.world_id(store)
+        world_id = integrity.world_id(store)
         chain = JournalChain.genesis(world_id)
         for _, record in store.journal.read(1):
             chain.advance(cbor.encode(record))
@@ -94,9 +95,9 @@ def test_the_chain_is_blake3_over_each_records_bytes_from_the_world_id(tmp_path:
         JournalChain.genesis(world_id).head
         == blake3.blake3(b"aos.journal.chain/1\x00" + world_id.encode()).digest()
     )
-    report = verify.verify_world(path)
+    report = integrity.verify_integrity(path)
     assert report.chain.end_seq == chain.seq and report.chain.signed == 1
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def test_a_flipped_entropy_byte_fails_verify_and_replay_naming_its_seq(tmp_path: Path) -> None:
@@ -107,9 +108,9 @@ def test_a_flipped_entropy_byte_fails_verify_and_replay_naming_its_seq(tmp_path:
     rewrite_record(path, seq, flip_entropy)
     before = store_digest(path)
     with pytest.raises(ChainBrokenError) as raised:
-        verify.verify_world(path)
+        integrity.verify_integrity(path)
     assert raised.value.detail["seq"] == seq
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert not report.ok and report.divergence is not None
     assert (report.divergence.what, report.divergence.seq) == ("chain_broken", seq)
     runner = CliRunner()
@@ -167,8 +168,8 @@ def test_an_untouched_tail_reopens_and_goes_on_chaining(tmp_path: Path) -> None:
     world.store.close()
     with reopen(path, limits=TAIL_ONLY) as world:
         world.send(EVENT, inc("a", 2))
-    verify.verify_world(path)
-    assert replay.verify(path).ok
+    integrity.verify_integrity(path)
+    assert replay.verify_replay(path).ok
 
 
 def test_a_changed_record_before_the_checkpoint_is_found_by_verify(tmp_path: Path) -> None:
@@ -177,7 +178,7 @@ def test_a_changed_record_before_the_checkpoint_is_found_by_verify(tmp_path: Pat
     counter_world(path, sends_after_snapshot=0)
     rewrite_record(path, 2, flip_entropy)
     with pytest.raises(ChainBrokenError) as raised:
-        verify.verify_world(path)
+        integrity.verify_integrity(path)
     assert raised.value.detail["seq"] == 2
 
 
@@ -189,13 +190,13 @@ def test_a_world_from_before_chains_gets_one_from_genesis_at_its_first_open(
     _strip_chain(path)
     with World.reading(path) as world:
         assert world.chain is None  # read-only: nothing to chain
-    assert replay.verify(path).ok  # an old head is compared without a chain
+    assert replay.verify_replay(path).ok  # an old head is compared without a chain
     with reopen(path) as world:
         world.send(EVENT, inc("z", 1))
         world.snapshot()
-    report = verify.verify_world(path)
+    report = integrity.verify_integrity(path)
     assert report.chain.witnesses >= 2
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def _strip_chain(path: Path) -> None:
@@ -230,8 +231,8 @@ def test_verify_names_a_damaged_or_missing_blob(tmp_path: Path) -> None:
         txn.put(root.digest, b"\xa0")  # other bytes under the root's name
     env.close()
     before = store_digest(path)
-    with pytest.raises(verify.CasBrokenError) as raised:
-        verify.verify_world(path)
+    with pytest.raises(integrity.CasBrokenError) as raised:
+        integrity.verify_integrity(path)
     assert raised.value.code == "world.cas_broken" and raised.value.detail["hash"] == root
     assert store_digest(path) == before
     env = lmdb.open(str(path / "store"), max_dbs=8)
@@ -240,8 +241,8 @@ def test_verify_names_a_damaged_or_missing_blob(tmp_path: Path) -> None:
         txn.delete(root.digest)
         assert txn.get(state.digest) is not None
     env.close()
-    with pytest.raises(verify.CasBrokenError):
-        verify.verify_world(path)
+    with pytest.raises(integrity.CasBrokenError):
+        integrity.verify_integrity(path)
 
 
 # -- the world key and exports -----------------------------------------------------------
@@ -254,7 +255,7 @@ def test_a_world_key_is_a_0600_file_outside_the_store(tmp_path: Path) -> None:
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     seed = bytes.fromhex(key_file.read_text().strip())
     assert seed not in (path / "store" / "data.mdb").read_bytes()
-    from aos.kernel.adapters.signing import public_key_of
+    from aos.kernel.adapters.protocol.signing import public_key_of
 
     assert public_key(path) == public_key_of(seed)
 
@@ -373,7 +374,7 @@ def test_a_world_without_a_key_cannot_export(tmp_path: Path) -> None:
         assert worldkey.signed_heads(store) == []
     with pytest.raises(WorldKeyMissingError):
         export.export_world(path, tmp_path / "out")
-    verify.verify_world(path)
+    integrity.verify_integrity(path)
 
 
 def test_verify_cli_usage_errors(tmp_path: Path) -> None:
@@ -391,7 +392,7 @@ def test_a_replay_from_a_snapshot_checks_the_chain_from_the_snapshot(tmp_path: P
     path = tmp_path / "w"
     seq = counter_world(path)
     rewrite_record(path, seq, flip_entropy)
-    report = replay.verify(path, from_snapshot=str(seq - 1))
+    report = replay.verify_replay(path, from_snapshot=str(seq - 1))
     assert report.start_seq == seq and report.divergence is not None
     assert (report.divergence.what, report.divergence.seq) == ("chain_broken", seq)
     assert report.divergence.kind == records.DOMAIN_EVENT
@@ -405,7 +406,7 @@ def test_a_changed_chain_mark_is_a_break_at_its_seq(tmp_path: Path) -> None:
         assert isinstance(store.meta.get(mark), bytes)
         store.meta.put(mark, bytes(32))
     with pytest.raises(ChainBrokenError) as raised:
-        verify.verify_world(path)
+        integrity.verify_integrity(path)
     assert raised.value.detail["seq"] == seq
 
 
@@ -419,5 +420,5 @@ def test_a_world_from_before_chains_killed_after_its_first_flush_reopens(tmp_pat
     with reopen(path, limits=TAIL_ONLY) as world:
         world.send(EVENT, inc("z", 2))
         assert world.state("demo/counter@1", "z")["count"] == 3
-    verify.verify_world(path)
-    assert replay.verify(path).ok
+    integrity.verify_integrity(path)
+    assert replay.verify_replay(path).ok

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from aos.kernel.world.world import World
 from tests.test_cli_world import error_of, run, run_json
 from tests.test_world import SCRIPTED
@@ -85,7 +85,7 @@ def test_retry_reset_and_cancel_from_the_command_line(world: Path) -> None:
     assert code == 0 and out.startswith(f"cancelled {intent}  seq ")
     assert "1 steps" in out
     assert run_json("world", "status", world=world)["open_intents"] == 0
-    assert replay.verify(world).ok
+    assert replay.verify_replay(world).ok
 
 
 def test_operation_refusals_are_typed_and_move_nothing(world: Path) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import lmdb
 import pytest
 
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from aos.kernel.errors import AosError
 from aos.kernel.store.lmdb_store import DATA_FILE_NAME, STORE_DIR_NAME
 from aos.kernel.world.world import World
@@ -203,7 +203,7 @@ def test_a_failed_commit_is_typed_loses_nothing_acknowledged_and_reopens(
         assert _count(world, "a") == expected
         world.send("demo/CounterEvent@1", inc("a", 7))  # and the world goes on
         assert _count(world, "a") == expected + 7
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert report.ok, report.divergence
 
 
@@ -234,7 +234,7 @@ def test_no_free_block_for_the_writable_map_is_typed_and_the_world_reopens_and_v
         assert _count(world, "a") == 6
         world.send("demo/CounterEvent@1", inc("a", 7))
         assert _count(world, "a") == 13
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert report.ok, report.divergence
 
 
@@ -259,7 +259,7 @@ def test_a_failed_flush_through_the_node_answers_typed_and_the_node_goes_on(
         later = send(client, "x")
         assert later["seq"] == height + 1
         assert [a["seq"] for a in answers] == sorted(a["seq"] for a in answers)
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert report.ok, report.divergence
 
 

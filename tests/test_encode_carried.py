@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aos.kernel import cbor, replay
+from aos.kernel import cbor
+from aos.kernel.audit import replay
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.wasm.envelope import decode_input, encode_input
 from aos.kernel.world import records
@@ -226,7 +227,7 @@ def test_deliveries_restored_from_a_head_get_the_step_input_they_had_live(tmp_pa
         after = _inputs(world)
         world.run_to_idle()
     assert cut + after == straight and len(after) == 4
-    assert replay.verify(tmp_path / "cut").ok
+    assert replay.verify_replay(tmp_path / "cut").ok
 
 
 def test_routing_carries_each_delivery_its_bytes_wrapped_as_the_value_is() -> None:

@@ -17,12 +17,14 @@ from typing import Any
 import lmdb
 import pytest
 
-from aos.kernel import cbor, gc, governance, replay, shadow
-from aos.kernel.adapters.signing import signed_receipt
+from aos.kernel import cbor
+from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.air.loader import load_manifest_dir
 from aos.kernel.air.model import canonical_form
+from aos.kernel.audit import gc, replay
 from aos.kernel.errors import AosError
-from aos.kernel.governance import PROPOSALS_OPEN_MAX_DEFAULT, ShadowReport
+from aos.kernel.governance import proposals, shadow
+from aos.kernel.governance.proposals import PROPOSALS_OPEN_MAX_DEFAULT, ShadowReport
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.world import records
 from aos.kernel.world.errors import StepBudgetExceededError
@@ -63,25 +65,25 @@ def folder_patch(world: World, folder: Path) -> tuple[Any, dict[Hash, bytes]]:
     """The patch from the world's manifest to `folder`'s, and the module bytes it needs."""
     built: dict[Hash, Path] = {}
     loaded = load_manifest_dir(folder, artifact_resolver=building_resolver(built))
-    patch, _ = governance.diff(world.runtime.loaded, loaded)
+    patch, _ = proposals.diff(world.runtime.loaded, loaded)
     return patch, {h: path.read_bytes() for h, path in built.items()}
 
 
 def propose_folder(world: World, folder: Path) -> str:
     patch, blobs = folder_patch(world, folder)
-    return governance.propose(world, patch, blobs=blobs)
+    return proposals.propose(world, patch, blobs=blobs)
 
 
 def run_shadow(path: Path, proposal: str) -> ShadowReport:
     """Shadow with the world closed (the shadow reads the store), then journal the report."""
     report = shadow.shadow(path, proposal, engine=engine())
     with reopen(path) as world:
-        governance.record_shadow(world, proposal, report)
+        proposals.record_shadow(world, proposal, report)
     return report
 
 
 def approve(world: World, proposal: str) -> None:
-    governance.decide(world, proposal, approve=True, approver="ann", reason="looks right")
+    proposals.decide(world, proposal, approve=True, approver="ann", reason="looks right")
 
 
 def counter_world(path: Path, counts: dict[str, list[int]]) -> dict[str, list[int]]:
@@ -151,7 +153,7 @@ def test_a_refactor_shadows_clean_on_every_cell_applies_and_the_world_keeps_work
     }
     with reopen(path) as world:
         approve(world, proposal)
-        manifest = governance.apply(world, proposal)
+        manifest = proposals.apply(world, proposal)
         assert str(world.manifest_hash) == manifest == world.proposals[proposal]["manifest"]
         new_module = world.runtime.module_hash(COUNTER)
         assert new_module != old_module
@@ -165,7 +167,7 @@ def test_a_refactor_shadows_clean_on_every_cell_applies_and_the_world_keeps_work
         assert world.runtime.module_hash(COUNTER) == new_module
         assert world.proposals[proposal]["status"] == "applied"
         assert world.state(COUNTER, "b") == {"count": 15, "resets": 0}
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def test_an_incompatible_upgrade_reports_exactly_the_divergent_cells(tmp_path: Path) -> None:
@@ -194,12 +196,12 @@ def test_an_incompatible_upgrade_reports_exactly_the_divergent_cells(tmp_path: P
     # Divergence does not block apply (a person decides); the new behaviour then takes effect.
     with reopen(path) as world:
         approve(world, proposal)
-        governance.apply(world, proposal)
+        proposals.apply(world, proposal)
         world.send(EVENT, inc("c", 1))
         world.send(EVENT, inc("a", 1))
         assert world.state(COUNTER, "c") == {"count": 32, "resets": 0}
         assert world.state(COUNTER, "a") == {"count": 11, "resets": 0}
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def test_a_doubling_upgrade_diverges_on_every_cell(tmp_path: Path) -> None:
@@ -218,7 +220,7 @@ def test_a_doubling_upgrade_diverges_on_every_cell(tmp_path: Path) -> None:
 
 
 def test_a_diverged_state_past_its_limit_is_kept_by_size_and_hash() -> None:
-    cell = governance.CellShadow("demo/counter@1", "a")
+    cell = proposals.CellShadow("demo/counter@1", "a")
     state = cbor.encode({"count": 1, "note": "x" * 40})
     cell.diverged_states(state, None, bytes_max=len(state) - 1)
     assert cell.live_state == {"bytes": len(state), "hash": str(hash_bytes(state)), "value": None}
@@ -285,7 +287,7 @@ def test_dropping_an_effect_with_open_intents_is_reported_and_apply_waits_for_th
 ) -> None:
     with reopen(scripted) as world:
         [intent] = world.open_intents()
-        proposal = governance.propose(world, drop_noop_patch(world))
+        proposal = proposals.propose(world, drop_noop_patch(world))
     report = run_shadow(scripted, proposal)
     [affected] = report.intents_affected
     assert affected["intent"] == intent["intent"]
@@ -303,8 +305,8 @@ def test_dropping_an_effect_with_open_intents_is_reported_and_apply_waits_for_th
     with reopen(scripted) as world:
         approve(world, proposal)
         height = world.height
-        with pytest.raises(governance.GovNotQuiescentError) as caught:
-            governance.apply(world, proposal)
+        with pytest.raises(proposals.GovNotQuiescentError) as caught:
+            proposals.apply(world, proposal)
         assert caught.value.code == "gov.not_quiescent"
         [blocker] = caught.value.detail["blockers"]
         assert intent["intent"] in blocker and "demo/noop@1" in blocker
@@ -313,16 +315,16 @@ def test_dropping_an_effect_with_open_intents_is_reported_and_apply_waits_for_th
         assert world.open_intents() == []
         # Settling moved the state: the shadow no longer describes the world.
         with refused("gov.shadow_stale"):
-            governance.apply(world, proposal)
+            proposals.apply(world, proposal)
     again = run_shadow(scripted, proposal)
     assert again.intents_affected == []
     with reopen(scripted) as world:
-        governance.apply(world, proposal)
+        proposals.apply(world, proposal)
         assert world.runtime.workflow(KEYED).effects_emitted == ["sys/timer.set@1"]
         assert world.proposals[proposal]["shadow"]["state_height"] == again.state_height
         world.send(PING, {"id": "y", "n": 0, "action": "none"})
         assert world.state(KEYED, "y")["count"] == 2
-    assert replay.verify(scripted).ok
+    assert replay.verify_replay(scripted).ok
 
 
 def queued_world(path: Path) -> None:
@@ -338,9 +340,9 @@ def test_queued_work_blocks_apply(tmp_path: Path) -> None:
     path = tmp_path / "w"
     queued_world(path)
     with reopen(path) as world:
-        assert governance.blockers(world) == ["1 queued deliveries"]
+        assert proposals.blockers(world) == ["1 queued deliveries"]
         world.run_to_idle()
-        assert governance.blockers(world) == []
+        assert proposals.blockers(world) == []
 
 
 def test_a_world_with_queued_work_shadows_and_apply_names_the_queue(tmp_path: Path) -> None:
@@ -351,8 +353,8 @@ def test_a_world_with_queued_work_shadows_and_apply_names_the_queue(tmp_path: Pa
     run_shadow(path, proposal)
     with reopen(path) as world:
         approve(world, proposal)
-        with pytest.raises(governance.GovNotQuiescentError) as caught:
-            governance.apply(world, proposal)
+        with pytest.raises(proposals.GovNotQuiescentError) as caught:
+            proposals.apply(world, proposal)
         assert caught.value.detail["blockers"] == ["1 queued deliveries"]
 
 
@@ -366,7 +368,7 @@ def test_routing_changes_are_reported(tmp_path: Path) -> None:
             "base_manifest": str(world.manifest_hash),
             "ops": [{"remove_subscription": route}],
         }
-        proposal = governance.propose(world, patch)
+        proposal = proposals.propose(world, patch)
     report = shadow.shadow(path, proposal, engine=engine())
     assert report.routing == {"added": [], "removed": [route]}
     assert report.summary()["routes_changed"] == 1
@@ -394,7 +396,7 @@ def test_a_patch_against_another_manifest_is_a_stale_base(counter: Path, refacto
         patch["base_manifest"] = str(hash_value("another manifest"))
         height = world.height
         with refused("gov.stale_base"):
-            governance.propose(world, patch, blobs=blobs)
+            proposals.propose(world, patch, blobs=blobs)
         assert world.height == height and world.proposals == {}
 
 
@@ -409,9 +411,9 @@ def test_applying_after_another_proposal_was_applied_is_a_stale_base(
     with reopen(counter) as world:
         approve(world, first)
         approve(world, second)
-        governance.apply(world, first)
+        proposals.apply(world, first)
         with refused("gov.stale_base"):
-            governance.apply(world, second)
+            proposals.apply(world, second)
         assert world.proposals[second]["status"] == "approved"
 
 
@@ -422,9 +424,9 @@ def test_a_tampered_patch_is_refused(counter: Path, refactor: Path) -> None:
         tampered = copy.deepcopy(patch)
         del tampered["ops"][0]["replace_def"]["pre_hash"]  # changed in transit
         with refused("gov.patch_tampered"):
-            governance.propose(world, tampered, blobs=blobs, expected_hash=expected)
+            proposals.propose(world, tampered, blobs=blobs, expected_hash=expected)
         assert world.proposals == {}
-        assert governance.propose(world, patch, blobs=blobs, expected_hash=expected) == expected
+        assert proposals.propose(world, patch, blobs=blobs, expected_hash=expected) == expected
 
 
 def test_approving_twice_is_refused(counter: Path, refactor: Path) -> None:
@@ -434,7 +436,7 @@ def test_approving_twice_is_refused(counter: Path, refactor: Path) -> None:
         with refused("gov.already_decided"):
             approve(world, proposal)
         with refused("gov.already_decided"):
-            governance.decide(world, proposal, approve=False, approver="bob", reason="no")
+            proposals.decide(world, proposal, approve=False, approver="bob", reason="no")
         assert world.proposals[proposal]["decision"]["approver"] == "ann"
 
 
@@ -443,9 +445,9 @@ def test_applying_a_rejected_proposal_is_refused(counter: Path, refactor: Path) 
         proposal = propose_folder(world, refactor)
     run_shadow(counter, proposal)
     with reopen(counter) as world:
-        governance.decide(world, proposal, approve=False, approver="bob", reason="not now")
+        proposals.decide(world, proposal, approve=False, approver="bob", reason="not now")
         with refused("gov.rejected"):
-            governance.apply(world, proposal)
+            proposals.apply(world, proposal)
     with refused("gov.already_decided"):
         run_shadow(counter, proposal)  # a closed proposal takes no more shadows
 
@@ -457,24 +459,24 @@ def test_applying_an_unshadowed_or_unapproved_proposal_is_refused(
         proposal = propose_folder(world, refactor)
         approve(world, proposal)
         with refused("gov.not_shadowed"):
-            governance.apply(world, proposal)
+            proposals.apply(world, proposal)
     with reopen(counter) as world:
-        other = governance.propose(world, _add_schema_patch(world, "demo/Extra@1"))
+        other = proposals.propose(world, _add_schema_patch(world, "demo/Extra@1"))
     run_shadow(counter, other)
     with reopen(counter) as world, refused("gov.not_approved"):
-        governance.apply(world, other)
+        proposals.apply(world, other)
     run_shadow(counter, proposal)
     with reopen(counter) as world:
-        governance.apply(world, proposal)
+        proposals.apply(world, proposal)
         with refused("gov.already_decided"):
-            governance.apply(world, proposal)
+            proposals.apply(world, proposal)
 
 
 def test_an_unknown_proposal_is_refused(counter: Path) -> None:
     unknown = str(hash_value("no such proposal"))
     with reopen(counter) as world:
         for action in (
-            lambda: governance.apply(world, unknown),
+            lambda: proposals.apply(world, unknown),
             lambda: approve(world, unknown),
         ):
             with refused("gov.unknown_proposal"):
@@ -537,7 +539,7 @@ def test_an_invalid_patch_is_refused(counter: Path, make: Any) -> None:
     with reopen(counter) as world:
         height = world.height
         with refused("gov.patch_invalid"):
-            governance.propose(world, make(world))
+            proposals.propose(world, make(world))
         assert world.height == height and world.proposals == {}
 
 
@@ -545,38 +547,38 @@ def test_a_module_whose_binary_is_not_stored_is_refused(counter: Path, refactor:
     with reopen(counter) as world:
         patch, _ = folder_patch(world, refactor)
         with refused("gov.patch_invalid"):
-            governance.propose(world, patch)
+            proposals.propose(world, patch)
 
 
 def test_the_same_patch_twice_is_a_duplicate(counter: Path) -> None:
     with reopen(counter) as world:
         patch = _add_schema_patch(world, "demo/Extra@1")
-        governance.propose(world, patch)
+        proposals.propose(world, patch)
         with refused("gov.duplicate_proposal"):
-            governance.propose(world, patch)
+            proposals.propose(world, patch)
 
 
 def test_open_proposals_are_bounded(counter: Path) -> None:
     with reopen(counter) as world:
         for n in range(PROPOSALS_OPEN_MAX_DEFAULT):
-            governance.propose(world, _add_schema_patch(world, f"demo/Extra{n}@1"))
+            proposals.propose(world, _add_schema_patch(world, f"demo/Extra{n}@1"))
         with refused("gov.too_many_proposals"):
-            governance.propose(world, _add_schema_patch(world, "demo/OneTooMany@1"))
+            proposals.propose(world, _add_schema_patch(world, "demo/OneTooMany@1"))
         # A decided proposal is no longer open.
         first = sorted(world.proposals)[0]
-        governance.decide(world, first, approve=False, approver="bob", reason="full")
-        governance.propose(world, _add_schema_patch(world, "demo/OneTooMany@1"))
+        proposals.decide(world, first, approve=False, approver="bob", reason="full")
+        proposals.propose(world, _add_schema_patch(world, "demo/OneTooMany@1"))
 
 
 def test_the_open_proposals_bound_is_overridable(counter: Path) -> None:
     with reopen(counter) as world:
-        governance.propose(world, _add_schema_patch(world, "demo/A@1"), proposals_open_max=2)
-        governance.propose(world, _add_schema_patch(world, "demo/B@1"), proposals_open_max=2)
+        proposals.propose(world, _add_schema_patch(world, "demo/A@1"), proposals_open_max=2)
+        proposals.propose(world, _add_schema_patch(world, "demo/B@1"), proposals_open_max=2)
         height = world.height
         with refused("gov.too_many_proposals"):
-            governance.propose(world, _add_schema_patch(world, "demo/C@1"), proposals_open_max=2)
+            proposals.propose(world, _add_schema_patch(world, "demo/C@1"), proposals_open_max=2)
         assert world.height == height
-        governance.propose(world, _add_schema_patch(world, "demo/C@1"), proposals_open_max=3)
+        proposals.propose(world, _add_schema_patch(world, "demo/C@1"), proposals_open_max=3)
 
 
 # --------------------------------------------------------------------------------------------
@@ -594,9 +596,9 @@ def history(tmp_path: Path) -> Iterator[Path]:
     run_shadow(path, good)
     run_shadow(path, bad)
     with reopen(path) as world:
-        governance.decide(world, bad, approve=False, approver="bob", reason="diverges")
+        proposals.decide(world, bad, approve=False, approver="bob", reason="diverges")
         approve(world, good)
-        governance.apply(world, good)
+        proposals.apply(world, good)
         world.send(EVENT, inc("a", 1))
         world.send(EVENT, inc("c", 2))
     yield path
@@ -613,7 +615,7 @@ def test_a_world_with_governance_history_replays(history: Path) -> None:
         "approved",
         "applied",
     ]
-    report = replay.verify(history)
+    report = replay.verify_replay(history)
     assert report.ok, report.divergence and report.divergence.to_value()
 
 
@@ -634,14 +636,14 @@ def _nth(path: Path, action: str) -> int:
 def test_a_tampered_apply_record_is_found(history: Path) -> None:
     seq = _nth(history, "applied")
     _rewrite_record(history, seq, lambda r: r.update(manifest=str(hash_value("elsewhere"))))
-    d = replay.verify(history).divergence
+    d = replay.verify_replay(history).divergence
     assert d is not None and (d.seq, d.what, d.fields) == (seq, "record_differs", ["manifest"])
 
 
 def test_an_approval_turned_rejection_is_found(history: Path) -> None:
     approved = _nth(history, "approved")
     _rewrite_record(history, approved, lambda r: r.update(action="rejected"))
-    d = replay.verify(history).divergence
+    d = replay.verify_replay(history).divergence
     # The forged rejection replays as given; the apply after it is then refused.
     assert d is not None and (d.seq, d.what) == (_nth(history, "applied"), "input_refused")
     assert "gov.rejected" in d.message
@@ -650,12 +652,12 @@ def test_an_approval_turned_rejection_is_found(history: Path) -> None:
 def test_a_tampered_approver_is_found(history: Path) -> None:
     approved = _nth(history, "approved")
     _rewrite_record(history, approved, lambda r: r.update(approver="mallory"))
-    d = replay.verify(history).divergence
+    d = replay.verify_replay(history).divergence
     # The forged approver replays as given; the journal chain names the changed record.
     assert d is not None and (d.seq, d.what) == (approved, "chain_broken")
 
 
 def test_gc_keeps_what_governance_history_needs(history: Path) -> None:
     gc.collect(history, apply=True)
-    report = replay.verify(history)
+    report = replay.verify_replay(history)
     assert report.ok, report.divergence and report.divergence.to_value()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from aos.kernel.errors import AosError
 from aos.kernel.node.app import create_app
 from aos.kernel.world.idempotency import IDEMPOTENCY_KEY_BYTES_MAX
@@ -96,7 +96,7 @@ def test_the_window_keeps_the_newest_keys(tmp_path: Path) -> None:
         assert world.state(COUNTER, "a")["count"] == 4
     with reopen(path, limits=limits) as world:
         assert not world.send(EVENT, inc("a"), idempotency_key="b")[0].duplicate  # evicted
-    report = replay.verify(path, engine=engine())
+    report = replay.verify_replay(path, engine=engine())
     assert report.ok, report
 
 
@@ -106,7 +106,7 @@ def test_a_replay_readmits_keyed_events_byte_for_byte(tmp_path: Path) -> None:
         for key in ["p", "q", "p", "p", "r", "q"]:  # a window of 1: "p" twice in a row dedups
             world.send(EVENT, inc(f"cell-{key}"), idempotency_key=key)
         assert world.state(COUNTER, "cell-p")["count"] == 2
-    report = replay.verify(path, engine=engine())
+    report = replay.verify_replay(path, engine=engine())
     assert report.ok, report
 
 

@@ -13,6 +13,7 @@ of nodes with, for each edge, the first import that makes it (file:line).
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -172,13 +173,15 @@ def cycles(root: Path = ROOT) -> list[str]:
             if _rotated(path) in seen:
                 continue
             seen.add(_rotated(path))
-            hops = [f"{a} -> {b} ({edges[a, b]})" for a, b in zip(path, path[1:], strict=False)]
+            hops = [f"{a} -> {b} ({edges[a, b]})" for a, b in itertools.pairwise(path)]
             described.append("; ".join(hops))
     return described
 
 
 def _layer(node: str) -> int:
-    return next(i for i, layer in enumerate(LAYERS) if node == layer or node.startswith(layer + "."))
+    return next(
+        i for i, layer in enumerate(LAYERS) if node == layer or node.startswith(layer + ".")
+    )
 
 
 def upward_imports(root: Path = ROOT) -> list[str]:

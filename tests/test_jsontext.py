@@ -1,4 +1,4 @@
-"""Strict JSON text (kernel/jsontext.py): the one reader for JSON from outside."""
+"""Strict JSON text (kernel/text/jsontext.py): the one reader for JSON from outside."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aos.kernel import jsontext
-from aos.kernel.jsontext import JsonInvalidError, JsonTooDeepError, JsonTooLargeError
+from aos.kernel.text import jsontext
+from aos.kernel.text.jsontext import JsonInvalidError, JsonTooDeepError, JsonTooLargeError
 
 json_values = st.recursive(
     st.none()

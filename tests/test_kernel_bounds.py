@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from aos.kernel import governance, replay
+from aos.kernel.audit import replay
 from aos.kernel.errors import KernelInvariantError
+from aos.kernel.governance import proposals
 from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.world import records
 from aos.kernel.world.intents import IntentTracker, OpenIntent
@@ -68,19 +69,19 @@ def test_a_run_report_lists_at_most_its_bound_of_fault_codes(tmp_path: Path) -> 
 def test_the_head_keeps_only_the_newest_closed_proposals(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(governance, "PROPOSALS_CLOSED_KEPT", 1)
+    monkeypatch.setattr(proposals, "PROPOSALS_CLOSED_KEPT", 1)
     path = tmp_path / "w"
     counter_world(path, {"a": [1]})
     with reopen(path) as world:
         first = propose_folder(world, variant(tmp_path, "double", DOUBLE))
         second = propose_folder(world, variant(tmp_path, "refactor", REFACTOR))
-        governance.decide(world, first, approve=False, approver="ann", reason="no")
+        proposals.decide(world, first, approve=False, approver="ann", reason="no")
         assert set(world.proposals) == {first, second}
-        governance.decide(world, second, approve=False, approver="ann", reason="no")
+        proposals.decide(world, second, approve=False, approver="ann", reason="no")
         assert set(world.proposals) == {second}  # the older closed one left the head
     with reopen(path) as world:
         assert set(world.proposals) == {second}
-    report = replay.verify(path, engine=engine())
+    report = replay.verify_replay(path, engine=engine())
     assert report.ok, report
 
 
@@ -116,8 +117,8 @@ def test_open_intents_are_bounded_per_world_at_the_edge(tmp_path: Path) -> None:
         _, later = world.send("demo/Ping@1", ping("w", "effect", 1))
         assert later.fault_codes == [EXCEEDED]
         assert len(keyed_faults(world)) == 3
-    assert replay.verify(path, engine=engine()).ok
-    assert replay.verify(path, engine=engine(), from_snapshot=str(seq)).ok
+    assert replay.verify_replay(path, engine=engine()).ok
+    assert replay.verify_replay(path, engine=engine(), from_snapshot=str(seq)).ok
 
 
 def test_a_default_world_records_no_open_intents_bound_and_one_below_one_is_refused(

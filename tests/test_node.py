@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from aos.kernel import cbor, replay
-from aos.kernel.adapters.auth import AdapterAuth
-from aos.kernel.adapters.keys import KeyFileError, read_seed, write_seed
-from aos.kernel.adapters.signing import signed_receipt
+from aos.kernel import cbor
+from aos.kernel.adapters.protocol.auth import AdapterAuth
+from aos.kernel.adapters.protocol.keys import KeyFileError, read_seed, write_seed
+from aos.kernel.adapters.protocol.signing import signed_receipt
+from aos.kernel.audit import replay
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
@@ -847,7 +848,7 @@ def test_an_unexpected_failure_is_a_500_and_stops_the_world(world_path: Path) ->
         assert error_of(client.get("/v1/world"), 503)["code"] == "world.closed"
     with World.open(world_path) as reopened:
         assert reopened.height == before["height"]
-    assert replay.verify(world_path).ok
+    assert replay.verify_replay(world_path).ok
 
 
 def test_a_refusal_after_an_append_discards_the_unflushed_work(
@@ -869,7 +870,7 @@ def test_a_refusal_after_an_append_discards_the_unflushed_work(
     ingressed = [e["record"]["value"] for e in found if e["record"]["kind"] == "domain_event"]
     assert [value["id"] for value in ingressed] == ["x", "z"]  # never the discarded "y"
     node.close()
-    assert replay.verify(world_path).ok
+    assert replay.verify_replay(world_path).ok
 
 
 # --------------------------------------------------------------------------------------------

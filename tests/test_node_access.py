@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 
 from aos.flows.http import add_flow_routes
 from aos.flows.pages import add_flow_pages
-from aos.kernel.adapters.auth import AdapterAuth
+from aos.kernel.adapters.protocol.auth import AdapterAuth
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.access import SESSION_COOKIE, declared
 from aos.kernel.node.app import create_app

@@ -1,6 +1,6 @@
 """The node's request bounds in process (spec/04 §9.8, §10): the write rate per caller
 (kernel/node/rate.py), a proposal's body held to its media type's limit and its CBOR values
-counted before it is decoded (kernel/node/proposals.py), and the transport's arithmetic
+counted before it is decoded (kernel/node/proposal_body.py), and the transport's arithmetic
 (kernel/node/transport.py). Each refusal changes nothing. The same bounds against a real
 `aos node up`: tests/test_node_bounds_process.py."""
 
@@ -17,7 +17,7 @@ from aos.kernel.node import NodeLimits
 from aos.kernel.node.access import PRINCIPAL_KEY
 from aos.kernel.node.errors import NodeConfigError
 from aos.kernel.node.identities import ADAPTER, Principal
-from aos.kernel.node.proposals import count_cbor_values
+from aos.kernel.node.proposal_body import count_cbor_values
 from aos.kernel.node.rate import TokenBuckets, caller_key
 from aos.kernel.node.transport import (
     FILES_RESERVED,

@@ -31,7 +31,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from aos.cli.main import main
 from aos.flows.client import NodeFlows
-from aos.kernel.adapters.keys import write_seed
+from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.adapters.sdk import AdapterNodeRefusedError, NodeClient, RetryPolicy
 from aos.kernel.errors import AosError
 from aos.kernel.node.errors import NodeUnreachableError

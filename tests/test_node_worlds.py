@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from aos.cli.main import main
 from aos.flows.client import NodeFlows
-from aos.kernel.adapters.keys import write_seed
+from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url
 from aos.kernel.world.stamps import PinnedStampSource

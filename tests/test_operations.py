@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from aos.kernel import cbor, governance, replay
+from aos.kernel import cbor
 from aos.kernel.air.model import canonical_form
+from aos.kernel.audit import replay
 from aos.kernel.errors import AosError
+from aos.kernel.governance import proposals
 from aos.kernel.world import records
 from aos.kernel.world.errors import (
     CellBusyError,
@@ -68,7 +70,7 @@ def unchanged(world: World) -> tuple[int, int]:
 
 
 def verified(path: Path) -> None:
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert report.ok, report.divergence and report.divergence.to_value()
 
 
@@ -108,11 +110,11 @@ def test_retry_after_a_fix_steps_the_failed_delivery_again(path: Path) -> None:
         admitted, report = world.send(PING, ping("x", "undeclared"))
         assert report.fault_codes == ["effect.undeclared"] * 2  # keyed and global
         assert world.cells(KEYED)[0].status == "failed"
-        proposal = governance.propose(world, allow_other_effect(world))
+        proposal = proposals.propose(world, allow_other_effect(world))
     run_shadow(path, proposal)
     with reopen(path) as world:
-        governance.decide(world, proposal, approve=True, approver="ann", reason="fix")
-        governance.apply(world, proposal)
+        proposals.decide(world, proposal, approve=True, approver="ann", reason="fix")
+        proposals.apply(world, proposal)
         seq = retry(world, "x")
         step_seq, step = last_of(world, records.STEP)
         assert step_seq > seq and step["input"] == admitted.seq
@@ -172,7 +174,7 @@ def test_a_snapshot_keeps_the_failed_delivery_for_a_later_retry(path: Path) -> N
     with reopen(path) as world:  # the parked delivery came back from the head checkpoint
         retry(world, "x")
         assert last_of(world, records.STEP_FAULT)[0] == world.height
-    assert replay.verify(path, from_snapshot=str(snapshot_seq)).ok
+    assert replay.verify_replay(path, from_snapshot=str(snapshot_seq)).ok
     verified(path)
 
 

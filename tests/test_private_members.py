@@ -108,14 +108,14 @@ def test_no_module_imports_another_modules_private_names() -> None:
 
 def test_the_import_check_sees_a_private_import(tmp_path: Path) -> None:
     source = (
-        "from aos.kernel.replay import Replayer, _hidden\n"
+        "from aos.kernel.audit.replay import Replayer, _hidden\n"
         "from collections import _chain\n"
         "from . import _sibling\n"
     )
     module = tmp_path / "probe.py"
     module.write_text(source, encoding="utf-8")
     assert _private_imports(module, tmp_path) == [
-        "probe.py:1: aos.kernel.replay._hidden",
+        "probe.py:1: aos.kernel.audit.replay._hidden",
         "probe.py:3: None._sibling",
     ]
 

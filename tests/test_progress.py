@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from aos.kernel.adapters.protocol.signing import sign_body
 from aos.kernel.adapters.sdk import Adapter, AdapterProgressInvalidError, Lease, Result
-from aos.kernel.adapters.signing import sign_body
 from aos.kernel.node.progress import (
     PROGRESS_FRAMES_KEPT_MAX,
     PROGRESS_MESSAGE_CHARS_MAX,

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from aos.kernel import cbor, replay
-from aos.kernel.adapters.signing import signed_receipt
+from aos.kernel import cbor
+from aos.kernel.adapters.protocol.signing import signed_receipt
+from aos.kernel.audit import replay
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.world import receipts, records
 from aos.kernel.world.errors import ClockManualOnlyError, TimeBackwardsError
@@ -120,7 +121,7 @@ def test_a_keyed_effect_emitted_after_it_settled_is_the_same_work_opened_again(
         assert world.open_intents() == []
         kinds = [r["kind"] for r in journal(world) if r["kind"].startswith("effect_")]
         assert kinds == ["effect_intent", "effect_receipt"] * 2
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def _refused(world: World, value: Any, code: str) -> None:
@@ -263,7 +264,7 @@ def test_a_refused_receipt_is_journaled_as_a_bounded_digest(tmp_path: Path) -> N
         assert len(record["receipt"]["adapter"]) == REJECTED_TEXT_CHARS_MAX
         assert len(record["message"]) <= REJECTED_TEXT_CHARS_MAX
         assert "payload" not in record["receipt"] and "signature" not in record["receipt"]
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def test_a_payload_that_does_not_fit_is_delivered_as_rejected(world: World) -> None:
@@ -331,7 +332,7 @@ def test_open_intents_and_settlements_survive_reopen(tmp_path: Path) -> None:
 
 
 def test_large_payloads_go_to_the_cas_by_hash_and_gc_keeps_them(tmp_path: Path) -> None:
-    from aos.kernel import gc
+    from aos.kernel.audit import gc
     from aos.kernel.world.errors import BlobTooLargeError
     from tests.test_world import reopen
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from aos.kernel import cbor, gc, replay
+from aos.kernel import cbor
+from aos.kernel.audit import gc, replay
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.store import open_store
 from aos.kernel.store.errors import StoreUsageError
@@ -303,7 +304,7 @@ def test_flushes_leave_almost_no_garbage_and_replay_still_verifies(tmp_path: Pat
     without, with_ = gc.collect(kept), gc.collect(reclaimed)
     assert with_.live_objects == without.live_objects  # the same head either way
     assert with_.garbage_bytes * 50 < without.garbage_bytes
-    assert replay.verify(reclaimed).ok
+    assert replay.verify_replay(reclaimed).ok
 
 
 def test_marks_survive_a_reopen_and_reclaiming_goes_on(tmp_path: Path) -> None:
@@ -318,7 +319,7 @@ def test_marks_survive_a_reopen_and_reclaiming_goes_on(tmp_path: Path) -> None:
         assert world.reclaimed_objects > 0
     report = gc.collect(path)
     assert report.garbage_bytes * 20 < report.live_bytes
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def test_a_snapshot_keeps_what_it_names_and_replays_from_it(tmp_path: Path) -> None:
@@ -335,10 +336,10 @@ def test_a_snapshot_keeps_what_it_names_and_replays_from_it(tmp_path: Path) -> N
         assert all(world.store.cas.has(h) for h in named)
         assert world._pending.reclaim.doomed_objects > 0  # superseded, but the snapshot names them
         assert world.reclaimed_objects > 0  # what was written after it and superseded is gone
-    assert replay.verify(path).ok
-    assert replay.verify(path, from_snapshot=str(seq)).ok
+    assert replay.verify_replay(path).ok
+    assert replay.verify_replay(path, from_snapshot=str(seq)).ok
     gc.collect(path, apply=True)  # walks every head and snapshot: raises if one lost a node
-    assert replay.verify(path, from_snapshot=str(seq)).ok
+    assert replay.verify_replay(path, from_snapshot=str(seq)).ok
 
 
 def test_retention_drops_old_snapshots_and_what_only_they_named(tmp_path: Path) -> None:
@@ -358,10 +359,10 @@ def test_retention_drops_old_snapshots_and_what_only_they_named(tmp_path: Path) 
     assert report.snapshots_kept == 2
     assert report.garbage_bytes * 20 < report.live_bytes  # retention left little for gc
     for seq, _ in taken[-2:]:
-        assert replay.verify(path, from_snapshot=str(seq)).ok
-    assert replay.verify(path).ok
+        assert replay.verify_replay(path, from_snapshot=str(seq)).ok
+    assert replay.verify_replay(path).ok
     with pytest.raises(replay.SnapshotUnknownError):  # a dropped snapshot is unknown
-        replay.verify(path, from_snapshot=str(taken[0][0]))
+        replay.verify_replay(path, from_snapshot=str(taken[0][0]))
 
 
 def test_retention_limits_are_checked() -> None:

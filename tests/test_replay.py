@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main as aos_main
-from aos.kernel import cbor, gc, replay
+from aos.kernel import cbor
+from aos.kernel.audit import gc, replay
 from aos.kernel.hashing import Hash
 from aos.kernel.world import records
 from aos.kernel.world.errors import WorldCorruptError
@@ -53,7 +54,7 @@ def scripted_world(path: Path) -> None:
 
 def test_full_replay_equals_the_live_world(tmp_path: Path) -> None:
     counter_world(tmp_path / "w")
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok, report.divergence
     with reopen(tmp_path / "w") as world:
         height = world.height
@@ -66,10 +67,10 @@ def test_snapshot_plus_tail_equals_full_replay_equals_live(tmp_path: Path) -> No
     counter_world(tmp_path / "w", snapshot_after=5)
     with reopen(tmp_path / "w") as world:
         [(seq, snapshot_hash)] = world.snapshots
-    full = replay.verify(tmp_path / "w")
-    by_seq = replay.verify(tmp_path / "w", from_snapshot=str(seq))
-    by_hash = replay.verify(tmp_path / "w", from_snapshot=str(snapshot_hash))
-    later = replay.verify(tmp_path / "w", from_seq=seq + 3)
+    full = replay.verify_replay(tmp_path / "w")
+    by_seq = replay.verify_replay(tmp_path / "w", from_snapshot=str(seq))
+    by_hash = replay.verify_replay(tmp_path / "w", from_snapshot=str(snapshot_hash))
+    later = replay.verify_replay(tmp_path / "w", from_seq=seq + 3)
     assert full.ok and by_seq.ok and by_hash.ok and later.ok
     assert by_seq.start_seq == seq + 1 == later.start_seq
     assert by_seq.records < full.records
@@ -82,17 +83,17 @@ def test_every_record_kind_replays(tmp_path: Path) -> None:
     # Governance and operation records replay too: tests/test_governance.py and
     # tests/test_operations.py cover them.
     assert kinds == set(records.KINDS) - {records.GOVERNANCE, records.OPERATION}
-    report = replay.verify(tmp_path / "s")
+    report = replay.verify_replay(tmp_path / "s")
     assert report.ok, report.divergence and report.divergence.to_value()
     with reopen(tmp_path / "s") as world:
         snapshot = str(world.snapshots[0][0])
-    assert replay.verify(tmp_path / "s", from_snapshot=snapshot).ok
+    assert replay.verify_replay(tmp_path / "s", from_snapshot=snapshot).ok
 
 
 def test_unknown_snapshot_is_refused(tmp_path: Path) -> None:
     counter_world(tmp_path / "w")
     with pytest.raises(replay.SnapshotUnknownError):
-        replay.verify(tmp_path / "w", from_snapshot="7")
+        replay.verify_replay(tmp_path / "w", from_snapshot="7")
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,7 +134,7 @@ def test_a_tampered_step_record_is_reported_precisely(tmp_path: Path) -> None:
         record["state"] = "blake3:" + "e" * 64
 
     _rewrite_record(path, seq, forge)
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert not report.ok and report.divergence is not None
     d = report.divergence
     assert (d.seq, d.what, d.kind, d.fields) == (seq, "record_differs", "step", ["state"])
@@ -150,7 +151,7 @@ def test_a_tampered_input_shows_at_the_step_it_changes(tmp_path: Path) -> None:
         record["value"]["$value"]["by"] = 1000
 
     _rewrite_record(path, seq, forge)
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     d = report.divergence
     assert d is not None and d.seq == seq + 1 and d.kind == "step" and "state" in d.fields
 
@@ -161,7 +162,7 @@ def test_a_tampered_blob_is_an_integrity_failure(tmp_path: Path) -> None:
     with reopen(path) as world:
         [(seq, snapshot_hash)] = world.snapshots
     _rewrite_blob(path, snapshot_hash, b"rotten")
-    report = replay.verify(path, from_snapshot=str(seq))
+    report = replay.verify_replay(path, from_snapshot=str(seq))
     d = report.divergence
     assert d is not None and d.what == "integrity"
     assert "store.corrupt_blob" in d.message and d.found == str(snapshot_hash)
@@ -174,7 +175,7 @@ def test_a_module_swapped_under_the_world_is_found(tmp_path: Path) -> None:
         module = world.runtime.module_hash(COUNTER)
         other = (SCRIPTED / "module" / "scripted.py").read_bytes()
     _rewrite_blob(path, module, other)
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     d = report.divergence
     assert d is not None and d.what == "integrity" and d.found == str(module)
 
@@ -209,7 +210,7 @@ def test_a_lost_head_is_rebuilt_from_the_snapshot_and_tail(tmp_path: Path) -> No
         head = Hash(str(world.store.meta.get("world.head")))
     _rewrite_blob(path, head, b"gone")
     assert _states(path) == expected
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def test_a_snapshot_with_missing_roots_fails_closed_and_recovery_uses_the_one_before(
@@ -232,7 +233,7 @@ def test_a_snapshot_with_missing_roots_fails_closed_and_recovery_uses_the_one_be
         txn.delete(head.digest)
     env.close()
     with pytest.raises(WorldCorruptError):
-        replay.verify(path, from_snapshot=str(newest[0]))
+        replay.verify_replay(path, from_snapshot=str(newest[0]))
     recovery = replay.recover(path)
     assert recovery.start != str(newest[1]) and len(recovery.skipped) == 1
     assert _states(path) == expected
@@ -246,10 +247,10 @@ def test_gc_keeps_everything_reachable(tmp_path: Path) -> None:
     done = gc.collect(path, apply=True)
     assert done.garbage_objects == dry.garbage_objects
     assert gc.collect(path).garbage_objects == 0
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
     with reopen(path) as world:
         seq = world.snapshots[0][0]
-    assert replay.verify(path, from_snapshot=str(seq)).ok
+    assert replay.verify_replay(path, from_snapshot=str(seq)).ok
     assert _states(path)["k1"] is not None
 
 
@@ -263,7 +264,7 @@ def test_gc_can_drop_old_snapshots(tmp_path: Path) -> None:
     assert (report.snapshots_kept, report.snapshots_dropped) == (1, 2)
     with World.open(path, sync=False) as world:
         assert len(world.snapshots) == 1
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def test_a_fault_after_reopen_replays(tmp_path: Path) -> None:
@@ -274,7 +275,7 @@ def test_a_fault_after_reopen_replays(tmp_path: Path) -> None:
     with reopen(path) as world:
         world.send("demo/Ping@1", ping("y", "trap"))
         world.send("demo/Ping@1", ping("x", "trap"))
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert report.ok, report.divergence and report.divergence.to_value()
 
 
@@ -285,7 +286,7 @@ def test_queued_work_at_the_head_replays(tmp_path: Path) -> None:
             world.ingress(EVENT, inc(f"k{n}"))
         with pytest.raises(Exception):  # noqa: B017 - the step budget error
             world.run_to_idle(steps_max=2)
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert report.ok, report.divergence and report.divergence.to_value()
 
 
@@ -312,4 +313,4 @@ def test_reading_a_world_never_changes_its_head(tmp_path: Path) -> None:
         world.cells("demo/keyed@1")  # opens an empty cell table
         world.state("demo/global@1")
         world.snapshot()
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok

@@ -1,4 +1,4 @@
-"""The parallel path of a replay audit (kernel/replay_parallel.py): the report, clean or
+"""The parallel path of a replay audit (kernel/audit/replay_parallel.py): the report, clean or
 diverged, is the same with 1 and N workers; a fresh re-run in a worker agrees with the reused
 instance, and catches one that keeps hidden state."""
 
@@ -12,14 +12,15 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main as aos_main
-from aos.kernel import cbor, replay
-from aos.kernel.hashing import Hash
-from aos.kernel.replay_parallel import (
+from aos.kernel import cbor
+from aos.kernel.audit import replay
+from aos.kernel.audit.replay_parallel import (
     ChecksDisagreedError,
     FreshChecks,
     SpeculativeRunner,
     audit_runner,
 )
+from aos.kernel.hashing import Hash
 from aos.kernel.wasm import StepLimits, StepRunner, WasmEngine, encode_input
 from aos.kernel.world import records
 from aos.kernel.world.world import WorldLimits
@@ -37,7 +38,9 @@ COUNTER_PY = REPO / "manifests" / "counter"
 def _reports(path: Path, **options: Any) -> list[dict[str, Any]]:
     """The report of each worker count, with the parallel path taken even for a small world."""
     return [
-        replay.verify(path, workers_max=workers, parallel_records_min=0, **options).to_value()
+        replay.verify_replay(
+            path, workers_max=workers, parallel_records_min=0, **options
+        ).to_value()
         for workers in WORKER_COUNTS
     ]
 
@@ -166,7 +169,7 @@ def test_workers_below_one_are_refused(tmp_path: Path) -> None:
     before = store_digest(path)
     for bad in (0, -1):
         with pytest.raises(replay.ReplayWorkersInvalidError) as raised:
-            replay.verify(path, workers_max=bad)
+            replay.verify_replay(path, workers_max=bad)
         assert raised.value.code == "replay.workers_invalid"
     result = CliRunner().invoke(
         aos_main, ["world", "replay", "--verify", "--workers", "0", "--world", str(path)]

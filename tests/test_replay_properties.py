@@ -9,7 +9,7 @@ snapshots; close and reopen; advancing time. After each step:
 
 * the live world has flushed everything (`height == journal head`) and matches a simple model
   (how many events each keyed cell took, which intents are open);
-* `replay.verify` from genesis is ok, and so is `verify(from_snapshot=latest)` when there is a
+* `replay.verify_replay` from genesis is ok, and so is `verify_replay(from_snapshot=latest)` when there is a
   snapshot. Each compares every replayed record with the journal byte for byte and then the
   replayed head (roots, open intents, queue, logical time) with the head the live world wrote,
   so full replay == snapshot + tail replay == live state.
@@ -39,8 +39,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from aos.kernel import cbor
-from aos.kernel.adapters.signing import signed_receipt
-from aos.kernel.replay import verify
+from aos.kernel.adapters.protocol.signing import signed_receipt
+from aos.kernel.audit.replay import verify_replay
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.errors import WorldNotQuiescentError
 from aos.kernel.world.receipts import ReceiptError
@@ -71,7 +71,7 @@ def _engine() -> WasmEngine:
 
 def _audit(path: str, from_snapshot: str | None) -> dict[str, Any]:
     """Runs in the helper process."""
-    return verify(path, from_snapshot=from_snapshot, engine=_engine()).to_value()
+    return verify_replay(path, from_snapshot=from_snapshot, engine=_engine()).to_value()
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.kernel.adapters.keys import write_seed
+from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.node.identities import IDENTITIES_FILE_NAME
 from aos.kernel.store import pg_owner
 from aos.kernel.store.errors import StoreOwnedError

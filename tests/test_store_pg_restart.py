@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from aos.kernel.replay import verify
+from aos.kernel.audit.integrity import verify_integrity
+from aos.kernel.audit.replay import verify_replay
 from aos.kernel.store import StoreUnavailableError, StoreUsageError
 from aos.kernel.store.pg_store import PgStore, open_pg_store
-from aos.kernel.verify import verify_world
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world_store import create_world
 from tests.auth_fixtures import node_http
@@ -143,5 +143,5 @@ def test_a_node_answers_503_for_the_cut_off_event_and_serves_on_after_a_restart(
         state = node_http.get(f"{url}{state_url}", params={"key": '"a"'}).json()
         # The cut-off event never reached the server (its connection was dead before BEGIN).
         assert state["state"]["count"] == 10
-    verify_world(directory)
-    assert verify(directory, engine=WasmEngine()).ok
+    verify_integrity(directory)
+    assert verify_replay(directory, engine=WasmEngine()).ok

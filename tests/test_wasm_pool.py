@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aos.kernel import cbor, replay
+from aos.kernel import cbor
+from aos.kernel.audit import replay
 from aos.kernel.wasm import (
     LoadedModule,
     StepFault,
@@ -275,5 +276,5 @@ def test_a_world_stepped_pooled_replays_unpooled_and_back(tmp_path: Path) -> Non
     with world:
         for n in range(20):
             world.send(EVENT, inc(f"k{n % 3}", n + 1))
-    assert replay.verify(path, engine=WasmEngine(pooled=False)).ok
-    assert replay.verify(path, engine=WasmEngine()).ok
+    assert replay.verify_replay(path, engine=WasmEngine(pooled=False)).ok
+    assert replay.verify_replay(path, engine=WasmEngine()).ok

@@ -497,7 +497,7 @@ def test_unknown_workflows_are_refused_and_never_checkpointed(world: World) -> N
 
 
 def test_long_runs_flush_at_safe_points_within_the_store_batch_limit(tmp_path: Path) -> None:
-    from aos.kernel import replay
+    from aos.kernel.audit import replay
 
     path = tmp_path / "w"
     with create(path, limits=WorldLimits(flush_records_max=7)) as world:
@@ -509,7 +509,7 @@ def test_long_runs_flush_at_safe_points_within_the_store_batch_limit(tmp_path: P
         states = {f"k{n}": world.state(COUNTER, f"k{n}") for n in range(9)}
     with reopen(path) as again:
         assert {f"k{n}": again.state(COUNTER, f"k{n}") for n in range(9)} == states
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def test_a_kill_during_create_leaves_no_world_and_create_can_run_again(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from aos.kernel import cbor, replay
+from aos.kernel import cbor
+from aos.kernel.audit import replay
 from aos.kernel.world import records
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.world import World
@@ -101,7 +102,7 @@ def test_cancellations_survive_reopen_and_replay(tmp_path: Path) -> None:
         with pytest.raises(ReceiptError) as refused:
             world.settle(receipt(world, intent))
         assert refused.value.code == "receipt.intent_cancelled"
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert report.ok, report.divergence
 
 
@@ -138,7 +139,7 @@ def test_a_world_that_read_blobs_replays(tmp_path: Path) -> None:
         hash_ = world.put_blob(b"x" * 5000)
         for key in ("a", "b", "a"):
             world.send("demo/Ping@1", ping(key, f"read {hash_}"))
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert report.ok, report.divergence
 
 
@@ -161,6 +162,6 @@ def test_a_late_receipt_after_a_snapshot_replays_from_that_snapshot(tmp_path: Pa
         with pytest.raises(ReceiptError) as refused:
             world.settle(receipt(world, intent))
         assert refused.value.code == "receipt.intent_cancelled"
-    report = replay.verify(path, from_snapshot=str(snapshot_seq))
+    report = replay.verify_replay(path, from_snapshot=str(snapshot_seq))
     assert report.ok, report.divergence
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok

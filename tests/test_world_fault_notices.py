@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from aos.kernel import cbor, replay
+from aos.kernel import cbor
+from aos.kernel.audit import replay
 from aos.kernel.world import records
 from aos.kernel.world.operations import CELL_RETRY, Operation
 from aos.kernel.world.world import World
@@ -122,5 +123,5 @@ def test_worlds_with_notices_reopen_and_replay(path: Path) -> None:
         assert status(world, KEYED, "a") != "failed" and status(world, KEYED, "b") == "failed"
         assert world.state(KEYED, "c")["count"] == 1
     for workers in (1, 2):
-        report = replay.verify(path, workers_max=workers, parallel_records_min=0)
+        report = replay.verify_replay(path, workers_max=workers, parallel_records_min=0)
         assert report.ok, report.divergence

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from aos.kernel import cbor, replay
+from aos.kernel import cbor
+from aos.kernel.audit import replay
 from aos.kernel.hashing import hash_value
 from aos.kernel.store.errors import StoreCorruptRecordError
 from aos.kernel.store.memory_store import MemoryStore
@@ -115,7 +116,7 @@ def test_reopening_mid_cadence_gives_the_head_of_a_world_that_checkpointed_every
             _round(again, rng_b, n)
         assert journal(folded, first) == journal(again, first)
         assert hash_value(folded.current_head()) == hash_value(again.current_head())
-    assert replay.verify(tmp_path / "tail").ok
+    assert replay.verify_replay(tmp_path / "tail").ok
 
 
 def test_replay_of_a_world_with_a_tail_verifies_and_matches_its_folded_head(
@@ -124,7 +125,7 @@ def test_replay_of_a_world_with_a_tail_verifies_and_matches_its_folded_head(
     world = _run(tmp_path / "w", NEVER, 7, 30)
     height = world.height
     _kill(world)
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok and report.end_seq == height
 
 
@@ -142,7 +143,7 @@ def test_a_default_world_checkpoints_on_the_cadence_and_at_close(tmp_path: Path)
 def test_tail_states_a_later_step_replaced_are_reclaimed_and_gc_keeps_the_tail(
     tmp_path: Path,
 ) -> None:
-    from aos.kernel import gc
+    from aos.kernel.audit import gc
 
     world = _run(tmp_path / "w", NEVER, 5, 30)
     assert world.reclaimed_objects > 0
@@ -150,7 +151,7 @@ def test_tail_states_a_later_step_replaced_are_reclaimed_and_gc_keeps_the_tail(
     assert gc.collect(tmp_path / "w", apply=True).deleted
     with reopen(tmp_path / "w", limits=NEVER) as again:  # the fold reads every tail state
         again.current_head()
-    assert replay.verify(tmp_path / "w").ok
+    assert replay.verify_replay(tmp_path / "w").ok
 
 
 def test_the_fold_refuses_a_record_no_tail_may_hold() -> None:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from aos.cli.main import main
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from aos.kernel.node.app import create_app
 from aos.kernel.world.errors import TimeOutOfRangeError
 from aos.kernel.world.world import LOGICAL_NS_MAX, World
@@ -52,7 +52,7 @@ def test_advancing_past_the_range_is_refused_and_changes_nothing(tmp_path: Path)
         world.advance_time(0)
         world.send("demo/Ping@1", ping("near", "timer", 0))  # the world keeps working
         assert world.next_timer_ns() == LOGICAL_NS_MAX
-    assert replay.verify(path).ok
+    assert replay.verify_replay(path).ok
 
 
 def test_the_cli_refuses_a_time_past_the_range(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from aos.kernel import cbor, gc, replay
+from aos.kernel import cbor
+from aos.kernel.audit import gc, replay
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.wasm import StepLimits, StepOutput, decode_output, encode_output
 from aos.kernel.wasm.faults import StepOutputMalformedError, StepTooManyWritesError
@@ -67,7 +68,7 @@ def test_written_blobs_are_durable_kept_by_gc_and_replayed(tmp_path: Path) -> No
     with reopen(path) as world:
         assert world.read_blob(written) == b"second"
     for workers in (1, 2):  # the reference replay, and steps checked in worker processes
-        report = replay.verify(path, workers_max=workers, parallel_records_min=0)
+        report = replay.verify_replay(path, workers_max=workers, parallel_records_min=0)
         assert report.ok, report.divergence
 
 

@@ -1,4 +1,4 @@
-"""The bounded YAML reader (kernel/yamltext.py) and every YAML reader routed through it: an
+"""The bounded YAML reader (kernel/text/yamltext.py) and every YAML reader routed through it: an
 alias bomb (a "billion laughs", or one made of merge keys) is refused at once with a typed
 error by `aos hash`, `aos air check`, `aos flow check`, the tool config and a secrets file;
 nesting reached through an alias counts; a cycle is refused; honest aliases still read."""
@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from aos.cli.main import main
 from aos.flows.config import ToolConfigInvalidError, load_config
 from aos.flows.keychain import Keychain, KeychainSourceError
-from aos.kernel import yamltext
 from aos.kernel.air.loader import DocumentInvalidError, read_document
+from aos.kernel.text import yamltext
 
 REFUSED_WITHIN_S = 1.0
 

@@ -37,8 +37,8 @@ from typing import Any, Literal, TypeVar
 import httpx
 
 from aos.kernel import cbor
-from aos.kernel.adapters.auth import AdapterAuth
-from aos.kernel.adapters.signing import (
+from aos.kernel.adapters.protocol.auth import AdapterAuth
+from aos.kernel.adapters.protocol.signing import (
     SEED_BYTES,
     SIGNATURE_BYTES,
     public_key_of,

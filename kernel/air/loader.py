@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from aos.kernel import jsontext, yamltext
 from aos.kernel.air import builtins
 from aos.kernel.air.base import loc_to_path
 from aos.kernel.air.check import AnyDefinition, check_definitions, check_manifest
@@ -49,6 +48,7 @@ from aos.kernel.air.model import (
 from aos.kernel.air.names import name_problem
 from aos.kernel.errors import InvalidInputError
 from aos.kernel.hashing import Hash, hash_bytes
+from aos.kernel.text import jsontext, yamltext
 
 AIR_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 MANIFEST_FILE_NAMES = ("manifest.json", "manifest.yaml", "manifest.yml")

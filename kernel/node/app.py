@@ -23,10 +23,8 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from aos.kernel import jsontext
 from aos.kernel.buckets import Buckets
 from aos.kernel.errors import AosError
-from aos.kernel.jsontext import JsonInvalidError
 from aos.kernel.node import models, views
 from aos.kernel.node.access import AccessGuard, acting_user, needs, principal_of
 from aos.kernel.node.adapter_api import (
@@ -72,9 +70,11 @@ from aos.kernel.node.metrics import (
     exposition,
 )
 from aos.kernel.node.node import Node
-from aos.kernel.node.proposals import read_proposal
+from aos.kernel.node.proposal_body import read_proposal
 from aos.kernel.node.rate import TokenBuckets, WriteRateLimit
 from aos.kernel.node.read_api import add_read_routes
+from aos.kernel.text import jsontext
+from aos.kernel.text.jsontext import JsonInvalidError
 from aos.kernel.world.world import World
 
 API_VERSION = "1"
@@ -150,7 +150,7 @@ def create_app(node: Node) -> FastAPI:
 
 def _add_routes(app: FastAPI, node: Node) -> None:
     async def adapter_identity(request: Request) -> str:
-        """The adapter that signed this request (kernel/adapters/auth.py), checked before the
+        """The adapter that signed this request (kernel/adapters/protocol/auth.py), checked before the
         body is looked at; the routes that write or show intent params depend on it."""
         query = request.url.query
         return node.verifier.verify(
@@ -457,7 +457,7 @@ def _add_routes(app: FastAPI, node: Node) -> None:
 
 
 def _json_text(text: str | None, path: str) -> Any:
-    """Strict JSON (kernel/jsontext.py): one value, no duplicate keys, no NaN, bounded."""
+    """Strict JSON (kernel/text/jsontext.py): one value, no duplicate keys, no NaN, bounded."""
     if text is None:
         return None
     return jsontext.parse(text, path=path)
@@ -630,7 +630,7 @@ class RequestGuard:
       `body_ms_max` is 503 `node.busy`);
     - a body not complete within `body_ms_max` of the headers is 408 `request.timeout`;
     - a JSON body (by its media type, or none given) must be strict JSON nested at most
-      `json_depth_max` (kernel/jsontext.py), else 400 `input.invalid_json` /
+      `json_depth_max` (kernel/text/jsontext.py), else 400 `input.invalid_json` /
       `input.json_too_deep`: everything behind this recurses over the parsed value.
     """
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from aos.kernel import cbor
-from aos.kernel.adapters.signing import public_key_of, signed_receipt
+from aos.kernel.adapters.protocol.signing import public_key_of, signed_receipt
 from aos.kernel.air.model import DefAdapter
 from aos.kernel.node.errors import (
     HumanAdapterError,

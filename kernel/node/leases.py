@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from aos.kernel.adapters.auth import AdapterForbiddenError
+from aos.kernel.adapters.protocol.auth import AdapterForbiddenError
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.node.errors import LeaseRevokedError, LeaseUnknownError
 

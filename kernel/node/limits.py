@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aos.kernel.adapters.auth import (
+from aos.kernel.adapters.protocol.auth import (
     ADAPTER_NONCES_MAX_DEFAULT,
     ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT,
     ADAPTER_REFUSAL_WINDOW_MS_DEFAULT,
@@ -28,7 +28,7 @@ REQUEST_BODY_MS_MAX_DEFAULT = 30_000
 """How long the node waits for a request's whole body once its headers arrived; a client that
 stalls past it gets 408 `request.timeout` and its connection closed."""
 JSON_DEPTH_MAX_DEFAULT = 64
-"""Deepest JSON a request body or query value may nest (kernel/jsontext.py)."""
+"""Deepest JSON a request body or query value may nest (kernel/text/jsontext.py)."""
 LEASES_PER_REQUEST_MAX_DEFAULT = 100
 LONG_POLL_MS_MAX_DEFAULT = 30_000
 CELL_WAITERS_MAX_DEFAULT = 1024
@@ -125,7 +125,7 @@ class NodeLimits:
     proposal_values_max: int = PROPOSAL_VALUES_MAX_DEFAULT
     write_rate_per_s: int = WRITE_RATE_PER_S_DEFAULT
     write_burst_max: int = WRITE_BURST_MAX_DEFAULT
-    # Signed adapter requests (kernel/adapters/auth.py).
+    # Signed adapter requests (kernel/adapters/protocol/auth.py).
     adapter_request_skew_ms_max: int = ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT
     adapter_nonces_max: int = ADAPTER_NONCES_MAX_DEFAULT
     adapter_receipt_refusals_max: int = ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aos.kernel import actions, cbor, governance, prefixes
-from aos.kernel.adapters.auth import AdapterForbiddenError, RefusalLimiter, RequestVerifier
-from aos.kernel.node import views
+from aos.kernel import cbor, prefixes
+from aos.kernel.adapters.protocol.auth import AdapterForbiddenError, RefusalLimiter, RequestVerifier
+from aos.kernel.governance import proposals
+from aos.kernel.node import actions, views
 from aos.kernel.node.audit import AuditLog
 from aos.kernel.node.errors import (
     HumanDisabledError,
@@ -47,7 +48,7 @@ from aos.kernel.node.progress import (
     authenticate_frame,
     parse_frame,
 )
-from aos.kernel.node.proposals import ProposalRequest
+from aos.kernel.node.proposal_body import ProposalRequest
 from aos.kernel.node.shadow_worker import ShadowUnavailableError, run_shadow
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
@@ -533,10 +534,10 @@ class Node:
 
     async def gov_propose(self, request: ProposalRequest) -> dict[str, Any]:
         """Journal a proposal (`aos gov propose` while the node serves the world), read and
-        validated beforehand (kernel/node/proposals.py)."""
+        validated beforehand (kernel/node/proposal_body.py)."""
 
         def run(world: World) -> dict[str, Any]:
-            proposal = governance.propose(
+            proposal = proposals.propose(
                 world, request.patch, blobs=request.blobs, prepared=request.prepared
             )
             return actions.proposal_body(world, proposal).model_dump()
@@ -548,12 +549,12 @@ class Node:
         its report here; answers the report with the record's sequence."""
         if self.world_path is None:
             raise ShadowUnavailableError("this node did not open its world from a folder")
-        proposal = await self.host.run(lambda w: governance.resolve_proposal(w, proposal))
+        proposal = await self.host.run(lambda w: proposals.resolve_proposal(w, proposal))
         found = await run_shadow(self.world_path, proposal, timeout_ms=self.limits.shadow_ms_max)
 
         def record(world: World) -> dict[str, Any]:
             report_hash = str(world.put_blob(found.report))
-            governance.record_shadow_raw(
+            proposals.record_shadow_raw(
                 world, proposal, found.state_height, report_hash, found.summary
             )
             report = cbor.to_json(cbor.decode(found.report))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.adapters.signing import verify_body
+from aos.kernel.adapters.protocol.signing import verify_body
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import is_hash
 

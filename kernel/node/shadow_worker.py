@@ -107,7 +107,7 @@ def _answer(out: bytes, err: bytes, returncode: int | None, what: str) -> dict[s
 
 
 def main(argv: list[str]) -> int:
-    from aos.kernel import shadow  # the worker alone pays for replay's imports
+    from aos.kernel.governance import shadow  # the worker alone pays for replay's imports
 
     world_dir, proposal = argv
     try:

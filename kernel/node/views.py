@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from aos.kernel import cbor, replay
-from aos.kernel.adapters.signing import verify_body
+from aos.kernel import cbor
+from aos.kernel.adapters.protocol.signing import verify_body
+from aos.kernel.audit import replay
 from aos.kernel.hashing import hash_bytes, is_hash
 from aos.kernel.node.errors import NodeLimitExceededError, QueryInvalidError
 from aos.kernel.node.human import task_fields
@@ -616,7 +617,7 @@ def proposal(world: World, proposal_id: str) -> dict[str, Any]:
     """One proposal with its patch and its stored shadow report (null before a shadow)."""
     entry = world.proposals.get(proposal_id)
     if entry is None:
-        from aos.kernel.governance import GovUnknownProposalError
+        from aos.kernel.governance.proposals import GovUnknownProposalError
 
         raise GovUnknownProposalError(f"no proposal {proposal_id}")
     body = proposal_entry(world, proposal_id, entry)

@@ -104,7 +104,7 @@ def open_writing(
     try:
         if not head_usable(store):
             store.close()
-            from aos.kernel.replay import recover  # replay builds on the world
+            from aos.kernel.audit.replay import recover  # replay builds on the world
 
             recover(root, engine=engine)
             store = open_store(root, sync=sync)

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from aos.kernel import cbor, jsontext
+from aos.kernel import cbor
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.normalize import normalize
 from aos.kernel.air.types import RefType
+from aos.kernel.text import jsontext
 from aos.kernel.world.cells import (
     STATUS_COMPLETED,
     STATUS_FAILED,

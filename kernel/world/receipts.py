@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.adapters.signing import verify_encoded
+from aos.kernel.adapters.protocol.signing import verify_encoded
 from aos.kernel.air import RECEIPT_ENVELOPE, RECEIPT_REJECTED
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.model import DefAdapter, DefEffect

@@ -25,7 +25,7 @@ from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.router import Router
 
 # Builds the runner of one module under its limits in place of the profile's own (a replay
-# audit's parallel path: kernel/replay_parallel.py).
+# audit's parallel path: kernel/audit/replay_parallel.py).
 RunnerFactory = Callable[[LoadedModule, StepLimits], StepRunner]
 
 

@@ -61,7 +61,7 @@ from aos.flows.world import (
     load_or_make_keys,
 )
 from aos.kernel import cbor
-from aos.kernel.adapters.signing import signed_receipt
+from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import records
 from aos.kernel.world.receipts import ReceiptError

@@ -16,7 +16,7 @@ the operation and its ack, with a torn ack line; see `workload.POINTS`).
 After the child is gone the harness checks the world:
 
 * every acknowledged record is in the journal at its sequence with its hash;
-* `replay.verify` passes: the tail since the last check, from the latest snapshot before it
+* `replay.verify_replay` passes: the tail since the last check, from the latest snapshot before it
   (a chain of verified snapshots, so the whole journal is covered), and from genesis when the
   world is retired; each includes the head checkpoint == replayed head;
 * no intent is lost or doubled: every `effect_intent` hash appears once, every settled intent
@@ -79,10 +79,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aos.flows.world import load_or_make_keys
+from aos.kernel.audit.integrity import verify_integrity
+from aos.kernel.audit.replay import ReplayReport, verify_replay
 from aos.kernel.hashing import hash_value
-from aos.kernel.replay import ReplayReport, verify
 from aos.kernel.store.errors import StoreUnavailableError
-from aos.kernel.verify import verify_world
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import records
 from aos.kernel.world.world import SNAPSHOTS_KEPT_MAX_DEFAULT, World
@@ -323,7 +323,7 @@ def check_world(
     """Everything a killed world must satisfy; `from_seq` None replays from genesis;
     `flow_checks` adds the flow world's (`flows.check`)."""
     problems: list[str] = []
-    _replay(problems, verify(world_dir, engine=engine, from_seq=from_seq), "replay")
+    _replay(problems, verify_replay(world_dir, engine=engine, from_seq=from_seq), "replay")
     with World.open(world_dir, sync=True, engine=engine) as world:
         journal: dict[int, dict[str, Any]] = dict(world.store.journal.read(1))  # type: ignore[arg-type]
         head = world.store.journal.head()
@@ -649,9 +649,9 @@ class _Lane:
     def _retire_kernel(self, world_dir: Path) -> list[str]:
         """A replay from genesis; on PostgreSQL `aos world verify` too."""
         problems: list[str] = []
-        _replay(problems, verify(world_dir, engine=self.engine), "full replay")
+        _replay(problems, verify_replay(world_dir, engine=self.engine), "full replay")
         if self.server is not None:
-            verify_world(world_dir)  # raises world.chain_broken / world.cas_broken
+            verify_integrity(world_dir)  # raises world.chain_broken / world.cas_broken
             self.summary.verified_worlds += 1
         return problems
 

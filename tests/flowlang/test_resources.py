@@ -20,9 +20,9 @@ from aos.flows import flowlang
 from aos.flows import operations as ops
 from aos.flows.files import FileToolError, parse_content, read_resource, write_resource
 from aos.flows.local import LocalAdapters
-from aos.kernel import replay
-from aos.kernel.adapters.keys import write_seed
-from aos.kernel.adapters.signing import generate_seed
+from aos.kernel.adapters.protocol.keys import write_seed
+from aos.kernel.adapters.protocol.signing import generate_seed
+from aos.kernel.audit import replay
 from tests.flows_world.support import FlowWorld, make_flow_world
 
 ECHO = [{"name": name, "tool": {"kind": "echo"}} for name in "ABC"]
@@ -117,7 +117,7 @@ def test_an_http_source_and_sink(flows: FlowWorld, server: str, tmp_path: Path) 
     assert state["engine"]["result"] == [{"x": 1}, {"x": 2}]
     assert _Store.received == [("PUT", [{"x": 1}, {"x": 2}])]
     flows.world.close()
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok, report.divergence
 
 

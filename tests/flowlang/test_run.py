@@ -14,7 +14,7 @@ import pytest
 
 from aos.flows import flowlang
 from aos.flows import operations as ops
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_world.support import FlowWorld, make_flow_world
 
 ECHO = [{"name": name, "tool": {"kind": "echo"}} for name in "ABCDEFX"]
@@ -173,5 +173,5 @@ def test_replay_verifies_a_world_that_ran_flow_files(tmp_path: Path) -> None:
     with flows.world:
         run(flows, "A → ? `$[?(@.status=0)]` { B C } → * D", {"status": 0})
         run(flows, '<[{"a": 1}, {"a": 2}]> → * A → :x > B;\n<{"c": 3}> → C → :x')
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok, report.divergence

@@ -24,7 +24,7 @@ import psycopg
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
 from aos.flows.numbers import execution_number
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_pg.support import secrets_world
 from tests.flows_world.support import FlowWorld
 from tests.pg_cluster import PgCluster
@@ -45,7 +45,7 @@ def rows(dsn: str, query: str) -> list[tuple[Any, ...]]:
 
 
 def verify(path: Path) -> None:
-    report = replay.verify(path)
+    report = replay.verify_replay(path)
     assert report.ok, report.divergence
 
 

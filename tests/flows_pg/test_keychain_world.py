@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from aos.flows import operations as ops
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_pg.support import secrets_world
 from tests.pg_cluster import PgCluster
 
@@ -141,7 +141,7 @@ def test_a_run_with_secrets_leaves_none_of_their_bytes_in_the_store(
     needles = [pg_cluster.password.encode(), token.encode(), dsn.encode()]
     assert _files_holding(world_path, needles) == []
     assert any(world_path.rglob("*.mdb")), "the scan must have covered the LMDB files"
-    report = replay.verify(world_path)
+    report = replay.verify_replay(world_path)
     assert report.ok, report.divergence
 
 

@@ -17,7 +17,7 @@ from aos.flows import operations as ops
 from aos.flows.numbers import execution_number
 from aos.flows.tool_duckdb import DuckdbSettings
 from aos.flows.tools import ToolContext, ToolOutcome, run_tool
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_pg.support import secrets_world
 from tests.flows_pg.test_postgres_tool import call, keychain_for, ok
 from tests.pg_cluster import PgCluster
@@ -82,7 +82,7 @@ def test_a_playbook_writes_its_execution_id_unquoted_and_reads_command_n(
     assert state["status"] == "completed", state["engine"].get("error")
     assert state["business"]["steps"]["show"] == {"same": True, "note": f"exec {number}"}
     assert shown["number"] == number  # `aos flow status` shows it beside the aos id
-    assert replay.verify(tmp_path / "w").ok
+    assert replay.verify_replay(tmp_path / "w").ok
 
 
 TRANSFER_PLAYBOOK = """
@@ -132,7 +132,7 @@ def test_a_transfer_moves_http_records_into_postgres(
     # a definition's maps are canonical CBOR: the mapping's columns in its key order
     assert moved["columns"] == ["tag", "title", "post_id", "user_id"]
     assert steps["count"]["command_0"]["rows"] == [{"records": len(RECORDS), "tag": "t5"}]
-    assert replay.verify(tmp_path / "w").ok
+    assert replay.verify_replay(tmp_path / "w").ok
 
 
 def transfer(tool: dict[str, Any], context: ToolContext) -> ToolOutcome:

@@ -20,7 +20,7 @@ from aos.flows import pyworker
 from aos.flows.tools import ToolContext, ToolOutcome, run_tool
 from aos.kernel.adapters.builtin import python_limits
 from aos.kernel.adapters.builtin.python_limits import PythonLimits, can_reach
-from aos.kernel.adapters.keys import write_seed
+from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.adapters.sdk import AdapterConfigInvalidError
 from tests.conftest import readable_folder
 from tests.flows_tools.test_tools import (  # the module's node: a probe world's real node

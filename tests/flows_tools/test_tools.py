@@ -37,9 +37,9 @@ from aos.flows.tools import (
     run_tool,
 )
 from aos.kernel import cbor
-from aos.kernel.adapters.keys import write_seed
+from aos.kernel.adapters.protocol.keys import write_seed
+from aos.kernel.adapters.protocol.signing import public_key_of, verify_body
 from aos.kernel.adapters.sdk import Adapter, AdapterConfigInvalidError, Lease, Result
-from aos.kernel.adapters.signing import public_key_of, verify_body
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.world.world import World
 from tests.auth_fixtures import node_http

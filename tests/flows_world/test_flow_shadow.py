@@ -32,7 +32,8 @@ from aos.flows.shadow import (
 )
 from aos.flows.shadow_worker import REQUEST_BYTES_MAX
 from aos.flows.world import MIGRATE_EVENT, SIGNAL_EVENT
-from aos.kernel import cbor, replay
+from aos.kernel import cbor
+from aos.kernel.audit import replay
 from aos.kernel.errors import AosError
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
@@ -257,7 +258,7 @@ def test_a_migrated_execution_goes_on_under_the_new_version_and_replays(recorded
             "to_definition": planned.definition,
         }
     ]
-    report = replay.verify(recorded, engine=engine())
+    report = replay.verify_replay(recorded, engine=engine())
     assert report.ok, report.divergence
 
 
@@ -283,7 +284,7 @@ def test_a_migrated_execution_is_shadowed_through_its_migration(recorded: Path) 
         migration.apply(world, again)
         ops.signal(world, "e1", "go")
         assert ops.status(world, "e1")["business"]["steps"]["c"] == {"ok": False, "v": 5}
-    assert replay.verify(recorded, engine=engine()).ok
+    assert replay.verify_replay(recorded, engine=engine()).ok
 
 
 @pytest.mark.parametrize(
@@ -343,7 +344,7 @@ def test_the_interpreter_records_a_stale_migration_and_keeps_the_state(
         assert ops.status(world, exec_id) == before
         last = ops.history(world, exec_id)[-1].event
     assert last == {"event": "migrate.stale", "version": 2, "reason": reason}
-    assert replay.verify(recorded, engine=engine()).ok
+    assert replay.verify_replay(recorded, engine=engine()).ok
 
 
 def test_a_flow_moves_every_running_execution_the_shadow_allows(recorded: Path) -> None:
@@ -367,7 +368,7 @@ def test_a_flow_moves_every_running_execution_the_shadow_allows(recorded: Path) 
         assert [ops.status(world, e)["version"] for e in ("e0", "e1", "e2")] == [1, 2, 2]
     again = migration.plan_flow(recorded, FLOW, 2, engine=engine())
     assert again.plans == []  # both run v2 already
-    assert replay.verify(recorded, engine=engine()).ok
+    assert replay.verify_replay(recorded, engine=engine()).ok
 
 
 # --------------------------------------------------------------------------------------------
@@ -574,7 +575,7 @@ def test_a_version_that_changes_nothing_reproduces_every_construct(tmp_path: Pat
             "completed",
             2,
         )
-    assert replay.verify(flows.path, engine=engine()).ok
+    assert replay.verify_replay(flows.path, engine=engine()).ok
 
 
 def _reopened(flows: FlowWorld) -> FlowWorld:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aos.flows import operations as ops
 from aos.flows.local import LocalAdapters
-from aos.kernel import gc
+from aos.kernel.audit import gc
 from aos.kernel.world.world import World
 from tests.flows_world.support import make_flow_world
 from tests.flows_world.test_results_by_reference import LOOP

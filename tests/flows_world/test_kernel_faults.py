@@ -21,7 +21,7 @@ from aos.cli.main import main
 from aos.flows import operations as ops
 from aos.flows.local import LocalAdapters
 from aos.flows.world import EXEC_WORKFLOW, load_or_make_keys, write_manifest
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from aos.kernel.node import Node
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import World
@@ -128,7 +128,7 @@ def test_faulted_executions_replay(flows: FlowWorld) -> None:
     flows.run(AFTER_A_CALL, exec_id="q")
     ops.signal(flows.world, "q", "go")
     flows.world.close()
-    report = replay.verify(flows.path)
+    report = replay.verify_replay(flows.path)
     assert report.ok, report.divergence
 
 

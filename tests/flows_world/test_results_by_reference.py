@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from aos.cli.main import main
 from aos.flows import operations as ops
 from aos.flows.world import EXEC_WORKFLOW
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_world.support import make_flow_world
 from tests.flows_world.test_kernel_faults import AT_ONCE
 
@@ -87,5 +87,5 @@ def test_a_world_with_a_loop_by_reference_and_a_refused_step_replays(tmp_path: P
     assert written
     flows.world.close()
     for workers in (1, 2):
-        report = replay.verify(flows.path, workers_max=workers, parallel_records_min=0)
+        report = replay.verify_replay(flows.path, workers_max=workers, parallel_records_min=0)
         assert report.ok, report.divergence

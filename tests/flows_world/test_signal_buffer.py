@@ -20,7 +20,8 @@ from aos.flows import operations as ops
 from aos.flows import signals
 from aos.flows.http import add_flow_routes
 from aos.flows.world import SIGNAL_EVENT, START_EVENT
-from aos.kernel import cbor, replay
+from aos.kernel import cbor
+from aos.kernel.audit import replay
 from aos.kernel.node import Node
 from aos.kernel.node.app import create_app
 from tests.auth_fixtures import authorize
@@ -178,7 +179,7 @@ def test_a_world_that_buffered_refused_and_dropped_signals_replays(tmp_path: Pat
         flows.world.advance_time(MINUTE_NS)
         assert flows.state("e1")["business"]["ctx"] == {"one": {"big": "x" * 500}, "two": 2}
         assert "signal.dropped" in flows.names("e2")
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok, report.divergence
     assert report.steps >= 7  # two starts, three signals, a cancel, the timer
     replayed = _aos("world", "replay", "--verify", "--world", tmp_path / "w")

@@ -12,7 +12,8 @@ import pytest
 
 from aos.flows import operations as ops
 from aos.flows.world import SIGNAL_EVENT
-from aos.kernel import cbor, replay
+from aos.kernel import cbor
+from aos.kernel.audit import replay
 from aos.kernel.world import records
 from aos.kernel.world.receipts import ReceiptError
 from tests.flows_world.support import FlowWorld, make_flow_world
@@ -187,7 +188,7 @@ def test_replay_verifies_a_world_that_ran_flows(tmp_path: Path) -> None:
         names = flows.names()
         assert names.count("task.attempt.failed") == 2  # a retry rule may retry ok outcomes
         assert {"human.task.completed", "signal.received", "child.ended"} <= set(names)
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok, report.divergence
     assert report.steps > 10
 
@@ -208,7 +209,7 @@ def test_changing_one_journaled_receipt_is_the_first_divergence(tmp_path: Path) 
         record["body"]["payload"] = {"n": 999}
         txn.put(seq.to_bytes(8, "big"), cbor.encode(record))
     env.close()
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert not report.ok and report.divergence is not None
     assert report.divergence.seq in (seq, seq + 1)  # the receipt, or the step it resumed
 
@@ -239,5 +240,5 @@ def test_a_stored_state_leaves_out_its_default_fields_and_replays(tmp_path: Path
         ops.signal(flows.world, "e1", "go", None)
         flows.adapters.drain()
         assert flows.state()["status"] == "completed"
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok, report.divergence

@@ -22,7 +22,7 @@ from aos.flows import operations as ops
 from aos.flows.cfd import load_definition
 from aos.flows.local import LocalAdapters
 from aos.flows.world import FlowKeys, load_or_make_keys, write_manifest
-from aos.kernel import governance, shadow
+from aos.kernel.governance import proposals, shadow
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import World
 from tests.test_governance import COUNTER_SOURCE, DOUBLE, folder_patch
@@ -117,13 +117,13 @@ def build(root: Path) -> InspectorWorld:
         with contextlib.suppress(RouteError):
             world.send(UNROUTED_EVENT, {"id": "alpha", "count": 3, "threshold": 2})
         patch, blobs = folder_patch(world, manifest_folder(root / "double", keys, DOUBLE))
-        proposal = governance.propose(world, patch, blobs=blobs)
+        proposal = proposals.propose(world, patch, blobs=blobs)
     finally:
         world.close()
     report = shadow.shadow(path, proposal, engine=engine())
     world = World.open(path, sync=False, engine=engine())
     try:
-        governance.record_shadow(world, proposal, report)
+        proposals.record_shadow(world, proposal, report)
     finally:
         world.close()
     shutil.rmtree(root / "double")

@@ -14,7 +14,7 @@ import duckdb
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
 from aos.flows.numbers import execution_number
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_pg.support import secrets_world
 from tests.playbooks.driver import PLAYBOOKS
 
@@ -50,5 +50,5 @@ def test_iterator_save_test_on_duckdb(tmp_path: Path) -> None:
         ).fetchall()
     number = str(execution_number("duck1"))  # `{{ execution_id }}`: NoETL's numeric id
     assert saved == [(f"{number}:item{n}", number, f"item{n}", n * 100) for n in (1, 2, 3)]
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok, report.divergence

@@ -16,7 +16,7 @@ from aos.flows import operations as ops
 from aos.flows.cfd import canonical_value
 from aos.flows.document import load_flow
 from aos.flows.errors import FlowCheckError
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_world.support import FlowWorld, make_flow_world
 from tests.playbooks.driver import run_playbook
 
@@ -100,7 +100,7 @@ def test_a_templated_playbook_path_is_resolved_when_the_task_runs(
     assert error["code"] == "subflow.unknown" and "'tests/nope'" in error["message"]
     assert "{{ workload.child }}" in error["message"]
     flows.world.close()
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok, report.divergence
 
 
@@ -166,4 +166,4 @@ def test_step_names_that_are_not_identifiers_on_a_world(flows: FlowWorld, tmp_pa
     assert state["status"] == "completed"
     assert state["business"]["steps"]["étape ü"] == {"from": 20}
     flows.world.close()
-    assert replay.verify(tmp_path / "w").ok
+    assert replay.verify_replay(tmp_path / "w").ok

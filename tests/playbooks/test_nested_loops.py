@@ -15,7 +15,7 @@ import yaml
 
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_world.support import FlowWorld, make_flow_world
 
 CITIES = [
@@ -147,7 +147,7 @@ def flows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowWorld]:
         yield made
     finally:
         made.world.close()
-    report = replay.verify(path)  # every execution of the module, children included
+    report = replay.verify_replay(path)  # every execution of the module, children included
     assert report.ok, report.divergence
 
 

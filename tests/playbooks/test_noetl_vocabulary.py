@@ -14,7 +14,7 @@ import yaml
 
 from aos.flows.document import load_flow
 from aos.flows.numbers import execution_number
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_world.support import make_flow_world
 from tests.playbooks.driver import run_playbook
 from tests.playbooks.server import serving
@@ -281,4 +281,4 @@ def test_a_world_running_these_rules_replays_byte_for_byte(tmp_path: Path) -> No
     each = state["business"]["steps"]["each"]
     assert each["stats"] == {"total": 3, "success": 2, "failed": 1}
     assert each["results"][0] == {"n": 1, "seen": 200, "code": 200}
-    assert replay.verify(tmp_path / "w").ok
+    assert replay.verify_replay(tmp_path / "w").ok

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aos.flows import operations as ops
 from aos.flows.document import load_flow
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_world.support import make_flow_world
 from tests.playbooks.server import Handler, serving
 
@@ -64,7 +64,7 @@ def test_streaming_pagination(tmp_path: Path) -> None:
         assert last == {"/ep/ok#3", None}
     finally:
         flows.world.close()
-    report = replay.verify(tmp_path / "w")  # retries, children, timers: byte for byte
+    report = replay.verify_replay(tmp_path / "w")  # retries, children, timers: byte for byte
     assert report.ok, report.divergence
 
 

@@ -15,7 +15,7 @@ from aos.flows import operations as ops
 from aos.flows.cfd import FORMAT_2, canonical_value
 from aos.flows.document import load_flow
 from aos.flows.errors import FlowCheckError
-from aos.kernel import replay
+from aos.kernel.audit import replay
 from tests.flows_world.support import make_flow_world
 from tests.playbooks.driver import PLAYBOOKS, run_playbook
 from tests.playbooks.server import Handler, serving
@@ -60,7 +60,7 @@ def test_step_pagination_on_a_flow_world_replays(tmp_path: Path) -> None:
     assert pages["business"]["steps"]["done"]["pages"] == 3
     assert pages_corpus["business"]["ctx"]["current_page"] == 1
     assert pages_corpus["business"]["steps"]["process_results"]["count"] == 6
-    report = replay.verify(tmp_path / "w")
+    report = replay.verify_replay(tmp_path / "w")
     assert report.ok, report.divergence
 
 

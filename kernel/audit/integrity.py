@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aos.kernel import gc
+from aos.kernel.audit import gc
 from aos.kernel.hashing import Hash
 from aos.kernel.store import StoreError, open_store
 from aos.kernel.store.interface import Store
@@ -56,7 +56,7 @@ class VerifyReport:
         }
 
 
-def verify_world(world_dir: str | Path) -> VerifyReport:
+def verify_integrity(world_dir: str | Path) -> VerifyReport:
     """Verify the world at `world_dir` read-only (a running host may keep writing it)."""
     root = Path(world_dir)
     if not (root / "store").is_dir():

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor
+from aos.kernel.audit.integrity import verify_chain, world_id
 from aos.kernel.hashing import hash_value
 from aos.kernel.store import open_store
 from aos.kernel.store.interface import Store
-from aos.kernel.verify import verify_chain, world_id
 from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import worldkey
 from aos.kernel.world.chain import JournalChain

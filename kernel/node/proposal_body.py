@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aos.kernel import cbor, jsontext
-from aos.kernel.governance import PreparedPatch, prepare_patch
+from aos.kernel import cbor
+from aos.kernel.governance.proposals import PreparedPatch, prepare_patch
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.node.errors import NodeLimitExceededError, RequestInvalidError
+from aos.kernel.text import jsontext
 
 _HEAD_LENGTH = {24: 1, 25: 2, 26: 4, 27: 8}
 """Bytes of the argument that follows a CBOR item's first byte, by its low five bits."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from aos.kernel.adapters.signing import sign_body, verify_body
+from aos.kernel.adapters.protocol.signing import sign_body, verify_body
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes
 

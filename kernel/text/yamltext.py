@@ -26,7 +26,7 @@ import yaml
 from aos.kernel.errors import InvalidInputError
 
 YAML_DEPTH_MAX_DEFAULT = 64
-"""Most nested maps and lists (the JSON reader's bound, kernel/jsontext.py)."""
+"""Most nested maps and lists (the JSON reader's bound, kernel/text/jsontext.py)."""
 YAML_NODES_MAX_DEFAULT = 1_000_000
 """Most nodes of one stream, every alias counted as the nodes it stands for."""
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"

@@ -23,13 +23,13 @@ from typing import Any
 
 from aos.kernel import cbor
 from aos.kernel.air.loader import LoadedManifest
-from aos.kernel.governance import (
+from aos.kernel.audit.replay import DivergedError, Replayer, ReplayReport
+from aos.kernel.governance.proposals import (
     CellShadow,
     GovShadowFailedError,
     GovUnknownProposalError,
     ShadowReport,
 )
-from aos.kernel.replay import DivergedError, Replayer, ReplayReport
 from aos.kernel.store import Store, open_store
 from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.wasm import StepFault, WasmEngine

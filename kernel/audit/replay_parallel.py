@@ -58,12 +58,12 @@ _ModuleKey = tuple[str, str, str]  # module hash, abi, entrypoint
 class ChecksDisagreedError(Exception):
     """A fresh run disagreed (or a worker was lost): the replay stops at the next step it
     would send, since only the reference replay can tell what happened. Internal: never
-    leaves `replay.verify`."""
+    leaves `replay.verify_replay`."""
 
 
 class FreshChecks:
     """Worker processes that re-run steps on fresh instances and compare outputs. A worker
-    is `python -m aos.kernel.replay_parallel`, spoken to in pickles over its stdin and
+    is `python -m aos.kernel.audit.replay_parallel`, spoken to in pickles over its stdin and
     stdout (a process of its own: nothing of the replaying process, wasmtime's threads
     least of all, is forked)."""
 
@@ -72,7 +72,7 @@ class FreshChecks:
     ) -> None:
         self._workers = workers
         self._module_bytes = module_bytes
-        self._command = [sys.executable, "-m", "aos.kernel.replay_parallel"]
+        self._command = [sys.executable, "-m", "aos.kernel.audit.replay_parallel"]
         if engine.cache_dir is not None:
             self._command.append(str(engine.cache_dir))
         # Started at the first batch: a replay that never speculates starts none.

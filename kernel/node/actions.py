@@ -111,11 +111,11 @@ def time_answer(world: World, report: RunReport | None) -> models.TimeResponse:
 def propose(
     world: World, patch: Any, modules: list[bytes], expected_hash: str | None
 ) -> models.ProposalResponse:
-    from aos.kernel import governance
+    from aos.kernel.governance import proposals
     from aos.kernel.hashing import hash_bytes
 
     blobs = {hash_bytes(data): data for data in modules}
-    proposal = governance.propose(world, patch, blobs=blobs, expected_hash=expected_hash)
+    proposal = proposals.propose(world, patch, blobs=blobs, expected_hash=expected_hash)
     return proposal_body(world, proposal)
 
 
@@ -129,16 +129,16 @@ def proposal_body(world: World, proposal: str) -> models.ProposalResponse:
 def decide(
     world: World, proposal: str, *, approve: bool, approver: str, reason: str
 ) -> models.ProposalResponse:
-    from aos.kernel import governance
+    from aos.kernel.governance import proposals
 
-    proposal = governance.resolve_proposal(world, proposal)
-    governance.decide(world, proposal, approve=approve, approver=approver, reason=reason)
+    proposal = proposals.resolve_proposal(world, proposal)
+    proposals.decide(world, proposal, approve=approve, approver=approver, reason=reason)
     return proposal_body(world, proposal)
 
 
 def apply(world: World, proposal: str) -> models.ApplyResponse:
-    from aos.kernel import governance
+    from aos.kernel.governance import proposals
 
-    proposal = governance.resolve_proposal(world, proposal)
-    manifest = governance.apply(world, proposal)
+    proposal = proposals.resolve_proposal(world, proposal)
+    manifest = proposals.apply(world, proposal)
     return models.ApplyResponse(proposal=proposal, manifest=str(manifest), seq=world.height)

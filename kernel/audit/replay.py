@@ -25,13 +25,13 @@ from aos.kernel import cbor
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest
 from aos.kernel.air.model import Manifest
+from aos.kernel.audit.integrity import stored_heads, verify_chain, world_id
+from aos.kernel.audit.replay_parallel import FreshChecks, audit_runner
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash, hash_value
-from aos.kernel.replay_parallel import FreshChecks, audit_runner
 from aos.kernel.store import StoreError, open_store
 from aos.kernel.store.interface import Store
 from aos.kernel.store.memory_store import MemoryStore
-from aos.kernel.verify import stored_heads, verify_chain, world_id
 from aos.kernel.wasm import LoadedModule, StepLimits, StepRunner, WasmEngine
 from aos.kernel.world import chain as journal_chain
 from aos.kernel.world import records
@@ -145,7 +145,7 @@ class DivergedError(Exception):
         self.divergence = divergence
 
 
-def verify(
+def verify_replay(
     world_dir: str | Path,
     *,
     from_seq: int | None = None,
@@ -574,7 +574,9 @@ class Replayer:
             world.force_stamp(None)
 
     def _feed_governance(self, world: World, recorded: dict[str, Any]) -> None:
-        from aos.kernel import governance  # governance builds on the world, like replay
+        from aos.kernel.governance import (
+            proposals as governance,  # governance builds on the world, like replay
+        )
 
         action, proposal = recorded["action"], str(recorded["proposal"])
         if action == "proposed":

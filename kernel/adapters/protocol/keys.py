@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from aos.kernel.adapters.signing import SEED_BYTES
+from aos.kernel.adapters.protocol.signing import SEED_BYTES
 from aos.kernel.errors import AosError
 
 KEY_FILE_MODE = 0o600
