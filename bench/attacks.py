@@ -156,8 +156,9 @@ PYTHON_ATTACKS = {
 
 
 def python(key_file: str) -> None:
-    """Inline python code through the tool adapter's own path (flows/tools.py)."""
-    from aos.flows.tools import ToolContext, run_tool
+    """Inline python code through the tool adapter's own path (flows/tools/dispatch.py)."""
+    from aos.flows.tools.context import ToolContext
+    from aos.flows.tools.dispatch import run_tool
 
     attacks = {**PYTHON_ATTACKS, "read the key": f"result = open({key_file!r}).read()[:8]"}
     for name, code in attacks.items():

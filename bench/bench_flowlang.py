@@ -29,12 +29,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from aos.flows import flowlang
-from aos.flows import operations as ops
-from aos.flows.cfd import definition_from_value
+from aos.flows.define import flowlang
+from aos.flows.define.cfd import definition_from_value
 from aos.flows.limits import DefinitionLimits
-from aos.flows.local import LocalAdapters
-from aos.flows.world import create_flow_world
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import create_flow_world
+from aos.flows.serve.local import LocalAdapters
 from bench.harness import Row, quit_child
 
 REPO = Path(__file__).resolve().parent.parent

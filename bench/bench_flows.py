@@ -55,10 +55,10 @@ from typing import Any
 
 import yaml
 
-from aos.flows import operations as ops
-from aos.flows.cfd import encode_definition, load_definition
-from aos.flows.local import LocalAdapters
-from aos.flows.world import EXEC_WORKFLOW, FlowKeys, create_flow_world
+from aos.flows.define.cfd import encode_definition, load_definition
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import EXEC_WORKFLOW, FlowKeys, create_flow_world
+from aos.flows.serve.local import LocalAdapters
 from aos.kernel.wasm import StepResult, StepRunner
 from aos.kernel.world import records
 from aos.kernel.world.stamps import PinnedStampSource

@@ -51,8 +51,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from aos.flows.client import NodeFlows
-from aos.flows.operations import TERMINAL_STATUSES
+from aos.flows.serve.flow_client import NodeFlows
+from aos.flows.serve.flow_operations import TERMINAL_STATUSES
 from aos.kernel.node.metrics import BATCH_PHASES
 from bench.harness import Contender, Row, interleaved, round_ratios
 from bench.peers import noetl_stack

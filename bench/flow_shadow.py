@@ -18,11 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from aos.flows import operations as ops
-from aos.flows.cfd import load_definition
-from aos.flows.local import LocalAdapters
-from aos.flows.shadow import deployed_target, shadow_flow
-from aos.flows.world import create_flow_world
+from aos.flows.define.cfd import load_definition
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_shadow import deployed_target, shadow_flow
+from aos.flows.serve.flow_world import create_flow_world
+from aos.flows.serve.local import LocalAdapters
 from aos.kernel.audit import replay
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.world import World

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aos.flows import operations as ops
-from aos.flows.document import load_flow
-from aos.flows.local import LocalAdapters
-from aos.flows.world import create_flow_world
+from aos.flows.define.document import load_flow
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import create_flow_world
+from aos.flows.serve.local import LocalAdapters
 from aos.kernel import cbor
 from aos.kernel.audit import gc
 from aos.kernel.world.world import CLOCK_MANUAL, World

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from aos.flows.tools import TOOL_EFFECTS, make_adapter
+from aos.flows.tools.dispatch import TOOL_EFFECTS, make_adapter
 from aos.kernel.adapters.protocol.signing import generate_seed, public_key_of
 from aos.kernel.adapters.sdk import Outcome
 from bench.proc_cpu import children, tree_cpu_s

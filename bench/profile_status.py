@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from aos.flows.client import NodeFlows
+from aos.flows.serve.flow_client import NodeFlows
 from bench.bench_playbooks import AOS_FILES
 from bench.proc_cpu import tree_cpu_s
 from bench.profile_playbooks import node_up

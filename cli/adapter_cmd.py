@@ -25,13 +25,11 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option
-from aos.flows.config import load_config
-from aos.flows.keychain import make_keychain_adapter
-from aos.flows.tools import (
-    HTTP_TIMEOUT_S_MAX_DEFAULT,
-    PYTHON_TIMEOUT_S_MAX_DEFAULT,
-    make_adapter,
-)
+from aos.flows.define.tool_schema import TOOL_KINDS
+from aos.flows.tools.config import load_config
+from aos.flows.tools.context import HTTP_TIMEOUT_S_MAX_DEFAULT, PYTHON_TIMEOUT_S_MAX_DEFAULT
+from aos.flows.tools.dispatch import make_adapter
+from aos.flows.tools.keychain import make_keychain_adapter
 from aos.kernel.adapters.builtin import python_limits
 from aos.kernel.adapters.builtin.http import (
     HTTP_BODY_BYTES_INLINE_MAX_DEFAULT,
@@ -68,20 +66,11 @@ from aos.kernel.air.names import name_problem
 
 BUILTIN_KINDS = ("http", "python")
 TOOL_PREFIX = "tool-"
-TOOL_KINDS = (
-    "tool-echo",
-    "tool-http",
-    "tool-python",
-    "tool-postgres",
-    "tool-duckdb",
-    "tool-shell",
-    "tool-file",
-    "tool-transfer",
-)
-"""The flow world's tool adapters (spec/11-flows.md, `flows/tools.py`)."""
+TOOL_ADAPTER_KINDS = tuple(f"{TOOL_PREFIX}{kind}" for kind in TOOL_KINDS)
+"""The flow world's tool adapters (spec/11-flows.md, `flows/tools/dispatch.py`)."""
 KEYCHAIN_KIND = "keychain"
-"""The flow world's keychain adapter (`flows/keychain.py`)."""
-KINDS = (*BUILTIN_KINDS, *TOOL_KINDS, KEYCHAIN_KIND)
+"""The flow world's keychain adapter (`flows/tools/keychain.py`)."""
+KINDS = (*BUILTIN_KINDS, *TOOL_ADAPTER_KINDS, KEYCHAIN_KIND)
 PYTHON_KINDS = ("python", "tool-python")
 """The kinds that run python tasks in confined processes (python_limits.py)."""
 _SHORT_HASH_CHARS = 19  # "blake3:" and 12 digits
@@ -385,7 +374,7 @@ def run_command(
         ) as adapter:
             _serve(adapter, once=once, printer=printer, kind=kind)
         return
-    if kind in TOOL_KINDS:
+    if kind in TOOL_ADAPTER_KINDS:
         tool = kind.removeprefix(TOOL_PREFIX)
         tool_limits: dict[str, Any] = {}
         if timeout_s_max is not None:
@@ -444,7 +433,7 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--function": ("python",),
     "--module-path": ("python", "tool-python"),
     "--allow": ("tool-python",),
-    "--config": (*TOOL_KINDS, KEYCHAIN_KIND),
+    "--config": (*TOOL_ADAPTER_KINDS, KEYCHAIN_KIND),
     "--file-base": ("tool-file",),
     "--no-code": ("tool-python",),
     "--memory-bytes-max": PYTHON_KINDS,

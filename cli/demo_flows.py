@@ -23,12 +23,13 @@ from typing import Any
 
 import click
 
-from aos.flows import migration, shadow
-from aos.flows import operations as ops
-from aos.flows.cfd import load_definition
-from aos.flows.document import load_flow
-from aos.flows.local import LocalAdapters
-from aos.flows.world import create_flow_world
+from aos.flows.define.cfd import load_definition
+from aos.flows.define.document import load_flow
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve import flow_shadow as shadow
+from aos.flows.serve import migration
+from aos.flows.serve.flow_world import create_flow_world
+from aos.flows.serve.local import LocalAdapters
 from aos.kernel.audit import replay
 from aos.kernel.world.world import CLOCK_MANUAL, World
 

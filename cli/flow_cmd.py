@@ -3,7 +3,7 @@ cancel (spec/11-flows.md §9).
 
 Commands that touch a world open it (`--world DIR`, env `AOS_WORLD`: reads read-only, so they
 work beside a node that serves it; writes through that node when one does) or ask a node
-(`--node URL`, env `AOS_NODE`), through one client (flows/client.py) whose answers they
+(`--node URL`, env `AOS_NODE`), through one client (flows/serve/flow_client.py) whose answers they
 render; which one is cli/remote.py's precedence (an option wins over the environment; both
 is `cli.target_conflict`). `aos flow run FILE --local` needs neither: it runs on a scratch
 world (or a new one kept at `--keep DIR`, or the existing flow world `--world DIR`), the
@@ -37,21 +37,21 @@ from aos.cli.common import (
 )
 from aos.cli.identity_cmd import echo_first_admin, first_admin_token
 from aos.cli.remote import NODE_ENV, client_token, credentials_options, node_target
-from aos.flows import flowlang
-from aos.flows import operations as ops
-from aos.flows.cfd import FlowDefinition, canonical_value
-from aos.flows.client import FlowClient, LocalFlows, NodeFlows
-from aos.flows.config import load_config
-from aos.flows.document import load_flow, source_warnings
-from aos.flows.draw import to_mermaid, to_text
+from aos.flows.define import flowlang
+from aos.flows.define.cfd import FlowDefinition, canonical_value
+from aos.flows.define.document import load_flow, source_warnings
+from aos.flows.define.draw import to_mermaid, to_text
+from aos.flows.define.positions import SourcePositions
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError
-from aos.flows.numbers import execution_number
-from aos.flows.positions import SourcePositions
-from aos.flows.signals import NOT_DELIVERED
-from aos.flows.world import (
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_client import FlowClient, LocalFlows, NodeFlows
+from aos.flows.serve.flow_world import (
     create_flow_world,
     default_keys_dir,
 )
+from aos.flows.serve.numbers import execution_number
+from aos.flows.serve.signals import NOT_DELIVERED
+from aos.flows.tools.config import load_config
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_value
@@ -560,7 +560,7 @@ class _LocalOptions:
 def _run_local(
     target: str, workload: Any, exec_id: str | None, world_path: str, options: _LocalOptions
 ) -> None:
-    from aos.flows.local import LocalAdapters, local_world, run_here
+    from aos.flows.serve.local import LocalAdapters, local_world, run_here
 
     context = click.get_current_context()
     if context.get_parameter_source("node_url") == ParameterSource.COMMANDLINE:

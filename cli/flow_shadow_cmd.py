@@ -5,7 +5,7 @@
     aos flow migrate EXEC [--to N] [--dry-run]              move a running execution to a
                                                             version that reproduces its history
 
-Both go through the flow client (flows/client.py): on a world opened here the shadow reads
+Both go through the flow client (flows/serve/flow_client.py): on a world opened here the shadow reads
 its store read-only, so it works while a node serves it, and `migrate` writes through that
 node when one does; with `--node` the node shadows in a worker process.
 """
@@ -30,9 +30,9 @@ from aos.cli.common import (
 )
 from aos.cli.flow_cmd import flow_client, flow_group, node_option, read_definition, workbook_option
 from aos.cli.remote import node_target
-from aos.flows import migration
-from aos.flows import operations as ops
-from aos.flows.shadow import SHADOW_EXECUTIONS_LIMIT, SHADOW_EXECUTIONS_MAX_DEFAULT
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve import migration
+from aos.flows.serve.flow_shadow import SHADOW_EXECUTIONS_LIMIT, SHADOW_EXECUTIONS_MAX_DEFAULT
 
 SHOWN_CHARS_MAX = 300
 """How much of a differing value a line of the text report shows (`--json` has it whole)."""

@@ -42,8 +42,8 @@ from aos.cli.common import (
     table,
 )
 from aos.cli.remote import credentials_options, node_call
-from aos.flows.http import add_flow_routes
-from aos.flows.pages import add_flow_pages
+from aos.flows.serve.pages import add_flow_pages
+from aos.flows.serve.routes import add_flow_routes
 from aos.kernel.adapters.protocol import auth as adapter_auth
 from aos.kernel.adapters.protocol.keys import read_seed
 from aos.kernel.errors import AosError

@@ -1,4 +1,4 @@
-"""Which client a command uses (kernel/client.py, flows/client.py), and the caller's token.
+"""Which client a command uses (kernel/client.py, flows/serve/flow_client.py), and the caller's token.
 
 A command that touches a world either opens it (`--world DIR`, env `AOS_WORLD`, default
 `./.aos`: reads read-only, so they work beside a node that serves it; writes through that

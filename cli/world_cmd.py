@@ -37,7 +37,6 @@ from aos.cli.common import (
 )
 from aos.cli.identity_cmd import echo_first_admin, first_admin_token
 from aos.cli.remote import node_option, world_client
-from aos.flows import cell_status as _flow_cells  # noqa: F401  (flow cells say running, failed)
 from aos.kernel import cbor
 from aos.kernel.air import AirCheckError
 from aos.kernel.text import jsontext

@@ -15,7 +15,7 @@ raises the node's error body as an error of its code (`kernel/node/errors.refuse
 Every request to a node carries the caller's token (`Authorization: Bearer`, spec/04 §9.8)
 and is verified as kernel/node/tls.py says for `https://` (`AOS_CA`, `AOS_CLIENT_CERT/KEY`).
 One `NodeConnection` keeps one HTTP connection pool for its life, made at its first request.
-The flows layer extends both clients with the flow operations (flows/client.py).
+The flows layer extends both clients with the flow operations (flows/serve/flow_client.py).
 """
 
 from __future__ import annotations

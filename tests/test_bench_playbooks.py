@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from aos.flows.cfd import load_definition
-from aos.flows.document import load_flow
+from aos.flows.define.cfd import load_definition
+from aos.flows.define.document import load_flow
 from bench import bench_playbooks as bp
 from bench.peers import aos_python_inprocess, noetl_stack
 from bench.playbooks import tasks

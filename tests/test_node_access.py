@@ -18,8 +18,8 @@ import pytest
 from fastapi import FastAPI
 from starlette.routing import Mount, Route
 
-from aos.flows.http import add_flow_routes
-from aos.flows.pages import add_flow_pages
+from aos.flows.serve.pages import add_flow_pages
+from aos.flows.serve.routes import add_flow_routes
 from aos.kernel.adapters.protocol.auth import AdapterAuth
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.access import SESSION_COOKIE, declared

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from aos.flows.world import create_flow_world
+from aos.flows.serve.flow_world import create_flow_world
 from aos.kernel.adapters.protocol.auth import HEADER_ADAPTER, HEADER_SIGNATURE
 from tests.auth_fixtures import admin_headers, node_http
 from tests.flows_tools.test_shell_check import INJECTED

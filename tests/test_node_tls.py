@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from aos.cli.main import main
-from aos.flows.client import NodeFlows
+from aos.flows.serve.flow_client import NodeFlows
 from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.adapters.sdk import AdapterNodeRefusedError, NodeClient, RetryPolicy
 from aos.kernel.errors import AosError

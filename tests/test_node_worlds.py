@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.flows.client import NodeFlows
+from aos.flows.serve.flow_client import NodeFlows
 from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.flows.config import ToolConfigInvalidError, load_config
-from aos.flows.keychain import Keychain, KeychainSourceError
+from aos.flows.tools.config import ToolConfigInvalidError, load_config
+from aos.flows.tools.keychain import Keychain, KeychainSourceError
 from aos.kernel.air.loader import DocumentInvalidError, read_document
 from aos.kernel.text import yamltext
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aos.flows.tools import EFFECT_OF_KIND, TOOL_EFFECTS
+from aos.flows.tools.dispatch import EFFECT_OF_KIND, TOOL_EFFECTS
 from aos.kernel.adapters.protocol.keys import read_seed
 from aos.kernel.adapters.sdk import Adapter, Lease, Result
 

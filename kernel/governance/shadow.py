@@ -91,7 +91,7 @@ def recorded_history(
 ) -> Iterator[tuple[Store, Replayer]]:
     """The world's store, read-only as of one commit (beside a serving writer), and a
     replayer of its journal whose scratch CAS spills to a temporary folder: what every shadow
-    replays (governance here, flow versions in flows/shadow.py)."""
+    replays (governance here, flow versions in flows/serve/flow_shadow.py)."""
     root = Path(world_dir)
     if not (root / "store").is_dir():
         raise WorldMissingError(f"no world at {root}")

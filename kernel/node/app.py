@@ -25,7 +25,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aos.kernel.buckets import Buckets
 from aos.kernel.errors import AosError
-from aos.kernel.node import models, views
+from aos.kernel.node import models
+from aos.kernel.node import read_model as views
 from aos.kernel.node.access import AccessGuard, acting_user, needs, principal_of
 from aos.kernel.node.adapter_api import (
     CBOR_MEDIA_TYPE,

@@ -22,7 +22,7 @@ each is shown disabled, with the scope it needs, to a caller without that scope.
 Every page needs `read`; a caller without `read:params` sees params and payloads redacted
 (kernel/node/redaction.py); an action needs its route's scope (spec/04 §9.8).
 
-Flow pages are added by `aos.flows.pages` on a world that runs flows.
+Flow pages are added by `aos.flows.serve.pages` on a world that runs flows.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from fastapi.staticfiles import StaticFiles
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_value
-from aos.kernel.node import views
+from aos.kernel.node import read_model as views
 from aos.kernel.node.access import (
     LOGIN_PATH,
     LOGOUT_PATH,

@@ -15,7 +15,8 @@ from typing import Any
 from aos.kernel import cbor, prefixes
 from aos.kernel.adapters.protocol.auth import AdapterForbiddenError, RefusalLimiter, RequestVerifier
 from aos.kernel.governance import proposals
-from aos.kernel.node import actions, views
+from aos.kernel.node import actions
+from aos.kernel.node import read_model as views
 from aos.kernel.node.audit import AuditLog
 from aos.kernel.node.errors import (
     HumanDisabledError,

@@ -30,7 +30,8 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import StreamingResponse
 
 from aos.kernel import cbor
-from aos.kernel.node import models, views
+from aos.kernel.node import models
+from aos.kernel.node import read_model as views
 from aos.kernel.node.access import needs
 from aos.kernel.node.errors import NodeBusyError, QueryInvalidError
 from aos.kernel.node.identities import READ

@@ -69,7 +69,7 @@ async def run_worker(
     """Run `python -m MODULE ARGS...` (given `stdin`), a worker that answers one canonical
     CBOR map on stdout: its answer, or `{"error": {code, message, ...}}`, raised here as the
     error it names. A worker that takes longer than `timeout_ms` is killed
-    (`node.shadow_timeout`). Flow shadows and migrations (flows/shadow_worker.py) run so."""
+    (`node.shadow_timeout`). Flow shadows and migrations (flows/serve/flow_shadow_worker.py) run so."""
     worker = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

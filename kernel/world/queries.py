@@ -4,7 +4,7 @@ change nothing a head checkpoint says (a table opened to read has no root entry)
 A cell's status is the kernel's (failed, queued, waiting on an intent, else completed)
 unless its workflow's layer says more from the state: a flow execution's cell is idle while
 it waits for a signal or a child and its interpreter fails it without a fault, so the flows
-layer registers a reader of the execution's own status (`status_from_state`, flows/world.py)
+layer registers a reader of the execution's own status (`status_from_state`, flows/serve/flow_world.py)
 and the kernel's views say `running` and `failed` where the execution is. Reads only: no
 status is ever journaled or stepped on.
 """

@@ -40,13 +40,13 @@ from typing import Any
 
 import yaml
 
-from aos.flows import operations as ops
-from aos.flows.config import load_config
-from aos.flows.document import load_flow
+from aos.flows.define.document import load_flow
 from aos.flows.errors import FlowError
-from aos.flows.local import LocalAdapters
-from aos.flows.numbers import execution_number
-from aos.flows.world import create_flow_world
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import create_flow_world
+from aos.flows.serve.local import LocalAdapters
+from aos.flows.serve.numbers import execution_number
+from aos.flows.tools.config import load_config
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.world.world import CLOCK_MANUAL, World

@@ -48,10 +48,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from aos.flows import operations as ops
-from aos.flows.cfd import FlowDefinition, load_definition
-from aos.flows.tools import TOOL_EFFECTS, ToolContext, run_tool
-from aos.flows.world import (
+from aos.flows.define.cfd import FlowDefinition, load_definition
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import (
     CANCEL_EVENT,
     EXEC_WORKFLOW,
     SIGNAL_EVENT,
@@ -60,6 +59,8 @@ from aos.flows.world import (
     create_flow_world,
     load_or_make_keys,
 )
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import TOOL_EFFECTS, run_tool
 from aos.kernel import cbor
 from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.wasm import WasmEngine
@@ -501,7 +502,7 @@ def check(
         exec_id = str(cell.key)
         state = world.state(EXEC_WORKFLOW, cell.key)
         # `faulted`: the kernel failed a step of the cell. Its `status` says `failed` for an
-        # execution that ended failed too (flows/cell_status.py), which a workload of retries
+        # execution that ended failed too (flows/serve/cell_status.py), which a workload of retries
         # and timeouts may legitimately do.
         if cell.faulted or not isinstance(state, dict):
             problems.append(f"execution {exec_id} is faulted with state {type(state)}")

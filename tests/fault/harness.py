@@ -78,7 +78,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TypeVar
 
-from aos.flows.world import load_or_make_keys
+from aos.flows.serve.flow_world import load_or_make_keys
 from aos.kernel.audit.integrity import verify_integrity
 from aos.kernel.audit.replay import ReplayReport, verify_replay
 from aos.kernel.hashing import hash_value

@@ -158,8 +158,8 @@ def test_declared_documentation_and_defaults_reach_the_definition(tmp_path: Path
 
 
 def test_arrow_text_without_a_flow_name_is_the_flow_language() -> None:
-    from aos.flows.cfd import load_definition
-    from aos.flows.flowlang.errors import UnboundTasksError
+    from aos.flows.define.cfd import load_definition
+    from aos.flows.define.flowlang.errors import UnboundTasksError
 
     definition = load_definition("echo → echo", source="<request>")
     assert [s.name for s in definition.steps] == ["_start_", "echo.1", "echo.2", "_end_"]

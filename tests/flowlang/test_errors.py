@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from aos.flows import flowlang
-from aos.flows.flowlang import errors
-from aos.flows.flowlang.graph import INVOCATIONS_MAX, build_graph
-from aos.flows.flowlang.lexer import NESTING_MAX
-from aos.flows.flowlang.parser import parse
+from aos.flows.define import flowlang
+from aos.flows.define.flowlang import errors
+from aos.flows.define.flowlang.graph import INVOCATIONS_MAX, build_graph
+from aos.flows.define.flowlang.lexer import NESTING_MAX
+from aos.flows.define.flowlang.parser import parse
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_the_nesting_bound_can_be_lowered() -> None:
 
 
 def test_a_text_over_the_size_bound_is_refused_before_parsing() -> None:
-    from aos.flows.cfd import load_definition
+    from aos.flows.define.cfd import load_definition
     from aos.flows.errors import FlowTooLargeError
     from aos.flows.limits import DefinitionLimits
 

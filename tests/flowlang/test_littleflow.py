@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from aos.flows import flowlang
-from aos.flows.flowlang.graph import END
+from aos.flows.define import flowlang
+from aos.flows.define.flowlang.graph import END
 from tests.flowlang.littleflow_graphs import (
     BEYOND,
     FORMS,

@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aos.flows import flowlang
-from aos.flows.cfd import load_definition
-from aos.flows.flowlang.graph import Graph
+from aos.flows.define import flowlang
+from aos.flows.define.cfd import load_definition
+from aos.flows.define.flowlang.graph import Graph
 from aos.kernel.errors import AosError
 
 NAMES = st.sampled_from(["A", "B", "c-1", "my:peel-banana", "echo", "x_2"])

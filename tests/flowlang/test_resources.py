@@ -16,10 +16,10 @@ from click.testing import CliRunner
 
 from aos.cli.adapter_cmd import adapter_group
 from aos.cli.main import main
-from aos.flows import flowlang
-from aos.flows import operations as ops
-from aos.flows.files import FileToolError, parse_content, read_resource, write_resource
-from aos.flows.local import LocalAdapters
+from aos.flows.define import flowlang
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.local import LocalAdapters
+from aos.flows.tools.file import FileToolError, parse_content, read_resource, write_resource
 from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.adapters.protocol.signing import generate_seed
 from aos.kernel.audit import replay

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from aos.flows import flowlang
-from aos.flows import operations as ops
+from aos.flows.define import flowlang
+from aos.flows.serve import flow_operations as ops
 from aos.kernel.audit import replay
 from tests.flows_world.support import FlowWorld, make_flow_world
 

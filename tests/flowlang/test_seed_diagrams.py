@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aos.flows import flowlang
-from aos.flows.flowlang import errors
+from aos.flows.define import flowlang
+from aos.flows.define.flowlang import errors
 from tests.flowlang.mermaid_graph import read
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aos.flows.cfd import (
+from aos.flows.define.cfd import (
     ACTIONS,
     FlowDefinition,
     canonical_value,

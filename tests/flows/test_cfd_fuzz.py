@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aos.flows.cfd import (
+from aos.flows.define.cfd import (
     ACTIONS,
     FlowDefinition,
     canonical_value,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from aos.flows.cfd import load_definition
-from aos.flows.draw import to_mermaid, to_text
+from aos.flows.define.cfd import load_definition
+from aos.flows.define.draw import to_mermaid, to_text
 
 FORK_JOIN_LOOP = """
 name: tests/draw

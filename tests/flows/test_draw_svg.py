@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
 
-from aos.flows.cfd import load_definition
-from aos.flows.draw_svg import STEPS_DRAWN_MAX, Marking, to_svg
+from aos.flows.define.cfd import load_definition
+from aos.flows.define.draw_svg import STEPS_DRAWN_MAX, Marking, to_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 LOOPING = """

@@ -6,15 +6,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aos.flows.cfd import TASK_MODELS
-from aos.flows.schema import SCHEMA_FILE_NAME, export_json_schema, schema_text, write_json_schema
+from aos.flows.define.cfd import TASK_MODELS
+from aos.flows.define.schema import (
+    SCHEMA_FILE_NAME,
+    export_json_schema,
+    schema_text,
+    write_json_schema,
+)
 
 SPEC_SCHEMA = Path(__file__).resolve().parents[2] / "spec" / "schemas" / SCHEMA_FILE_NAME
 
 
 def test_checked_in_schema_is_current() -> None:
     assert SPEC_SCHEMA.read_text(encoding="utf-8") == schema_text(), (
-        "regenerate with `.venv/bin/python -m aos.flows.schema spec/schemas`"
+        "regenerate with `.venv/bin/python -m aos.flows.define.schema spec/schemas`"
     )
 
 

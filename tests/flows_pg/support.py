@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aos.flows.config import load_config
-from aos.flows.local import LocalAdapters
+from aos.flows.serve.local import LocalAdapters
+from aos.flows.tools.config import load_config
 from tests.flows_world.support import FlowWorld, make_flow_world
 
 

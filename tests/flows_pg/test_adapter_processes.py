@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aos.flows.client import NodeFlows
-from aos.flows.world import create_flow_world
+from aos.flows.serve.flow_client import NodeFlows
+from aos.flows.serve.flow_world import create_flow_world
 from tests.auth_fixtures import admin_token
 from tests.pg_cluster import PgCluster
 from tests.test_node_process import _AOS, node_process

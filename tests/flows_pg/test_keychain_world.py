@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from aos.flows import operations as ops
+from aos.flows.serve import flow_operations as ops
 from aos.kernel.audit import replay
 from tests.flows_pg.support import secrets_world
 from tests.pg_cluster import PgCluster

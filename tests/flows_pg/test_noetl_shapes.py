@@ -13,10 +13,12 @@ import duckdb
 import psycopg
 import pytest
 
-from aos.flows import operations as ops
-from aos.flows.numbers import execution_number
-from aos.flows.tool_duckdb import DuckdbSettings
-from aos.flows.tools import ToolContext, ToolOutcome, run_tool
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.numbers import execution_number
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import run_tool
+from aos.flows.tools.duckdb import DuckdbSettings
+from aos.flows.tools.outcomes import ToolOutcome
 from aos.kernel.audit import replay
 from tests.flows_pg.support import secrets_world
 from tests.flows_pg.test_postgres_tool import call, keychain_for, ok

@@ -1,4 +1,4 @@
-"""The postgres tool (flows/tool_postgres.py, spec/11 §1.2) against the real throwaway server
+"""The postgres tool (flows/tools/postgres.py, spec/11 §1.2) against the real throwaway server
 of tests/pg_cluster.py: several statements and their rows, parameters from args, server
 errors with their SQLSTATE, timeouts, credentials from the keychain (a wrong password is
 refused by the server: it checks passwords on loopback), bounds at their edge, and bad tool
@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
-from aos.flows.keychain import Keychain
-from aos.flows.tool_postgres import PostgresSettings
-from aos.flows.tools import ToolContext, ToolOutcome, run_tool
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import run_tool
+from aos.flows.tools.keychain import Keychain
+from aos.flows.tools.outcomes import ToolOutcome
+from aos.flows.tools.postgres import PostgresSettings
 from aos.kernel import cbor
 from tests.pg_cluster import PgCluster
 

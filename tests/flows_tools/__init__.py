@@ -1,1 +1,1 @@
-"""The flow tool adapters (flows/tools.py): handlers, and adapter processes on a node."""
+"""The flow tool adapters (flows/tools/dispatch.py): handlers, and adapter processes on a node."""

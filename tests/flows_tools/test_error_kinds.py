@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from aos.flows.outcomes import failure, timed_out
+from aos.flows.tools.outcomes import failure, timed_out
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The keychain's host side (flows/keychain.py, flows/config.py): where secrets come from (a
+"""The keychain's host side (flows/tools/keychain.py, flows/tools/config.py): where secrets come from (a
 secrets file, then environment variables), the resolver's answer (references and keyed
 fingerprints, never values), placeholder substitution, and bad sources and configs refused
 with typed errors whose messages never quote a secret."""
@@ -12,8 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from aos.flows.config import CONFIG_BYTES_MAX, ToolConfigInvalidError, load_config
-from aos.flows.keychain import (
+from aos.flows.tools.config import CONFIG_BYTES_MAX, ToolConfigInvalidError, load_config
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import run_tool
+from aos.flows.tools.keychain import (
     GRANT_PATH_DEPTH_MAX,
     GRANTS_MAX,
     SECRET_BYTES_MAX,
@@ -26,7 +28,6 @@ from aos.flows.keychain import (
     resolve,
     substitute,
 )
-from aos.flows.tools import ToolContext, run_tool
 from aos.kernel import cbor
 
 KEY = fingerprint_key(bytes(32))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aos.flows.document import load_flow
+from aos.flows.define.document import load_flow
 from aos.flows.errors import FlowCheckError
 from tests.flows_tools.test_python_code import code_call, error
 from tests.playbooks.driver import run_playbook

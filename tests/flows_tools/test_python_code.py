@@ -8,8 +8,10 @@ from typing import Any, cast
 
 import pytest
 
-from aos.flows import pyworker
-from aos.flows.tools import ToolContext, ToolOutcome, run_tool
+from aos.flows.tools import pyworker
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import run_tool
+from aos.flows.tools.outcomes import ToolOutcome
 
 EFFECT = "aos/tool.python@1"
 

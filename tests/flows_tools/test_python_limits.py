@@ -16,8 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.adapter_cmd import adapter_group
-from aos.flows import pyworker
-from aos.flows.tools import ToolContext, ToolOutcome, run_tool
+from aos.flows.tools import pyworker
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import run_tool
+from aos.flows.tools.outcomes import ToolOutcome
 from aos.kernel.adapters.builtin import python_limits
 from aos.kernel.adapters.builtin.python_limits import PythonLimits, can_reach
 from aos.kernel.adapters.protocol.keys import write_seed

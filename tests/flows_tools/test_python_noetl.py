@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from aos.flows.tools import ToolContext, ToolOutcome, run_tool
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import run_tool
+from aos.flows.tools.outcomes import ToolOutcome
 
 EFFECT = "aos/tool.python@1"
 

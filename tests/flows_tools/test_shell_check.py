@@ -1,4 +1,4 @@
-"""Shell injection refused at check time (flows/checks.py, spec/11 §1.6): a template in a
+"""Shell injection refused at check time (flows/define/checks.py, spec/11 §1.6): a template in a
 shell tool's command text, or in the script a shell runs with `-c`, is `flow.shell_templated`
 with the fix, for canonical flows and playbooks alike, so `aos flow check` and a deploy refuse
 it; fixed commands, argv with templates, and templates as a shell's positional parameters
@@ -14,10 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.flows.document import load_flow
+from aos.flows.define.document import load_flow
 from aos.flows.errors import FlowCheckError
-from aos.flows.tool_shell import ShellSettings
-from aos.flows.tools import ToolContext, run_tool
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import run_tool
+from aos.flows.tools.shell import ShellSettings
 
 INJECTED = """\
 format: aos.flow/1

@@ -1,4 +1,4 @@
-"""The duckdb tool (flows/tool_duckdb.py, spec/11 §1.2): statements and rows on an embedded
+"""The duckdb tool (flows/tools/duckdb.py, spec/11 §1.2): statements and rows on an embedded
 DuckDB, parameters, database files only inside the adapter's data_dir, external access off
 unless allowed, rows/bytes bounds at their edge, timeouts, and bad specs as tool.invalid."""
 
@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from aos.flows.tool_duckdb import DuckdbSettings
-from aos.flows.tools import ToolContext, ToolOutcome, run_tool
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import run_tool
+from aos.flows.tools.duckdb import DuckdbSettings
+from aos.flows.tools.outcomes import ToolOutcome
 from aos.kernel import cbor
 
 DUCKDB = "aos/tool.duckdb@1"

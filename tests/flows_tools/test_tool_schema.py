@@ -1,4 +1,4 @@
-"""One schema per tool kind (flows/tool_schema.py), read by `aos flow check` and by the tools
+"""One schema per tool kind (flows/define/tool_schema.py), read by `aos flow check` and by the tools
 alike: a field the check accepts never fails the call as unknown, a field it refuses is
 refused before anything runs, at its path, with the fields the kind takes; NoETL's own
 fields are supported (`credential`, `pool`, `commands`) or refused by name with a fix
@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
-from aos.flows import flowlang
-from aos.flows.cfd import definition_from_value
-from aos.flows.document import load_flow
+from aos.flows.define import flowlang
+from aos.flows.define.cfd import definition_from_value
+from aos.flows.define.document import load_flow
+from aos.flows.define.tool_schema import COMMON_FIELDS, TOOL_SCHEMAS, markdown_table
 from aos.flows.errors import FlowCheckError
-from aos.flows.keychain import Keychain
-from aos.flows.tool_schema import COMMON_FIELDS, TOOL_SCHEMAS, markdown_table
-from aos.flows.tools import EFFECT_OF_KIND, ToolContext, run_tool
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import EFFECT_OF_KIND, run_tool
+from aos.flows.tools.keychain import Keychain
 
 SPEC_12 = Path(__file__).resolve().parents[2] / "spec" / "12-playbooks.md"
 

@@ -1,4 +1,4 @@
-"""The shell tool (flows/tool_shell.py, spec/11 §1.2): refused unless the world enables it;
+"""The shell tool (flows/tools/shell.py, spec/11 §1.2): refused unless the world enables it;
 args reach the command as environment variables, never as command text (no injection); the
 adapter's own environment (secrets included) never reaches the child; keychain placeholders
 in env are the only way a secret gets in; output and time are bounded."""
@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from aos.flows.keychain import Keychain
-from aos.flows.tool_shell import ShellSettings
-from aos.flows.tools import ToolContext, ToolOutcome, run_tool
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import run_tool
+from aos.flows.tools.keychain import Keychain
+from aos.flows.tools.outcomes import ToolOutcome
+from aos.flows.tools.shell import ShellSettings
 
 SHELL = "aos/tool.shell@1"
 PLACEHOLDER_NAMES = re.compile(r"\$\{keychain:([A-Za-z_][A-Za-z0-9_]*)")

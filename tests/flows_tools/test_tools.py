@@ -1,4 +1,4 @@
-"""The flow tool adapters (`flows/tools.py`, spec/11-flows.md §1.2, §3.3, §7).
+"""The flow tool adapters (`flows/tools/dispatch.py`, spec/11-flows.md §1.2, §3.3, §7).
 
 Each handler in process: echo; http against a real HTTP server on loopback (JSON, text and
 binary bodies, status errors and their kinds, timeouts, refused connections, size limits);
@@ -26,16 +26,16 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.adapter_cmd import adapter_group
-from aos.flows.tools import (
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import (
     TOOL_EFFECTS,
     Renewer,
-    ToolContext,
-    ToolOutcome,
     handlers_for,
     make_adapter,
     renewing,
     run_tool,
 )
+from aos.flows.tools.outcomes import ToolOutcome
 from aos.kernel import cbor
 from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.adapters.protocol.signing import public_key_of, verify_body

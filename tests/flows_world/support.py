@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aos.flows import operations as ops
-from aos.flows.document import load_flow
-from aos.flows.local import LocalAdapters
-from aos.flows.world import FlowKeys, create_flow_world
+from aos.flows.define.document import load_flow
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import FlowKeys, create_flow_world
+from aos.flows.serve.local import LocalAdapters
 from aos.kernel import cbor
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import World

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from aos.flows import operations as ops
+from aos.flows.serve import flow_operations as ops
 from aos.kernel.world import records
 from aos.kernel.world.receipts import ReceiptError
 from tests.flows_world.support import FlowWorld, make_flow_world

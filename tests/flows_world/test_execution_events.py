@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from aos.flows import operations as ops
-from aos.flows.client import NodeFlows
-from aos.flows.http import add_flow_routes
-from aos.flows.pages import add_flow_pages
-from aos.flows.world import create_flow_world
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_client import NodeFlows
+from aos.flows.serve.flow_world import create_flow_world
+from aos.flows.serve.pages import add_flow_pages
+from aos.flows.serve.routes import add_flow_routes
 from aos.kernel import cbor
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from aos.flows import operations as ops
 from aos.flows.errors import FlowError
-from aos.flows.http import add_flow_routes
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.routes import add_flow_routes
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
 from aos.kernel.node.cell_watch import CellWatch

@@ -11,9 +11,9 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from aos.cli.main import main
-from aos.flows.document import load_flow, source_warnings
+from aos.flows.define.document import load_flow, source_warnings
+from aos.flows.define.positions import Position, SourcePositions, path_parts
 from aos.flows.errors import FlowCheckError
-from aos.flows.positions import Position, SourcePositions, path_parts
 from aos.kernel.errors import AosError
 from tests.playbooks.driver import PLAYBOOKS
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner, Result
 
 from aos.cli.common import EXIT_FAILED, EXIT_RUNNING
 from aos.cli.main import main
-from aos.flows.numbers import execution_number
-from aos.flows.world import ADAPTER_KEY_FILES
+from aos.flows.serve.flow_world import ADAPTER_KEY_FILES
+from aos.flows.serve.numbers import execution_number
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_bytes
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from aos.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_RUNNING
 from aos.cli.flow_cmd import MESSAGE_CHARS_MAX, error_lines
 from aos.cli.main import main
-from aos.flows.world import EXEC_WORKFLOW
+from aos.flows.serve.flow_world import EXEC_WORKFLOW
 from aos.kernel.node.models import TaskError
 from tests.flows_world.test_flow_cli import write
 from tests.playbooks.test_playbook_world import CHILD, PARENT

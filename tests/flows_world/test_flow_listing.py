@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from starlette.exceptions import StarletteDeprecationWarning
 
 from aos.cli.main import main
-from aos.flows import operations as ops
 from aos.flows.errors import FlowError
-from aos.flows.http import add_flow_routes
-from aos.flows.pages import add_flow_pages
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.pages import add_flow_pages
+from aos.flows.serve.routes import add_flow_routes
 from aos.kernel.node import Node
 from aos.kernel.node.app import create_app
 from aos.kernel.node.inspector import add_inspector

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from aos.flows import operations as ops
 from aos.flows.errors import FlowError
-from aos.flows.http import add_flow_routes
 from aos.flows.limits import DEFINITION_BYTES_MAX
-from aos.flows.world import EXEC_WORKFLOW, REGISTRY_WORKFLOW
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import EXEC_WORKFLOW, REGISTRY_WORKFLOW
+from aos.flows.serve.routes import add_flow_routes
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_value
 from aos.kernel.node import Node, NodeLimits

@@ -15,13 +15,11 @@ from typing import Any
 
 import pytest
 
-from aos.flows import migration
-from aos.flows import operations as ops
-from aos.flows import shadow as shadow_module
-from aos.flows.cfd import load_definition
-from aos.flows.http import EXEC_ID_LENGTH_MAX, add_flow_routes
-from aos.flows.local import LocalAdapters
-from aos.flows.shadow import (
+from aos.flows.define.cfd import load_definition
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve import flow_shadow as shadow_module
+from aos.flows.serve import migration
+from aos.flows.serve.flow_shadow import (
     SHADOW_EXECS_NAMED_MAX,
     SHADOW_EXECUTIONS_LIMIT,
     FlowShadowReport,
@@ -30,8 +28,10 @@ from aos.flows.shadow import (
     file_target,
     shadow_flow,
 )
-from aos.flows.shadow_worker import REQUEST_BYTES_MAX
-from aos.flows.world import MIGRATE_EVENT, SIGNAL_EVENT
+from aos.flows.serve.flow_shadow_worker import REQUEST_BYTES_MAX
+from aos.flows.serve.flow_world import MIGRATE_EVENT, SIGNAL_EVENT
+from aos.flows.serve.local import LocalAdapters
+from aos.flows.serve.routes import EXEC_ID_LENGTH_MAX, add_flow_routes
 from aos.kernel import cbor
 from aos.kernel.audit import replay
 from aos.kernel.errors import AosError
@@ -665,7 +665,7 @@ def test_a_worker_reads_a_request_up_to_its_bound(recorded: Path, extra: int, co
     request = cbor.encode({"op": "none", "pad": "a" * padding})
     assert len(request) == REQUEST_BYTES_MAX
     answered = subprocess.run(
-        [sys.executable, "-m", "aos.flows.shadow_worker", str(recorded)],
+        [sys.executable, "-m", "aos.flows.serve.flow_shadow_worker", str(recorded)],
         input=request + b"\0" * extra,
         capture_output=True,
         check=False,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aos.flows import operations as ops
-from aos.flows.local import LocalAdapters
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.local import LocalAdapters
 from aos.kernel.audit import gc
 from aos.kernel.world.world import World
 from tests.flows_world.support import make_flow_world

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 
 from aos.cli.common import EXIT_FAILED
 from aos.cli.main import main
-from aos.flows import operations as ops
-from aos.flows.local import LocalAdapters
-from aos.flows.world import EXEC_WORKFLOW, load_or_make_keys, write_manifest
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import EXEC_WORKFLOW, load_or_make_keys, write_manifest
+from aos.flows.serve.local import LocalAdapters
 from aos.kernel.audit import replay
 from aos.kernel.node import Node
 from aos.kernel.world.stamps import PinnedStampSource

@@ -12,8 +12,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.flows import operations as ops
-from aos.flows.world import EXEC_WORKFLOW
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import EXEC_WORKFLOW
 from aos.kernel.audit import replay
 from tests.flows_world.support import make_flow_world
 from tests.flows_world.test_kernel_faults import AT_ONCE

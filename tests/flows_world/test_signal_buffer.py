@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.flows import operations as ops
-from aos.flows import signals
-from aos.flows.http import add_flow_routes
-from aos.flows.world import SIGNAL_EVENT, START_EVENT
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve import signals
+from aos.flows.serve.flow_world import SIGNAL_EVENT, START_EVENT
+from aos.flows.serve.routes import add_flow_routes
 from aos.kernel import cbor
 from aos.kernel.audit import replay
 from aos.kernel.node import Node

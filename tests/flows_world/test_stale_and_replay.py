@@ -10,8 +10,8 @@ from typing import Any
 import lmdb
 import pytest
 
-from aos.flows import operations as ops
-from aos.flows.world import SIGNAL_EVENT
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import SIGNAL_EVENT
 from aos.kernel import cbor
 from aos.kernel.audit import replay
 from aos.kernel.world import records

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from aos.flows import views
-from aos.flows.http import add_flow_routes
-from aos.flows.pages import add_flow_pages
-from aos.flows.world import EXEC_WORKFLOW, HUMAN_ADAPTER
+from aos.flows.serve import execution_views as views
+from aos.flows.serve.flow_world import EXEC_WORKFLOW, HUMAN_ADAPTER
+from aos.flows.serve.pages import add_flow_pages
+from aos.flows.serve.routes import add_flow_routes
 from aos.kernel.node import Node
-from aos.kernel.node import views as kernel_views
+from aos.kernel.node import read_model as kernel_views
 from aos.kernel.node.access import PAGE_TOKEN_HEADER, SESSION_COOKIE
 from aos.kernel.node.app import create_app
 from aos.kernel.node.human import HumanAdapter
@@ -278,7 +278,7 @@ def test_kernel_views_say_running_and_failed_for_execution_cells(client: TestCli
 
     assert cell(SIGNAL_EXEC)["status"] == "running"
     assert cell(FAILED_EXEC)["status"] == "failed"
-    # The kernel's own views know flow cells too (flows/cell_status.py): both say failed.
+    # The kernel's own views know flow cells too (flows/serve/cell_status.py): both say failed.
     assert cell(FAILED_EXEC)["kernel_status"] == "failed"
     assert cell(DONE_EXEC)["status"] == "completed"
     failed = client.get(f"/v1/cells/{EXEC_WORKFLOW}", params={"status": "failed"}).json()

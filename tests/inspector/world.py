@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from aos.flows import operations as ops
-from aos.flows.cfd import load_definition
-from aos.flows.local import LocalAdapters
-from aos.flows.world import FlowKeys, load_or_make_keys, write_manifest
+from aos.flows.define.cfd import load_definition
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import FlowKeys, load_or_make_keys, write_manifest
+from aos.flows.serve.local import LocalAdapters
 from aos.kernel.governance import proposals, shadow
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import World

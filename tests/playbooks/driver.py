@@ -1,6 +1,6 @@
 """Run a playbook on the interpreter natively, with the real tools: the playbook is compiled
 to its canonical definition, the interpreter steps it (tests/flow_interpreter/harness.py),
-every tool call is performed by `aos.flows.tools.run_tool` (the python worker, real HTTP to
+every tool call is performed by `aos.flows.tools.dispatch.run_tool` (the python worker, real HTTP to
 a server the test starts) and every timer fires at its logical time, earliest first."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aos.flows.cfd import canonical_value
-from aos.flows.document import load_flow
-from aos.flows.tools import TOOL_EFFECTS, ToolContext, run_tool
+from aos.flows.define.cfd import canonical_value
+from aos.flows.define.document import load_flow
+from aos.flows.tools.context import ToolContext
+from aos.flows.tools.dispatch import TOOL_EFFECTS, run_tool
 from aos.kernel.hashing import hash_bytes
 from tests.flow_interpreter.harness import TIMER, Execution, names
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from aos.flows.document import load_flow
+from aos.flows.define.document import load_flow
+from aos.flows.define.playbook import PLAYBOOK_TOOL_KINDS, compile_value, merge_specs
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowTooLargeError
 from aos.flows.limits import DefinitionLimits
-from aos.flows.playbook import PLAYBOOK_TOOL_KINDS, compile_value, merge_specs
 from tests.playbooks.driver import PLAYBOOKS, definition
 
 VALID = sorted(p for p in PLAYBOOKS.rglob("*.yaml") if "broken_playbooks" not in p.parts)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import duckdb
 
-from aos.flows import operations as ops
-from aos.flows.document import load_flow
-from aos.flows.numbers import execution_number
+from aos.flows.define.document import load_flow
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.numbers import execution_number
 from aos.kernel.audit import replay
 from tests.flows_pg.support import secrets_world
 from tests.playbooks.driver import PLAYBOOKS

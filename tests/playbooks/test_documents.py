@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from aos.flows import operations as ops
-from aos.flows.cfd import canonical_value
-from aos.flows.document import load_flow
+from aos.flows.define.cfd import canonical_value
+from aos.flows.define.document import load_flow
 from aos.flows.errors import FlowCheckError
+from aos.flows.serve import flow_operations as ops
 from aos.kernel.audit import replay
 from tests.flows_world.support import FlowWorld, make_flow_world
 from tests.playbooks.driver import run_playbook

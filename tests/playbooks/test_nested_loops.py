@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from aos.flows import operations as ops
-from aos.flows.document import load_flow
+from aos.flows.define.document import load_flow
+from aos.flows.serve import flow_operations as ops
 from aos.kernel.audit import replay
 from tests.flows_world.support import FlowWorld, make_flow_world
 

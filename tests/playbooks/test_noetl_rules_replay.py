@@ -14,9 +14,9 @@ import yaml
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.flows import operations as ops
-from aos.flows.cfd import definition_from_value
-from aos.flows.document import load_flow
+from aos.flows.define.cfd import definition_from_value
+from aos.flows.define.document import load_flow
+from aos.flows.serve import flow_operations as ops
 from tests.flows_world.support import make_flow_world
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aos.flows import operations as ops
-from aos.flows.document import load_flow
+from aos.flows.define.document import load_flow
+from aos.flows.serve import flow_operations as ops
 from aos.kernel.audit import replay
 from tests.flows_world.support import make_flow_world
 from tests.playbooks.server import Handler, serving

@@ -11,8 +11,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.flows import operations as ops
-from aos.flows.document import load_flow
+from aos.flows.define.document import load_flow
+from aos.flows.serve import flow_operations as ops
 from tests.flows_world.support import make_flow_world
 from tests.playbooks.driver import PLAYBOOKS
 from tests.playbooks.server import serving

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aos.flows import operations as ops
-from aos.flows.cfd import FORMAT_2, canonical_value
-from aos.flows.document import load_flow
+from aos.flows.define.cfd import FORMAT_2, canonical_value
+from aos.flows.define.document import load_flow
 from aos.flows.errors import FlowCheckError
+from aos.flows.serve import flow_operations as ops
 from aos.kernel.audit import replay
 from tests.flows_world.support import make_flow_world
 from tests.playbooks.driver import PLAYBOOKS, run_playbook

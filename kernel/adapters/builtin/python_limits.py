@@ -1,5 +1,5 @@
 """What confines the process a python task runs in (spec/10-adapters.md §4.5): the inline
-code's reused worker (flows/pyworker.py) and the `function` form's child
+code's reused worker (flows/tools/pyworker.py) and the `function` form's child
 (kernel/adapters/builtin/python_fn.py) alike.
 
 - **No root.** An adapter running as root starts the process as `worker_user` (`nobody` by

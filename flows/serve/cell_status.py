@@ -1,0 +1,30 @@
+"""A flow execution's cell as the kernel's views show it (`aos world state cells`, `aos world
+status`, the inspector's cells): the cell of an execution that waits for a signal or a child
+is idle, and one its interpreter failed has no step fault, so the kernel alone would call
+both `completed`. The execution's own status says `running` or `failed` (a `partial` end is
+a failure of some branch), and the kernel asks it (kernel/world/queries.py,
+`status_from_state`; spec/11 §9).
+
+Imported by every module that opens flow worlds (flows/serve/flow_world.py) and by the kernel's own
+commands (cli/world_cmd.py), so that any view of a world in this process says the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aos.kernel.world.queries import status_from_state
+
+EXEC_WORKFLOW = "aos/FlowExec@1"
+_FAILED = frozenset({"failed", "partial"})
+
+
+def execution_cell_status(state: Any) -> str | None:
+    """`failed` for an execution that ended failed or partial, `running` for one that has
+    not ended; None (the kernel's own status) otherwise."""
+    status = state.get("status") if isinstance(state, dict) else None
+    if status in _FAILED:
+        return "failed"
+    return "running" if status == "running" else None
+
+
+status_from_state(EXEC_WORKFLOW, execution_cell_status)
