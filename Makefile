@@ -54,6 +54,7 @@ lint: setup
 	$(BIN)/ruff check kernel cli flows modules tests bench setup.py
 	$(BIN)/ruff format --check kernel cli flows modules tests bench setup.py
 	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos.kernel -p aos.cli -p aos.flows
+	MYPYPATH=modules/flow:modules/sdk $(BIN)/mypy -p aos_flow
 
 # Two workers (pytest-xdist): most tests wait on a process, a socket or a build, so two
 # workers on two cores take the suite from ~28 to ~14 minutes. TEST_JOBS=0 runs it in one.

@@ -27,6 +27,9 @@ PACKAGE_ROOTS = {
     "aos.cli": "cli",
     "aos.flows": "flows",
     "aos_sdk": "modules/sdk/aos_sdk",
+    # The flow interpreter's guest package: built into the component from
+    # flows/interpreter-module, and importable natively (its tests, the bench's profile).
+    "aos_flow": "modules/flow/aos_flow",
 }
 
 PACKAGE_DATA = {
@@ -34,9 +37,10 @@ PACKAGE_DATA = {
     "aos.flows.examples": ["*.yaml", "*.flow", "*.json"],
     # The web inspector's pages, styles and vendored htmx; the flow pages' templates.
     "aos.kernel.node": ["templates/*.html", "static/*"],
+    "aos.flows.serve": ["templates/*.html"],
     "aos.flows": [
-        "templates/*.html",
         "interpreter-module/*.py",
+        "interpreter-module/aos_flow/*.py",
         "interpreter-module/*.txt",
         "world-manifest/*.yaml",
         "world-manifest/defs/*.yaml",

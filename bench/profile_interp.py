@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aos.flows import operations as ops
-from aos.flows.document import load_flow
-from aos.flows.local import LocalAdapters
-from aos.flows.tools import TOOL_EFFECTS
-from aos.flows.world import EXEC_WORKFLOW, create_flow_world
+from aos.flows.define.document import load_flow
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.flow_world import EXEC_WORKFLOW, create_flow_world
+from aos.flows.serve.local import LocalAdapters
+from aos.flows.tools.dispatch import TOOL_EFFECTS
 from aos.kernel.wasm import StepResult, abi_component
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import CLOCK_MANUAL, World
@@ -194,8 +194,7 @@ def _definitions(world: World) -> list[str]:
 def native(split: Split, profile: bool, top: int) -> None:
     """The recorded inputs again, through the interpreter's Python code run natively (what
     the component runs, without WebAssembly): the guest's split by function."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "modules" / "flow"))
-    import app  # type: ignore[import-not-found]
+    from aos_flow import workflow as app
 
     from aos.kernel.wasm.envelope import with_data
 

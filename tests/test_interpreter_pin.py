@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main as aos_main
-from aos.flows import interpreter, world
+from aos.flows import interpreter
 from aos.flows.interpreter import (
     InterpreterPin,
     InterpreterPinMalformedError,
@@ -27,6 +28,7 @@ from aos.flows.interpreter import (
     check,
     read_pin,
 )
+from aos.flows.serve import flow_world as world
 from aos.kernel.air.errors import AirCheckError
 from aos.kernel.hashing import hash_bytes
 
@@ -83,10 +85,7 @@ def test_a_stale_pin_names_the_environment_that_moved() -> None:
 def test_an_edited_source_makes_the_pin_stale(tmp_path: Path) -> None:
     copy = tmp_path / "flow"
     sources = InterpreterSources.installed()
-    copy.mkdir()
-    for path in sources.module_dir.iterdir():
-        if path.is_file():
-            (copy / path.name).write_bytes(path.read_bytes())
+    shutil.copytree(sources.module_dir, copy, ignore=shutil.ignore_patterns("__pycache__"))
     edited = InterpreterSources(copy)
     check(edited, read_pin())  # a copy is the same sources
     # Files that are not sources change nothing: bytecode, editor files, a README.
@@ -99,6 +98,19 @@ def test_an_edited_source_makes_the_pin_stale(tmp_path: Path) -> None:
     (copy / "app.py").write_text((copy / "app.py").read_text() + "\n# edited\n")
     with pytest.raises(InterpreterPinStaleError, match="sources"):
         check(edited, read_pin())
+
+
+def test_an_edited_module_of_the_guest_package_makes_the_pin_stale(tmp_path: Path) -> None:
+    copy = tmp_path / "flow"
+    shutil.copytree(
+        InterpreterSources.installed().module_dir,
+        copy,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    marking = copy / "aos_flow" / "marking.py"
+    marking.write_text(marking.read_text() + "\n# edited\n")
+    with pytest.raises(InterpreterPinStaleError, match="sources"):
+        check(InterpreterSources(copy), read_pin())
 
 
 @pytest.mark.parametrize(

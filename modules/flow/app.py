@@ -1,36 +1,11 @@
-"""The flow interpreter (spec/11): one workflow module for two workflows.
-
-`aos/FlowRegistry@1` cells (keyed by flow name) keep the deployed versions of a flow;
-`aos/FlowExec@1` cells (keyed by execution id) each step one execution of a canonical flow
-definition, run to wait. Built into a component with jinja2, markupsafe and jsonpath
-bundled (bundle.txt)."""
+"""The flow interpreter component's entry module (spec/11): binds the world's `step` export
+to the interpreter's workflow, `aos_flow.workflow` (the package holds the rest, so that no
+module of the interpreter is imported under a generic top-level name)."""
 
 from __future__ import annotations
 
-from typing import Any
+from aos_flow.workflow import flow
 
-import execution
-import registry
-import warmup
-
-from aos_sdk import Context, Workflow, export
-
-REGISTRY_EVENT = "aos/FlowRegistryEvent@1"
-EXEC_EVENT = "aos/FlowExecEvent@1"
-
-flow = Workflow("aos/flow.module@1", state=Any)
-
-
-@flow.on(EXEC_EVENT)
-def on_exec_event(state: Any, event: Any, ctx: Context) -> Any:
-    return execution.on_event(state, event, ctx)
-
-
-@flow.on(REGISTRY_EVENT)
-def on_registry_event(state: Any, event: Any, ctx: Context) -> Any:
-    return registry.on_event(state, event, ctx)
-
-
-warmup.warm(flow, EXEC_EVENT)
+from aos_sdk import export
 
 WitWorld = export(flow)

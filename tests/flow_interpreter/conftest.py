@@ -1,11 +1,3 @@
-"""The interpreter under test is modules/flow (a component's source tree, not a package):
-its directory goes first on sys.path, as it is the component's."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-FLOW_DIR = Path(__file__).resolve().parents[2] / "modules" / "flow"
-if str(FLOW_DIR) not in sys.path:
-    sys.path.insert(0, str(FLOW_DIR))
+"""The interpreter under test is the guest package `aos_flow` (modules/flow/aos_flow),
+installed beside `aos_sdk` (setup.py's PACKAGE_ROOTS) so that it runs natively here under its
+own name, as it does inside the component."""

@@ -3,23 +3,20 @@ fake CAS, and inputs built the way the kernel builds them (receipt envelopes inc
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aos_flow import compact
+from aos_flow import workflow as app
+
+from aos.kernel import cbor
+from aos.kernel.hashing import hash_bytes
+from aos_sdk import testing
+from aos_sdk.envelope import StepOutput
+
 FLOW_DIR = Path(__file__).resolve().parents[2] / "modules" / "flow"
-if str(FLOW_DIR) not in sys.path:
-    sys.path.insert(0, str(FLOW_DIR))
-
-import app  # noqa: E402
-import compact  # noqa: E402
-
-from aos.kernel import cbor  # noqa: E402
-from aos.kernel.hashing import hash_bytes  # noqa: E402
-from aos_sdk import testing  # noqa: E402
-from aos_sdk.envelope import StepOutput  # noqa: E402
-
+"""The component's source tree: the entry `app.py`, `bundle.txt` and the `aos_flow` package."""
 EXEC_WORKFLOW = "aos/FlowExec@1"
 EXEC_EVENT = "aos/FlowExecEvent@1"
 REGISTRY_EVENT = "aos/FlowRegistryEvent@1"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import app
-import definition as definition_module
+from aos_flow import definition as definition_module
+from aos_flow import workflow as app
 
 from aos_sdk import cbor, testing
 from aos_sdk import envelope as sdk_envelope

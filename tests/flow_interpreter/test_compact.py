@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import compact
 import pytest
+from aos_flow import compact
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,11 +1,11 @@
-"""The interpreter reads the canonical form the host writes (aos.flows.cfd): the example flow
+"""The interpreter reads the canonical form the host writes (aos.flows.define.cfd): the example flow
 of flows/examples runs to its end, receipts and signal fed back as the kernel would."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from aos.flows import cfd
+from aos.flows.define import cfd
 from aos.kernel.hashing import hash_bytes
 from tests.flow_interpreter.harness import Execution, effects, names
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import app
-import blobs
-import definition
-import expressions
 import pytest
+from aos_flow import blobs, definition, expressions
+from aos_flow import workflow as app
 
 from aos.kernel.wasm.envelope import with_data
 from aos_sdk import envelope as sdk_envelope

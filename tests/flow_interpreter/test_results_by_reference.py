@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import blobs as flow_blobs
-import results as flow_results
+from aos_flow import blobs as flow_blobs
+from aos_flow import results as flow_results
 
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_bytes

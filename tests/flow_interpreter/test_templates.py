@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import app
-import blobs as blobs_module
 import pytest
+from aos_flow import blobs as blobs_module
+from aos_flow import workflow as app
 
 from aos_sdk import envelope as sdk_envelope
 from aos_sdk import testing

@@ -4,12 +4,12 @@ accepts would be one the interpreter reads differently."""
 
 from __future__ import annotations
 
-import definition
-import tasks
+from aos_flow import definition, tasks
 
-from aos.flows import cfd, tools
-from aos.flows.cfd import TOOL_KINDS
+from aos.flows.define import cfd
+from aos.flows.define.tool_schema import TOOL_KINDS
 from aos.flows.limits import EXECUTION_LIMITS
+from aos.flows.tools import dispatch
 
 
 def test_actions_agree() -> None:
@@ -20,7 +20,7 @@ def test_actions_agree() -> None:
 
 def test_tool_kinds_and_their_effects_agree() -> None:
     assert tuple(definition.TOOL_KINDS) == tuple(TOOL_KINDS)
-    assert {tools.EFFECT_OF_KIND[kind] for kind in TOOL_KINDS} == set(tools.TOOL_EFFECTS)
+    assert {dispatch.EFFECT_OF_KIND[kind] for kind in TOOL_KINDS} == set(dispatch.TOOL_EFFECTS)
 
 
 def test_execution_limit_defaults_agree() -> None:

@@ -3,12 +3,10 @@ but the CBOR memos."""
 
 from __future__ import annotations
 
-import app
-import blobs
-import definition
 import pytest
-import warmup
-from errors import Missing
+from aos_flow import blobs, definition, warmup
+from aos_flow import workflow as app
+from aos_flow.errors import Missing
 
 from tests.flow_interpreter.harness import Execution, effects, flow, step, task
 

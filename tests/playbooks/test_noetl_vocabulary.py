@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from aos.flows.document import load_flow
-from aos.flows.numbers import execution_number
+from aos.flows.define.document import load_flow
+from aos.flows.serve.numbers import execution_number
 from aos.kernel.audit import replay
 from tests.flows_world.support import make_flow_world
 from tests.playbooks.driver import run_playbook
@@ -180,7 +180,7 @@ def test_execution_id_is_a_number_as_noetls_ids_are() -> None:
 
 
 def test_execution_numbers_are_the_interpreters() -> None:
-    import run as guest_run  # the interpreter's own module (tests/flow_interpreter's path)
+    from aos_flow import run as guest_run  # the interpreter's own module
 
     for exec_id in ("e1", "tests-1-0f1ae2a0b0b6", "p:step:12", "", "ünï", "x" * 300):
         assert guest_run.execution_number(exec_id) == execution_number(exec_id)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from blobs import Blobs
-from definition import LIMIT_DEFAULTS, Definition
-from errors import EngineFailure, ExprError
-from expressions import CLASSIC, PIPELINE, ROUTING, TASK, Evaluator, Mode
-from history import History
+from aos_flow.blobs import Blobs
+from aos_flow.definition import LIMIT_DEFAULTS, Definition
+from aos_flow.errors import EngineFailure, ExprError
+from aos_flow.expressions import CLASSIC, PIPELINE, ROUTING, TASK, Evaluator, Mode
+from aos_flow.history import History
 
 TIMER_EFFECT = "sys/timer.set@1"
 HUMAN_EFFECT = "aos/human.task@1"
@@ -33,7 +33,7 @@ def execution_number(exec_id: str) -> int:
     integers, which playbooks write into SQL and BIGINT columns as `{{ execution_id }}`.
     The 64-bit FNV-1a hash of the id's UTF-8 bytes, mixed by splitmix64's finalizer, its top
     bit cleared (0 is read as 1): a pure function of the id, so replay and the host
-    (`flows/numbers.py`) compute the same number."""
+    (`flows/serve/numbers.py`) compute the same number."""
     value = _FNV_OFFSET
     for byte in exec_id.encode("utf-8"):
         value = ((value ^ byte) * _FNV_PRIME) & _MASK64

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import frames
-import results
-import signals
-import step_ctx
-import waits
-from errors import EngineFailure, ExprError
-from run import ENDED_EVENT, ITER_PARENT_KEY, START_EVENT, Run, error_value, iter_depth
-from tasks import items_of, iteration, start_event
+from aos_flow import frames, results, signals, step_ctx, waits
+from aos_flow.errors import EngineFailure, ExprError
+from aos_flow.run import ENDED_EVENT, ITER_PARENT_KEY, START_EVENT, Run, error_value, iter_depth
+from aos_flow.tasks import items_of, iteration, start_event
 
 Token = dict[str, Any]
 

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from blobs import REF_BYTES_MAX
-from run import Run
-
+from aos_flow.blobs import REF_BYTES_MAX
+from aos_flow.run import Run
 from aos_sdk import cbor
 
 RESULTS_CBOR = "results_cbor"

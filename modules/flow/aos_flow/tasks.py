@@ -8,13 +8,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import grants
-import results
-import waits
-from definition import is_hash
-from errors import ExprError
-from expressions import is_template
-from run import (
+from aos_flow import grants, results, waits
+from aos_flow.definition import is_hash
+from aos_flow.errors import ExprError
+from aos_flow.expressions import is_template
+from aos_flow.run import (
     HUMAN_EFFECT,
     ITER_PARENT_KEY,
     LOOKUP_EVENT,

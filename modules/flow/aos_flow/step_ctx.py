@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from errors import ExprError
-from run import Run, error_value
+from aos_flow.errors import ExprError
+from aos_flow.run import Run, error_value
 
 CODE = "step.set_ctx"
 

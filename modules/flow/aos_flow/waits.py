@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import signals
-from errors import EngineFailure
-from run import (
+from aos_flow import signals
+from aos_flow.errors import EngineFailure
+from aos_flow.run import (
     CANCEL_EVENT,
     NS_PER_MS,
     TIMER_EFFECT,
@@ -17,7 +17,6 @@ from run import (
     error_value,
     ok_outcome,
 )
-
 from aos_sdk import cbor
 
 INTENT_KINDS = ("call", "human", "timer", "timeout", "retry", "keychain")
@@ -228,9 +227,9 @@ def _receipt_outcome(run: Run, wait: dict[str, Any], envelope: dict[str, Any]) -
     attempt, duration = wait["attempt"], _ms(run, wait)
     try:
         payload = cbor.decode(bytes(envelope.get("payload") or b""))
-    except (cbor.CborError, TypeError) as error:
+    except (cbor.CborError, TypeError) as undecodable:
         bad = error_value(
-            "transport", "receipt.payload", f"the receipt payload is not CBOR: {error}"
+            "transport", "receipt.payload", f"the receipt payload is not CBOR: {undecodable}"
         )
         return error_outcome(bad, attempt, duration)
     status = (envelope.get("status") or {}).get("$tag")
@@ -304,7 +303,7 @@ def normalize_error(value: Any, kind: str, code: str, noetl: bool = False) -> di
     named = value.get("error_kind") if "error_kind" in value else value.get("kind")
     if noetl and type(named) is str and named:
         error["kind"] = named
-    if type(value.get("traceback")) is str:  # where a python task raised (flows/pyworker.py)
+    if type(value.get("traceback")) is str:  # where a python task raised (flows/tools/pyworker.py)
         error["traceback"] = value["traceback"][-TRACEBACK_CHARS_MAX:]
     return error
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import signals
-import tasks
-import waits
-from errors import EngineFailure, ExprError
-from run import Run, error_value, set_iter
-from waits import PROTOCOL_FIELDS
+from aos_flow import signals, tasks, waits
+from aos_flow.errors import EngineFailure, ExprError
+from aos_flow.run import Run, error_value, set_iter
+from aos_flow.waits import PROTOCOL_FIELDS
 
 
 def new_frame(index: int | None, iteration: dict[str, Any]) -> dict[str, Any]:

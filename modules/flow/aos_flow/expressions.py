@@ -29,16 +29,16 @@ from typing import Any
 
 import jinja2.debug  # noqa: F401 -- see below
 import jsonpath
+from jinja2 import ChainableUndefined, StrictUndefined, Undefined, nodes
+from jinja2.runtime import Context
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # A component has no filesystem after its snapshot: what Jinja2 imports lazily must be
 # imported here. Its lexer decodes string literals with the `unicode_escape` codec, and a
 # template that raises goes through `jinja2.debug` (found by running the tests with every
 # import after `import app` flagged).
-from blobs import Blobs, is_ref, remember
-from errors import ExprError
-from jinja2 import ChainableUndefined, StrictUndefined, Undefined, nodes
-from jinja2.runtime import Context
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from aos_flow.blobs import Blobs, is_ref, remember
+from aos_flow.errors import ExprError
 
 CODE_MAX = 1024
 JSONPATH_MAX = 1024
@@ -300,8 +300,8 @@ def read_back(text: str) -> Any:
         number = int(stripped)
         return number if CBOR_INT_MIN <= number <= CBOR_INT_MAX else text
     if _FLOAT.fullmatch(stripped):
-        number = float(stripped)
-        return number if math.isfinite(number) else text
+        real = float(stripped)
+        return real if math.isfinite(real) else text
     if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
         return _structured(stripped, text)
     return text

@@ -12,19 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import compact
-import definition
-import engine
-import keychain
-import signals
-import waits
-from blobs import Blobs
-from errors import DefinitionError, EngineFailure, Missing
-from expressions import deep_merge
-from history import History
-from run import ITER_PARENT_KEY, TIMER_EFFECT, Run, iter_depth, journal_height
-from tasks import copy_value
-
+from aos_flow import compact, definition, keychain, marking, signals, waits
+from aos_flow.blobs import Blobs
+from aos_flow.errors import DefinitionError, EngineFailure, Missing
+from aos_flow.expressions import deep_merge
+from aos_flow.history import History
+from aos_flow.run import ITER_PARENT_KEY, TIMER_EFFECT, Run, iter_depth, journal_height
+from aos_flow.tasks import copy_value
 from aos_sdk import DELETE, cbor
 
 ITERATION_KEY = "$iteration"
@@ -70,7 +64,7 @@ def _resolve(
             return (lambda run: waits.on_ended(run, wait_id, value)), {}
         return None, _stale_event(tag, value, "no open wait")
     if tag == "Cancel" and state["status"] == "running":
-        return (lambda run: engine.cancel(run, value.get("reason"))), {}
+        return (lambda run: marking.cancel(run, value.get("reason"))), {}
     return None, _stale_event(tag, value, f"the execution is {state['status']}")
 
 
@@ -171,7 +165,7 @@ def _initial(value: dict[str, Any], ctx: Any) -> dict[str, Any]:
             "steps": {},
             "business_ref": business_ref if type(business_ref) is str else None,
         },
-        "engine": engine.new_engine(_parent(parent)),
+        "engine": marking.new_engine(_parent(parent)),
     }
 
 
@@ -235,7 +229,7 @@ def _enter(run: Run, marker: Any) -> None:
     if marker is not None:
         _begin_iteration(run, marker)
     else:
-        engine.new_token(run, run.defn.entry, {})
+        marking.new_token(run, run.defn.entry, {})
 
 
 def _begin_iteration(run: Run, marker: Any) -> None:
@@ -252,7 +246,7 @@ def _begin_iteration(run: Run, marker: Any) -> None:
     iterator = marker.get("iterator") if type(marker.get("iterator")) is str else "item"
     run.engine["iteration"] = {"step": step, "index": index, "total": total}
     run.business["ctx"] = marker["ctx"] if type(marker.get("ctx")) is dict else {}
-    token = engine.new_token(
+    token = marking.new_token(
         run, step, marker.get("args") if marker.get("args") is not None else {}
     )
     token["single"] = {
@@ -313,7 +307,7 @@ def _start_refused(run: Run, start: dict[str, Any], notice: dict[str, Any]) -> N
 def _fail_refused(run: Run, notice: dict[str, Any]) -> None:
     code = notice.get("code") if type(notice.get("code")) is str else "step.fault"
     message = notice.get("message") if type(notice.get("message")) is str else ""
-    engine.fail_execution(run, code, message)
+    marking.fail_execution(run, code, message)
 
 
 # -- migrating to another version --------------------------------------------------------------
@@ -371,7 +365,7 @@ def _apply(state: dict[str, Any], ctx: Any, apply: Callable[[Run], None]) -> Any
             defn = definition.load(blobs, state["definition"])
         except DefinitionError as error:
             run = Run(state, ctx, None, history, blobs)
-            engine.fail_execution(run, "definition.invalid", error.message)
+            marking.fail_execution(run, "definition.invalid", error.message)
         else:
             history.limit = max(1, defn.limits["history_events_per_step_max"])
             _run(Run(state, ctx, defn, history, blobs), apply)
@@ -387,9 +381,9 @@ def _apply(state: dict[str, Any], ctx: Any, apply: Callable[[Run], None]) -> Any
 def _run(run: Run, apply: Callable[[Run], None]) -> None:
     try:
         apply(run)
-        engine.run_to_wait(run)
-        engine.keep_loops_small(run)
+        marking.run_to_wait(run)
+        marking.keep_loops_small(run)
     except EngineFailure as failure:
-        engine.fail_execution(run, failure.code, failure.message)
+        marking.fail_execution(run, failure.code, failure.message)
     except Exception as error:  # a bug must fail the execution, not trap every later step
-        engine.fail_execution(run, "engine.exception", f"{type(error).__name__}: {error}")
+        marking.fail_execution(run, "engine.exception", f"{type(error).__name__}: {error}")

@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import blobs
-import definition
-
+from aos_flow import blobs, definition
 from aos_sdk import Workflow, cbor, envelope, testing
 
 WARMUP_HASH = "blake3:" + "0" * 64

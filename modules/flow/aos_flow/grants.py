@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from expressions import is_template, names_read
-from run import Run
+from aos_flow.expressions import is_template, names_read
+from aos_flow.run import Run
 
 NAMESPACE = "keychain"
 

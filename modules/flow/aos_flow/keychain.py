@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import engine
-from run import Run
-
+from aos_flow import marking
+from aos_flow.run import Run
 from aos_sdk import cbor
 
 KEYCHAIN_EFFECT = "aos/keychain.resolve@1"
@@ -69,5 +68,5 @@ def resolved(run: Run, wait_id: str, envelope: dict[str, Any]) -> tuple[bool, An
     code = error["code"] if type(error.get("code")) is str else "keychain.unresolved"
     message = error["message"] if type(error.get("message")) is str else "not resolved"
     run.history.add("keychain.failed", wait=wait_id, code=code, message=message)
-    engine.fail_execution(run, code, message, kind="authorization")
+    marking.fail_execution(run, code, message, kind="authorization")
     return False, None

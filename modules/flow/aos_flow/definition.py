@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from blobs import Blobs, remember
-from errors import DefinitionError
-
+from aos_flow.blobs import Blobs, remember
+from aos_flow.errors import DefinitionError
 from aos_sdk import cbor
 
 LIMIT_DEFAULTS = {

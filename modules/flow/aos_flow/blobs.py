@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from errors import ExprError, Missing
-
+from aos_flow.errors import ExprError, Missing
 from aos_sdk import cbor
 
 REF_KEYS = ("$ref", "size", "schema_hint")

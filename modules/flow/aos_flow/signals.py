@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from blobs import REF_BYTES_MAX
-from definition import Definition
-from run import Run, ok_outcome
-
+from aos_flow.blobs import REF_BYTES_MAX
+from aos_flow.definition import Definition
+from aos_flow.run import Run, ok_outcome
 from aos_sdk import cbor
 
 SIGNALS = "signals"
