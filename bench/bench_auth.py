@@ -1,4 +1,4 @@
-"""What a signed adapter request costs (kernel/adapters/protocol/auth.py): signing one on the adapter's
+"""What a signed adapter request costs (kernel/signing/request_auth.py): signing one on the adapter's
 side, checking one on the node's (headers, skew, Ed25519 over the request, the nonce
 remembered), beside the Ed25519 receipt signature every receipt already carries."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from aos.kernel.adapters.protocol.auth import RequestVerifier, request_headers
-from aos.kernel.adapters.protocol.signing import public_key_of, sign_body
+from aos.kernel.signing.request_auth import RequestVerifier, request_headers
+from aos.kernel.signing.signatures import public_key_of, sign_body
 from bench.harness import Row, row
 
 SEED = bytes(range(32))

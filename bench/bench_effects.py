@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
-from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.adapters.sdk import Adapter, Lease, Outcome, Result
+from aos.kernel.signing.signatures import signed_receipt
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import World
 from bench.harness import Row

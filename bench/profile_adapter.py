@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from aos.flows.tools.dispatch import TOOL_EFFECTS, make_adapter
-from aos.kernel.adapters.protocol.signing import generate_seed, public_key_of
 from aos.kernel.adapters.sdk import Outcome
+from aos.kernel.signing.signatures import generate_seed, public_key_of
 from bench.proc_cpu import children, tree_cpu_s
 
 EFFECT = "aos/tool.python@1"

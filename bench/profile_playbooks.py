@@ -42,8 +42,8 @@ from aos.flows.serve.flow_client import NodeFlows
 from aos.flows.serve.flow_operations import TERMINAL_STATUSES
 from aos.flows.tools.context import ToolContext
 from aos.flows.tools.dispatch import TOOL_EFFECTS, handlers_for, renewing
-from aos.kernel.adapters.protocol.keys import read_seed
 from aos.kernel.adapters.sdk import Adapter, Lease, Outcome, Result
+from aos.kernel.signing.keys import read_seed
 from bench.bench_playbooks import AOS_FILES, EXECUTION_S_MAX, PYTHON_ALLOW, REPO
 from bench.proc_cpu import children, tree_cpu_s
 

@@ -46,8 +46,6 @@ from aos.kernel.adapters.builtin.python_fn import (
     parse_functions,
 )
 from aos.kernel.adapters.builtin.python_limits import PythonLimits
-from aos.kernel.adapters.protocol.keys import read_seed, write_seed
-from aos.kernel.adapters.protocol.signing import generate_seed, public_key_of
 from aos.kernel.adapters.sdk import (
     CONCURRENCY_DEFAULT,
     CONCURRENCY_MAX,
@@ -63,6 +61,8 @@ from aos.kernel.adapters.sdk import (
     RunSummary,
 )
 from aos.kernel.air.names import name_problem
+from aos.kernel.signing.keys import read_seed, write_seed
+from aos.kernel.signing.signatures import generate_seed, public_key_of
 
 BUILTIN_KINDS = ("http", "python")
 TOOL_PREFIX = "tool-"

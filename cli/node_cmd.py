@@ -44,8 +44,6 @@ from aos.cli.common import (
 from aos.cli.remote import credentials_options, node_call
 from aos.flows.serve.pages import add_flow_pages
 from aos.flows.serve.routes import add_flow_routes
-from aos.kernel.adapters.protocol import auth as adapter_auth
-from aos.kernel.adapters.protocol.keys import read_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node import limits as node_limits
 from aos.kernel.node.app import create_app
@@ -79,6 +77,8 @@ from aos.kernel.node.worlds import (
     valid_name,
     where_first,
 )
+from aos.kernel.signing import request_auth as adapter_auth
+from aos.kernel.signing.keys import read_seed
 from aos.kernel.store.limits import OWNER_LEASE_MS_DEFAULT, OWNER_LEASE_MS_MIN
 from aos.kernel.store.url import world_location
 from aos.kernel.text import jsontext

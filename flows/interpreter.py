@@ -34,7 +34,7 @@ from pathlib import Path
 
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash
-from aos.kernel.resources import package_path
+from aos.kernel.package_data import package_path
 from aos.kernel.wasm import build
 
 PACKAGE = "aos.flows"

@@ -16,19 +16,6 @@ from click.testing import CliRunner
 
 from aos.cli.main import main
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.auth import (
-    AdapterAuth,
-    AdapterClockSkewedError,
-    AdapterNoncesFullError,
-    AdapterRateLimitedError,
-    AdapterReplayedError,
-    AdapterUnauthenticatedError,
-    RefusalLimiter,
-    RequestVerifier,
-    request_headers,
-)
-from aos.kernel.adapters.protocol.keys import write_seed
-from aos.kernel.adapters.protocol.signing import public_key_of
 from aos.kernel.adapters.sdk import (
     Adapter,
     AdapterEffectNotAllowedError,
@@ -40,6 +27,19 @@ from aos.kernel.adapters.sdk import (
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.app import create_app
+from aos.kernel.signing.keys import write_seed
+from aos.kernel.signing.request_auth import (
+    AdapterAuth,
+    AdapterClockSkewedError,
+    AdapterNoncesFullError,
+    AdapterRateLimitedError,
+    AdapterReplayedError,
+    AdapterUnauthenticatedError,
+    RefusalLimiter,
+    RequestVerifier,
+    request_headers,
+)
+from aos.kernel.signing.signatures import public_key_of
 from aos.kernel.store import open_store
 from tests.auth_fixtures import authorize, node_http
 from tests.node_fixtures import node_fixture, world_path_fixture  # noqa: F401 (fixtures)

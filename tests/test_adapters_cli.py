@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.kernel.adapters.protocol.keys import read_seed, write_seed
-from aos.kernel.adapters.protocol.signing import public_key_of
+from aos.kernel.signing.keys import read_seed, write_seed
+from aos.kernel.signing.signatures import public_key_of
 from tests.test_adapters_sdk import ADAPTER, EFFECT, SEED, FakeNode
 
 

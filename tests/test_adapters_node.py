@@ -31,11 +31,11 @@ from aos.cli.demo_orders import (
     orders_manifest,
 )
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.auth import AdapterAuth
-from aos.kernel.adapters.protocol.keys import read_seed, write_seed
-from aos.kernel.adapters.protocol.signing import generate_seed, public_key_of, verify_body
 from aos.kernel.audit import gc
 from aos.kernel.hashing import Hash, hash_bytes
+from aos.kernel.signing.keys import read_seed, write_seed
+from aos.kernel.signing.request_auth import AdapterAuth
+from aos.kernel.signing.signatures import generate_seed, public_key_of, verify_body
 from aos.kernel.store import open_store
 from aos.kernel.world.world import World
 from tests.auth_fixtures import admin_headers, announced

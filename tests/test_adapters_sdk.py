@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import public_key_of, verify_body
 from aos.kernel.adapters.sdk import (
     URLS_CACHED_MAX,
     Adapter,
@@ -32,6 +31,7 @@ from aos.kernel.adapters.sdk import (
     RetryPolicy,
 )
 from aos.kernel.hashing import hash_bytes, hash_value
+from aos.kernel.signing.signatures import public_key_of, verify_body
 
 SEED = bytes(range(32))
 OTHER_SEED = bytes(range(1, 33))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from aos.kernel.air import export_schemas, load_manifest_dir, schema_texts
-from aos.kernel.air.export import SCHEMA_MODELS
+from aos.kernel.air.json_schemas import SCHEMA_MODELS
 
 SPEC_SCHEMAS = Path(__file__).resolve().parent.parent / "spec" / "schemas"
 FIXTURES = Path(__file__).parent / "fixtures" / "air"

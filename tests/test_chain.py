@@ -255,7 +255,7 @@ def test_a_world_key_is_a_0600_file_outside_the_store(tmp_path: Path) -> None:
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     seed = bytes.fromhex(key_file.read_text().strip())
     assert seed not in (path / "store" / "data.mdb").read_bytes()
-    from aos.kernel.adapters.protocol.signing import public_key_of
+    from aos.kernel.signing.signatures import public_key_of
 
     assert public_key(path) == public_key_of(seed)
 

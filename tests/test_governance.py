@@ -18,7 +18,6 @@ import lmdb
 import pytest
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.air.loader import load_manifest_dir
 from aos.kernel.air.model import canonical_form
 from aos.kernel.audit import gc, replay
@@ -26,6 +25,7 @@ from aos.kernel.errors import AosError
 from aos.kernel.governance import proposals, shadow
 from aos.kernel.governance.proposals import PROPOSALS_OPEN_MAX_DEFAULT, ShadowReport
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
+from aos.kernel.signing.signatures import signed_receipt
 from aos.kernel.world import records
 from aos.kernel.world.errors import StepBudgetExceededError
 from aos.kernel.world.modules import building_resolver

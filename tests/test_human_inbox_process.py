@@ -12,8 +12,8 @@ from typing import Any
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.node.identities import SCOPES, IdentityStore
+from aos.kernel.signing.keys import write_seed
 from tests.auth_fixtures import node_http, remember_node
 from tests.test_node_process import _AOS, START_TIMEOUT_S, _readline, make_world, node_process
 from tests.test_receipts import ADAPTER_SEED

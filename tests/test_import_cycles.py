@@ -3,11 +3,13 @@
 
 An AST walk over every module under kernel/, flows/ and cli/ collects its imports of `aos.*`,
 at module level and inside functions alike (a deferred import still ties the two packages
-together; deferring it only hides the cycle from the interpreter). Each module belongs to a
-node of the graph: its package (`aos.kernel.world.cells` -> `aos.kernel.world`), except a
-loose module directly in a root package (`aos.kernel.cbor`), which is a node of its own, the
-root being a namespace of separate concepts rather than one. A cycle is reported as the path
-of nodes with, for each edge, the first import that makes it (file:line).
+together; deferring it only hides the cycle from the interpreter). The nodes of the graph are
+the concept packages DESIGN §2 names, one level under a root (`aos.kernel.world`,
+`aos.flows.define`), with everything under them (`aos.kernel.world.cells`,
+`aos.flows.define.playbook.compile`); a loose module directly in a root (`aos.kernel.cbor`)
+is a node of its own, the root being a namespace of separate concepts rather than one. A
+cycle is reported as the path of packages with, for each edge, the first import that makes
+it (file:line).
 """
 
 from __future__ import annotations
@@ -33,17 +35,11 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join([SOURCE_ROOTS[folder], *parts])
 
 
-def _is_package(path: Path) -> bool:
-    return path.name == "__init__.py"
-
-
-def _node(module: str, packages: set[str]) -> str:
-    """The graph node a module belongs to: itself when it is a package or a loose module of a
-    root package, else its package."""
-    if module in packages or module in SOURCE_ROOTS.values():
-        return module
-    parent = module.rpartition(".")[0]
-    return module if parent in SOURCE_ROOTS.values() else parent
+def _node(module: str) -> str:
+    """The concept package a module belongs to: the first level under its root (a loose
+    module of a root is its own node, and so is a root's `__init__`)."""
+    parts = module.split(".")
+    return ".".join(parts[:3])
 
 
 def _resolve(name: str, modules: set[str]) -> str | None:
@@ -78,16 +74,15 @@ def import_graph(root: Path = ROOT) -> dict[Edge, str]:
     """Every edge between two different nodes, with the first import that makes it."""
     sources = _sources(root)
     modules = set(sources)
-    packages = {name for name, path in sources.items() if _is_package(path)}
     edges: dict[Edge, str] = {}
     for module, path in sources.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        source = _node(module, packages)
+        source = _node(module)
         for name, line in _imports(tree):
             target = _resolve(name, modules)
             if target is None:
                 continue
-            node = _node(target, packages)
+            node = _node(target)
             if node != source:
                 where = f"{path.relative_to(root).as_posix()}:{line}"
                 edges.setdefault((source, node), where)

@@ -18,9 +18,6 @@ import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.auth import AdapterAuth
-from aos.kernel.adapters.protocol.keys import KeyFileError, read_seed, write_seed
-from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.audit import replay
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.node import Node, NodeLimits
@@ -29,6 +26,9 @@ from aos.kernel.node.errors import HumanAdapterError, NodeConfigError
 from aos.kernel.node.human import HumanAdapter
 from aos.kernel.node.leases import LeaseManager, PublishedIntent
 from aos.kernel.node.node import LeaseAsk
+from aos.kernel.signing.keys import KeyFileError, read_seed, write_seed
+from aos.kernel.signing.request_auth import AdapterAuth
+from aos.kernel.signing.signatures import signed_receipt
 from aos.kernel.world.errors import TimeBackwardsError
 from aos.kernel.world.world import World
 from tests.auth_fixtures import authorize

@@ -20,7 +20,6 @@ from starlette.routing import Mount, Route
 
 from aos.flows.serve.pages import add_flow_pages
 from aos.flows.serve.routes import add_flow_routes
-from aos.kernel.adapters.protocol.auth import AdapterAuth
 from aos.kernel.node import Node, NodeLimits
 from aos.kernel.node.access import SESSION_COOKIE, declared
 from aos.kernel.node.app import create_app
@@ -34,6 +33,7 @@ from aos.kernel.node.identities import (
 from aos.kernel.node.inspector import add_inspector
 from aos.kernel.node.owner import unserved
 from aos.kernel.node.registry_api import add_registry_route
+from aos.kernel.signing.request_auth import AdapterAuth
 from aos.kernel.world.world import World
 from tests.auth_fixtures import bearer, token_for
 from tests.test_node import ADAPTER as ADAPTER_NAME

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aos.flows.serve.flow_world import create_flow_world
-from aos.kernel.adapters.protocol.auth import HEADER_ADAPTER, HEADER_SIGNATURE
+from aos.kernel.signing.request_auth import HEADER_ADAPTER, HEADER_SIGNATURE
 from tests.auth_fixtures import admin_headers, node_http
 from tests.flows_tools.test_shell_check import INJECTED
 from tests.test_node_process import ADAPTER, make_world, node_process

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from aos.cli.main import main
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.auth import AdapterAuth
-from aos.kernel.adapters.protocol.keys import write_seed
-from aos.kernel.adapters.protocol.signing import signed_receipt
+from aos.kernel.signing.keys import write_seed
+from aos.kernel.signing.request_auth import AdapterAuth
+from aos.kernel.signing.signatures import signed_receipt
 from tests.auth_fixtures import admin_headers, announced, node_http
 from tests.test_receipts import ADAPTER_SEED
 from tests.test_world import SCRIPTED, create, ping, reopen
@@ -77,7 +77,7 @@ def make_world(path: Path) -> Path:
 
 
 def adapter_http(url: str) -> httpx.Client:
-    """A client that signs its requests as ADAPTER (kernel/adapters/protocol/auth.py)."""
+    """A client that signs its requests as ADAPTER (kernel/signing/request_auth.py)."""
     world_id = httpx.get(f"{url}/v1/health").json()["world_id"]  # public: what adapters sign for
     auth = AdapterAuth(ADAPTER, ADAPTER_SEED, world_id)  # its events go with the admin's token
     return httpx.Client(base_url=url, timeout=30, auth=auth, headers=admin_headers(url))

@@ -31,7 +31,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from aos.cli.main import main
 from aos.flows.serve.flow_client import NodeFlows
-from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.adapters.sdk import AdapterNodeRefusedError, NodeClient, RetryPolicy
 from aos.kernel.errors import AosError
 from aos.kernel.node.errors import NodeUnreachableError
@@ -43,6 +42,7 @@ from aos.kernel.node.tls import (
     TlsFiles,
     client_verify,
 )
+from aos.kernel.signing.keys import write_seed
 from aos.kernel.store.errors import StoreUnavailableError
 from aos.kernel.store.pg_store import open_pg_store
 from aos.kernel.store.url import parse_store_url

@@ -23,9 +23,9 @@ from click.testing import CliRunner
 
 from aos.cli.main import main
 from aos.flows.serve.flow_client import NodeFlows
-from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.errors import AosError
 from aos.kernel.node.owner import owner_url
+from aos.kernel.signing.keys import write_seed
 from aos.kernel.world.stamps import PinnedStampSource
 from tests.auth_fixtures import admin_headers, node_http
 from tests.conftest import readable_folder

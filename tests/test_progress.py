@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 
-from aos.kernel.adapters.protocol.signing import sign_body
 from aos.kernel.adapters.sdk import Adapter, AdapterProgressInvalidError, Lease, Result
 from aos.kernel.node.progress import (
     PROGRESS_FRAMES_KEPT_MAX,
@@ -21,6 +20,7 @@ from aos.kernel.node.progress import (
     Frame,
     ProgressLog,
 )
+from aos.kernel.signing.signatures import sign_body
 from tests.auth_fixtures import admin_headers
 from tests.node_fixtures import (  # noqa: F401 (fixtures)
     client_fixture,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.audit import replay
 from aos.kernel.hashing import hash_bytes
+from aos.kernel.signing.signatures import signed_receipt
 from aos.kernel.world import receipts, records
 from aos.kernel.world.errors import ClockManualOnlyError, TimeBackwardsError
 from aos.kernel.world.receipts import REJECTED_TEXT_CHARS_MAX, ReceiptError

@@ -39,8 +39,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.audit.replay import verify_replay
+from aos.kernel.signing.signatures import signed_receipt
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.errors import WorldNotQuiescentError
 from aos.kernel.world.receipts import ReceiptError

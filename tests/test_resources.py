@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aos.kernel.resources import PackageDataMissingError, package_path
+from aos.kernel.package_data import PackageDataMissingError, package_path
 
 
 def test_shipped_data_is_found_through_the_package() -> None:

@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from aos.cli.main import main
-from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.node.identities import IDENTITIES_FILE_NAME
+from aos.kernel.signing.keys import write_seed
 from aos.kernel.store import pg_owner
 from aos.kernel.store.errors import StoreOwnedError
 from aos.kernel.store.limits import OWNER_LEASE_MS_MIN

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from aos.flows.tools.dispatch import EFFECT_OF_KIND, TOOL_EFFECTS
-from aos.kernel.adapters.protocol.keys import read_seed
 from aos.kernel.adapters.sdk import Adapter, Lease, Result
+from aos.kernel.signing.keys import read_seed
 
 EFFECT = EFFECT_OF_KIND["python"]
 LEASE_WAIT_MS = 10_000

@@ -4,7 +4,7 @@ namespace of the interpreter provides renders as nothing at run time (NoETL's le
 contexts) or fails the step; either way the author misspelled something, and `aos flow
 check` says so where it is written, with the closest known name.
 
-The namespace (modules/flow/run.py `Run.scope`): the definition's workload keys, step results
+The namespace (modules/flow/aos_flow/run.py `Run.scope`): the definition's workload keys, step results
 by step name, an arc's `args` keys, a loop's item (its iterator's name) and a `repeat`'s
 `as`, finished tasks by task name (`aos.flow/2`), and the named namespaces below, which the
 interpreter always provides. Fields are checked only where the interpreter gives the value
@@ -42,11 +42,11 @@ NAMESPACES = frozenset(
         "event",
         "_prev",
         "results",
-        # policy rules (modules/flow/frames.py) and the step's own set_ctx
+        # policy rules (modules/flow/aos_flow/frames.py) and the step's own set_ctx
         "outcome",
         "_task",
         "_attempt",
-        # the interpreter's template functions (modules/flow/expressions.py) and Jinja's
+        # the interpreter's template functions (modules/flow/aos_flow/expressions.py) and Jinja's
         "range",
         "dict",
         "lipsum",

@@ -22,9 +22,9 @@ from typing import Any
 
 from aos.flows import interpreter
 from aos.flows.serve.cell_status import EXEC_WORKFLOW as EXEC_WORKFLOW
-from aos.kernel.adapters.protocol.keys import read_seed, write_seed
-from aos.kernel.adapters.protocol.signing import generate_seed, public_key_of
-from aos.kernel.resources import package_path
+from aos.kernel.package_data import package_path
+from aos.kernel.signing.keys import read_seed, write_seed
+from aos.kernel.signing.signatures import generate_seed, public_key_of
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.world import CLOCK_WALL, World, WorldLimits
 

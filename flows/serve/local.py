@@ -39,8 +39,8 @@ from aos.flows.tools.dispatch import TOOL_EFFECTS, run_tool
 from aos.flows.tools.keychain import KEYCHAIN_ADAPTER, KEYCHAIN_EFFECT, fingerprint_key, resolve
 from aos.flows.tools.outcomes import ToolOutcome
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.node.models import LocalRunResult
+from aos.kernel.signing.signatures import signed_receipt
 from aos.kernel.world.world import CLOCK_MANUAL, World
 
 ROUNDS_MAX_DEFAULT = 10_000

@@ -1,7 +1,7 @@
 """An execution's number (spec/12 §6): the positive 63-bit integer NoETL's execution ids
 are, derived from the aos execution id, so that a playbook writing `{{ execution_id }}` into
 SQL or a BIGINT column runs as it does on NoETL. The interpreter computes the same number
-(`modules/flow/run.py`, `execution_number`; a test holds the two equal): the 64-bit FNV-1a
+(`modules/flow/aos_flow/run.py`, `execution_number`; a test holds the two equal): the 64-bit FNV-1a
 hash of the id's UTF-8 bytes, mixed by splitmix64's finalizer, its top bit cleared (0 is
 read as 1)."""
 

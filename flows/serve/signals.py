@@ -2,7 +2,7 @@
 became of each one that was.
 
 The interpreter buffers a signal no open wait takes, in order, until a wait of its name
-opens (`modules/flow/signals.py`). A signal that could never be delivered is refused here,
+opens (`modules/flow/aos_flow/signals.py`). A signal that could never be delivered is refused here,
 before ingress, so a refusal journals nothing and the world is as it was:
 
 - no step of the execution's pinned definition waits for its name (`flow.signal_unknown`);

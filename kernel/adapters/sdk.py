@@ -37,18 +37,18 @@ from typing import Any, Literal, TypeVar
 import httpx
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.auth import AdapterAuth
-from aos.kernel.adapters.protocol.signing import (
+from aos.kernel.errors import AosError
+from aos.kernel.hashing import hash_bytes
+from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
+from aos.kernel.node.tls import client_verify
+from aos.kernel.signing.request_auth import AdapterAuth
+from aos.kernel.signing.signatures import (
     SEED_BYTES,
     SIGNATURE_BYTES,
     public_key_of,
     sign_body,
     sign_encoded,
 )
-from aos.kernel.errors import AosError
-from aos.kernel.hashing import hash_bytes
-from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
-from aos.kernel.node.tls import client_verify
 from aos.kernel.world.receipts import (
     RECEIPT_BYTES_MAX_DEFAULT,
     ReceiptError,

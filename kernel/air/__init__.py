@@ -42,7 +42,7 @@ from aos.kernel.air.errors import (
     ValueTooDeepError,
     ValueVariantUnknownError,
 )
-from aos.kernel.air.export import export_schemas, schema_texts
+from aos.kernel.air.json_schemas import export_schemas, schema_texts
 from aos.kernel.air.limits import DEFAULT_STEP_LIMITS, StepLimits
 from aos.kernel.air.loader import (
     ArtifactResolver,

@@ -9,7 +9,7 @@ The guard builds its table from the app's routes, so a route added without a dec
 refused to everyone (and a test that walks the app's routes fails).
 
 The pseudo-scopes: `PUBLIC` (anyone, no credentials), `AUTHENTICATED` (any identity),
-`ADAPTER` (a request signed by one of the manifest's adapters, kernel/adapters/protocol/auth.py; the
+`ADAPTER` (a request signed by one of the manifest's adapters, kernel/signing/request_auth.py; the
 route checks the signature itself). A path no route matches needs an identity, then answers
 404. The guard reads no body: an unauthenticated request is refused before its body is read.
 """
@@ -29,7 +29,6 @@ from urllib.parse import urlsplit
 import blake3 as _blake3
 from starlette.routing import BaseRoute, Router
 
-from aos.kernel.adapters.protocol.auth import HEADER_ADAPTER, HEADER_SIGNATURE, RequestVerifier
 from aos.kernel.errors import AosError
 from aos.kernel.node import identities as ids
 from aos.kernel.node.adapter_api import route_path, send_json
@@ -49,6 +48,7 @@ from aos.kernel.node.identities import (
     Principal,
     UnauthenticatedError,
 )
+from aos.kernel.signing.request_auth import HEADER_ADAPTER, HEADER_SIGNATURE, RequestVerifier
 
 SCOPES_KEY = "x-aos-scopes"
 PRINCIPAL_KEY = "aos.principal"

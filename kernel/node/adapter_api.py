@@ -6,7 +6,7 @@ FastAPI's routing, dependency solving, pydantic models and response encoding cos
 event-loop time (and GIL time taken from the host thread's step) than the route bodies.
 `AdapterFastPath` answers exactly these requests ahead of the FastAPI app, behind
 `RequestGuard` (so the size, time and JSON depth limits hold as for every request), with the
-same checks in the same order: the signature first (kernel/adapters/protocol/auth.py), then the body's
+same checks in the same order: the signature first (kernel/signing/request_auth.py), then the body's
 shape, strictly typed, then the node. The FastAPI routes of the same paths call the same
 functions (they describe the endpoints in the OpenAPI document), and an error is answered as
 the app's error handler answers it.

@@ -151,7 +151,7 @@ def create_app(node: Node) -> FastAPI:
 
 def _add_routes(app: FastAPI, node: Node) -> None:
     async def adapter_identity(request: Request) -> str:
-        """The adapter that signed this request (kernel/adapters/protocol/auth.py), checked before the
+        """The adapter that signed this request (kernel/signing/request_auth.py), checked before the
         body is looked at; the routes that write or show intent params depend on it."""
         query = request.url.query
         return node.verifier.verify(

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import public_key_of, signed_receipt
 from aos.kernel.air.model import DefAdapter
 from aos.kernel.node.errors import (
     HumanAdapterError,
@@ -39,6 +38,7 @@ from aos.kernel.node.errors import (
     TaskUnknownError,
 )
 from aos.kernel.node.leases import PublishedIntent
+from aos.kernel.signing.signatures import public_key_of, signed_receipt
 
 TASK_STATUSES = ("ok", "error")
 INBOX_FILE_NAME = "human-inbox.jsonl"

@@ -25,9 +25,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from aos.kernel.adapters.protocol.auth import AdapterForbiddenError
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.node.errors import LeaseRevokedError, LeaseUnknownError
+from aos.kernel.signing.request_auth import AdapterForbiddenError
 
 _LEASE_ID_BYTES = 12
 # Revoked leases remembered so that their holders learn of the cancellation on renewal.

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aos.kernel.adapters.protocol.auth import (
+from aos.kernel.node.errors import NodeConfigError
+from aos.kernel.signing.request_auth import (
     ADAPTER_NONCES_MAX_DEFAULT,
     ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT,
     ADAPTER_REFUSAL_WINDOW_MS_DEFAULT,
     ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT,
 )
-from aos.kernel.node.errors import NodeConfigError
 
 REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
 """Largest request body the node reads (a receipt must also fit the world's own limit)."""
@@ -125,7 +125,7 @@ class NodeLimits:
     proposal_values_max: int = PROPOSAL_VALUES_MAX_DEFAULT
     write_rate_per_s: int = WRITE_RATE_PER_S_DEFAULT
     write_burst_max: int = WRITE_BURST_MAX_DEFAULT
-    # Signed adapter requests (kernel/adapters/protocol/auth.py).
+    # Signed adapter requests (kernel/signing/request_auth.py).
     adapter_request_skew_ms_max: int = ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT
     adapter_nonces_max: int = ADAPTER_NONCES_MAX_DEFAULT
     adapter_receipt_refusals_max: int = ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor, prefixes
-from aos.kernel.adapters.protocol.auth import AdapterForbiddenError, RefusalLimiter, RequestVerifier
 from aos.kernel.governance import proposals
 from aos.kernel.node import actions
 from aos.kernel.node import read_model as views
@@ -51,6 +50,7 @@ from aos.kernel.node.progress import (
 )
 from aos.kernel.node.proposal_body import ProposalRequest
 from aos.kernel.node.shadow_worker import ShadowUnavailableError, run_shadow
+from aos.kernel.signing.request_auth import AdapterForbiddenError, RefusalLimiter, RequestVerifier
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError, KeyUnexpectedError
 from aos.kernel.world.intent_view import intent_view, resolve_intent

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import verify_body
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import is_hash
+from aos.kernel.signing.signatures import verify_body
 
 PROGRESS_FRAMES_KEPT_MAX = 8
 """Newest frames kept per intent."""

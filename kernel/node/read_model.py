@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import verify_body
 from aos.kernel.audit import replay
 from aos.kernel.hashing import hash_bytes, is_hash
 from aos.kernel.node.errors import NodeLimitExceededError, QueryInvalidError
 from aos.kernel.node.human import task_fields
+from aos.kernel.signing.signatures import verify_body
 from aos.kernel.store.views import read_back
 from aos.kernel.world import records
 from aos.kernel.world.cellindex import key_hash

@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
-from aos.kernel.resources import package_path
+from aos.kernel.package_data import package_path
 from aos.kernel.wasm import fixed_clock, seccomp
 
 Abi = Literal["core", "component"]

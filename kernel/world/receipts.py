@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import verify_encoded
 from aos.kernel.air import RECEIPT_ENVELOPE, RECEIPT_REJECTED
 from aos.kernel.air.errors import AirError
 from aos.kernel.air.model import DefAdapter, DefEffect
 from aos.kernel.air.normalize import normalize
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes, is_hash
+from aos.kernel.signing.signatures import verify_encoded
 
 RECEIPT_BYTES_MAX_DEFAULT = 1024 * 1024
 REJECTED_TEXT_CHARS_MAX = 200

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aos.kernel.adapters.protocol import keys, signing
+from aos.kernel.signing import keys
+from aos.kernel.signing import signatures as signing
 from aos.kernel.store.interface import Store
 from aos.kernel.world.chain import JournalChain
 from aos.kernel.world.errors import WorldCorruptError, WorldError

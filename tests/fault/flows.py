@@ -62,7 +62,7 @@ from aos.flows.serve.flow_world import (
 from aos.flows.tools.context import ToolContext
 from aos.flows.tools.dispatch import TOOL_EFFECTS, run_tool
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.signing import signed_receipt
+from aos.kernel.signing.signatures import signed_receipt
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import records
 from aos.kernel.world.receipts import ReceiptError

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aos.kernel.adapters.protocol.signing import signed_receipt
 from aos.kernel.hashing import hash_bytes
+from aos.kernel.signing.signatures import signed_receipt
 from aos.kernel.store.errors import StoreError, StoreUnavailableError
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.receipts import ReceiptError

@@ -1,4 +1,4 @@
-"""The import-time warm-up (modules/flow/warmup.py): a real execution, and nothing of it kept
+"""The import-time warm-up (modules/flow/aos_flow/warmup.py): a real execution, and nothing of it kept
 but the CBOR memos."""
 
 from __future__ import annotations

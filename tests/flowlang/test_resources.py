@@ -20,9 +20,9 @@ from aos.flows.define import flowlang
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve.local import LocalAdapters
 from aos.flows.tools.file import FileToolError, parse_content, read_resource, write_resource
-from aos.kernel.adapters.protocol.keys import write_seed
-from aos.kernel.adapters.protocol.signing import generate_seed
 from aos.kernel.audit import replay
+from aos.kernel.signing.keys import write_seed
+from aos.kernel.signing.signatures import generate_seed
 from tests.flows_world.support import FlowWorld, make_flow_world
 
 ECHO = [{"name": name, "tool": {"kind": "echo"}} for name in "ABC"]

@@ -22,8 +22,8 @@ from aos.flows.tools.dispatch import run_tool
 from aos.flows.tools.outcomes import ToolOutcome
 from aos.kernel.adapters.builtin import python_limits
 from aos.kernel.adapters.builtin.python_limits import PythonLimits, can_reach
-from aos.kernel.adapters.protocol.keys import write_seed
 from aos.kernel.adapters.sdk import AdapterConfigInvalidError
+from aos.kernel.signing.keys import write_seed
 from tests.conftest import readable_folder
 from tests.flows_tools.test_tools import (  # the module's node: a probe world's real node
     SEEDS,

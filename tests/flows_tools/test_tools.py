@@ -37,10 +37,10 @@ from aos.flows.tools.dispatch import (
 )
 from aos.flows.tools.outcomes import ToolOutcome
 from aos.kernel import cbor
-from aos.kernel.adapters.protocol.keys import write_seed
-from aos.kernel.adapters.protocol.signing import public_key_of, verify_body
 from aos.kernel.adapters.sdk import Adapter, AdapterConfigInvalidError, Lease, Result
 from aos.kernel.hashing import hash_bytes
+from aos.kernel.signing.keys import write_seed
+from aos.kernel.signing.signatures import public_key_of, verify_body
 from aos.kernel.world.world import World
 from tests.auth_fixtures import node_http
 from tests.test_node_process import _AOS, node_process

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aos.kernel.adapters.protocol.keys import write_seed
+from aos.kernel.signing.keys import write_seed
 from tests.flows_world.test_flow_cli import aos, failed_json, ok_json, refused
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from aos.kernel.adapters.protocol.signing import SEED_BYTES
 from aos.kernel.errors import AosError
+from aos.kernel.signing.signatures import SEED_BYTES
 
 KEY_FILE_MODE = 0o600
 _HEX_DIGITS = "0123456789abcdef"

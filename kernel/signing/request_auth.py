@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from aos.kernel.adapters.protocol.signing import sign_body, verify_body
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes
+from aos.kernel.signing.signatures import sign_body, verify_body
 
 HEADER_ADAPTER = "aos-adapter"
 HEADER_TIMESTAMP = "aos-timestamp-ms"
