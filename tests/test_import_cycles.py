@@ -199,31 +199,61 @@ def test_dependencies_point_from_cli_to_flows_to_kernel() -> None:
     assert not found, "imports against cli -> flows -> kernel:\n" + "\n".join(found)
 
 
-def _write(root: Path, relative: str, text: str) -> None:
-    path = root / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    """A source tree under `root`: the three roots' `__init__.py` and `files` (path -> text)."""
+    for relative, text in {
+        **{f"{folder}/__init__.py": "" for folder in SOURCE_ROOTS},
+        **files,
+    }.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
 
 
 def test_a_deferred_import_that_closes_a_cycle_is_named(tmp_path: Path) -> None:
-    for folder in SOURCE_ROOTS:
-        _write(tmp_path, f"{folder}/__init__.py", "")
-    _write(tmp_path, "kernel/a/__init__.py", "")
-    _write(tmp_path, "kernel/a/one.py", "from aos.kernel.b.two import thing\n")
-    _write(tmp_path, "kernel/b/__init__.py", "")
-    _write(tmp_path, "kernel/b/two.py", "def f():\n    import aos.kernel.a.one\n")
-    _write(tmp_path, "kernel/loose.py", "from aos.kernel.a import one\n")
-    assert cycles(tmp_path) == [
+    root = _tree(
+        tmp_path,
+        {
+            "kernel/a/__init__.py": "",
+            "kernel/a/one.py": "from aos.kernel.b.two import thing\n",
+            "kernel/b/__init__.py": "",
+            "kernel/b/two.py": "def f():\n    import aos.kernel.a.one\n",
+            "kernel/loose.py": "from aos.kernel.a import one\n",
+        },
+    )
+    assert cycles(root) == [
         "aos.kernel.a -> aos.kernel.b (kernel/a/one.py:1); "
         "aos.kernel.b -> aos.kernel.a (kernel/b/two.py:2)"
     ]
 
 
+def test_a_subpackage_belongs_to_its_concept_package(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "flows/define/__init__.py": "",
+            "flows/define/core.py": "from aos.flows.define.front import compile\n",
+            "flows/define/front/__init__.py": "",
+            "flows/define/front/compile.py": "from aos.flows.tools.run import call\n",
+            "flows/tools/__init__.py": "",
+            "flows/tools/run.py": "from aos.flows.define.core import read\n",
+        },
+    )
+    assert cycles(root) == [
+        "aos.flows.define -> aos.flows.tools (flows/define/front/compile.py:1); "
+        "aos.flows.tools -> aos.flows.define (flows/tools/run.py:1)"
+    ]
+
+
 def test_an_import_against_the_layers_is_named(tmp_path: Path) -> None:
-    for folder in SOURCE_ROOTS:
-        _write(tmp_path, f"{folder}/__init__.py", "")
-    _write(tmp_path, "flows/x.py", "")
-    _write(tmp_path, "kernel/y.py", "from aos.flows import x\n")
-    _write(tmp_path, "cli/z.py", "from aos.flows.x import thing\n")
-    assert cycles(tmp_path) == []
-    assert upward_imports(tmp_path) == ["aos.kernel.y -> aos.flows.x (kernel/y.py:1)"]
+    root = _tree(
+        tmp_path,
+        {
+            "flows/x.py": "",
+            "kernel/y.py": "from aos.flows import x\n",
+            "cli/z.py": "from aos.flows.x import thing\n",
+        },
+    )
+    assert cycles(root) == []
+    assert upward_imports(root) == ["aos.kernel.y -> aos.flows.x (kernel/y.py:1)"]
