@@ -12,7 +12,7 @@ import pytest
 from aos.kernel.errors import InvalidInputError
 from aos.kernel.hashing import InvalidHashError, hash_value
 from aos.kernel.world import records
-from aos.kernel.world.errors import NotFoundError, WorldCorruptError
+from aos.kernel.world.errors import NotFoundError, RecordMalformedError, WorldCorruptError
 from aos.kernel.world.trace import (
     ROLE_CAUSED,
     ROLE_ORIGIN,
@@ -25,7 +25,13 @@ from aos.kernel.world.world import World
 
 REPO = Path(__file__).resolve().parent.parent
 COUNTER_C = REPO / "manifests" / "counter-c"
-STAMP: dict[str, Any] = {"wall_ns": 1, "logical_ns": 1, "entropy": b"\0" * 64, "height": 1}
+STAMP: dict[str, Any] = {
+    "wall_ns": 1,
+    "logical_ns": 1,
+    "entropy": b"\0" * 64,
+    "height": 1,
+    "manifest": "blake3:" + "0" * 64,
+}
 KEY = b"\xd9\xd9\xf7aa"
 INTENT_A = "blake3:" + "a" * 64
 INTENT_B = "blake3:" + "b" * 64
@@ -53,7 +59,7 @@ class ListJournal:
 
 
 def ingress(schema: str, value: Any) -> dict[str, Any]:
-    return records.IngressEvent(schema, value, {**STAMP, "tag": value}).to_value()
+    return records.IngressEvent(schema, value, {**STAMP, "wall_ns": value}).to_value()
 
 
 def step(input_seq: int, *, events: int = 0, intents: list[str] | None = None) -> dict[str, Any]:
@@ -82,6 +88,11 @@ def intent(hash_: str, cause: int, index: int = 0) -> dict[str, Any]:
     ).to_value()
 
 
+def receipt(intent: str) -> dict[str, Any]:
+    body = {"intent": intent, "status": "ok", "payload": b""}
+    return records.EffectReceipt(body, b"\0" * 64, STAMP).to_value()
+
+
 def journal_of_two_inputs() -> ListJournal:
     """Two inputs whose consequences interleave; input 2 fans out through a derived event."""
     return ListJournal(
@@ -106,9 +117,9 @@ def journal_of_two_inputs() -> ListJournal:
             records.DeliveryDropped(  # 10 <- input 3
                 input_seq=3, delivery=1, workflow="demo/v@1", key=None, reason="cell_failed"
             ).to_value(),
-            {"kind": "effect_receipt", "intent": INTENT_A, "status": "ok"},  # 11 <- intent 9
+            receipt(INTENT_A),  # 11 <- intent 9
             step(11),  # 12 <- receipt 11
-            {"kind": "effect_receipt", "intent": INTENT_B, "status": "ok"},  # 13: not traced
+            receipt(INTENT_B),  # 13: not traced
         ]
     )
 
@@ -234,6 +245,11 @@ def test_bad_bounds(limit: int, from_seq: int) -> None:
 def test_a_record_that_is_not_a_record_is_corruption() -> None:
     with pytest.raises(WorldCorruptError):
         trace(ListJournal([{"no": "kind"}]), INTENT_A)
+
+
+def test_a_record_missing_a_field_of_its_kind_is_malformed() -> None:
+    with pytest.raises(RecordMalformedError):
+        trace(ListJournal([{"kind": "step", "input": 1}]), INTENT_A)
 
 
 def test_empty_journal() -> None:
