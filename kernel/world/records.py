@@ -58,6 +58,17 @@ KINDS = (
 )
 
 
+class ReceiptDigest(TypedDict):
+    """What a `receipt_rejected` record keeps of a refused receipt (`receipts.rejection`): the
+    hash and size of its encoding, and its intent, adapter and status clipped."""
+
+    digest: str
+    bytes: int
+    intent: str | None
+    adapter: str | None
+    status: str | None
+
+
 class PayloadError(TypedDict):
     """Why a receipt's payload did not fit its schema (spec/04 §2)."""
 
@@ -82,47 +93,47 @@ class PayloadError(TypedDict):
 # --------------------------------------------------------------------------------------------
 # Reading a decoded map: each field's check, and the walk that applies them.
 
-Check: TypeAlias = Callable[[Any], bool]
+Check: TypeAlias = Callable[[object], bool]
 
 
-def _nat(value: Any) -> bool:
+def _nat(value: object) -> bool:
     return type(value) is int and 0 <= value <= cbor.INT_MAX
 
 
-def _text(value: Any) -> bool:
+def _text(value: object) -> bool:
     return type(value) is str
 
 
-def _text_or_none(value: Any) -> bool:
+def _text_or_none(value: object) -> bool:
     return value is None or type(value) is str
 
 
-def _bytes_or_none(value: Any) -> bool:
+def _bytes_or_none(value: object) -> bool:
     return value is None or type(value) is bytes
 
 
-def _any(value: Any) -> bool:
+def _any(value: object) -> bool:
     return True
 
 
-def _present(value: Any) -> bool:
+def _present(value: object) -> bool:
     """An optional field written only when it has a value."""
     return value is not None
 
 
-def _texts(value: Any) -> bool:
+def _texts(value: object) -> bool:
     return type(value) is list and all(type(item) is str for item in value)
 
 
-def _some_texts(value: Any) -> bool:
+def _some_texts(value: object) -> bool:
     """An optional list written only when it is not empty."""
-    return _texts(value) and len(value) > 0
+    return _texts(value) and value != []
 
 
 def _map_of(checks: Mapping[str, Check]) -> Check:
     """A map with exactly these fields, each passing its check."""
 
-    def check(value: Any) -> bool:
+    def check(value: object) -> bool:
         return (
             type(value) is dict
             and value.keys() == checks.keys()
@@ -146,11 +157,11 @@ _payload_error = _map_of({"code": _text, "message": _text})
 _origin = _map_of({"workflow": _text, "key": _bytes_or_none})
 
 
-def _summary(value: Any) -> bool:
+def _summary(value: object) -> bool:
     return type(value) is dict and all(type(k) is str and _nat(v) for k, v in value.items())
 
 
-def _receipt_body(value: Any) -> bool:
+def _receipt_body(value: object) -> bool:
     return type(value) is dict and type(value.get("intent")) is str
 
 
@@ -207,7 +218,7 @@ class ManifestRecord(NamedTuple):
         return cbor.encode(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> ManifestRecord:
+    def from_value(cls, value: object) -> ManifestRecord:
         found = _read(MANIFEST, value, {"manifest": _text, "stamp": _stamp})
         return cls(found["manifest"], found["stamp"])
 
@@ -241,7 +252,7 @@ class StepRecord(NamedTuple):
     events: int
     intents: list[str]
     cancelled: list[str] | None = None
-    ann: Any = None
+    ann: cbor.Value = None
     writes: list[str] | None = None
 
     @property
@@ -273,7 +284,7 @@ class StepRecord(NamedTuple):
         return cbor.encode_built(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> StepRecord:
+    def from_value(cls, value: object) -> StepRecord:
         found = _read(STEP, value, _STEP_REQUIRED, _STEP_OPTIONAL)
         return cls(
             input_seq=found["input"],
@@ -295,7 +306,7 @@ class IngressEvent(NamedTuple):
     stored form when the admission has it (the record is then written around those bytes)."""
 
     schema: str
-    value: Any
+    value: cbor.Value
     stamp: StampValue
     idempotency_key: str | None = None
     encoded: bytes | None = None
@@ -326,7 +337,7 @@ class IngressEvent(NamedTuple):
         return cbor.encode_ordered(value)
 
     @classmethod
-    def from_value(cls, value: Any) -> IngressEvent:
+    def from_value(cls, value: object) -> IngressEvent:
         found = _read(
             DOMAIN_EVENT,
             value,
@@ -342,7 +353,7 @@ class DerivedEvent(NamedTuple):
     `encoded` is the value's canonical stored form when the step's check has it."""
 
     schema: str
-    value: Any
+    value: cbor.Value
     cause: int
     output_index: int  # not `index`, which would hide tuple.index
     encoded: bytes | None = None
@@ -369,7 +380,7 @@ class DerivedEvent(NamedTuple):
         return cbor.encode_ordered(value)
 
     @classmethod
-    def from_value(cls, value: Any) -> DerivedEvent:
+    def from_value(cls, value: object) -> DerivedEvent:
         found = _read(
             DOMAIN_EVENT, value, {"schema": _text, "value": _any, "cause": _nat, "index": _nat}
         )
@@ -434,7 +445,7 @@ class EffectReceipt(NamedTuple):
         return cls(body, signature, stamp, cause, error, by)
 
     @classmethod
-    def from_value(cls, value: Any) -> EffectReceipt:
+    def from_value(cls, value: object) -> EffectReceipt:
         found = _read(
             EFFECT_RECEIPT,
             value,
@@ -487,7 +498,7 @@ class IngressRejected(NamedTuple):
     """An input routing refused (spec/03 §3): the input as sent, its stamp and the refusal."""
 
     schema: str
-    value: Any
+    value: cbor.Value
     stamp: StampValue
     code: str
     message: str
@@ -517,7 +528,7 @@ class IngressRejected(NamedTuple):
         return cbor.encode(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> IngressRejected:
+    def from_value(cls, value: object) -> IngressRejected:
         found = _read(
             INGRESS_REJECTED,
             value,
@@ -586,7 +597,7 @@ class StepFaultRecord(NamedTuple):
         return cbor.encode(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> StepFaultRecord:
+    def from_value(cls, value: object) -> StepFaultRecord:
         found = _read(
             STEP_FAULT,
             value,
@@ -632,7 +643,7 @@ class DeliveryDropped(NamedTuple):
         return cbor.encode_built(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> DeliveryDropped:
+    def from_value(cls, value: object) -> DeliveryDropped:
         found = _read(DELIVERY_DROPPED, value, {**_CELL_FIELDS, "reason": _text})
         return cls(
             found["input"], found["delivery"], found["workflow"], found["key"], found["reason"]
@@ -646,7 +657,7 @@ class EffectIntentRecord(NamedTuple):
 
     intent: str
     effect: str
-    params: Any
+    params: cbor.Value
     workflow: str
     key: bytes | None
     cause: int
@@ -675,7 +686,7 @@ class EffectIntentRecord(NamedTuple):
         return cbor.encode_built(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> EffectIntentRecord:
+    def from_value(cls, value: object) -> EffectIntentRecord:
         found = _read(
             EFFECT_INTENT,
             value,
@@ -708,7 +719,7 @@ class ReceiptRejected(NamedTuple):
     """A refused receipt (spec/04 §2). `receipt` is a bounded digest of it (`receipts.
     rejection`); older journals kept it whole, or null."""
 
-    receipt: Any
+    receipt: ReceiptDigest | cbor.Value
     stamp: StampValue
     code: str
     message: str
@@ -730,7 +741,7 @@ class ReceiptRejected(NamedTuple):
         return cbor.encode(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> ReceiptRejected:
+    def from_value(cls, value: object) -> ReceiptRejected:
         found = _read(
             RECEIPT_REJECTED,
             value,
@@ -755,7 +766,7 @@ class TimeRecord(NamedTuple):
         return cbor.encode_built(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> TimeRecord:
+    def from_value(cls, value: object) -> TimeRecord:
         return cls(_read(TIME, value, {"stamp": _stamp})["stamp"])
 
 
@@ -776,7 +787,7 @@ class SnapshotRecord(NamedTuple):
         return cbor.encode_built(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> SnapshotRecord:
+    def from_value(cls, value: object) -> SnapshotRecord:
         found = _read(SNAPSHOT, value, {"snapshot": _text, "height": _nat})
         return cls(found["snapshot"], found["height"])
 
@@ -835,7 +846,7 @@ class GovernanceRecord(NamedTuple):
         return cbor.encode(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> GovernanceRecord:
+    def from_value(cls, value: object) -> GovernanceRecord:
         action = value.get("action") if isinstance(value, dict) else None
         fields = _GOVERNANCE_FIELDS.get(action) if isinstance(action, str) else None
         if fields is None:
@@ -872,7 +883,7 @@ class OperationRecord(NamedTuple):
         return cbor.encode(self.to_value())
 
     @classmethod
-    def from_value(cls, value: Any) -> OperationRecord:
+    def from_value(cls, value: object) -> OperationRecord:
         """Through `Operation.parse`, which refuses an action it does not know
         (`operation.invalid`); a field the action does not write is malformed."""
         found = _read(
@@ -908,7 +919,7 @@ Record: TypeAlias = (
 )
 """A journal record of any kind: what the world appends and what `parse` reads back."""
 
-_READERS: dict[str, Callable[[Any], Record]] = {
+_READERS: dict[str, Callable[[object], Record]] = {
     MANIFEST: ManifestRecord.from_value,
     INGRESS_REJECTED: IngressRejected.from_value,
     STEP: StepRecord.from_value,
@@ -924,15 +935,17 @@ _READERS: dict[str, Callable[[Any], Record]] = {
 }
 
 
-def parse(value: Any) -> Record:
+def parse(value: object) -> Record:
     """A decoded journal record as its class: an event with a `stamp` came from outside, one
     without was emitted by a step. Anything that is not a record of a known kind is
     `world.record_malformed`."""
-    kind = value.get("kind") if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        raise RecordMalformedError(f"a journal record is a map, not {type(value).__name__}")
+    kind = value.get("kind")
     if kind == DOMAIN_EVENT:
-        if "stamp" in value:
-            return IngressEvent.from_value(value)
-        return DerivedEvent.from_value(value)
+        return (
+            IngressEvent.from_value(value) if "stamp" in value else DerivedEvent.from_value(value)
+        )
     reader = _READERS.get(kind) if isinstance(kind, str) else None
     if reader is None:
         raise RecordMalformedError(f"{kind!r} is not a journal record kind", kind=str(kind))

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos.kernel import cbor
 from aos.kernel.air import TIMER_SET_EFFECT
 from aos.kernel.hashing import Hash
 from aos.kernel.store import codec
@@ -94,7 +95,7 @@ def _fold_one(folded: TailFold, seq: int, record: records.Record) -> None:
             _close(folded, intent)
     elif isinstance(record, records.EffectIntentRecord):
         effect = record.effect
-        due = record.params["deliver_at_ns"] if effect == TIMER_SET_EFFECT else None
+        due = _deliver_at(seq, record.params) if effect == TIMER_SET_EFFECT else None
         folded.opened[record.intent] = OpenIntent(
             record.workflow, record.key, effect, seq, record.issuer_ref, due
         )
@@ -102,6 +103,15 @@ def _fold_one(folded: TailFold, seq: int, record: records.Record) -> None:
         if record.stamp is not None:
             folded.logical_ns = record.stamp["logical_ns"]
         _close(folded, record.intent)
+
+
+def _deliver_at(seq: int, params: cbor.Value) -> int:
+    """When a timer intent is due: its params were checked against the timer's schema when it
+    was admitted, so a timer without a time is a changed journal."""
+    due = params.get("deliver_at_ns") if isinstance(params, dict) else None
+    if type(due) is not int:
+        raise WorldCorruptError(f"the timer intent at seq {seq} has no deliver_at_ns")
+    return due
 
 
 def _close(folded: TailFold, intent: str) -> None:
