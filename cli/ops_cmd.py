@@ -125,8 +125,9 @@ def _fault_lines(fault: records.StepFaultRecord) -> list[str]:
 
 
 def _problem_lines(found: Explanation) -> list[str]:
-    if "code" in found.record and "message" in found.record:
-        return [f"  refused {found.record['code']}: {found.record['message']}"]
+    refused = records.parse(found.record)
+    if isinstance(refused, records.IngressRejected | records.ReceiptRejected):
+        return [f"  refused {refused.code}: {refused.message}"]
     if not found.problems:
         return ["  no delivery of it faulted or was dropped"]
     return ["  its deliveries that went wrong:"] + [

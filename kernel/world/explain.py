@@ -19,6 +19,7 @@ from typing import Any
 from aos.kernel import cbor
 from aos.kernel.world import records
 from aos.kernel.world.errors import NotFoundError
+from aos.kernel.world.records import RecordMap
 from aos.kernel.world.trace import JournalView
 
 EXPLAIN_RECORDS_MAX = 100_000
@@ -36,10 +37,10 @@ class Explanation:
     drops among an input's deliveries."""
 
     seq: int
-    record: dict[str, Any]
-    cause: tuple[int, dict[str, Any]] | None = None
-    fault: tuple[int, dict[str, Any]] | None = None
-    problems: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    record: RecordMap
+    cause: tuple[int, RecordMap] | None = None
+    fault: tuple[int, RecordMap] | None = None
+    problems: list[tuple[int, RecordMap]] = field(default_factory=list)
 
 
 def explain(journal: JournalView, seq: int, *, limit: int = EXPLAIN_RECORDS_MAX) -> Explanation:
@@ -56,11 +57,9 @@ def explain(journal: JournalView, seq: int, *, limit: int = EXPLAIN_RECORDS_MAX)
     return Explanation(seq, record, problems=problems_of(journal, seq, seq + limit))
 
 
-def problems_of(
-    journal: JournalView, input_seq: int, last_seq: int
-) -> list[tuple[int, dict[str, Any]]]:
+def problems_of(journal: JournalView, input_seq: int, last_seq: int) -> list[tuple[int, RecordMap]]:
     """The faults and drops among the deliveries of the input at `input_seq`, up to `last_seq`."""
-    found: list[tuple[int, dict[str, Any]]] = []
+    found: list[tuple[int, RecordMap]] = []
     for seq, value in journal.read(input_seq + 1, last_seq):
         typed = records.parse(value)
         if isinstance(typed, Problem) and typed.input_seq == input_seq:
@@ -68,21 +67,21 @@ def problems_of(
     return found
 
 
-def record_at(journal: JournalView, seq: int) -> dict[str, Any]:
+def record_at(journal: JournalView, seq: int) -> RecordMap:
     for _, value in journal.read(seq, seq):
         return _as_record(value)
     raise NotFoundError(f"no record at seq {seq} (the journal is at {journal.head()})", seq=seq)
 
 
-def _optional_record(journal: JournalView, seq: int) -> tuple[int, dict[str, Any]] | None:
+def _optional_record(journal: JournalView, seq: int) -> tuple[int, RecordMap] | None:
     return (seq, record_at(journal, seq)) if seq >= 1 else None
 
 
 def _failing_fault(
     journal: JournalView, seq: int, dropped: records.DeliveryDropped, limit: int
-) -> tuple[int, dict[str, Any]] | None:
+) -> tuple[int, RecordMap] | None:
     """The last step fault of the dropped delivery's cell before it."""
-    found: tuple[int, dict[str, Any]] | None = None
+    found: tuple[int, RecordMap] | None = None
     for at, value in journal.read(max(1, seq - limit), seq - 1):
         typed = records.parse(value)
         if not isinstance(typed, records.StepFaultRecord):
@@ -92,7 +91,7 @@ def _failing_fault(
     return found
 
 
-def _as_record(value: cbor.Value) -> dict[str, Any]:
+def _as_record(value: cbor.Value) -> RecordMap:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
 
 

@@ -901,6 +901,9 @@ class OperationRecord(NamedTuple):
         return record
 
 
+RecordMap: TypeAlias = dict[str, cbor.Value]
+"""A record as journaled: the decoded map a reader shows as it is (`to_value` builds one)."""
+
 Record: TypeAlias = (
     ManifestRecord
     | IngressEvent

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from aos.kernel import cbor
 from aos.kernel.errors import InvalidInputError
 from aos.kernel.hashing import Hash, hash_value
 from aos.kernel.world import records
 from aos.kernel.world.errors import NotFoundError, WorldCorruptError
+from aos.kernel.world.records import RecordMap
 
 TRACE_RECORDS_MAX_DEFAULT = 100_000
 """Most journal records one trace reads (the search, the walk back and the forward scan)."""
@@ -59,7 +60,7 @@ class TraceEntry:
     is the sequence of the entry that caused it (None for the first)."""
 
     seq: int
-    record: dict[str, Any]  # as journaled
+    record: RecordMap  # as journaled
     role: str  # origin | target | caused
     depth: int
     parent: int | None
@@ -140,7 +141,7 @@ def trace(
     return Trace(wanted, match, target_seq, entries, budget.used, limit, truncated)
 
 
-def _as_record(value: cbor.Value) -> dict[str, Any]:
+def _as_record(value: cbor.Value) -> RecordMap:
     if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
         # Records are written by the kernel alone; anything else is a broken journal, and a
         # trace that skipped it would silently lie.
@@ -148,7 +149,7 @@ def _as_record(value: cbor.Value) -> dict[str, Any]:
     return {str(key): item for key, item in value.items()}
 
 
-def _match(record: dict[str, Any], typed: records.Record, wanted: Hash) -> Match | None:
+def _match(record: RecordMap, typed: records.Record, wanted: Hash) -> Match | None:
     if isinstance(typed, records.EffectIntentRecord) and typed.intent == wanted:
         return "intent"
     if hash_value(record) == wanted:
@@ -189,7 +190,7 @@ def _intent_named(typed: records.Record) -> str | None:
 def _origin(journal: JournalView, intent: records.Record, budget: _Budget) -> list[TraceEntry]:
     """The chain from the input that led to `intent` down to the step that emitted it, oldest
     first. Stops early when the budget runs out."""
-    chain: list[tuple[int, dict[str, Any]]] = []
+    chain: list[tuple[int, RecordMap]] = []
     link = _link_back(intent)
     while link is not None and budget.left > 0:
         budget.used += 1
@@ -213,7 +214,7 @@ def _link_back(typed: records.Record) -> int | None:
     return None
 
 
-def _record_at(journal: JournalView, seq: int) -> dict[str, Any]:
+def _record_at(journal: JournalView, seq: int) -> RecordMap:
     for _, value in journal.read(seq, seq):
         return _as_record(value)
     raise WorldCorruptError(f"the journal has no record {seq}, which a later record names")
