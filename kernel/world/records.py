@@ -176,25 +176,31 @@ def _read(
     if type(value) is not dict or value.get("kind") != kind:
         found = value.get("kind") if isinstance(value, dict) else type(value).__name__
         raise RecordMalformedError(f"not a {kind} record ({found!r})", kind=kind)
-    for name, check in required.items():
-        if name not in value:
-            raise RecordMalformedError(f"a {kind} record has no {name!r}", kind=kind, field=name)
-        _check_field(kind, name, check, value[name])
+    for name, check in required.items():  # inline: this runs for every record a fold reads
+        field = value.get(name, _MISSING)
+        if field is _MISSING or not check(field):
+            raise _refusal(kind, name, field)
     if len(value) > len(required) + 1:
         known = optional or {}
         for name, field in value.items():
             if name != "kind" and name not in required:
-                _check_field(kind, name, known.get(name), field)
+                extra = known.get(name)
+                if extra is None or not extra(field):
+                    raise _refusal(kind, name, field, known=extra is not None)
     return value
 
 
-def _check_field(kind: str, name: str, check: Check | None, field: Any) -> None:
-    if check is None:
-        raise RecordMalformedError(f"a {kind} record has no field {name!r}", kind=kind, field=name)
-    if not check(field):
-        raise RecordMalformedError(
-            f"a {kind} record's {name!r} is not of its type", kind=kind, field=name
-        )
+_MISSING = object()
+
+
+def _refusal(kind: str, name: str, field: object, *, known: bool = True) -> RecordMalformedError:
+    if not known:
+        why = f"has no field {name!r}"
+    elif field is _MISSING:
+        why = f"has no {name!r}"
+    else:
+        why = f"has a {name!r} that is not of its type"
+    return RecordMalformedError(f"a {kind} record {why}", kind=kind, field=name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,17 +292,18 @@ class StepRecord(NamedTuple):
     @classmethod
     def from_value(cls, value: object) -> StepRecord:
         found = _read(STEP, value, _STEP_REQUIRED, _STEP_OPTIONAL)
+        get = found.get
         return cls(
-            input_seq=found["input"],
-            delivery=found["delivery"],
-            workflow=found["workflow"],
-            key=found["key"],
-            state=found["state"],
-            events=found["events"],
-            intents=found["intents"],
-            cancelled=found.get("cancelled"),
-            ann=found.get("ann"),
-            writes=found.get("writes"),
+            found["input"],
+            found["delivery"],
+            found["workflow"],
+            found["key"],
+            found["state"],
+            found["events"],
+            found["intents"],
+            get("cancelled"),
+            get("ann"),
+            get("writes"),
         )
 
 
