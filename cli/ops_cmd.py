@@ -90,43 +90,44 @@ def _explanation_json(found: Explanation) -> dict[str, Any]:
 
 def _explanation_lines(found: Explanation) -> list[str]:
     lines = [record_line(found.seq, found.record)]
-    kind = found.record.get("kind")
-    if kind == records.STEP_FAULT:
-        lines += _fault_lines(found.record)
+    record = records.parse(found.record)
+    if isinstance(record, records.StepFaultRecord):
+        lines += _fault_lines(record)
     if found.cause is not None:
         lines.append(f"  input   {record_line(*found.cause).strip()}")
-    if kind == records.DELIVERY_DROPPED:
+    if isinstance(record, records.DeliveryDropped):
         if found.fault is None:
             lines.append("  the fault that failed the cell is not within the records read")
         else:
             lines.append(f"  the cell failed at seq {found.fault[0]}:")
-            lines += _fault_lines(found.fault[1])
-    if kind in (records.STEP_FAULT, records.DELIVERY_DROPPED):
-        cell = cell_text(str(found.record["workflow"]), key_value(found.record["key"]))
+            lines += _fault_lines(records.StepFaultRecord.from_value(found.fault[1]))
+    if isinstance(record, records.StepFaultRecord | records.DeliveryDropped):
+        cell = cell_text(record.workflow, key_value(record.key))
         target = cell.replace("[", " ").rstrip("]")
         lines.append(
             f"next: fix the workflow (aos gov propose ...), then `aos world cell retry {target}`; "
             f"or `aos world cell reset {target}`"
         )
-    if kind not in (records.STEP_FAULT, records.DELIVERY_DROPPED, records.STEP):
+    elif not isinstance(record, records.StepRecord):
         lines += _problem_lines(found)
     return lines
 
 
-def _fault_lines(fault: dict[str, Any]) -> list[str]:
-    guest = fault.get("guest")
-    if not isinstance(guest, dict):
-        return [f"  fault   {fault['code']}: {fault['message']}", f"  module  {fault['module']}"]
+def _fault_lines(fault: records.StepFaultRecord) -> list[str]:
+    guest = fault.guest
+    if guest is None:
+        return [f"  fault   {fault.code}: {fault.message}", f"  module  {fault.module}"]
     return [
         f"  raised  {guest['type']}: {guest['message']}",
         f"  at      {guest['where'] or '-'}",
-        f"  module  {fault['module']}",
+        f"  module  {fault.module}",
     ]
 
 
 def _problem_lines(found: Explanation) -> list[str]:
-    if "code" in found.record and "message" in found.record:
-        return [f"  refused {found.record['code']}: {found.record['message']}"]
+    refused = records.parse(found.record)
+    if isinstance(refused, records.IngressRejected | records.ReceiptRejected):
+        return [f"  refused {refused.code}: {refused.message}"]
     if not found.problems:
         return ["  no delivery of it faulted or was dropped"]
     return ["  its deliveries that went wrong:"] + [

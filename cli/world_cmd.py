@@ -583,32 +583,35 @@ def record_line(seq: int, record: Any, *, indent: int = 0) -> str:
     return f"{seq:>6}  {' ' * indent}{kind:<16}  {_summary(record)}"
 
 
-def _summary(record: Any) -> str:
+def _summary(value: Any) -> str:
     """A short, human line about a record; `--json` gives the exact record."""
-    kind = record.get("kind")
-    cell = cell_text(str(record.get("workflow")), key_value(record.get("key")))
-    if kind == records.MANIFEST:
-        return str(record["manifest"])
-    if kind == records.DOMAIN_EVENT:
-        cause = f"  (from step {record['cause']})" if "cause" in record else ""
-        return f"{record['schema']} {clip(_compact(record['value']))}{cause}"
-    if kind == records.INGRESS_REJECTED:
-        return f"{record['schema']} {record['code']}: {clip(str(record['message']))}"
-    if kind == records.STEP:
-        state = short(record["state"]) if record["state"] else "deleted"
-        return (
-            f"{cell} input {record['input']}  state {state}  events {record['events']}  "
-            f"intents {len(record['intents'])}"
+    record = records.parse(value)
+    if isinstance(record, records.ManifestRecord):
+        return record.manifest
+    if isinstance(record, records.IngressEvent | records.DerivedEvent):
+        cause = f"  (from step {record.cause})" if isinstance(record, records.DerivedEvent) else ""
+        return f"{record.schema} {clip(_compact(record.value))}{cause}"
+    if isinstance(record, records.IngressRejected):
+        return f"{record.schema} {record.code}: {clip(record.message)}"
+    if isinstance(record, records.EffectIntentRecord):
+        who = cell_text(record.workflow, key_value(record.key))
+        return f"{record.effect} {short(record.intent)}  by {who} (step {record.cause})"
+    if isinstance(record, records.StepRecord | records.StepFaultRecord | records.DeliveryDropped):
+        return f"{cell_text(record.workflow, key_value(record.key))} input {record.input_seq}  " + (
+            _delivery_summary(record)
         )
-    if kind == records.STEP_FAULT:
-        return f"{cell} input {record['input']}  {record['code']}: {clip(record['message'])}"
-    if kind == records.DELIVERY_DROPPED:
-        return f"{cell} input {record['input']}  dropped: {record['reason']}"
-    if kind == records.EFFECT_INTENT:
-        origin = record["origin"]
-        who = cell_text(str(origin["workflow"]), key_value(origin["key"]))
-        return f"{record['effect']} {short(record['intent'])}  by {who} (step {record['cause']})"
-    return clip(_compact(record))
+    return clip(_compact(value))
+
+
+def _delivery_summary(
+    record: records.StepRecord | records.StepFaultRecord | records.DeliveryDropped,
+) -> str:
+    if isinstance(record, records.StepRecord):
+        state = short(record.state) if record.state else "deleted"
+        return f"state {state}  events {record.events}  intents {len(record.intents)}"
+    if isinstance(record, records.StepFaultRecord):
+        return f"{record.code}: {clip(record.message)}"
+    return f"dropped: {record.reason}"
 
 
 def _compact(value: Any) -> str:

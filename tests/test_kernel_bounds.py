@@ -51,10 +51,10 @@ def test_journaled_messages_are_clipped_at_their_named_bound(extra: int) -> None
     else:
         assert clipped.endswith(f"[{extra + 40} characters cut]")
         assert clipped.startswith("x" * (records.JOURNALED_MESSAGE_CHARS_MAX - 40))
-    record = records.step_fault(
+    record = records.StepFaultRecord.of(
         input_seq=1, delivery=0, workflow="w", key=None, module="m", code="c", message=text
     )
-    assert record["message"] == clipped
+    assert record.message == clipped
 
 
 def test_a_run_report_lists_at_most_its_bound_of_fault_codes(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aos.kernel.node import Node
 from aos.kernel.node.metrics import BATCH_INPUTS_BUCKETS, HostCounts
+from aos.kernel.world import records
 from aos.kernel.world.errors import TimeBackwardsError
 from tests.node_fixtures import (  # noqa: F401 (fixtures)
     client_fixture,
@@ -262,12 +263,15 @@ def test_openmetrics_when_the_scraper_asks_for_it(client: TestClient) -> None:
     assert "aos_journal_height " in response.text
 
 
+FAULT = records.StepFaultRecord(1, 0, "w", None, "blake3:" + "0" * 64, "step.trap", "boom")
+
+
 def test_host_counts_copy_is_independent() -> None:
     counts = HostCounts()
-    counts.journaled({"kind": "step_fault", "workflow": "w", "code": "step.trap"})
+    counts.journaled(FAULT)
     counts.batch(3, [1.0, 1.0005, 1.0015, 1.0018, 1.002])
     copy = counts.snapshot()
-    counts.journaled({"kind": "step_fault", "workflow": "w", "code": "step.trap"})
+    counts.journaled(FAULT)
     counts.batch(1, [1.0, 2.0, 3.0, 24.0, 25.0])
     assert copy.records == {"step_fault": 1} and copy.step_faults == {("w", "step.trap"): 1}
     assert copy.batch_inputs.observed == 1 and copy.batch_seconds.cumulative()[-1] == ("+Inf", 1)

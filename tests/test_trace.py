@@ -12,7 +12,7 @@ import pytest
 from aos.kernel.errors import InvalidInputError
 from aos.kernel.hashing import InvalidHashError, hash_value
 from aos.kernel.world import records
-from aos.kernel.world.errors import NotFoundError, WorldCorruptError
+from aos.kernel.world.errors import NotFoundError, RecordMalformedError, WorldCorruptError
 from aos.kernel.world.trace import (
     ROLE_CAUSED,
     ROLE_ORIGIN,
@@ -25,7 +25,13 @@ from aos.kernel.world.world import World
 
 REPO = Path(__file__).resolve().parent.parent
 COUNTER_C = REPO / "manifests" / "counter-c"
-STAMP: dict[str, Any] = {"wall_ns": 1, "logical_ns": 1, "entropy": b"\0" * 64, "height": 1}
+STAMP: dict[str, Any] = {
+    "wall_ns": 1,
+    "logical_ns": 1,
+    "entropy": b"\0" * 64,
+    "height": 1,
+    "manifest": "blake3:" + "0" * 64,
+}
 KEY = b"\xd9\xd9\xf7aa"
 INTENT_A = "blake3:" + "a" * 64
 INTENT_B = "blake3:" + "b" * 64
@@ -53,11 +59,11 @@ class ListJournal:
 
 
 def ingress(schema: str, value: Any) -> dict[str, Any]:
-    return records.ingress_event(schema, value, {**STAMP, "tag": value})
+    return records.IngressEvent(schema, value, {**STAMP, "wall_ns": value}).to_value()
 
 
 def step(input_seq: int, *, events: int = 0, intents: list[str] | None = None) -> dict[str, Any]:
-    return records.step(
+    return records.StepRecord(
         input_seq=input_seq,
         delivery=0,
         workflow="demo/w@1",
@@ -65,35 +71,40 @@ def step(input_seq: int, *, events: int = 0, intents: list[str] | None = None) -
         state="blake3:" + "5" * 64,
         events=events,
         intents=intents or [],
-    )
+    ).to_value()
 
 
 def intent(hash_: str, cause: int, index: int = 0) -> dict[str, Any]:
-    return records.effect_intent(
+    return records.EffectIntentRecord(
         intent=hash_,
         effect="demo/http.request@1",
         params={"url": "x"},
         workflow="demo/w@1",
         key=KEY,
         cause=cause,
-        index=index,
+        output_index=index,
         idempotency_key=None,
         issuer_ref=None,
-    )
+    ).to_value()
+
+
+def receipt(intent: str) -> dict[str, Any]:
+    body = {"intent": intent, "status": "ok", "payload": b""}
+    return records.EffectReceipt(body, b"\0" * 64, STAMP).to_value()
 
 
 def journal_of_two_inputs() -> ListJournal:
     """Two inputs whose consequences interleave; input 2 fans out through a derived event."""
     return ListJournal(
         [
-            records.manifest("blake3:" + "0" * 64, STAMP),  # 1
+            records.ManifestRecord("blake3:" + "0" * 64, STAMP).to_value(),  # 1
             ingress("demo/E@1", 1),  # 2
             ingress("demo/E@1", 2),  # 3
             step(2, events=1),  # 4  <- input 2
             step(3),  # 5  <- input 3
-            records.derived_event("demo/F@1", {"n": 1}, 4, 0),  # 6  <- step 4
+            records.DerivedEvent("demo/F@1", {"n": 1}, 4, 0).to_value(),  # 6  <- step 4
             step(6, intents=[INTENT_A]),  # 7  <- event 6
-            records.step_fault(  # 8  <- event 6 (a second delivery)
+            records.StepFaultRecord(  # 8  <- event 6 (a second delivery)
                 input_seq=6,
                 delivery=1,
                 workflow="demo/v@1",
@@ -101,14 +112,14 @@ def journal_of_two_inputs() -> ListJournal:
                 module="blake3:" + "6" * 64,
                 code="step.trap",
                 message="boom",
-            ),
+            ).to_value(),
             intent(INTENT_A, 7),  # 9  <- step 7
-            records.delivery_dropped(  # 10 <- input 3
+            records.DeliveryDropped(  # 10 <- input 3
                 input_seq=3, delivery=1, workflow="demo/v@1", key=None, reason="cell_failed"
-            ),
-            {"kind": "effect_receipt", "intent": INTENT_A, "status": "ok"},  # 11 <- intent 9
+            ).to_value(),
+            receipt(INTENT_A),  # 11 <- intent 9
             step(11),  # 12 <- receipt 11
-            {"kind": "effect_receipt", "intent": INTENT_B, "status": "ok"},  # 13: not traced
+            receipt(INTENT_B),  # 13: not traced
         ]
     )
 
@@ -234,6 +245,11 @@ def test_bad_bounds(limit: int, from_seq: int) -> None:
 def test_a_record_that_is_not_a_record_is_corruption() -> None:
     with pytest.raises(WorldCorruptError):
         trace(ListJournal([{"no": "kind"}]), INTENT_A)
+
+
+def test_a_record_missing_a_field_of_its_kind_is_malformed() -> None:
+    with pytest.raises(RecordMalformedError):
+        trace(ListJournal([{"kind": "step", "input": 1}]), INTENT_A)
 
 
 def test_empty_journal() -> None:

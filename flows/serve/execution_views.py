@@ -74,9 +74,10 @@ def cell_status(world: World, cell: CellInfo) -> str:
 
 def is_failure(record: dict[str, Any]) -> bool:
     """A step record of an execution whose history says it finished failed or partial."""
-    if record.get("kind") != records.STEP or record.get("workflow") != EXEC_WORKFLOW:
+    step = records.parse(record)
+    if not isinstance(step, records.StepRecord) or step.workflow != EXEC_WORKFLOW:
         return False
-    ann = record.get("ann")
+    ann = step.ann
     events = ann.get("events") if isinstance(ann, dict) else None
     return isinstance(events, list) and any(
         isinstance(event, dict)
@@ -168,10 +169,11 @@ def _started(world: World, seq: int, raw: bytes, times: RecordTimes) -> dict[str
     """The listing row of the execution a record started (None: not a start, or of no
     execution this world knows)."""
     record = cbor.decode(raw)
-    if not isinstance(record, dict) or record.get("kind") != records.DOMAIN_EVENT:
+    event = records.parse(record)
+    if not isinstance(event, records.IngressEvent | records.DerivedEvent):
         return None
-    value = record.get("value")
-    if record.get("schema") != START_EVENT or not isinstance(value, dict):
+    value = event.value
+    if event.schema != START_EVENT or not isinstance(value, dict):
         return None
     try:
         state = ops.status(world, str(value.get("exec")))
@@ -179,7 +181,7 @@ def _started(world: World, seq: int, raw: bytes, times: RecordTimes) -> dict[str
         return None
     cell = world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, state["exec"]))
     last_seq = cell.last_active_seq if cell is not None else seq
-    started, last = times.at(seq, record), times.at(last_seq)
+    started, last = times.at(seq, event.to_value()), times.at(last_seq)
     business = state.get("business") if isinstance(state.get("business"), dict) else {}
     return {
         "exec": state["exec"],

@@ -11,6 +11,7 @@ from typing import Any
 from aos.flows.errors import FlowError
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve.flow_world import START_EVENT
+from aos.kernel.world import records
 from aos.kernel.world.world import World
 
 RETRYABLE_STATUSES = ("failed", "partial", "cancelled")
@@ -55,8 +56,12 @@ def retry(world: World, exec_id: str, *, new_id: str | None = None) -> ops.Start
 
 def _start_value(world: World, seq: int) -> dict[str, Any]:
     for _, record in world.store.journal.read(seq, seq):
-        if isinstance(record, dict) and record.get("schema") == START_EVENT:
-            value = record.get("value")
+        event = records.parse(record)
+        if (
+            isinstance(event, records.IngressEvent | records.DerivedEvent)
+            and event.schema == START_EVENT
+        ):
+            value = event.value
             if isinstance(value, dict):
                 return {str(k): v for k, v in value.items()}
     raise ExecutionNotRetryableError(f"record {seq} is not the start of an execution")

@@ -168,17 +168,19 @@ def outcome(journal: Iterable[tuple[int, Any]], key: bytes | None, seq: int) -> 
     """What the execution whose cell key is `key` made of the signal journaled at `seq`,
     read from the records after it: the first signal event of its step, `faulted` when the
     kernel refused that step, `dropped` when the kernel did not deliver it."""
-    for _, record in journal:
-        if not isinstance(record, dict) or record.get("input") != seq:
+    for _, value in journal:
+        record = records.parse(value)
+        if not isinstance(
+            record, records.StepRecord | records.StepFaultRecord | records.DeliveryDropped
+        ):
             continue
-        if record.get("workflow") != EXEC_WORKFLOW or record.get("key") != key:
+        if (record.input_seq, record.workflow, record.key) != (seq, EXEC_WORKFLOW, key):
             continue
-        if record.get("kind") == records.STEP_FAULT:
+        if isinstance(record, records.StepFaultRecord):
             return "faulted"
-        if record.get("kind") == records.DELIVERY_DROPPED:
+        if isinstance(record, records.DeliveryDropped):
             return "dropped"
-        if record.get("kind") == records.STEP:
-            return _step_outcome(record.get("ann"))
+        return _step_outcome(record.ann)
     return "dropped"
 
 

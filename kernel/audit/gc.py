@@ -91,28 +91,27 @@ def reachable(store: Store, snapshots: list[Hash]) -> set[Hash]:
     for head in heads:
         _mark_head(store, head, live)
     head_height = int(_get(store, heads[0])["height"])
-    for seq, record in store.journal.read(1):
-        if not isinstance(record, dict):
-            continue
-        if record.get("kind") == records.STEP:
+    for seq, value in store.journal.read(1):
+        record = records.parse(value)  # a record gc misread could lose a blob it names
+        if isinstance(record, records.StepRecord):
             _mark_step(store, record, seq > head_height, live)
-        elif record.get("kind") == records.MANIFEST:
-            _mark_manifest(store, Hash(str(record["manifest"])), live)
-        elif record.get("kind") == records.GOVERNANCE:
+        elif isinstance(record, records.ManifestRecord):
+            _mark_manifest(store, Hash(record.manifest), live)
+        elif isinstance(record, records.GovernanceRecord):
             # Governance history must stay replayable: proposals keep their patch and their
             # proposed manifest (with its definitions and modules), shadows their report.
-            if record.get("action") == "proposed":
-                live.add(Hash(str(record["patch"])))
-                _mark_manifest(store, Hash(str(record["manifest"])), live)
-            elif record.get("action") == "shadowed":
-                live.add(Hash(str(record["report"])))
-        elif record.get("kind") == records.EFFECT_RECEIPT:
+            if record.action == records.PROPOSED:
+                live.add(Hash(str(record.patch)))
+                _mark_manifest(store, Hash(str(record.manifest)), live)
+            elif record.action == records.SHADOWED:
+                live.add(Hash(str(record.report)))
+        elif isinstance(record, records.EffectReceipt):
             # A payload may name blobs by hash (large bodies uploaded by an adapter).
-            _mark_named(store, record["body"]["payload"], live)  # type: ignore[index,call-overload]
-        elif record.get("kind") == records.DOMAIN_EVENT:
+            _mark_named(store, record.body["payload"], live)
+        elif isinstance(record, records.IngressEvent | records.DerivedEvent):
             # An event may name a blob put before it (a deployed flow's definition, which
             # every later start of that version reads).
-            _mark_named(store, record.get("value"), live)
+            _mark_named(store, record.value, live)
     return live
 
 
@@ -123,15 +122,15 @@ def _mark_named(store: Store, value: Any, live: set[Hash]) -> None:
             live.add(hash_)
 
 
-def _mark_step(store: Store, record: Any, in_tail: bool, live: set[Hash]) -> None:
+def _mark_step(store: Store, record: records.StepRecord, in_tail: bool, live: set[Hash]) -> None:
     """A step names the blobs it wrote (spec/08 §4.4): they stay while the journal does, as
     blobs a receipt names do. The journal tail after the head checkpoint names states no index
     holds yet (spec/05 §1.1): they are roots until the next checkpoint."""
-    for written in record.get("writes", ()):
-        if store.cas.has(Hash(str(written))):
-            live.add(Hash(str(written)))
-    if in_tail and record.get("state"):
-        state = Hash(str(record["state"]))
+    for written in record.writes or ():
+        if store.cas.has(Hash(written)):
+            live.add(Hash(written))
+    if in_tail and record.state:
+        state = Hash(record.state)
         if store.cas.has(state):
             live.add(state)
 

@@ -132,9 +132,10 @@ def _tail_states(store: Store) -> set[Hash]:
     states: set[Hash] = set()
     if int(head["height"]) >= end:
         return states
-    for _, record in store.journal.read(int(head["height"]) + 1, end):
-        if isinstance(record, dict) and record.get("kind") == records.STEP and record["state"]:
-            states.add(Hash(str(record["state"])))
+    for _, value in store.journal.read(int(head["height"]) + 1, end):
+        record = records.parse(value)
+        if isinstance(record, records.StepRecord) and record.state:
+            states.add(Hash(record.state))
     return states
 
 

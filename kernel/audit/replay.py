@@ -39,7 +39,6 @@ from aos.kernel.world.chain import ChainBrokenError, JournalChain
 from aos.kernel.world.errors import WorldCorruptError, WorldMissingError
 from aos.kernel.world.intents import cancelled_key
 from aos.kernel.world.limits import WorldLimits, recorded_limits
-from aos.kernel.world.operations import Operation
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
@@ -507,7 +506,7 @@ class Replayer:
         extra = sorted(s for s in self.produced if s > self.end)
         if extra and not partial:
             seq = extra[0]
-            found = records.value_of(self.produced[seq])
+            found = self.produced[seq].to_value()
             raise DivergedError(
                 Divergence(seq, "record_extra", found=found, message="the replay produced more")
             )
@@ -524,33 +523,33 @@ class Replayer:
     def _feed(self, world: World, seq: int, recorded: dict[str, Any]) -> None:
         """Give the scratch world the recorded input with its recorded stamp."""
         kind = recorded["kind"]
-        stamp = Stamp.from_value(recorded["stamp"])
-        world.force_stamp(stamp)
         try:
-            if kind == records.DOMAIN_EVENT:
-                event = records.IngressEvent.from_value(recorded)
+            record = records.parse(recorded)
+            stamp = Stamp.from_value(recorded["stamp"])
+            world.force_stamp(stamp)
+            if isinstance(record, records.IngressEvent):
                 world.ingress(
-                    event.schema,
-                    event.value,
-                    idempotency_key=event.idempotency_key,
+                    record.schema,
+                    record.value,
+                    idempotency_key=record.idempotency_key,
                     readmit=True,
                 )
-            elif kind == records.INGRESS_REJECTED:
-                world.ingress(recorded["schema"], recorded["value"], readmit=True)
-            elif kind == records.EFFECT_RECEIPT:
-                receipt = {"body": recorded["body"], "signature": recorded["signature"]}
-                world.settle(receipt, by=recorded.get("by"))  # who completed a human task
-            elif kind == records.RECEIPT_REJECTED:
+            elif isinstance(record, records.IngressRejected):
+                world.ingress(record.schema, record.value, readmit=True)
+            elif isinstance(record, records.EffectReceipt):
+                receipt = {"body": record.body, "signature": record.signature}
+                world.settle(receipt, by=record.by)  # who completed a human task
+            elif isinstance(record, records.ReceiptRejected):
                 # Kept as a digest (or, in older journals, whole or not at all): a refusal
                 # changed nothing but this record, which stands.
                 world.force_stamp(None)
-                world.append(recorded)
-            elif kind == records.TIME:
+                world.append(record)
+            elif isinstance(record, records.TimeRecord):
                 world.time_input(stamp)
-            elif kind == records.GOVERNANCE:
-                self._feed_governance(world, recorded)
-            elif kind == records.OPERATION:
-                world.operate(Operation.parse(recorded))
+            elif isinstance(record, records.GovernanceRecord):
+                self._feed_governance(world, record)
+            elif isinstance(record, records.OperationRecord):
+                world.operate(record.operation)
             else:
                 world.force_stamp(None)
                 raise DivergedError(
@@ -573,27 +572,28 @@ class Replayer:
         finally:
             world.force_stamp(None)
 
-    def _feed_governance(self, world: World, recorded: dict[str, Any]) -> None:
+    def _feed_governance(self, world: World, recorded: records.GovernanceRecord) -> None:
         from aos.kernel.governance import (
             proposals as governance,  # governance builds on the world, like replay
         )
 
-        action, proposal = recorded["action"], str(recorded["proposal"])
-        if action == "proposed":
-            governance.propose(world, self.source.cas.get_value(Hash(str(recorded["patch"]))))
-        elif action == "shadowed":
+        action, proposal = recorded.action, recorded.proposal
+        if action == records.PROPOSED:
+            governance.propose(world, self.source.cas.get_value(Hash(str(recorded.patch))))
+        elif action == records.SHADOWED:
+            assert recorded.state_height is not None and recorded.summary is not None
             governance.record_shadow_raw(
-                world, proposal, recorded["state_height"], recorded["report"], recorded["summary"]
+                world, proposal, recorded.state_height, str(recorded.report), recorded.summary
             )
-        elif action in ("approved", "rejected"):
+        elif action in (records.APPROVED, records.REJECTED):
             governance.decide(
                 world,
                 proposal,
-                approve=action == "approved",
-                approver=recorded["approver"],
-                reason=recorded["reason"],
+                approve=action == records.APPROVED,
+                approver=str(recorded.approver),
+                reason=str(recorded.reason),
             )
-        elif action == "applied":
+        elif action == records.APPLIED:
             governance.apply(world, proposal)
 
     def _compare(self, seq: int, recorded: dict[str, Any], world: World | None = None) -> None:
@@ -604,7 +604,7 @@ class Replayer:
         # The produced record's bytes are the ones the world encoded when it appended it; the
         # recorded one was decoded strictly, so encoding it gives its stored bytes.
         if not _same_bytes(raw, recorded):
-            found = records.value_of(produced)
+            found = produced.to_value()
             raise DivergedError(self._divergence(world, seq, recorded, found, "record_differs"))
         if self.chain is not None:
             self.chain.take(seq, raw)

@@ -333,8 +333,8 @@ def propose(
     world.blobs.put_value(patch_value)
     stamp = world.next_stamp()
     world.append(
-        records.governance(
-            "proposed",
+        records.GovernanceRecord(
+            records.PROPOSED,
             proposal,
             stamp.to_value(),
             base=current,
@@ -372,8 +372,8 @@ def record_shadow_raw(
         raise GovAlreadyDecidedError(f"{proposal} is {entry['status']}")
     stamp = world.next_stamp()
     world.append(
-        records.governance(
-            "shadowed",
+        records.GovernanceRecord(
+            records.SHADOWED,
             proposal,
             stamp.to_value(),
             state_height=state_height,
@@ -396,7 +396,9 @@ def decide(world: World, proposal: str, *, approve: bool, approver: str, reason:
     action = "approved" if approve else "rejected"
     stamp = world.next_stamp()
     world.append(
-        records.governance(action, proposal, stamp.to_value(), approver=approver, reason=reason)
+        records.GovernanceRecord(
+            action, proposal, stamp.to_value(), approver=approver, reason=reason
+        )
     )
     entry["decision"] = {"action": action, "approver": approver, "reason": reason}
     entry["status"] = action
@@ -437,7 +439,9 @@ def apply(world: World, proposal: str) -> str:
         raise GovNotQuiescentError(f"{len(blocking)} things block apply", blockers=blocking)
     stamp = world.next_stamp()
     world.append(
-        records.governance("applied", proposal, stamp.to_value(), manifest=entry["manifest"])
+        records.GovernanceRecord(
+            records.APPLIED, proposal, stamp.to_value(), manifest=entry["manifest"]
+        )
     )
     entry["status"] = "applied"
     _forget_oldest_closed(world)

@@ -48,7 +48,6 @@ from aos.kernel.node.metrics import HostCounts
 from aos.kernel.store.interface import CommitTimes
 from aos.kernel.world import records
 from aos.kernel.world.errors import StepBudgetExceededError, WorldClosedError
-from aos.kernel.world.operations import INTENT_CANCEL
 from aos.kernel.world.world import CLOCK_WALL, RunReport, World
 
 T = TypeVar("T")
@@ -428,29 +427,25 @@ class WorldHost:
         stepped: list[Cell] = []
         watching = self.cells.watching
         timers_changed = False
-        for seq, record in world.store.journal.read(self._published_height + 1, head):
-            if not isinstance(record, dict):
-                raise KernelInvariantError(f"journal record {seq} is not a map")
+        for seq, value in world.store.journal.read(self._published_height + 1, head):
+            record = records.parse(value)
             self.counts.journaled(record)
-            if watching and record["kind"] in _STEPPED_KINDS:
-                key = record["key"]
-                stepped.append((str(record["workflow"]), key if isinstance(key, bytes) else None))
-            if record["kind"] == records.EFFECT_INTENT:
-                timers_changed |= record["effect"] == TIMER_SET_EFFECT
+            if watching and isinstance(record, records.StepRecord | records.StepFaultRecord):
+                stepped.append((record.workflow, record.key))
+            if isinstance(record, records.EffectIntentRecord):
+                timers_changed |= record.effect == TIMER_SET_EFFECT
                 published = _published(world, seq, record)
                 if published is not None:
                     fresh.append(published)
-            elif record["kind"] == records.STEP and "cancelled" in record:
-                closed: Any = record["cancelled"]
-                cancelled.update(str(intent) for intent in closed)
+            elif isinstance(record, records.StepRecord) and record.cancelled:
+                cancelled.update(record.cancelled)
                 timers_changed = True
-            elif record["kind"] == records.OPERATION and record["action"] == INTENT_CANCEL:
-                cancelled.add(str(record["intent"]))
+            elif isinstance(record, records.OperationRecord) and record.operation.intent:
+                cancelled.add(record.operation.intent)
                 timers_changed = True
-            elif record["kind"] == records.EFFECT_RECEIPT:
-                body = record["body"]
-                timers_changed |= isinstance(body, dict) and body.get("adapter") == TIMER_ADAPTER
-                settled[str(record["intent"])] = seq
+            elif isinstance(record, records.EffectReceipt):
+                timers_changed |= record.body.get("adapter") == TIMER_ADAPTER
+                settled[record.intent] = seq
         self._published_height = head
         self._leases.withdraw(settled)
         self._leases.revoke(cancelled)
@@ -468,7 +463,7 @@ class WorldHost:
         fresh = []
         for value in world.open_intents():
             for seq, record in world.store.journal.read(value["seq"], value["seq"]):
-                published = _published(world, seq, record)
+                published = _published(world, seq, records.parse(record))
                 if published is not None:
                     fresh.append(published)
         self._published_height = world.store.journal.head()
@@ -488,9 +483,6 @@ class WorldHost:
                     return
             if isinstance(job, (_Job, _BatchJob)) and job.future.set_running_or_notify_cancel():
                 job.future.set_exception(WorldClosedError("the node stopped"))
-
-
-_STEPPED_KINDS = frozenset({records.STEP, records.STEP_FAULT})
 
 
 class _UnexpectedFailureError(Exception):
@@ -532,24 +524,24 @@ def _own_copy(error: BaseException, detail: dict[str, Any]) -> BaseException:
     return copy
 
 
-def _published(world: World, seq: int, record: Any) -> PublishedIntent | None:
+def _published(world: World, seq: int, record: records.Record) -> PublishedIntent | None:
     """An `effect_intent` record as adapters see it; None when no adapter of the manifest may
     settle it (kernel timers are settled by the kernel itself)."""
-    if not isinstance(record, dict) or record.get("kind") != records.EFFECT_INTENT:
+    if not isinstance(record, records.EffectIntentRecord):
         raise KernelInvariantError(f"journal record {seq} is not the effect_intent it should be")
-    effect = world.runtime.effects[record["effect"]]
+    effect = world.runtime.effects[record.effect]
     adapters = frozenset(a for a in effect.adapters if a in world.runtime.adapters)
     if not adapters:
         return None
-    key = record["origin"]["key"]
+    key = record.key
     return PublishedIntent(
-        intent=str(record["intent"]),
-        effect=str(record["effect"]),
+        intent=record.intent,
+        effect=record.effect,
         adapters=adapters,
-        params=record["params"],
-        issuer_ref=record["issuer_ref"],
-        workflow=str(record["origin"]["workflow"]),
-        key=cbor.decode(key) if isinstance(key, bytes) and key else None,
+        params=record.params,
+        issuer_ref=record.issuer_ref,
+        workflow=record.workflow,
+        key=cbor.decode(key) if key else None,
         seq=seq,
         published_unix_ms=time.time_ns() // 1_000_000,
     )

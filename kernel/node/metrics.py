@@ -41,6 +41,7 @@ from prometheus_client.metrics_core import (
 
 from aos.kernel.buckets import SECONDS_BUCKETS, Buckets
 from aos.kernel.world import records
+from aos.kernel.world.records import Record
 
 METRICS_PATH = "/metrics"
 # A batch's phases, in order: its inputs admitted (a receipt's signature checked, journaled),
@@ -87,20 +88,19 @@ class HostCounts:
         found.add(open_store)
         return found
 
-    def journaled(self, record: Mapping[Any, Any]) -> None:
+    def journaled(self, record: Record) -> None:
         """One record the host published."""
-        kind = str(record["kind"])
-        self.records[kind] += 1
-        if kind == records.STEP_FAULT:
-            self.step_faults[str(record["workflow"]), str(record["code"])] += 1
-        elif kind in (records.INGRESS_REJECTED, records.RECEIPT_REJECTED):
-            self.rejected[kind, str(record["code"])] += 1
-        elif kind == records.DELIVERY_DROPPED:
-            self.dropped[str(record["workflow"]), str(record["reason"])] += 1
-        elif kind == records.EFFECT_INTENT:
-            self.intents[str(record["effect"])] += 1
-        elif kind == records.EFFECT_RECEIPT:
-            body = record["body"]
+        self.records[record.kind] += 1
+        if isinstance(record, records.StepFaultRecord):
+            self.step_faults[record.workflow, record.code] += 1
+        elif isinstance(record, records.IngressRejected | records.ReceiptRejected):
+            self.rejected[record.kind, record.code] += 1
+        elif isinstance(record, records.DeliveryDropped):
+            self.dropped[record.workflow, record.reason] += 1
+        elif isinstance(record, records.EffectIntentRecord):
+            self.intents[record.effect] += 1
+        elif isinstance(record, records.EffectReceipt):
+            body = record.body
             self.receipts[str(body.get("adapter", "")), str(body.get("status", ""))] += 1
 
     def batch(self, inputs: int, marks_s: list[float]) -> None:

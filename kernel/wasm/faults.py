@@ -13,7 +13,7 @@ applied, before any step runs.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from aos.kernel.errors import AosError
 
@@ -58,6 +58,14 @@ class StepTrapError(StepFault):
         return value if isinstance(value, int) else 0
 
 
+class GuestError(TypedDict):
+    """The exception a workflow raised, as a `step_fault` record keeps it (spec/08 §4)."""
+
+    type: str
+    message: str
+    where: str
+
+
 class StepGuestExceptionError(StepFault):
     """The workflow raised an exception; the SDK caught it and the step returned its type,
     message and place (`fault` in the output envelope) instead of a result."""
@@ -66,11 +74,14 @@ class StepGuestExceptionError(StepFault):
     hint = "the workflow raised: `aos world explain SEQ` shows where; fix it, then retry the cell"
 
     @property
-    def guest(self) -> dict[str, str]:
+    def guest(self) -> GuestError:
         """The exception as the step_fault record carries it: type, message, where."""
-        return {
-            name: str(self.detail.get(f"guest_{name}", "")) for name in ("type", "message", "where")
-        }
+        detail = self.detail
+        return GuestError(
+            type=str(detail.get("guest_type", "")),
+            message=str(detail.get("guest_message", "")),
+            where=str(detail.get("guest_where", "")),
+        )
 
 
 class StepFuelExhaustedError(StepFault):

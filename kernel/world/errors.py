@@ -171,3 +171,11 @@ class IntentNotOpenError(WorldError):
 class OperationInvalidError(WorldError):
     code = "world.operation_invalid"
     hint = "an operation is cell_retry or cell_reset (workflow, key) or intent_cancel (intent)"
+
+
+class RecordMalformedError(WorldError):
+    code = "world.record_malformed"
+    hint = (
+        "a journal record is canonical CBOR but not a record of its kind (spec/03-world.md §10): "
+        "the journal was changed outside aos; restore it from a backup or an export"
+    )

@@ -19,12 +19,15 @@ from typing import Any
 from aos.kernel import cbor
 from aos.kernel.world import records
 from aos.kernel.world.errors import NotFoundError
+from aos.kernel.world.records import RecordMap
 from aos.kernel.world.trace import JournalView
 
 EXPLAIN_RECORDS_MAX = 100_000
 """Most records one explanation reads looking back for a fault or forward for deliveries."""
 
-PROBLEM_KINDS = frozenset({records.STEP_FAULT, records.DELIVERY_DROPPED})
+# What a delivery of an input leaves in the journal, and which of those are problems.
+Delivery = records.StepRecord | records.StepFaultRecord | records.DeliveryDropped
+Problem = records.StepFaultRecord | records.DeliveryDropped
 
 
 @dataclass(frozen=True)
@@ -34,66 +37,61 @@ class Explanation:
     drops among an input's deliveries."""
 
     seq: int
-    record: dict[str, Any]
-    cause: tuple[int, dict[str, Any]] | None = None
-    fault: tuple[int, dict[str, Any]] | None = None
-    problems: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    record: RecordMap
+    cause: tuple[int, RecordMap] | None = None
+    fault: tuple[int, RecordMap] | None = None
+    problems: list[tuple[int, RecordMap]] = field(default_factory=list)
 
 
 def explain(journal: JournalView, seq: int, *, limit: int = EXPLAIN_RECORDS_MAX) -> Explanation:
     record = record_at(journal, seq)
-    kind = record.get("kind")
-    if kind in PROBLEM_KINDS or kind == records.STEP:
-        cause = _optional_record(journal, record.get("input"))
+    typed = records.parse(record)
+    if isinstance(typed, Delivery):
+        cause = _optional_record(journal, typed.input_seq)
         fault = (
-            _failing_fault(journal, seq, record, limit)
-            if kind == records.DELIVERY_DROPPED
+            _failing_fault(journal, seq, typed, limit)
+            if isinstance(typed, records.DeliveryDropped)
             else None
         )
         return Explanation(seq, record, cause=cause, fault=fault)
     return Explanation(seq, record, problems=problems_of(journal, seq, seq + limit))
 
 
-def problems_of(
-    journal: JournalView, input_seq: int, last_seq: int
-) -> list[tuple[int, dict[str, Any]]]:
+def problems_of(journal: JournalView, input_seq: int, last_seq: int) -> list[tuple[int, RecordMap]]:
     """The faults and drops among the deliveries of the input at `input_seq`, up to `last_seq`."""
-    found: list[tuple[int, dict[str, Any]]] = []
+    found: list[tuple[int, RecordMap]] = []
     for seq, value in journal.read(input_seq + 1, last_seq):
-        record = _as_record(value)
-        if record.get("kind") in PROBLEM_KINDS and record.get("input") == input_seq:
-            found.append((seq, record))
+        typed = records.parse(value)
+        if isinstance(typed, Problem) and typed.input_seq == input_seq:
+            found.append((seq, _as_record(value)))
     return found
 
 
-def record_at(journal: JournalView, seq: int) -> dict[str, Any]:
+def record_at(journal: JournalView, seq: int) -> RecordMap:
     for _, value in journal.read(seq, seq):
         return _as_record(value)
     raise NotFoundError(f"no record at seq {seq} (the journal is at {journal.head()})", seq=seq)
 
 
-def _optional_record(journal: JournalView, seq: Any) -> tuple[int, dict[str, Any]] | None:
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-        return None
-    return seq, record_at(journal, seq)
+def _optional_record(journal: JournalView, seq: int) -> tuple[int, RecordMap] | None:
+    return (seq, record_at(journal, seq)) if seq >= 1 else None
 
 
 def _failing_fault(
-    journal: JournalView, seq: int, dropped: dict[str, Any], limit: int
-) -> tuple[int, dict[str, Any]] | None:
+    journal: JournalView, seq: int, dropped: records.DeliveryDropped, limit: int
+) -> tuple[int, RecordMap] | None:
     """The last step fault of the dropped delivery's cell before it."""
-    cell = (dropped.get("workflow"), cbor.encode(dropped.get("key")))
-    found: tuple[int, dict[str, Any]] | None = None
+    found: tuple[int, RecordMap] | None = None
     for at, value in journal.read(max(1, seq - limit), seq - 1):
-        record = _as_record(value)
-        if record.get("kind") != records.STEP_FAULT:
+        typed = records.parse(value)
+        if not isinstance(typed, records.StepFaultRecord):
             continue
-        if (record.get("workflow"), cbor.encode(record.get("key"))) == cell:
-            found = (at, record)
+        if (typed.workflow, typed.key) == (dropped.workflow, dropped.key):
+            found = (at, _as_record(value))
     return found
 
 
-def _as_record(value: cbor.Value) -> dict[str, Any]:
+def _as_record(value: cbor.Value) -> RecordMap:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
 
 
@@ -102,20 +100,21 @@ def run_problems(journal: JournalView, first: int, last: int) -> list[dict[str, 
     records), in order, each as `{seq, kind, workflow, key, input, code?, message?, reason?}`
     with its key decoded to JSON."""
     found: list[dict[str, Any]] = []
-    for seq, record in journal.read(first, last) if first <= last else ():
-        if not isinstance(record, dict) or record.get("kind") not in PROBLEM_KINDS:
+    for seq, value in journal.read(first, last) if first <= last else ():
+        record = records.parse(value)
+        if not isinstance(record, Problem):
             continue
-        key = record.get("key")
+        key = record.key
         problem = {
             "seq": seq,
-            "kind": record["kind"],
-            "workflow": record["workflow"],
-            "key": cbor.to_json(cbor.decode(key)) if isinstance(key, bytes) and key else None,
-            "input": record["input"],
+            "kind": record.kind,
+            "workflow": record.workflow,
+            "key": cbor.to_json(cbor.decode(key)) if key else None,
+            "input": record.input_seq,
         }
-        if record["kind"] == records.STEP_FAULT:
-            problem.update(code=record["code"], message=record["message"])
+        if isinstance(record, records.StepFaultRecord):
+            problem.update(code=record.code, message=record.message)
         else:
-            problem["reason"] = record["reason"]
+            problem["reason"] = record.reason
         found.append(problem)
     return found

@@ -23,7 +23,7 @@ from aos.kernel.air.model import DefAdapter, DefEffect
 from aos.kernel.air.normalize import normalize
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes, is_hash
-from aos.kernel.signing.signatures import verify_encoded
+from aos.kernel.world.records import ReceiptDigest
 
 RECEIPT_BYTES_MAX_DEFAULT = 1024 * 1024
 REJECTED_TEXT_CHARS_MAX = 200
@@ -202,7 +202,7 @@ def authorize(receipt: Receipt, effect: DefEffect) -> None:
         )
 
 
-def rejection(value: Any, error: ReceiptError) -> tuple[dict[str, Any] | None, str]:
+def rejection(value: Any, error: ReceiptError) -> tuple[ReceiptDigest | None, str]:
     """What a `receipt_rejected` record keeps of a refused receipt: a bounded digest (the hash
     and size of its encoding, and its intent, adapter and status clipped; never its payload or
     signature), and the refusal's message clipped. Whatever the receipt's size, the record is
@@ -214,10 +214,17 @@ def rejection(value: Any, error: ReceiptError) -> tuple[dict[str, Any] | None, s
         return None, _clip(str(error))
     body = value.get("body") if isinstance(value, dict) else None
     fields = body if isinstance(body, dict) else {}
-    digest: dict[str, Any] = {"digest": str(hash_bytes(encoded)), "bytes": len(encoded)}
-    for name in ("intent", "adapter", "status"):
-        found = fields.get(name)
-        digest[name] = _clip(found) if isinstance(found, str) else None
+    clipped = {
+        name: _clip(found) if isinstance(found := fields.get(name), str) else None
+        for name in ("intent", "adapter", "status")
+    }
+    digest = ReceiptDigest(
+        digest=str(hash_bytes(encoded)),
+        bytes=len(encoded),
+        intent=clipped["intent"],
+        adapter=clipped["adapter"],
+        status=clipped["status"],
+    )
     return digest, _clip(str(error))
 
 

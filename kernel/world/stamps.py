@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import blake3 as _blake3
 
@@ -20,6 +20,16 @@ from aos.kernel.errors import KernelInvariantError
 
 ENTROPY_BYTES = 64
 _DERIVE_CONTEXT = "aos 2026 stamp derivation v1"
+
+
+class StampValue(TypedDict):
+    """A stamp as records carry it (`Stamp.to_value`), its keys in canonical order."""
+
+    height: int
+    entropy: bytes
+    wall_ns: int
+    manifest: str
+    logical_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,16 +52,16 @@ class Stamp:
         if len(self.entropy) != ENTROPY_BYTES:
             raise KernelInvariantError(f"stamp entropy must be {ENTROPY_BYTES} bytes")
 
-    def to_value(self) -> dict[str, Any]:
+    def to_value(self) -> StampValue:
         """The stamp as records carry it, its keys in canonical order (spec/01 §3), so a
         record around it is encoded without reordering (`records.IngressEvent.encode`)."""
-        return {
-            "height": self.height,
-            "entropy": self.entropy,
-            "wall_ns": self.wall_ns,
-            "manifest": self.manifest,
-            "logical_ns": self.logical_ns,
-        }
+        return StampValue(
+            height=self.height,
+            entropy=self.entropy,
+            wall_ns=self.wall_ns,
+            manifest=self.manifest,
+            logical_ns=self.logical_ns,
+        )
 
     @staticmethod
     def from_value(value: Any) -> Stamp:

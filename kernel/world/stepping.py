@@ -207,14 +207,14 @@ class Stepper:
         if intent in self._intents:
             return  # the same identity is already open: an intent is opened once
         seq = self._journal.append(
-            records.effect_intent(
+            records.EffectIntentRecord(
                 intent=intent,
                 effect=effect.effect,
                 params=effect.params,
                 workflow=message.workflow,
                 key=message.key,
                 cause=step_seq,
-                index=effect.index,
+                output_index=effect.index,
                 idempotency_key=effect.idempotency_key,
                 issuer_ref=effect.issuer_ref,
             )
@@ -228,10 +228,10 @@ class Stepper:
 
     def _record_fault(
         self, message: Message, fault: StepFault, module: str, report: RunReport, *, parked: bool
-    ) -> tuple[dict[str, Any], int]:
+    ) -> tuple[records.StepFaultRecord, int]:
         """Journal the fault and fail the cell; `parked`: keep the delivery for a retry (a
         notice that faults leaves the delivery that failed the cell parked instead)."""
-        record = records.step_fault(
+        record = records.StepFaultRecord.of(
             input_seq=message.seq,
             delivery=message.delivery,
             workflow=message.workflow,
@@ -254,7 +254,7 @@ class Stepper:
         self,
         runtime: Runtime,
         message: Message,
-        fault: dict[str, Any],
+        fault: records.StepFaultRecord,
         fault_seq: int,
         step_stamp: Stamp,
     ) -> None:
@@ -266,9 +266,9 @@ class Stepper:
             return
         event = message.encoded if message.encoded is not None else cbor.encode_built(message.value)
         value = {
-            "code": fault["code"],
-            "message": fault["message"],
-            "module": fault["module"],
+            "code": fault.code,
+            "message": fault.message,
+            "module": fault.module,
             "seq": fault_seq,
             "input": message.seq,
             "delivery": message.delivery,
@@ -342,9 +342,9 @@ def cell_delivery(
     )
 
 
-def dropped(seq: int, delivery: int, cell: CellId, reason: str) -> dict[str, Any]:
+def dropped(seq: int, delivery: int, cell: CellId, reason: str) -> records.DeliveryDropped:
     """The record of a delivery that reached a cell that cannot take it."""
-    return records.delivery_dropped(
+    return records.DeliveryDropped(
         input_seq=seq, delivery=delivery, workflow=cell[0], key=cell[1], reason=reason
     )
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos.kernel import cbor
 from aos.kernel.air import TIMER_SET_EFFECT
 from aos.kernel.hashing import Hash
 from aos.kernel.store import codec
@@ -74,38 +75,43 @@ def fold(
 ) -> TailFold:
     """Fold the records after the head checkpoint; a record no tail may hold is corrupt."""
     folded = TailFold(head_height, logical_ns, state_height)
-    for seq, record in tail:
-        kind = record.get("kind") if isinstance(record, dict) else None
+    for seq, value in tail:
+        kind = value.get("kind") if isinstance(value, dict) else None
         if kind not in FOLDABLE_KINDS:
             raise WorldCorruptError(f"a {kind} record at seq {seq} follows the head checkpoint")
-        _fold_one(folded, seq, record)
+        _fold_one(folded, seq, records.parse(value))
         folded.height = seq
         folded.state_height = seq  # governance and snapshot records never reach a tail
     return folded
 
 
-def _fold_one(folded: TailFold, seq: int, record: dict[str, Any]) -> None:
-    kind = record["kind"]
-    if "stamp" in record and kind in (records.DOMAIN_EVENT, records.EFFECT_RECEIPT):
-        folded.logical_ns = int(record["stamp"]["logical_ns"])
-    if kind == records.TIME:
-        folded.logical_ns = int(record["stamp"]["logical_ns"])
-    elif kind == records.STEP:
-        step = records.StepRecord.from_value(record)
-        cell = (str(step.workflow), step.key)
-        folded.cells[cell] = (Hash(step.state) if step.state is not None else None, seq)
-        for intent in step.cancelled or ():
-            _close(folded, str(intent))
-    elif kind == records.EFFECT_INTENT:
-        effect = str(record["effect"])
-        params = record["params"]
-        due = params["deliver_at_ns"] if effect == TIMER_SET_EFFECT else None
-        origin = record["origin"]
-        folded.opened[str(record["intent"])] = OpenIntent(
-            str(origin["workflow"]), origin["key"], effect, seq, record["issuer_ref"], due
+def _fold_one(folded: TailFold, seq: int, record: records.Record) -> None:
+    if isinstance(record, records.IngressEvent | records.TimeRecord):
+        folded.logical_ns = record.stamp["logical_ns"]
+    elif isinstance(record, records.StepRecord):
+        cell = (record.workflow, record.key)
+        folded.cells[cell] = (Hash(record.state) if record.state is not None else None, seq)
+        for intent in record.cancelled or ():
+            _close(folded, intent)
+    elif isinstance(record, records.EffectIntentRecord):
+        effect = record.effect
+        due = _deliver_at(seq, record.params) if effect == TIMER_SET_EFFECT else None
+        folded.opened[record.intent] = OpenIntent(
+            record.workflow, record.key, effect, seq, record.issuer_ref, due
         )
-    elif kind == records.EFFECT_RECEIPT:
-        _close(folded, str(record["intent"]))
+    elif isinstance(record, records.EffectReceipt):
+        if record.stamp is not None:
+            folded.logical_ns = record.stamp["logical_ns"]
+        _close(folded, record.intent)
+
+
+def _deliver_at(seq: int, params: cbor.Value) -> int:
+    """When a timer intent is due: its params were checked against the timer's schema when it
+    was admitted, so a timer without a time is a changed journal."""
+    due = params.get("deliver_at_ns") if isinstance(params, dict) else None
+    if type(due) is not int:
+        raise WorldCorruptError(f"the timer intent at seq {seq} has no deliver_at_ns")
+    return due
 
 
 def _close(folded: TailFold, intent: str) -> None:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from aos.kernel import cbor
 from aos.kernel.errors import InvalidInputError
 from aos.kernel.hashing import Hash, hash_value
 from aos.kernel.world import records
 from aos.kernel.world.errors import NotFoundError, WorldCorruptError
+from aos.kernel.world.records import RecordMap
 
 TRACE_RECORDS_MAX_DEFAULT = 100_000
 """Most journal records one trace reads (the search, the walk back and the forward scan)."""
@@ -38,9 +39,9 @@ ROLE_CAUSED = "caused"
 Match = Literal["record", "intent"]
 
 # Records a delivery of an input produces; they name the input by its sequence.
-_DELIVERY_KINDS = frozenset({records.STEP, records.STEP_FAULT, records.DELIVERY_DROPPED})
+_Delivery = records.StepRecord | records.StepFaultRecord | records.DeliveryDropped
 # Records a step outputs; they name the step by its sequence.
-_OUTPUT_KINDS = frozenset({records.DOMAIN_EVENT, records.EFFECT_INTENT})
+_Output = records.DerivedEvent | records.EffectIntentRecord
 
 
 class JournalView(Protocol):
@@ -59,7 +60,7 @@ class TraceEntry:
     is the sequence of the entry that caused it (None for the first)."""
 
     seq: int
-    record: dict[str, Any]
+    record: RecordMap  # as journaled
     role: str  # origin | target | caused
     depth: int
     parent: int | None
@@ -116,21 +117,22 @@ def trace(
         budget.used += 1
         last_seq = seq
         record = _as_record(value)
+        typed = records.parse(record)
         entry: TraceEntry | None = None
         if match is None:
-            match = _match(record, wanted)
+            match = _match(record, typed, wanted)
             if match is not None:
-                origin = _origin(journal, record, budget) if match == "intent" else []
+                origin = _origin(journal, typed, budget) if match == "intent" else []
                 entries.extend(origin)
                 target_seq = seq
                 entry = TraceEntry(seq, record, ROLE_TARGET, len(origin), _parent_of(origin))
         else:
-            parent = _cause(record, depths, intents)
+            parent = _cause(typed, depths, intents)
             if parent is not None:
                 entry = TraceEntry(seq, record, ROLE_CAUSED, depths[parent] + 1, parent)
         if entry is not None:
             entries.append(entry)
-            _take(entry, depths, intents)
+            _take(entry, typed, depths, intents)
         if budget.left == 0:
             break  # before the next read: the limit bounds what is read, not just what is kept
     truncated = last_seq < head
@@ -139,7 +141,7 @@ def trace(
     return Trace(wanted, match, target_seq, entries, budget.used, limit, truncated)
 
 
-def _as_record(value: cbor.Value) -> dict[str, Any]:
+def _as_record(value: cbor.Value) -> RecordMap:
     if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
         # Records are written by the kernel alone; anything else is a broken journal, and a
         # trace that skipped it would silently lie.
@@ -147,8 +149,8 @@ def _as_record(value: cbor.Value) -> dict[str, Any]:
     return {str(key): item for key, item in value.items()}
 
 
-def _match(record: dict[str, Any], wanted: Hash) -> Match | None:
-    if record["kind"] == records.EFFECT_INTENT and record.get("intent") == wanted:
+def _match(record: RecordMap, typed: records.Record, wanted: Hash) -> Match | None:
+    if isinstance(typed, records.EffectIntentRecord) and typed.intent == wanted:
         return "intent"
     if hash_value(record) == wanted:
         return "record"
@@ -159,30 +161,42 @@ def _parent_of(entries: list[TraceEntry]) -> int | None:
     return entries[-1].seq if entries else None
 
 
-def _take(entry: TraceEntry, depths: dict[int, int], intents: dict[str, int]) -> None:
+def _take(
+    entry: TraceEntry, typed: records.Record, depths: dict[int, int], intents: dict[str, int]
+) -> None:
     depths[entry.seq] = entry.depth
-    if entry.record["kind"] == records.EFFECT_INTENT:
-        intents[str(entry.record["intent"])] = entry.seq
+    if isinstance(typed, records.EffectIntentRecord):
+        intents[typed.intent] = entry.seq
 
 
-def _cause(record: dict[str, Any], depths: dict[int, int], intents: dict[str, int]) -> int | None:
-    """The sequence of the taken record that caused `record`, or None."""
-    found = _link_back(record)
-    if found is None and isinstance(record.get("intent"), str):
-        found = intents.get(record["intent"])  # a record about an intent of the trace
+def _cause(typed: records.Record, depths: dict[int, int], intents: dict[str, int]) -> int | None:
+    """The sequence of the taken record that caused `typed`, or None."""
+    found = _link_back(typed)
+    about = _intent_named(typed)
+    if found is None and about is not None:
+        found = intents.get(about)  # a record about an intent of the trace
     return found if found in depths else None
 
 
-def _origin(journal: JournalView, intent: dict[str, Any], budget: _Budget) -> list[TraceEntry]:
+def _intent_named(typed: records.Record) -> str | None:
+    """The intent a record is about: a receipt settles one, a cancel closes one."""
+    if isinstance(typed, records.EffectReceipt):
+        return typed.intent
+    if isinstance(typed, records.OperationRecord):
+        return typed.operation.intent
+    return None
+
+
+def _origin(journal: JournalView, intent: records.Record, budget: _Budget) -> list[TraceEntry]:
     """The chain from the input that led to `intent` down to the step that emitted it, oldest
     first. Stops early when the budget runs out."""
-    chain: list[tuple[int, dict[str, Any]]] = []
+    chain: list[tuple[int, RecordMap]] = []
     link = _link_back(intent)
     while link is not None and budget.left > 0:
         budget.used += 1
         record = _record_at(journal, link)
         chain.append((link, record))
-        link = _link_back(record)
+        link = _link_back(records.parse(record))
     chain.reverse()
     entries: list[TraceEntry] = []
     for depth, (seq, record) in enumerate(chain):
@@ -190,20 +204,17 @@ def _origin(journal: JournalView, intent: dict[str, Any], budget: _Budget) -> li
     return entries
 
 
-def _link_back(record: dict[str, Any]) -> int | None:
+def _link_back(typed: records.Record) -> int | None:
     """The sequence a record names as its cause: the input of a delivery, the step of an
     output (an ingress event has none: it is an origin)."""
-    kind = record["kind"]
-    if kind in _DELIVERY_KINDS:
-        found = record.get("input")
-    elif kind in _OUTPUT_KINDS:
-        found = record.get("cause")
-    else:
-        found = None
-    return found if isinstance(found, int) else None
+    if isinstance(typed, _Delivery):
+        return typed.input_seq
+    if isinstance(typed, _Output):
+        return typed.cause
+    return None
 
 
-def _record_at(journal: JournalView, seq: int) -> dict[str, Any]:
+def _record_at(journal: JournalView, seq: int) -> RecordMap:
     for _, value in journal.read(seq, seq):
         return _as_record(value)
     raise WorldCorruptError(f"the journal has no record {seq}, which a later record names")

@@ -79,21 +79,6 @@ from aos.kernel.world.timers import Timers
 
 WORLD_FORMAT = opening.WORLD_FORMAT
 
-# Records whose every value the kernel built or already checked (a normalized event, a guest
-# output decoded strictly and normalized, hashes, sequence numbers, stamps): encoded without a
-# validation walk. Records carrying what came from outside unnormalized (receipts, refused
-# input, operator and governance actions, fault messages) are encoded with the walk.
-_BUILT_KINDS = frozenset(
-    {
-        records.DOMAIN_EVENT,
-        records.STEP,
-        records.EFFECT_INTENT,
-        records.DELIVERY_DROPPED,
-        records.TIME,
-        records.SNAPSHOT,
-    }
-)
-
 
 class World:
     """One open world. Not thread-safe: one writer, one thread."""
@@ -281,10 +266,10 @@ class World:
         opening.store_definitions(self._pending, self._runtime, module_bytes)
         stamp = self.next_stamp()
         self.logical_ns = stamp.logical_ns
-        genesis = records.manifest(str(loaded.manifest_hash), stamp.to_value())
+        genesis = records.ManifestRecord(str(loaded.manifest_hash), stamp.to_value())
         # The genesis record carries fresh entropy, so its hash names this world and no other:
         # receipts are signed for it, and the journal chain starts from it.
-        self.world_id = str(hash_value(genesis))
+        self.world_id = str(hash_value(genesis.to_value()))
         self.chain = journal_chain.JournalChain.genesis(self.world_id)
         self.append(genesis)
         self._pending.meta[opening.META_FORMAT] = WORLD_FORMAT
@@ -413,7 +398,7 @@ class World:
         try:
             deliveries = route(self._runtime, event)
         except RouteError as error:
-            rejected = records.ingress_rejected(
+            rejected = records.IngressRejected.of(
                 schema, event.value, stamp.to_value(), error.code, str(error)
             )
             self.append(rejected)
@@ -466,7 +451,7 @@ class World:
             record = self._pending.records[
                 found.seq - (self._head - len(self._pending.records)) - 1
             ]
-            return dict(records.value_of(record))
+            return record.to_value()
         stored: Any = next(iter(self.store.journal.read(found.seq, found.seq)))[1]
         return dict(stored)
 
@@ -491,7 +476,7 @@ class World:
             )
         except receipts.ReceiptError as error:
             kept, message = receipts.rejection(receipt_value, error)
-            self.append(records.receipt_rejected(kept, stamp.to_value(), error.code, message))
+            self.append(records.ReceiptRejected(kept, stamp.to_value(), error.code, message))
             self.flush()
             raise
         if open_intent is None:
@@ -533,7 +518,7 @@ class World:
     def time_input(self, stamp: Stamp) -> None:
         """Journal a `time` input and settle the kernel timers it makes due."""
         self.logical_ns = stamp.logical_ns
-        seq = self.append(records.time(stamp.to_value()))
+        seq = self.append(records.TimeRecord(stamp.to_value()))
         for index, (open_intent, body) in enumerate(self._timers.due_receipts(self.world_id)):
             self._accept(body, None, open_intent, stamp.derive(index), seq)
 
@@ -553,7 +538,7 @@ class World:
         effect = self._runtime.effects[open_intent.effect]
         payload, payload_error = receipts.checked_payload(body, effect, self._runtime.schemas)
         seq = self.append(
-            records.receipt(
+            records.EffectReceipt.of(
                 body=body,
                 signature=signature,
                 stamp=stamp.to_value() if cause is None else None,
@@ -614,8 +599,7 @@ class World:
         )
         stamp = self.next_stamp()
         self.logical_ns = stamp.logical_ns
-        record = records.operation(operation.action, stamp.to_value(), **operation.target())
-        seq = self.append(record)
+        seq = self.append(records.OperationRecord(operation, stamp.to_value()))
         if operation.action == INTENT_CANCEL:
             assert operation.intent is not None
             self._cancel_intent(operation.intent, seq, stamp)
@@ -695,7 +679,7 @@ class World:
             )
         content = self._head_content(self._cells.materialize())
         snapshot_hash = self._pending.put_value(content)
-        seq = self.append(records.snapshot(str(snapshot_hash), content["height"]))
+        seq = self.append(records.SnapshotRecord(str(snapshot_hash), content["height"]))
         self._sign_chain_head()
         self._checkpoints.keep_snapshot(seq, snapshot_hash)
         self.flush()
@@ -748,14 +732,9 @@ class World:
 
     def append(self, record: records.Record) -> int:
         """Journal a record (durable at the next flush); its sequence number. It is encoded
-        here, once: a typed record by itself, other records the kernel built from checked
-        parts without a validation walk."""
-        if isinstance(record, dict):
-            kind = record["kind"]
-            raw = cbor.encode_built(record) if kind in _BUILT_KINDS else cbor.encode(record)
-        else:
-            kind = record.kind
-            raw = record.encode()
+        here, once, by the record itself (`records.py`)."""
+        kind = record.kind
+        raw = record.encode()
         self._pending.append_record(record, raw)
         self._head += 1
         if self.chain is not None:

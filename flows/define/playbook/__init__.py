@@ -13,6 +13,7 @@ from typing import Any
 
 from aos.flows.define.cfd import DEFAULT_LIMITS, FlowDefinition, definition_from_value
 from aos.flows.define.document import check_values
+from aos.flows.define.playbook.authored import AuthoredDefinition
 from aos.flows.define.playbook.compile import EVENT_ALIASES, Compiled, compile_playbook, is_playbook
 from aos.flows.define.playbook.problems import Problems
 from aos.flows.define.playbook.spec import merge as merge_specs
@@ -34,7 +35,7 @@ _CFD_TASK = re.compile(r"^\$\.steps\[(\d+)\]\.tasks\[(\d+)\]")
 _CFD_STEP = re.compile(r"^\$\.steps\[(\d+)\]")
 
 
-def compile_value(doc: Any, *, source: str = "<playbook>") -> dict[str, Any]:
+def compile_value(doc: Any, *, source: str = "<playbook>") -> AuthoredDefinition:
     """The authored CFD value of a playbook document (before the CFD's own checks). Raises
     FlowCheckError with the playbook's problems."""
     return _compiled(doc, source).value

@@ -9,6 +9,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from aos.flows.define.cfd import FLOW_NAME_PATTERN, FORMAT_2, STEP_NAME_PATTERN
+from aos.flows.define.playbook.authored import (
+    AuthoredArc,
+    AuthoredDefinition,
+    AuthoredGuard,
+    AuthoredLimits,
+    AuthoredLoop,
+    AuthoredNext,
+    AuthoredPolicy,
+    AuthoredStep,
+    AuthoredTask,
+)
 from aos.flows.define.playbook.problems import Parts, Problems
 from aos.flows.define.playbook.spec import as_map
 from aos.flows.define.playbook.tasks import TaskContext, compile_task, flow_name, guard, normalized
@@ -56,7 +67,7 @@ _STEP_NAME = re.compile(STEP_NAME_PATTERN)
 class Compiled:
     """The authored CFD value (`aos.flow/2`: a step's `set_ctx` is the step's own field)."""
 
-    value: dict[str, Any]
+    value: AuthoredDefinition
 
 
 def is_playbook(value: Any) -> bool:
@@ -188,9 +199,9 @@ def _executor(executor: Any, problems: Problems) -> dict[str, Any]:
 
 def _definition(
     doc: dict[str, Any], spec: dict[str, Any], names: list[str], problems: Problems
-) -> dict[str, Any]:
+) -> AuthoredDefinition:
     metadata = as_map(doc.get("metadata"))
-    value: dict[str, Any] = {
+    value: AuthoredDefinition = {
         "format": FORMAT_2,
         "name": _metadata_name(doc, problems),
         "description": metadata.get("description"),
@@ -206,10 +217,10 @@ def _definition(
     return value
 
 
-def _policy(spec: dict[str, Any], names: list[str], problems: Problems) -> dict[str, Any]:
+def _policy(spec: dict[str, Any], names: list[str], problems: Problems) -> AuthoredPolicy:
     failure = spec.get("failure")
     mode = failure.get("mode") if isinstance(failure, dict) else None
-    policy = {
+    policy: AuthoredPolicy = {
         "on_deny": spec.get("on_deny"),
         "no_next_is_error": spec.get("no_next_is_error"),
         "failure_mode": mode,
@@ -220,7 +231,7 @@ def _policy(spec: dict[str, Any], names: list[str], problems: Problems) -> dict[
     return policy
 
 
-def _limits(spec: dict[str, Any]) -> dict[str, Any]:
+def _limits(spec: dict[str, Any]) -> AuthoredLimits:
     """`executor.spec.policy.limits.max_payload_bytes` (seed 003 §5.1): results over it are
     stored by reference (the CFD's `result_inline_bytes_max`)."""
     limits = as_map(as_map(as_map(spec.get("policy")).get("limits")))
@@ -300,7 +311,7 @@ def _workbook(workbook: Any, problems: Problems) -> dict[str, Any]:
 
 def _step(
     step: dict[str, Any], parts: Parts, names: list[str], context: TaskContext
-) -> dict[str, Any]:
+) -> AuthoredStep:
     problems = context.problems
     name = str(step.get("step"))
     _step_fields(step, parts, problems)
@@ -313,8 +324,9 @@ def _step(
     loop = _loop(step.get("loop"), (*parts, "loop"), problems)
     args = step.get("args")
     context.step_args = args if isinstance(args, dict) else {}
-    context.outer_specs = (*context.outer_specs, spec, (loop or {}).pop("spec", {}))
-    compiled: dict[str, Any] = {
+    loop_spec = loop.pop("spec", {}) if loop is not None else {}
+    context.outer_specs = (*context.outer_specs, spec, loop_spec)
+    compiled: AuthoredStep = {
         "name": name,
         "description": step.get("desc", step.get("description")),
     }
@@ -325,7 +337,7 @@ def _step(
         compiled["loop"] = loop
     if isinstance(step.get("set_ctx"), dict):
         compiled["set_ctx"] = step["set_ctx"]  # after the tasks, before the arcs (spec/12 §5)
-    tasks: list[dict[str, Any]] = []
+    tasks: list[AuthoredTask] = []
     if step.get("tool") is None:
         problems.add(
             "playbook.tool_missing",
@@ -371,7 +383,7 @@ def _step_fields(step: dict[str, Any], parts: Parts, problems: Problems) -> None
             )
 
 
-def _loop(loop: Any, parts: Parts, problems: Problems) -> dict[str, Any] | None:
+def _loop(loop: Any, parts: Parts, problems: Problems) -> AuthoredLoop | None:
     if loop is None:
         return None
     if not isinstance(loop, dict) or "in" not in loop or "iterator" not in loop:
@@ -408,7 +420,7 @@ def _loop(loop: Any, parts: Parts, problems: Problems) -> dict[str, Any] | None:
     }
 
 
-def _admit(spec: dict[str, Any], parts: Parts, problems: Problems) -> dict[str, str] | None:
+def _admit(spec: dict[str, Any], parts: Parts, problems: Problems) -> AuthoredGuard | None:
     """`spec.policy.admit.rules` as one guard: the first rule whose `when` holds decides;
     none holding admits (no `admit` is allow)."""
     policy = spec.get("policy")
@@ -460,7 +472,7 @@ def _expression(template: str) -> str | None:
     return None
 
 
-def _admit_guard(rules: list[tuple[str | None, bool]]) -> dict[str, str] | None:
+def _admit_guard(rules: list[tuple[str | None, bool]]) -> AuthoredGuard | None:
     """The rules as one template: `{% if (w1) %}true{% elif (w2) %}false{% else %}...`; no rule
     matching admits, as no `admit` does."""
     if not rules:
@@ -482,7 +494,7 @@ def _admit_guard(rules: list[tuple[str | None, bool]]) -> dict[str, str] | None:
     return {"template": "".join(parts) + "{% endif %}"}
 
 
-def _next(next_: Any, parts: Parts, names: list[str], problems: Problems) -> dict[str, Any]:
+def _next(next_: Any, parts: Parts, names: list[str], problems: Problems) -> AuthoredNext:
     if next_ is None:
         return {"arcs": []}
     if (
@@ -505,7 +517,7 @@ def _next(next_: Any, parts: Parts, names: list[str], problems: Problems) -> dic
     return {"mode": spec.get("mode"), "arcs": [arc for arc in arcs if arc is not None]}
 
 
-def _arc(arc: Any, parts: Parts, names: list[str], problems: Problems) -> dict[str, Any] | None:
+def _arc(arc: Any, parts: Parts, names: list[str], problems: Problems) -> AuthoredArc | None:
     if not isinstance(arc, dict) or not isinstance(arc.get("step"), str):
         problems.add(
             "playbook.schema",
@@ -515,7 +527,7 @@ def _arc(arc: Any, parts: Parts, names: list[str], problems: Problems) -> dict[s
         )
         return None
     _known_step(arc["step"], (*parts, "step"), names, problems)
-    compiled: dict[str, Any] = {"to": arc["step"], "args": arc.get("args")}
+    compiled: AuthoredArc = {"to": arc["step"], "args": arc.get("args")}
     if arc.get("when") is not None:
         when = guard(arc["when"], (*parts, "when"), problems)
         if when is not None:

@@ -19,6 +19,12 @@ from typing import Any
 
 from aos.flows.define.cfd import FLOW_NAME_PATTERN
 from aos.flows.define.playbook import spec as specs
+from aos.flows.define.playbook.authored import (
+    AuthoredGuard,
+    AuthoredRule,
+    AuthoredTask,
+    AuthoredTaskPolicy,
+)
 from aos.flows.define.playbook.problems import Parts, Problems
 from aos.flows.define.playbook.spec import as_map
 from aos.flows.define.tool_schema import TOOL_KINDS, TOOL_SCHEMAS, field_problems
@@ -109,7 +115,7 @@ def _sugar(problems: Problems, parts: Parts, name: str) -> None:
     )
 
 
-def compile_task(task: dict[str, Any], parts: Parts, context: TaskContext) -> dict[str, Any] | None:
+def compile_task(task: dict[str, Any], parts: Parts, context: TaskContext) -> AuthoredTask | None:
     """One playbook task as a CFD task (None, with problems, when it cannot be)."""
     kind = task.get("kind")
     if kind is None:
@@ -133,9 +139,7 @@ def compile_task(task: dict[str, Any], parts: Parts, context: TaskContext) -> di
     return _task(task, parts, context, entry_args={}, entry_spec={})
 
 
-def _workbook_task(
-    task: dict[str, Any], parts: Parts, context: TaskContext
-) -> dict[str, Any] | None:
+def _workbook_task(task: dict[str, Any], parts: Parts, context: TaskContext) -> AuthoredTask | None:
     name = task.get("name")
     entry = context.workbook.get(name) if isinstance(name, str) else None
     if entry is None:
@@ -190,7 +194,7 @@ def _task(
     entry_args: dict[str, Any],
     entry_spec: dict[str, Any],
     spec: Any = None,
-) -> dict[str, Any] | None:
+) -> AuthoredTask | None:
     task = _lifted(task)
     own_spec = task.get("spec") if spec is None else _lifted({"spec": spec}).get("spec")
     effective = specs.merge(*context.outer_specs, entry_spec, own_spec)
@@ -201,23 +205,24 @@ def _task(
     if not _has_required(task, kind, parts, context.problems):
         return None
     args = _args(task.get("args"), entry_args, context.step_args, (*parts, "args"), context)
-    compiled: dict[str, Any] = {"name": task["name"]}
+    compiled: AuthoredTask = {"name": task["name"]}
     # Policies are typed by scope (seed 003 §3.2): a task's rules are its own, never a step's.
     own_policy = specs.merge(entry_spec, own_spec).get("policy")
     policy = _policy(own_policy, (*parts, "spec", "policy"), context.problems)
     if policy is not None:
         compiled["policy"] = policy
     if kind == "noop":
-        compiled.update(do="noop", result=args or None)
+        compiled["do"], compiled["result"] = "noop", args or None
     elif kind == "playbook":
-        flow = _subflow_flow(task["path"], (*parts, "path"), context)
-        compiled.update(do="subflow", flow=flow, workload=args)
+        compiled["do"] = "subflow"
+        compiled["flow"] = _subflow_flow(task["path"], (*parts, "path"), context)
+        compiled["workload"] = args
     else:
         tool = {k: v for k, v in task.items() if k not in TASK_OWN_FIELDS}
         tool_spec = {k: v for k, v in effective.items() if k not in ENGINE_SPEC_KEYS}
         if tool_spec:
             tool["spec"] = tool_spec
-        compiled.update(do="call", tool={"kind": kind, **tool}, args=args)
+        compiled["do"], compiled["tool"], compiled["args"] = "call", {"kind": kind, **tool}, args
         if effective.get("timeout_s") is not None:
             compiled["timeout_s"] = effective["timeout_s"]
     return compiled
@@ -280,7 +285,7 @@ def _subflow_flow(path: Any, parts: Parts, context: TaskContext) -> str:
 # -- task policies (seed 003 §5.4) -------------------------------------------------------------
 
 
-def _policy(policy: Any, parts: Parts, problems: Problems) -> dict[str, Any] | None:
+def _policy(policy: Any, parts: Parts, problems: Problems) -> AuthoredTaskPolicy | None:
     if policy is None:
         return None
     rules = policy.get("rules") if isinstance(policy, dict) else None
@@ -296,7 +301,7 @@ def _policy(policy: Any, parts: Parts, problems: Problems) -> dict[str, Any] | N
     return {"rules": [rule for rule in compiled if rule is not None]}
 
 
-def _rule(rule: Any, parts: Parts, problems: Problems) -> dict[str, Any] | None:
+def _rule(rule: Any, parts: Parts, problems: Problems) -> AuthoredRule | None:
     """`{when, then}`, `{else: {then}}`, or the upstream fixtures' `{else: {do, ...}}`."""
     if isinstance(rule, dict) and set(rule) == {"else"} and isinstance(rule["else"], dict):
         otherwise = rule["else"]
@@ -340,7 +345,7 @@ def _then(then: Any, parts: Parts, problems: Problems) -> dict[str, Any] | None:
     return compiled
 
 
-def guard(when: Any, parts: Parts, problems: Problems) -> dict[str, str] | None:
+def guard(when: Any, parts: Parts, problems: Problems) -> AuthoredGuard | None:
     """A `when` as a CFD template guard (booleans as the templates `{{ true }}` / `{{ false }}`;
     never JSONPath, even for text starting with `$`)."""
     if isinstance(when, bool):
