@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PAGE_S_MAX = 900
 """A page's whole run; past it the page fails and its processes are killed."""
+JOB_EXIT_S_MAX = 15
+"""How long a background process the page stopped may take to exit before it counts as left."""
 SKIP_MARK = re.compile(r"<!--\s*docs-run:\s*skip:\s*(?P<why>\S.*?)\s*-->")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<info>\S*)")
 ERROR_LINE = re.compile(r"error\[(?P<code>[a-z0-9_.]+)\]")
@@ -46,6 +48,9 @@ EXIT_COMMENT = re.compile(r"\bexit (?P<rc>\d+)\b")
 COMMENT = re.compile(r"\s#\s(?P<text>.*)$")
 PORT = re.compile(r"127\.0\.0\.1:(?P<port>\d{4,5})")
 MARK = "@@aos-docs"
+VOLATILE = re.compile(r"(?P<kind>blake3:)[0-9a-f.]*|(?P<token>aos_)(?:\.\.\.|[\w-]{20,})")
+"""A hash or a token differs from run to run: a label is compared without it."""
+HEX = re.compile(r"[0-9a-f]{16,}")
 
 
 @dataclass
@@ -135,8 +140,12 @@ def _key(line: str) -> str | None:
         if word == "...":
             return None
         if not re.fullmatch(r"[\d.,:]+", word):
-            return word
+            return "<hex>" if HEX.fullmatch(word) else VOLATILE.sub(_volatile, word)
     return None
+
+
+def _volatile(match: re.Match[str]) -> str:
+    return match.group("kind") or "aos_<token>"
 
 
 def _free_port() -> int:
@@ -189,7 +198,11 @@ def _script(page: Path, found: list[Block], tmp: Path) -> tuple[str, list[Comman
             lines.append(local(command.text))
             lines.append(f"printf '\\n{MARK}-end {len(run)} %s\\n' $?")
             run.append(command)
-    lines.append(f"printf '\\n{MARK}-jobs %s\\n' \"$(jobs -p | tr '\\n' ' ')\"")
+    # A process the page stopped may take a moment to exit (a node drains on SIGTERM).
+    lines.append(
+        f'for _ in $(seq {JOB_EXIT_S_MAX * 5}); do [ -z "$(jobs -pr)" ] && break; sleep 0.2; done'
+    )
+    lines.append(f"printf '\\n{MARK}-jobs %s\\n' \"$(jobs -pr | tr '\\n' ' ')\"")
     return "\n".join(lines) + "\n", run
 
 
