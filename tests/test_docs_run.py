@@ -41,6 +41,8 @@ PAGE_S_MAX = 900
 """A page's whole run; past it the page fails and its processes are killed."""
 JOB_EXIT_S_MAX = 15
 """How long a background process the page stopped may take to exit before it counts as left."""
+SLOWEST_SHOWN = 3
+"""The slowest commands of a page printed (`pytest -rA` shows them): where its time goes."""
 SKIP_MARK = re.compile(r"<!--\s*docs-run:\s*skip:\s*(?P<why>\S.*?)\s*-->")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<info>\S*)")
 ERROR_LINE = re.compile(r"error\[(?P<code>[a-z0-9_.]+)\]")
@@ -194,9 +196,9 @@ def _script(page: Path, found: list[Block], tmp: Path) -> tuple[str, list[Comman
         if block.skip:
             continue
         for command in block.commands:
-            lines.append(f"printf '\\n{MARK}-begin {len(run)}\\n'")
+            lines.append(f"printf '\\n{MARK}-begin {len(run)} %s\\n' $EPOCHREALTIME")
             lines.append(local(command.text))
-            lines.append(f"printf '\\n{MARK}-end {len(run)} %s\\n' $?")
+            lines.append(f"printf '\\n{MARK}-end {len(run)} %s %s\\n' $? $EPOCHREALTIME")
             run.append(command)
     # A process the page stopped may take a moment to exit (a node drains on SIGTERM).
     lines.append(
@@ -206,21 +208,31 @@ def _script(page: Path, found: list[Block], tmp: Path) -> tuple[str, list[Comman
     return "\n".join(lines) + "\n", run
 
 
-def _segments(output: str) -> tuple[dict[int, tuple[list[str], int]], str]:
+def _segments(output: str) -> tuple[dict[int, tuple[list[str], int]], dict[int, float], str]:
+    """Each command's printed lines and exit code, its seconds, and the jobs left running."""
     found: dict[int, tuple[list[str], int]] = {}
+    seconds: dict[int, float] = {}
     current: list[str] = []
+    began = 0.0
     jobs = ""
     for line in output.splitlines():
         if line.startswith(f"{MARK}-begin "):
             current = []
+            began = _seconds(line.split()[2])
         elif line.startswith(f"{MARK}-end "):
-            _, index, rc = line.split()
+            _, index, rc, ended = line.split()
             found[int(index)] = (current, int(rc))
+            seconds[int(index)] = _seconds(ended) - began
         elif line.startswith(f"{MARK}-jobs"):
             jobs = line.removeprefix(f"{MARK}-jobs").strip()
         else:
             current.append(line)
-    return found, jobs
+    return found, seconds, jobs
+
+
+def _seconds(epoch: str) -> float:
+    """bash's $EPOCHREALTIME, whose decimal mark is the locale's."""
+    return float(epoch.replace(",", "."))
 
 
 def _check(index: int, command: Command, printed: list[str], rc: int) -> list[str]:
@@ -279,7 +291,10 @@ def test_page_runs(page: Path, tmp_path: Path) -> None:
     finally:
         _kill_group(process.pid)
     (tmp_path / "page.out").write_text(output)
-    segments, jobs = _segments(output)
+    segments, seconds, jobs = _segments(output)
+    slowest = sorted(seconds, key=seconds.__getitem__, reverse=True)[:SLOWEST_SHOWN]
+    for index in slowest:
+        print(f"{seconds[index]:7.1f} s  $ {run[index].text.splitlines()[0]}")
     problems = [f"{page.name}: still running at the page's end: jobs {jobs}"] if jobs else []
     for index, command in enumerate(run):
         if index not in segments:
@@ -363,3 +378,5 @@ def test_blocks_parse_as_shown() -> None:
     assert _check(0, Command("false", ["error[x.y]: no"]), ["error[x.y]: no"], 1) == []
     assert _check(0, Command("true"), [], 1) != []
     assert _check(0, Command("true", ["ok: 1"]), ["nope"], 0) != []
+    printed = f"{MARK}-begin 0 10,5\nhi\n{MARK}-end 0 3 12.0\n{MARK}-jobs 42\n"
+    assert _segments(printed) == ({0: (["hi"], 3)}, {0: 1.5}, "42")
