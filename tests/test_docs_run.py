@@ -15,8 +15,9 @@ block in plain form (no `$`) runs each line and checks only the exit code. A com
 in `&` starts a background process and is not checked; the page must stop what it started
 (the reader needs that too): a job still running at the page's end fails it.
 
-A block the runner must not run is preceded by `<!-- docs-run: skip: WHY -->` naming what it
-needs that a test run does not have. `test_repository_paths_exist` checks that every
+A page that names `$PGURL` runs against a real PostgreSQL server, a throwaway cluster
+(tests/pg_cluster.py) the runner starts for it. A block the runner must not run is preceded
+by `<!-- docs-run: skip: WHY -->` naming what it needs that a test run does not have. `test_repository_paths_exist` checks that every
 repository path the docs write in backticks exists.
 """
 
@@ -25,15 +26,19 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shlex
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.pg_cluster import PgCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -141,6 +146,8 @@ def _key(line: str) -> str | None:
     for word in line.split():
         if word == "...":
             return None
+        if word.startswith("{") and ":" in word:  # a JSON answer: its first field names it
+            return word.split(":", 1)[0]
         if not re.fullmatch(r"[\d.,:]+", word):
             return "<hex>" if HEX.fullmatch(word) else VOLATILE.sub(_volatile, word)
     return None
@@ -171,7 +178,7 @@ def _environment(tmp: Path) -> dict[str, str]:
     env = {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(("AOS_", "VIRTUAL_ENV", "PYTEST", "PYTHON"))
+        if not name.startswith(("AOS_", "PG", "VIRTUAL_ENV", "PYTEST", "PYTHON"))
     }
     cache = os.environ.get("AOS_CACHE_DIR") or str(Path.home() / ".cache" / "aos")
     env.update(
@@ -263,10 +270,33 @@ def _check(index: int, command: Command, printed: list[str], rc: int) -> list[st
     return problems
 
 
+@contextlib.contextmanager
+def _postgres(page: Path) -> Iterator[dict[str, str]]:
+    """A page that names `$PGURL` gets a real server: a throwaway cluster, its database `aos`
+    owned by a role `aos`, the URL in `PGURL` and the password in `PGPASSWORD` (as the page
+    tells a reader to keep it out of the URL)."""
+    if "$PGURL" not in page.read_text():
+        yield {}
+        return
+    cluster = PgCluster.start()
+    try:
+        password = secrets.token_hex(16)
+        cluster.psql(f"CREATE ROLE aos LOGIN PASSWORD '{password}'")
+        cluster.psql("CREATE DATABASE aos OWNER aos")
+        yield {"PGURL": cluster.dsn("aos", user="aos"), "PGPASSWORD": password}
+    finally:
+        cluster.stop()
+
+
 @pytest.mark.slow
 @pytest.mark.docs
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_page_runs(page: Path, tmp_path: Path) -> None:
+    with _postgres(page) as server:
+        _run_page(page, tmp_path, server)
+
+
+def _run_page(page: Path, tmp_path: Path, server: dict[str, str]) -> None:
     found = blocks(page)
     work = _scratch(tmp_path)
     script, run = _script(page, found, tmp_path)
@@ -275,7 +305,7 @@ def test_page_runs(page: Path, tmp_path: Path) -> None:
     process = subprocess.Popen(
         ["bash", str(tmp_path / "page.sh")],
         cwd=work,
-        env=_environment(tmp_path),
+        env={**_environment(tmp_path), **server},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -371,6 +401,7 @@ def test_blocks_parse_as_shown() -> None:
     assert commands[1].text.endswith("EOF") and commands[1].expected == []
     assert commands[2].expected_rc() is None
     assert [_key(line) for line in commands[0].expected] == ["admitted", None]
+    assert _key('{"world":"shop","epoch":2}') == '{"world"'
     assert shlex.split(commands[0].text)[0] == "aos"
     plain = _commands(["make bench   # quick", "# a comment", "make \\", "  docs"])
     assert [c.text for c in plain] == ["make bench   # quick", "make \\\n  docs"]
