@@ -74,7 +74,7 @@ docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs build --strict --quiet
 
 # The shell blocks of README.md and docs/*.md run top to bottom, page by page, each page in a
-# scratch folder with a fresh HOME and no AOS_* variables (tests/test_docs_run.py; ~12 minutes
+# scratch folder with a fresh HOME and no AOS_* variables (tests/test_docs_run.py; ~13 minutes
 # on 2 busy cores, so marked `docs` and left out of `make test`). TEST_DOCS_PAGES picks pages
 # (a pytest -k expression): .ci/run runs the README and the worlds page.
 TEST_DOCS_PAGES ?=
