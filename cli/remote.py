@@ -3,7 +3,7 @@
 A command that touches a world either opens it (`--world DIR`, env `AOS_WORLD`, default
 `./.aos`: reads read-only, so they work beside a node that serves it; writes through that
 node when one does) or talks to a node (`--node URL`; env `AOS_NODE` for `aos flow` and
-`aos task`). Precedence (README "Running a world", spec/04 §11): an option given on the
+`aos task`). Precedence (docs/worlds.md, spec/04 §11): an option given on the
 command line wins over the environment; `--world` and `--node` both given is an error
 naming both (`cli.target_conflict`), and so are `AOS_WORLD` and `AOS_NODE` both set when
 neither option is given. For `aos world` and `aos gov`, `--node` only names the node to

@@ -1,6 +1,6 @@
 """Ids by unique prefix: wherever a user gives an id (a proposal's or an intent's hash, a
 human task's intent, an execution id), a prefix that names exactly one of them stands for it
-(README "Running a world"; spec/04 §11).
+(docs/worlds.md; spec/04 §11).
 
 A hash is matched on its digits, with or without `blake3:`. A prefix that names none is the
 caller's own "unknown" error; one that names several is `id.ambiguous` (or a subclass with

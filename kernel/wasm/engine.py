@@ -69,7 +69,7 @@ POOL_CORE_INSTANCES_MAX = 512
 POOL_TABLES_MAX = 512
 POOL_COMPONENT_INSTANCES_MAX = 16
 # Bytes of a linear memory left mapped (and reset in place) when its slot is freed; beyond
-# them pages go back to the OS. Measured (bench/fresh_instance.py, bench/README.md): keeping
+# them pages go back to the OS. Measured (bench/fresh_instance.py, bench/HISTORY.md): keeping
 # 1-32 MiB made a fresh C counter slower (reset per drop > faults saved) and Python components
 # no faster or slower, so none is kept and a freed slot holds no memory.
 POOL_MEMORY_KEEP_RESIDENT_BYTES = 0
