@@ -23,6 +23,7 @@ from aos.kernel.air.model import DefAdapter, DefEffect
 from aos.kernel.air.normalize import normalize
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes, is_hash
+from aos.kernel.signing.signatures import verify_encoded
 from aos.kernel.world.records import ReceiptDigest
 
 RECEIPT_BYTES_MAX_DEFAULT = 1024 * 1024
