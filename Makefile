@@ -77,7 +77,7 @@ test-fast: setup
 test-slow: setup
 	$(TEST_ENV) $(BIN)/python -m pytest -m slow -n $(TEST_JOBS)
 
-# Line coverage of kernel/, flows/ and cli/ over what `make test` runs (~1.5 times its time:
+# Line coverage of kernel/, flows/ and cli/ over what `make test` runs (slower than it:
 # coverage.py traces every line, in the xdist workers and in the nodes, adapters and `aos`
 # commands the tests start); prints the total and each package's figure and writes
 # build/coverage/html/index.html. The guest's code (modules/: the flow interpreter, the SDK)
