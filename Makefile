@@ -81,12 +81,14 @@ test-slow: setup
 # coverage.py traces every line, in the xdist workers and in the nodes, adapters and `aos`
 # commands the tests start); prints the total and each package's figure and writes
 # build/coverage/html/index.html. The guest's code (modules/: the flow interpreter, the SDK)
-# runs inside WASM, where coverage.py cannot see it, so it is not measured. No gate.
+# runs inside WASM, where coverage.py cannot see it, so it is not measured. No gate. Tracing
+# makes CPU-bound tests several times slower (a fuzz test of ~7 s took 165 s here on a loaded
+# machine), so each test has 900 s instead of 300.
 COVERAGE_DATA := build/coverage/.coverage
 coverage: setup
 	rm -rf build/coverage && mkdir -p build/coverage
 	$(WARM_INTERPRETER)
-	$(TEST_ENV) $(BIN)/python -m pytest -m "not ui" -n $(TEST_JOBS) --cov --cov-report=
+	$(TEST_ENV) $(BIN)/python -m pytest -m "not ui" -n $(TEST_JOBS) --timeout=900 --cov --cov-report=
 	$(BIN)/coverage html --data-file=$(COVERAGE_DATA) --quiet
 	@for package in kernel flows cli; do \
 		printf '%-7s %s%%\n' $$package \
