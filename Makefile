@@ -83,12 +83,13 @@ test-slow: setup
 # build/coverage/html/index.html. The guest's code (modules/: the flow interpreter, the SDK)
 # runs inside WASM, where coverage.py cannot see it, so it is not measured. No gate. Tracing
 # makes CPU-bound tests several times slower (a fuzz test of ~7 s took 165 s here on a loaded
-# machine), so each test has 900 s instead of 300.
+# machine), so each test has 900 s instead of 300; a test that fails under tracing (one that
+# races a process it started) is listed, make says "(ignored)", and the figures still print.
 COVERAGE_DATA := build/coverage/.coverage
 coverage: setup
 	rm -rf build/coverage && mkdir -p build/coverage
 	$(WARM_INTERPRETER)
-	$(TEST_ENV) $(BIN)/python -m pytest -m "not ui" -n $(TEST_JOBS) --timeout=900 --cov --cov-report=
+	-$(TEST_ENV) $(BIN)/python -m pytest -m "not ui" -n $(TEST_JOBS) --timeout=900 --cov --cov-report=
 	$(BIN)/coverage html --data-file=$(COVERAGE_DATA) --quiet
 	@for package in kernel flows cli; do \
 		printf '%-7s %s%%\n' $$package \
