@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.pg_cluster import PgCluster, PgClusterError
 from tests.store_backends import (
@@ -23,6 +25,30 @@ from tests.store_backends import (
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+
+# Hypothesis profiles, chosen by HYPOTHESIS_PROFILE: `ci` in `make test` and .ci/run, `dev`
+# otherwise. A test's own `@settings` inherits the profile loaded here (this file is imported
+# before any test module). Neither profile times anything, no deadline and no `too_slow`
+# health check: speed is measured in bench/, never asserted in a test, and a shared machine's
+# timings are noise.
+HYPOTHESIS_CI_EXAMPLES = 200
+HYPOTHESIS_DEV_EXAMPLES = 500
+_UNTIMED: dict[str, Any] = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile(
+    "ci",
+    max_examples=HYPOTHESIS_CI_EXAMPLES,
+    # The same examples on every run, so a CI failure is one anyone can run again; no example
+    # database (a derandomized run has nothing to replay from it, and CI keeps no files).
+    derandomize=True,
+    database=None,
+    # A failure prints `@reproduce_failure(...)`: the failing example, to paste into the test.
+    print_blob=True,
+    **_UNTIMED,
+)
+# More examples, random each run, and the local example database (.hypothesis/), so that a
+# failure found once is tried first the next time.
+settings.register_profile("dev", max_examples=HYPOTHESIS_DEV_EXAMPLES, **_UNTIMED)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def shared_file(*parts: str) -> Path:

@@ -1,12 +1,22 @@
-"""Hypothesis strategies for values in aos's CBOR data model."""
+"""Hypothesis strategies for values in aos's CBOR data model, and `examples_times`, the example
+count of a cheap property."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
+
+
+def examples_times(factor: float, **options: Any) -> settings:
+    """`factor` times the loaded profile's examples (tests/conftest.py: `ci` or `dev`), for a
+    property whose examples are cheap and whose inputs are many: it stays that much stronger
+    than the others under either profile. `options`: other settings of the test."""
+    return settings(max_examples=round(factor * settings.default.max_examples), **options)
+
 
 scalars = st.one_of(
     st.none(),

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
@@ -417,7 +417,6 @@ def _values(json_type: Any) -> st.SearchStrategy[Any]:
     )
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_normalize_is_idempotent(data: st.DataObject) -> None:
     json_type = data.draw(_types)
@@ -433,7 +432,6 @@ def test_normalize_is_idempotent(data: st.DataObject) -> None:
 _SHUFFLE_TYPE = t({"map": {"key": {"text": {}}, "value": {"set": {"dec128": {}}}}})
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.dictionaries(
         st.text(max_size=4),

@@ -275,6 +275,10 @@ def _copy_module(into: Path, *, stray: bool) -> Path:
     return into
 
 
+# Two builds into empty caches (~30 s alone), charged to whichever test uses them first.
+cold_builds_time = pytest.mark.timeout(900)
+
+
 @pytest.fixture(scope="module")
 def two_cold_builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BuildResult]]:
     """The counter built from a clean copy and from a copy with stray files, each into a
@@ -291,6 +295,7 @@ def two_cold_builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[B
     yield built
 
 
+@cold_builds_time
 def test_two_fresh_caches_give_the_same_bytes(two_cold_builds: list[BuildResult]) -> None:
     first, second = two_cold_builds
     assert not first.cached and not second.cached
@@ -303,6 +308,7 @@ def test_two_fresh_caches_give_the_same_bytes(two_cold_builds: list[BuildResult]
     assert record["reproducible"] is True
 
 
+@cold_builds_time
 def test_stray_files_are_not_in_the_component(two_cold_builds: list[BuildResult]) -> None:
     data = two_cold_builds[1].wasm_path.read_bytes()
     names = [b"counter.py~", b".counter.py.swp", b".#counter.py", b"cpython-311.pyc"]
@@ -310,6 +316,7 @@ def test_stray_files_are_not_in_the_component(two_cold_builds: list[BuildResult]
     assert [stray for stray in [*names, *contents] if stray in data] == []
 
 
+@cold_builds_time
 def test_a_cache_hit_keeps_the_recorded_reproducibility(
     two_cold_builds: list[BuildResult],
 ) -> None:
@@ -318,6 +325,7 @@ def test_a_cache_hit_keeps_the_recorded_reproducibility(
     assert hit.cached and hit.reproducible and hit.wasm_hash == first.wasm_hash
 
 
+@cold_builds_time
 def test_the_cli_says_whether_a_build_is_reproducible(
     two_cold_builds: list[BuildResult],
 ) -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import cbor2
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
-from tests.strategies import same_value, values
+from tests.strategies import examples_times, same_value, values
 
 
 def _oracle(raw: bytes) -> tuple[str, Any]:
@@ -54,14 +54,14 @@ def test_canonical_encodings_decode_to_the_same_value(value: Any) -> None:
     assert same_value(cbor.decode(raw), value)
 
 
-@settings(max_examples=500)
+@examples_times(2.5)  # cheap: two decodes of up to 64 random bytes (500 under ci)
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_are_judged_as_before(data: bytes) -> None:
     _agree(data)
     _agree(cbor.SELF_DESCRIBE_PREFIX + data)
 
 
-@settings(max_examples=400)
+@examples_times(2)  # cheap, and each value has many mutations (400 under ci)
 @given(values, st.data())
 def test_mutated_and_extended_encodings_are_judged_as_before(
     value: Any, data: st.DataObject
@@ -112,7 +112,7 @@ def test_chained_decoding_of_canonical_bytes_gives_decodes_value(value: Any) -> 
     assert same_value(cbor.decode_chained(raw), cbor.decode(raw))
 
 
-@settings(max_examples=300)
+@examples_times(1.5)  # cheap: decodes of up to 64 random bytes (300 under ci)
 @given(st.binary(max_size=64))
 def test_chained_decoding_refuses_what_it_cannot_decode_with_decodes_code(data: bytes) -> None:
     """It skips the canonical checks (the chain vouches for the bytes), never the decoding:

@@ -6,11 +6,11 @@ import random
 from typing import Any
 
 import cbor2
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
-from tests.strategies import keys, same_value, scalars, values
+from tests.strategies import examples_times, keys, same_value, scalars, values
 
 
 @given(values)
@@ -39,7 +39,7 @@ def test_map_keys_are_in_length_then_bytewise_order(value: Any) -> None:
         ]
 
 
-@settings(max_examples=500)
+@examples_times(2.5)  # cheap: one decode of up to 64 random bytes (500 under ci)
 @given(st.binary(max_size=64))
 def test_strict_decode_raises_only_typed_errors(data: bytes) -> None:
     for candidate in (data, cbor.SELF_DESCRIBE_PREFIX + data):
@@ -55,7 +55,7 @@ def test_strict_decode_raises_only_typed_errors(data: bytes) -> None:
                 assert reencoded == candidate
 
 
-@settings(max_examples=300)
+@examples_times(1.5)  # cheap, and each value has many mutations (300 under ci)
 @given(values, st.data())
 def test_mutated_encodings_decode_canonically_or_fail_typed(
     value: Any, data: st.DataObject
@@ -111,7 +111,7 @@ def _maps(value: Any) -> list[dict[Any, Any]]:
     return found
 
 
-@settings(max_examples=400)
+@examples_times(2)  # cheap, and each value has many insertion orders (400 under ci)
 @given(values, st.randoms(use_true_random=False))
 def test_canonical_body_is_cbor2_canonical_mode_in_any_insertion_order(
     value: Any, rng: random.Random

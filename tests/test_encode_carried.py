@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
@@ -41,7 +41,6 @@ stamps = st.builds(
 # Records around carried bytes
 
 
-@settings(max_examples=200)
 @given(texts, values, stamps, st.one_of(st.none(), texts))
 def test_an_ingress_record_around_its_carried_value_is_the_record_encoded_whole(
     schema: str, value: Any, stamp: Stamp, key: str | None
@@ -62,7 +61,6 @@ def test_a_stamp_not_as_the_kernel_builds_it_is_encoded_with_the_walk(
         assert carried.encode() == cbor.encode(carried.to_value())
 
 
-@settings(max_examples=200)
 @given(texts, values, st.integers(0, 2**40), st.integers(0, 2**20))
 def test_a_derived_record_around_its_carried_value_is_the_record_encoded_whole(
     schema: str, value: Any, cause: int, index: int
@@ -87,7 +85,6 @@ def test_encode_ordered_refuses_what_is_neither_data_nor_an_encoded_part() -> No
 # The step's input envelope
 
 
-@settings(max_examples=200)
 @given(
     st.one_of(st.none(), values),
     texts,

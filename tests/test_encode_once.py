@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_bytes
@@ -21,7 +21,6 @@ from tests.test_world import EVENT, create, inc
 
 
 @given(values)
-@settings(max_examples=200)
 def test_encode_built_is_encode_for_every_value_of_the_data_model(value: Any) -> None:
     assert cbor.encode_built(value) == cbor.encode(value)
 

@@ -7,11 +7,12 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aos.kernel.text import jsontext
 from aos.kernel.text.jsontext import JsonInvalidError, JsonTooDeepError, JsonTooLargeError
+from tests.strategies import examples_times
 
 json_values = st.recursive(
     st.none()
@@ -29,7 +30,7 @@ def nested(depth: int, *, opener: str = "[", closer: str = "]", inner: str = "")
 
 
 @given(json_values)
-@settings(max_examples=300)
+@examples_times(1.5)  # cheap: one write and one read of a value (300 under ci)
 def test_every_json_value_reads_back_as_itself(value: Any) -> None:
     assert jsontext.parse(json.dumps(value)) == value
     assert jsontext.parse(json.dumps(value).encode()) == value
@@ -105,14 +106,14 @@ def test_size_limit_at_the_edge() -> None:
 
 
 @given(st.binary(max_size=200))
-@settings(max_examples=500)
+@examples_times(2.5)  # cheap: one read of random bytes (500 under ci)
 def test_random_bytes_give_a_value_or_a_typed_error(data: bytes) -> None:
     with contextlib.suppress(JsonInvalidError, JsonTooDeepError):
         jsontext.parse(data, depth_max=8)
 
 
 @given(st.text(alphabet='[]{}":,\\ 1a', max_size=200))
-@settings(max_examples=500)
+@examples_times(2.5)  # cheap: one read of a short text (500 under ci)
 def test_bracket_soup_gives_a_value_or_a_typed_error(text: str) -> None:
     with contextlib.suppress(JsonInvalidError, JsonTooDeepError):
         jsontext.parse(text, depth_max=4)
@@ -127,7 +128,7 @@ def depth_of(value: Any) -> int:
 
 
 @given(json_values, st.integers(min_value=0, max_value=6))
-@settings(max_examples=500)
+@examples_times(2.5)  # cheap: one scan and one read (500 under ci)
 def test_the_depth_scan_agrees_with_the_parsed_depth(value: Any, depth_max: int) -> None:
     text = json.dumps(value)
     if depth_of(value) <= depth_max:

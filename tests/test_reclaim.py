@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
@@ -22,6 +22,7 @@ from aos.kernel.world.cellindex import CellIndex
 from aos.kernel.world.cells import CellTable
 from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.world import WorldLimits
+from tests.strategies import examples_times
 from tests.test_world import COUNTER, EVENT, create, inc, reopen
 from tests.test_world import reset as reset_event
 
@@ -192,7 +193,7 @@ operations = st.lists(
 @example([("a", 1, 0), "flush", ("blob", 0), ("a", 1, 1), "flush"])
 @example([("a", 1, 0), "snapshot", ("a", 1, 1), "flush", "snapshot", "snapshot", "flush"])
 @example([("a", 1, 0), "snapshot", ("a", 1, 1), "flush", ("b", 1, 0), "snapshot", "snapshot"])
-@settings(max_examples=300, deadline=None)
+@examples_times(1.5)  # cheap: in-memory tables and store (300 under ci)
 def test_reclaiming_never_deletes_what_a_root_a_snapshot_or_a_blob_still_names(
     ops: list[Any],
 ) -> None:

@@ -8,11 +8,12 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aos.kernel import cbor as kernel_cbor
 from aos_sdk import cbor as sdk_cbor
+from tests.strategies import examples_times
 
 INT_EDGES = [
     0,
@@ -74,7 +75,7 @@ values = st.recursive(
 )
 
 
-@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@examples_times(3)  # cheap: the guest encoder is the kernel's twin (600 under ci)
 @given(values)
 def test_encode_matches_kernel(value: Any) -> None:
     assert sdk_cbor.encode(value) == kernel_cbor.encode(value)
@@ -83,7 +84,7 @@ def test_encode_matches_kernel(value: Any) -> None:
     )
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@examples_times(2)  # cheap: one encode and two decodes (400 under ci)
 @given(values)
 def test_decode_round_trips_like_kernel(value: Any) -> None:
     data = kernel_cbor.encode(value)
@@ -92,7 +93,6 @@ def test_decode_round_trips_like_kernel(value: Any) -> None:
     assert kernel_cbor.encode(kernel_cbor.decode(data)) == sdk_cbor.encode(decoded)
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(values, max_size=30))
 def test_a_list_from_its_items_encodings_is_the_lists_encoding(items: list[Any]) -> None:
     assert sdk_cbor.encode_list([sdk_cbor.encode(i) for i in items]) == kernel_cbor.encode(items)
@@ -180,7 +180,7 @@ def test_decode_rejects_what_kernel_rejects(data: bytes) -> None:
         kernel_cbor.decode(data)
 
 
-@settings(max_examples=500)
+@examples_times(2.5)  # cheap: two decodes of up to 24 random bytes (500 under ci)
 @given(st.binary(max_size=24))
 def test_decode_acceptance_matches_kernel_on_arbitrary_bytes(tail: bytes) -> None:
     data = b"\xd9\xd9\xf7" + tail
@@ -226,7 +226,7 @@ def test_decode_checks_canonical_form_while_reading(data: bytes) -> None:
     assert sdk_caught.value.code == kernel_caught.value.code
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@examples_times(1.5)  # cheap, and each value has many mutations (300 under ci)
 @given(values, st.data())
 def test_decode_acceptance_matches_kernel_on_mutated_encodings(value: Any, data: Any) -> None:
     """Canonical encodings with one byte changed: mostly near misses (a head one width too
@@ -325,7 +325,7 @@ def _with_tuples(value: Any) -> Any:
     return value
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@examples_times(2)  # cheap: a decode and a copy (400 under ci)
 @given(values)
 def test_decoded_copy_is_what_decoding_gives(value: Any) -> None:
     expected = _shape(sdk_cbor.decode(sdk_cbor.encode(value)))
@@ -343,7 +343,7 @@ def test_decoded_copy_shares_no_container() -> None:
     assert inner == {"b": [1, 2], "a": {}}
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@examples_times(2)  # cheap: two encodes and a copy (400 under ci)
 @given(values)
 def test_encode_copied_is_encode_and_decoded_copy(value: Any) -> None:
     for given_value in (value, _with_tuples(value)):

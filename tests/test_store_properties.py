@@ -21,7 +21,7 @@ from tests.strategies import same_value, values
 KIB = 1024
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)  # costly: a store opened per example, on each backend
 @given(st.lists(st.lists(values, min_size=1, max_size=8), min_size=1, max_size=6))
 def test_random_batches_read_back_in_order(open_any: StoreOpener, batches: list[list[Any]]) -> None:
     with tempfile.TemporaryDirectory() as world, open_any(world) as store:
@@ -39,7 +39,7 @@ def test_random_batches_read_back_in_order(open_any: StoreOpener, batches: list[
         )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)  # costly: a store opened per example, on each backend
 @given(values)
 def test_put_value_round_trips_any_value(open_any: StoreOpener, value: Any) -> None:
     with tempfile.TemporaryDirectory() as world, open_any(world) as store:
@@ -149,8 +149,9 @@ def pg_machine(pg_store_dsn: str) -> None:
     PgStoreMachine.opener = staticmethod(pg_opener(pg_store_dsn))
 
 
-StoreMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=15, deadline=None)
+# Costly: each walk opens a world and reopens it along the way.
+StoreMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=15)
 # Fewer walks on the server: each opens a world and reconnects at every `reopen`.
-PgStoreMachine.TestCase.settings = settings(max_examples=12, stateful_step_count=15, deadline=None)
+PgStoreMachine.TestCase.settings = settings(max_examples=12, stateful_step_count=15)
 test_store_machine = StoreMachine.TestCase
 test_pg_store_machine = pytest.mark.usefixtures("pg_machine")(PgStoreMachine.TestCase)

@@ -75,7 +75,7 @@ def _native(events: list[dict[str, Any]]) -> list[bytes]:
     return outputs
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)  # costly: each example steps a WASM module twice per event
 @given(st.lists(counter_events, max_size=25))
 def test_checked_applies_exactly_what_strict_applies(events: list[dict[str, Any]]) -> None:
     module = _counter()

@@ -6,7 +6,7 @@ import contextlib
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
@@ -91,7 +91,6 @@ _embedded_values = st.recursive(
 ).map(cbor.encode)
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     state=st.none() | _embedded_values,
     schema=st.text(max_size=300),

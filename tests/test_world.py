@@ -318,9 +318,9 @@ counter_events = st.lists(
 )
 
 
-@settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+# Costly (worlds created per example: 15 examples); every example works in a scratch folder
+# of its own under the one tmp_path, so the fixture being shared is intended.
+@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(counter_events, st.integers(1, 10))
 def test_keyed_isolation(tmp_path: Path, events: list[dict[str, Any]], batch: int) -> None:
     """Any interleaving over many keys, delivered in batches, gives each cell the state of

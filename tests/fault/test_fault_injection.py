@@ -23,6 +23,8 @@ KILLS = 10
 FRESH_EVERY = 5  # two worlds: creation, growth across kills and retirement are all covered
 
 
+# ~20 s alone: ten kills, each followed by a reopen and a replay check.
+@pytest.mark.timeout(900)
 def test_sigkill_at_random_and_named_points_loses_nothing(tmp_path: Path) -> None:
     # A fresh seed each run widens coverage over time; a failure names it (AOS_FAULT_SEED=...).
     seed = int(os.environ.get("AOS_FAULT_SEED", random.SystemRandom().getrandbits(32)))
@@ -36,6 +38,8 @@ PG_KILLS = 4
 PG_RESTARTS = 2  # one lane: the draw decides the modes; `make fault-ci` runs both
 
 
+# ~25-40 s alone: a PostgreSQL cluster of its own, killed children and restarted servers.
+@pytest.mark.timeout(900)
 def test_on_postgresql_kills_and_server_restarts_lose_nothing(tmp_path: Path) -> None:
     seed = int(os.environ.get("AOS_FAULT_SEED", random.SystemRandom().getrandbits(32)))
     summary = harness.run(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from aos_flow import compact
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aos.kernel import cbor
@@ -105,7 +105,6 @@ def _is(value: Any, default: Any) -> bool:
 FIELDS = sorted({key for table in TABLES.values() for key in table} | {"id", "x"})
 
 
-@settings(max_examples=200)
 @given(
     st.sampled_from(sorted(TABLES)),
     st.dictionaries(st.sampled_from(FIELDS), st.sampled_from(NEAR), max_size=12),

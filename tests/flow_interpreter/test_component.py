@@ -27,6 +27,10 @@ from tests.flow_interpreter.harness import (
     task,
 )
 
+# The module's fixture builds the interpreter into pytest's cache (~35 s, more on a fresh
+# checkout): whichever test a worker runs first here is charged for it.
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture(scope="module")
 def runner(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> StepRunner:

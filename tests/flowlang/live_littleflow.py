@@ -114,7 +114,7 @@ def flows(draw: st.DrawFn) -> str:
     return "\n".join(f"{s};" for s in draw(st.permutations(body)))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)  # costly: each example is sent to littleflow, in its process
 @given(text=flows())
 def test_random_texts_of_littleflows_grammar_agree_where_it_accepts_them(
     peer: Peer, text: str

@@ -13,6 +13,7 @@ from aos.flows.define import flowlang
 from aos.flows.define.cfd import load_definition
 from aos.flows.define.flowlang.graph import Graph
 from aos.kernel.errors import AosError
+from tests.strategies import examples_times
 
 NAMES = st.sampled_from(["A", "B", "c-1", "my:peel-banana", "echo", "x_2"])
 PARAMS = st.one_of(
@@ -74,7 +75,7 @@ def _shape(graph: Graph) -> tuple[Any, ...]:
     return (sorted(nodes), sorted(graph.edges))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)  # costly: a flow parsed, printed and parsed again, up to 0.8 s
 @given(flows())
 def test_fmt_round_trips_to_the_same_graph(text: str) -> None:
     graph = flowlang.graph_of(text)
@@ -86,7 +87,7 @@ def test_fmt_round_trips_to_the_same_graph(text: str) -> None:
 ALPHABET = st.sampled_from([*"AB:→->;|*?`{}[]()<'\"@=# \n-x$", "(-", "-)", "({", "})", "<-", "->"])
 
 
-@settings(max_examples=300, deadline=None)
+@examples_times(1.5)  # cheap: one parse of a short random input (300 under ci)
 @given(st.one_of(st.binary(max_size=200), st.lists(ALPHABET, max_size=40).map("".join)))
 def test_random_input_gives_a_flow_or_a_typed_error(data: bytes | str) -> None:
     try:
@@ -95,7 +96,7 @@ def test_random_input_gives_a_flow_or_a_typed_error(data: bytes | str) -> None:
         assert error.code.startswith("flow.")
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15)  # costly: a flow compiled and checked, up to 5 s
 @given(flows())
 def test_every_well_formed_flow_compiles_to_a_valid_definition(text: str) -> None:
     names = flowlang.graph_of(text).task_names()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aos.flows.define.cfd import (
@@ -31,8 +31,6 @@ from aos.flows.errors import FlowError
 EXAMPLE = Path(__file__).resolve().parents[2] / "flows" / "examples" / "order.flow.yaml"
 EXAMPLE_TEXT = EXAMPLE.read_text()
 EXAMPLE_VALUE = canonical_value(load_definition(EXAMPLE_TEXT))
-
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Words the loader gives meaning to, so random values hit real branches more often.
 WORDS = [
@@ -101,25 +99,21 @@ def check_canonical(defn: FlowDefinition) -> None:
     assert definition_hash(again) == definition_hash(defn)
 
 
-@FUZZ
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes(data: bytes) -> None:
     check_loads(data)
 
 
-@FUZZ
 @given(st.text(max_size=300))
 def test_arbitrary_text(text: str) -> None:
     check_loads(text)
 
 
-@FUZZ
 @given(json_values)
 def test_arbitrary_values_as_json(value: Any) -> None:
     check_loads(json.dumps(value))
 
 
-@FUZZ
 @given(json_values)
 def test_arbitrary_values_as_yaml(value: Any) -> None:
     check_loads(yaml.safe_dump(value))
@@ -187,13 +181,11 @@ def _mutate_list(draw: st.DrawFn, container: list[Any], operation: str) -> None:
         container[index] = draw(json_values)
 
 
-@FUZZ
 @given(mutated())
 def test_mutated_definitions(value: Any) -> None:
     check_loads(json.dumps(value))
 
 
-@FUZZ
 @given(st.data())
 def test_mutated_text(data: st.DataObject) -> None:
     raw = bytearray(EXAMPLE_TEXT.encode())
@@ -211,7 +203,6 @@ def test_mutated_text(data: st.DataObject) -> None:
     check_loads(bytes(raw))
 
 
-@FUZZ
 @given(st.data())
 def test_mutated_canonical_bytes(data: st.DataObject) -> None:
     raw = bytearray(encode_definition(load_definition(EXAMPLE_TEXT)))

@@ -189,6 +189,8 @@ def in_order(names: list[str], wanted: list[str]) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+# The suite's longest test (~45-50 s alone): a node and three adapter processes run a flow.
+@pytest.mark.timeout(900)
 def test_a_flow_on_a_node_with_adapter_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
