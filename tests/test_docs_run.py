@@ -290,6 +290,9 @@ def _postgres(page: Path) -> Iterator[dict[str, str]]:
 
 @pytest.mark.slow
 @pytest.mark.docs
+# A page is one bash session of many `aos` commands (the flows page ~5 minutes on busy cores):
+# its own bound, PAGE_S_MAX, ends it with its output; the per-test limit sits just above.
+@pytest.mark.timeout(PAGE_S_MAX + 60)
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_page_runs(page: Path, tmp_path: Path) -> None:
     with _postgres(page) as server:
