@@ -123,7 +123,7 @@ def parse_limit_pairs(cls: type, pairs: tuple[str, ...]) -> dict[str, Any]:
         if len(pair) > LIMIT_PAIR_CHARS_MAX:
             raise LimitInvalidError(f"--limit is over {LIMIT_PAIR_CHARS_MAX} characters")
         name, equals, text = (part.strip() for part in pair.partition("="))
-        if not equals:
+        if not equals or not name:
             raise LimitInvalidError(f"--limit {pair!r} is not NAME=VALUE")
         field = _known(known, name, "--limit")
         if name in values:

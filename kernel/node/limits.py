@@ -93,9 +93,14 @@ WRITE_BURST_MAX_DEFAULT = 2000
 """Write requests one caller may make at once, after a quiet spell."""
 
 
+LIMIT_CEILING = 2**63 - 1
+"""No node limit is larger: every one fits a signed 64-bit integer (a timer, a socket option,
+a database column)."""
+
+
 def _positive(default: int, help: str) -> Any:
     """A node limit: every one is a positive integer."""
-    return limit(default, help, minimum=1)
+    return limit(default, help, minimum=1, maximum=LIMIT_CEILING)
 
 
 @dataclass(frozen=True)
