@@ -82,7 +82,6 @@ from aos.kernel.node.worlds import (
     valid_name,
     where_first,
 )
-from aos.kernel.store.limits import OWNER_LEASE_MS_DEFAULT, OWNER_LEASE_MS_MIN
 from aos.kernel.store.url import world_location
 
 BIND_DEFAULT = "127.0.0.1:9010"
@@ -114,7 +113,6 @@ class _UpSettings:
     human_adapter: str | None
     human_key: str | None
     takeover: bool
-    owner_lease_ms: int
     node_id: str | None
     insecure_local: bool
     identities_file: str | None
@@ -159,14 +157,6 @@ class _UpSettings:
     is_flag=True,
     help="(PostgreSQL worlds) Take the world from another node whose lease lapsed (a dead "
     "node), waiting at most one --owner-lease-ms for it to lapse.",
-)
-@click.option(
-    "--owner-lease-ms",
-    type=click.IntRange(min=OWNER_LEASE_MS_MIN),
-    default=OWNER_LEASE_MS_DEFAULT,
-    show_default=True,
-    help="(PostgreSQL worlds) How long this node's ownership of the world lasts unrenewed "
-    "(renewed every third); a dead node's world can be taken over after it.",
 )
 @click.option(
     "--node-id",
@@ -393,7 +383,7 @@ class _World:
         ownership = WorldOwnership.claim_world(
             path,
             node_id=settings.node_id,
-            lease_ms=settings.owner_lease_ms,
+            lease_ms=settings.limits.owner_lease_ms,
             takeover=settings.takeover,
         )
         if ownership is not None:

@@ -16,6 +16,7 @@ from aos.kernel.adapters.auth import (
 )
 from aos.kernel.limits_config import limit
 from aos.kernel.node.errors import NodeConfigError
+from aos.kernel.store.limits import OWNER_LEASE_MS_DEFAULT, OWNER_LEASE_MS_MIN
 
 REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
 """Largest request body the node reads (a receipt must also fit the world's own limit)."""
@@ -228,6 +229,14 @@ class NodeLimits:
     )
     adapter_refusal_window_ms: int = _positive(
         ADAPTER_REFUSAL_WINDOW_MS_DEFAULT, "The window of --adapter-receipt-refusals-max."
+    )
+    # The host's ownership of a PostgreSQL world (kernel/store/pg_owner.py, spec/07).
+    owner_lease_ms: int = limit(
+        OWNER_LEASE_MS_DEFAULT,
+        "(PostgreSQL worlds) How long this node's ownership of the world lasts unrenewed "
+        "(renewed every third); a dead node's world can be taken over after it.",
+        minimum=OWNER_LEASE_MS_MIN,
+        maximum=LIMIT_CEILING,
     )
 
     def __post_init__(self) -> None:
