@@ -1,4 +1,4 @@
-"""Limits as data (spec/04-effects.md §10): a field of a `*Limits` dataclass carries its help
+"""Limits as data (spec/04-effects.md §10.1): a field of a `*Limits` dataclass carries its help
 text and its bounds, so that the dataclass is the one place a limit is written. The dataclass
 checks itself against them (`problems`), and the CLI generates from them its `--field-name`
 options, `--limit NAME=VALUE` and the `[limits]` table of a settings file
