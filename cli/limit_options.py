@@ -36,8 +36,8 @@ LIMITS_FILE_BYTES_MAX = 64 * 1024
 LIMITS_TABLE = "limits"
 PRECEDENCE_HELP = "An option beats --limit, which beats --limits-file, which beats the default."
 LIMITS_EPILOG = (
-    "Limits: each is an option (--request-bytes-max N), --limit NAME=VALUE (request_bytes_max=N) "
-    "or a NAME = VALUE line in the [limits] table of a TOML --limits-file. " + PRECEDENCE_HELP
+    "Limits: each is an option (--field-name VALUE), --limit NAME=VALUE (NAME: field_name) or "
+    "a NAME = VALUE line in the [limits] table of a TOML --limits-file. " + PRECEDENCE_HELP
 )
 _EXPLICIT = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
 

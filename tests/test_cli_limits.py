@@ -300,4 +300,4 @@ def test_python_limits_past_their_bounds_refuse_to_be_made() -> None:
     with pytest.raises(AdapterConfigInvalidError, match="cpu_s_max must be at least 1"):
         PythonLimits(cpu_s_max=0)
     with pytest.raises(NodeConfigError, match="lease_ms must be an integer"):
-        NodeLimits(lease_ms=True)  # type: ignore[arg-type]
+        NodeLimits(lease_ms=True)
