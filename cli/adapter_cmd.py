@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, pass_settings
-from aos.cli.limit_options import LIMITS_EPILOG, limit_given, limit_options
+from aos.cli.limit_options import LIMITS_EPILOG, limit_given, limit_options, option_name
 from aos.flows.config import load_config
 from aos.flows.keychain import make_keychain_adapter
 from aos.flows.tools import (
@@ -67,6 +67,7 @@ from aos.kernel.adapters.sdk import (
 )
 from aos.kernel.adapters.signing import generate_seed, public_key_of
 from aos.kernel.air.names import name_problem
+from aos.kernel.limits_config import limit_fields
 
 BUILTIN_KINDS = ("http", "python")
 TOOL_PREFIX = "tool-"
@@ -379,9 +380,7 @@ def _options_given(settings: _RunSettings) -> dict[str, bool]:
         "--file-base": settings.file_base is not None,
         "--no-code": settings.no_code,
         # A settings file may serve adapters of every kind; an option or --limit must fit.
-        "--memory-bytes-max": limit_given("memory_bytes_max"),
-        "--cpu-s-max": limit_given("cpu_s_max"),
-        "--worker-user": limit_given("worker_user"),
+        **{option_name(name): limit_given(name) for name in _PYTHON_LIMITS},
     }
 
 
@@ -427,6 +426,9 @@ def _run_builtin(settings: _RunSettings, options: dict[str, Any], printer: _Prin
             close()
 
 
+_PYTHON_LIMITS = tuple(field.name for field in limit_fields(PythonLimits))
+
+
 _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--effect": BUILTIN_KINDS,
     "--timeout-s": BUILTIN_KINDS,
@@ -440,9 +442,7 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--config": (*TOOL_KINDS, KEYCHAIN_KIND),
     "--file-base": ("tool-file",),
     "--no-code": ("tool-python",),
-    "--memory-bytes-max": PYTHON_KINDS,
-    "--cpu-s-max": PYTHON_KINDS,
-    "--worker-user": PYTHON_KINDS,
+    **{option_name(name): PYTHON_KINDS for name in _PYTHON_LIMITS},
 }
 """The kinds each kind-specific option is for."""
 

@@ -95,6 +95,11 @@ def limit_options(cls: type[T], into: str) -> Callable[[F], F]:
     return decorate
 
 
+def option_name(name: str) -> str:
+    """The option of limit `name`: `request_bytes_max` is `--request-bytes-max`."""
+    return "--" + name.replace("_", "-")
+
+
 def limit_given(name: str) -> bool:
     """Whether the running command's limit `name` was set by its option or by `--limit`."""
     context = click.get_current_context()
@@ -188,7 +193,7 @@ def _limit_option(field: LimitField) -> Callable[[F], F]:
     if field.kind is int:
         kind = click.IntRange(min=field.minimum, max=field.maximum)
     return click.option(
-        "--" + field.name.replace("_", "-"),
+        option_name(field.name),
         field.name,
         type=kind,
         metavar="N" if field.kind is int else "TEXT",

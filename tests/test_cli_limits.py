@@ -21,6 +21,7 @@ from aos.cli.limit_options import (
     LIMIT_PAIRS_MAX,
     LIMITS_FILE_BYTES_MAX,
     limit_options,
+    option_name,
 )
 from aos.cli.main import main
 from aos.kernel.adapters.builtin.python_limits import MEMORY_BYTES_MIN, PythonLimits
@@ -86,7 +87,7 @@ def limits_file(tmp_path: Path, text: str, name: str = "limits.toml") -> str:
 def test_every_limit_has_an_option_named_after_its_field(cls: type) -> None:
     fields = limit_fields(cls)
     options = {opt for param in COMMANDS[cls].params for opt in param.opts}
-    assert {"--" + field.name.replace("_", "-") for field in fields} <= options
+    assert {option_name(field.name) for field in fields} <= options
     assert all(field.help for field in fields)
 
 
@@ -95,7 +96,7 @@ def test_each_limit_is_settable_all_three_ways(
     cls: type, field: LimitField, tmp_path: Path
 ) -> None:
     value = other_value(field)
-    option = "--" + field.name.replace("_", "-")
+    option = option_name(field.name)
     assert resolved(cls=cls)[field.name] == field.default
     assert resolved(option, str(value), cls=cls)[field.name] == value
     assert resolved("--limit", f"{field.name}={value}", cls=cls)[field.name] == value
@@ -290,9 +291,12 @@ def test_adapter_run_refuses_a_bad_python_limit(tmp_path: Path) -> None:
 
 
 def test_the_help_says_the_precedence() -> None:
-    for command in (["node", "up"], ["adapter", "run"]):
+    for command, option in (
+        (["node", "up"], "--request-bytes-max N"),
+        (["adapter", "run"], "--cpu-s-max N"),
+    ):
         text = CliRunner().invoke(main, [*command, "--help"]).output
-        assert "--limits-file" in text and "--limit NAME=VALUE" in text
+        assert "--limits-file" in text and "--limit NAME=VALUE" in text and option in text
         assert "beats --limits-file" in " ".join(text.split())
 
 
