@@ -19,12 +19,14 @@ import re
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from aos.cli.common import emit_json, handles_errors, json_option
+from aos.cli.common import emit_json, handles_errors, json_option, pass_settings
+from aos.cli.limit_options import LIMITS_EPILOG, limit_given, limit_options, option_name
 from aos.flows.define.tool_schema import TOOL_KINDS
 from aos.flows.tools.config import load_config
 from aos.flows.tools.context import HTTP_TIMEOUT_S_MAX_DEFAULT, PYTHON_TIMEOUT_S_MAX_DEFAULT
@@ -61,6 +63,7 @@ from aos.kernel.adapters.sdk import (
     RunSummary,
 )
 from aos.kernel.air.names import name_problem
+from aos.kernel.limits_config import limit_fields
 from aos.kernel.signing.keys import read_seed, write_seed
 from aos.kernel.signing.signatures import generate_seed, public_key_of
 
@@ -142,7 +145,35 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
 # run
 
 
-@adapter_group.command("run")
+@dataclass(frozen=True)
+class _RunSettings:
+    """What `aos adapter run` was given: its options, the python limits resolved from theirs."""
+
+    kind: str
+    nodes: tuple[str, ...]
+    key_file: Path
+    name: str | None
+    effects: tuple[str, ...]
+    concurrency: int
+    lease_wait_ms: int
+    retries: int
+    once: bool
+    timeout_s: float | None
+    timeout_s_max: float | None
+    body_bytes_inline_max: int | None
+    body_bytes_max: int | None
+    url_map: tuple[str, ...]
+    functions: tuple[str, ...]
+    module_paths: tuple[Path, ...]
+    allow: tuple[str, ...]
+    config_file: Path | None
+    file_base: Path | None
+    no_code: bool
+    as_json: bool
+    python: PythonLimits
+
+
+@adapter_group.command("run", epilog=LIMITS_EPILOG)
 @click.argument("kind", type=click.Choice(KINDS))
 @click.option(
     "--node",
@@ -254,24 +285,6 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
     help="tool-python: refuse inline `code` (python.code_refused); only --allow functions run.",
 )
 @click.option(
-    "--memory-bytes-max",
-    type=click.IntRange(min=python_limits.MEMORY_BYTES_MIN),
-    help="python, tool-python: address space of a task's process; past it the call fails "
-    f"with python.memory_exceeded [{python_limits.MEMORY_BYTES_MAX_DEFAULT}].",
-)
-@click.option(
-    "--cpu-s-max",
-    type=click.IntRange(min=1),
-    help="python, tool-python: CPU seconds one call may use; past it the call fails with "
-    f"python.cpu_exceeded [{python_limits.CPU_S_MAX_DEFAULT}].",
-)
-@click.option(
-    "--worker-user",
-    metavar="USER",
-    help="python, tool-python: the user a task's process runs as when the adapter runs as "
-    f"root (never root) [{python_limits.WORKER_USER_DEFAULT}].",
-)
-@click.option(
     "--config",
     "config_file",
     envvar="AOS_FLOW_TOOLS",
@@ -288,32 +301,9 @@ def keygen_command(name: str, out: Path | None, force: bool, as_json: bool) -> N
 )
 @json_option
 @handles_errors
-def run_command(
-    kind: str,
-    nodes: tuple[str, ...],
-    key_file: Path,
-    name: str | None,
-    effects: tuple[str, ...],
-    concurrency: int,
-    lease_wait_ms: int,
-    retries: int,
-    once: bool,
-    timeout_s: float | None,
-    timeout_s_max: float | None,
-    body_bytes_inline_max: int | None,
-    body_bytes_max: int | None,
-    url_map: tuple[str, ...],
-    functions: tuple[str, ...],
-    module_paths: tuple[Path, ...],
-    allow: tuple[str, ...],
-    memory_bytes_max: int | None,
-    cpu_s_max: int | None,
-    worker_user: str | None,
-    config_file: Path | None,
-    file_base: Path | None,
-    no_code: bool,
-    as_json: bool,
-) -> None:
+@limit_options(PythonLimits, into="python")
+@pass_settings(_RunSettings)
+def run_command(settings: _RunSettings) -> None:
     """Run a built-in adapter of KIND against a node: lease the intents of its effects,
     perform them, and post receipts signed with the key in --key.
 
@@ -331,96 +321,101 @@ def run_command(
     tool-file    aos/tool.file@1: read or write a file inside --file-base (flow resources)
     tool-transfer  aos/tool.transfer@1: rows from http, postgres or duckdb into a table
     """
-    node = nodes[0]
-    for url in nodes:
+    for url in settings.nodes:
         if not url.startswith(("http://", "https://")):
             raise click.BadParameter(f"{url!r} is not http(s)://HOST:PORT", param_hint="--node")
-    given = {
-        "--effect": bool(effects),
-        "--timeout-s": timeout_s is not None,
-        "--timeout-s-max": timeout_s_max is not None,
-        "--body-bytes-inline-max": body_bytes_inline_max is not None,
-        "--body-bytes-max": body_bytes_max is not None,
-        "--url-map": bool(url_map),
-        "--function": bool(functions),
-        "--module-path": bool(module_paths),
-        "--allow": bool(allow),
-        # From the environment it is for whichever kind reads it; given here, it must fit.
-        "--config": _given_here("config_file"),
-        "--file-base": file_base is not None,
-        "--no-code": no_code,
-        "--memory-bytes-max": memory_bytes_max is not None,
-        "--cpu-s-max": cpu_s_max is not None,
-        "--worker-user": worker_user is not None,
-    }
-    _check_kind_options(kind, given, name)
+    _check_kind_options(settings.kind, _options_given(settings), settings.name)
     logging.basicConfig(level=logging.WARNING, format="adapter: %(message)s", stream=sys.stderr)
-    seed = read_seed(key_file)
-    printer = _Printer(as_json)
-    limits = _python_limits(memory_bytes_max, cpu_s_max, worker_user)
-    if kind in PYTHON_KINDS:
-        _check_key_hidden(key_file, limits, printer)
+    seed = read_seed(settings.key_file)
+    printer = _Printer(settings.as_json)
+    if settings.kind in PYTHON_KINDS:
+        _check_key_hidden(settings.key_file, settings.python, printer)
     options: dict[str, Any] = {
-        "concurrency": concurrency,
-        "lease_wait_ms": lease_wait_ms,
-        "retry": RetryPolicy(attempts_max=retries),
-        "nodes": nodes[1:],
+        "seed": seed,
+        "node": settings.nodes[0],
+        "name": settings.name,
+        "concurrency": settings.concurrency,
+        "lease_wait_ms": settings.lease_wait_ms,
+        "retry": RetryPolicy(attempts_max=settings.retries),
+        "nodes": settings.nodes[1:],
         "on_outcome": printer.outcome,
     }
-    if kind == KEYCHAIN_KIND:
-        keychain = load_config(config_file).keychain
-        with make_keychain_adapter(
-            seed=seed, node=node, keychain=keychain, name=name, **options
-        ) as adapter:
-            _serve(adapter, once=once, printer=printer, kind=kind)
+    if settings.kind == KEYCHAIN_KIND:
+        keychain = load_config(settings.config_file).keychain
+        adapter = make_keychain_adapter(keychain=keychain, **options)
+    elif settings.kind in TOOL_KINDS:
+        adapter = _tool_adapter(settings, options, printer)
+    else:
+        _run_builtin(settings, options, printer)
         return
-    if kind in TOOL_ADAPTER_KINDS:
-        tool = kind.removeprefix(TOOL_PREFIX)
-        tool_limits: dict[str, Any] = {}
-        if timeout_s_max is not None:
-            tool_limits[f"{tool}_timeout_s_max"] = timeout_s_max
-        if body_bytes_max is not None:
-            tool_limits["http_response_bytes_max"] = body_bytes_max
-        if kind == "tool-file":
-            if file_base is None:
-                raise click.BadParameter(
-                    "tool-file needs --file-base DIR", param_hint="--file-base"
-                )
-            tool_limits["file_base"] = file_base
-        if kind == "tool-python" and not allow:
-            printer.note("no --allow PREFIX: every `function` call is refused (python.not_allowed)")
-        adapter = make_adapter(
-            tool,
-            seed=seed,
-            node=node,
-            name=name,
-            python_allow=allow,
-            python_paths=module_paths,
-            config=load_config(config_file),
-            python_code=not no_code,
-            python_limits=limits,
-            **tool_limits,
-            **options,
-        )
-        with adapter:
-            _serve(adapter, once=once, printer=printer, kind=kind)
-        return
-    assert name is not None  # _check_kind_options
-    adapter = Adapter(name=name, seed=seed, node=node, **options)
     with adapter:
-        if kind == "http":
-            handler, close = _http_handler(
-                adapter, timeout_s, body_bytes_inline_max, body_bytes_max, url_map
-            )
+        _serve(adapter, once=settings.once, printer=printer, kind=settings.kind)
+
+
+def _options_given(settings: _RunSettings) -> dict[str, bool]:
+    """Which kind-specific options the command line gave."""
+    return {
+        "--effect": bool(settings.effects),
+        "--timeout-s": settings.timeout_s is not None,
+        "--timeout-s-max": settings.timeout_s_max is not None,
+        "--body-bytes-inline-max": settings.body_bytes_inline_max is not None,
+        "--body-bytes-max": settings.body_bytes_max is not None,
+        "--url-map": bool(settings.url_map),
+        "--function": bool(settings.functions),
+        "--module-path": bool(settings.module_paths),
+        "--allow": bool(settings.allow),
+        # From the environment it is for whichever kind reads it; given here, it must fit.
+        "--config": _given_here("config_file"),
+        "--file-base": settings.file_base is not None,
+        "--no-code": settings.no_code,
+        # A settings file may serve adapters of every kind; an option or --limit must fit.
+        **{option_name(name): limit_given(name) for name in _PYTHON_LIMITS},
+    }
+
+
+def _tool_adapter(settings: _RunSettings, options: dict[str, Any], printer: _Printer) -> Adapter:
+    tool = settings.kind.removeprefix(TOOL_PREFIX)
+    tool_limits: dict[str, Any] = {}
+    if settings.timeout_s_max is not None:
+        tool_limits[f"{tool}_timeout_s_max"] = settings.timeout_s_max
+    if settings.body_bytes_max is not None:
+        tool_limits["http_response_bytes_max"] = settings.body_bytes_max
+    if settings.kind == "tool-file":
+        if settings.file_base is None:
+            raise click.BadParameter("tool-file needs --file-base DIR", param_hint="--file-base")
+        tool_limits["file_base"] = settings.file_base
+    if settings.kind == "tool-python" and not settings.allow:
+        printer.note("no --allow PREFIX: every `function` call is refused (python.not_allowed)")
+    return make_adapter(
+        tool,
+        python_allow=settings.allow,
+        python_paths=settings.module_paths,
+        config=load_config(settings.config_file),
+        python_code=not settings.no_code,
+        python_limits=settings.python,
+        **tool_limits,
+        **options,
+    )
+
+
+def _run_builtin(settings: _RunSettings, options: dict[str, Any], printer: _Printer) -> None:
+    assert settings.name is not None  # _check_kind_options
+    adapter = Adapter(**options)
+    with adapter:
+        if settings.kind == "http":
+            handler, close = _http_handler(adapter, settings)
         else:
-            handler = _python_handler(timeout_s, functions, module_paths, limits)
+            handler = _python_handler(settings)
             close = _close_nothing
         try:
-            for effect in effects:
+            for effect in settings.effects:
                 adapter.effect(effect)(handler)
-            _serve(adapter, once=once, printer=printer, kind=kind)
+            _serve(adapter, once=settings.once, printer=printer, kind=settings.kind)
         finally:
             close()
+
+
+_PYTHON_LIMITS = tuple(field.name for field in limit_fields(PythonLimits))
 
 
 _OPTION_KINDS: dict[str, tuple[str, ...]] = {
@@ -436,9 +431,7 @@ _OPTION_KINDS: dict[str, tuple[str, ...]] = {
     "--config": (*TOOL_ADAPTER_KINDS, KEYCHAIN_KIND),
     "--file-base": ("tool-file",),
     "--no-code": ("tool-python",),
-    "--memory-bytes-max": PYTHON_KINDS,
-    "--cpu-s-max": PYTHON_KINDS,
-    "--worker-user": PYTHON_KINDS,
+    **{option_name(name): PYTHON_KINDS for name in _PYTHON_LIMITS},
 }
 """The kinds each kind-specific option is for."""
 
@@ -462,59 +455,34 @@ def _check_kind_options(kind: str, given: dict[str, bool], name: str | None) -> 
         raise click.UsageError("a python adapter needs --function [EFFECT=]MODULE:FUNCTION")
 
 
-def _http_handler(
-    adapter: Adapter,
-    timeout_s: float | None,
-    body_bytes_inline_max: int | None,
-    body_bytes_max: int | None,
-    url_map: tuple[str, ...],
-) -> tuple[Handler, Callable[[], None]]:
+def _http_handler(adapter: Adapter, settings: _RunSettings) -> tuple[Handler, Callable[[], None]]:
+    inline_max, body_max = settings.body_bytes_inline_max, settings.body_bytes_max
     http = HttpEffect(
         HttpOptions(
-            timeout_s=timeout_s or HTTP_TIMEOUT_S_DEFAULT,
+            timeout_s=settings.timeout_s or HTTP_TIMEOUT_S_DEFAULT,
             body_bytes_inline_max=(
-                HTTP_BODY_BYTES_INLINE_MAX_DEFAULT
-                if body_bytes_inline_max is None
-                else body_bytes_inline_max
+                HTTP_BODY_BYTES_INLINE_MAX_DEFAULT if inline_max is None else inline_max
             ),
-            body_bytes_max=HTTP_BODY_BYTES_MAX_DEFAULT
-            if body_bytes_max is None
-            else body_bytes_max,
-            url_map=parse_url_map(url_map),
+            body_bytes_max=HTTP_BODY_BYTES_MAX_DEFAULT if body_max is None else body_max,
+            url_map=parse_url_map(settings.url_map),
         ),
         put_blob=adapter.put_blob,  # large bodies go to the world's CAS, named by hash
     )
     return http, http.close
 
 
-def _python_handler(
-    timeout_s: float | None,
-    functions: tuple[str, ...],
-    module_paths: tuple[Path, ...],
-    limits: PythonLimits,
-) -> Handler:
+def _python_handler(settings: _RunSettings) -> Handler:
     options = PythonOptions(
-        functions=parse_functions(functions),
-        module_paths=module_paths,
-        timeout_s=timeout_s or PYTHON_TIMEOUT_S_DEFAULT,
-        limits=limits,
+        functions=parse_functions(settings.functions),
+        module_paths=settings.module_paths,
+        timeout_s=settings.timeout_s or PYTHON_TIMEOUT_S_DEFAULT,
+        limits=settings.python,
     )
     return PythonFunctionEffect(options)
 
 
 def _close_nothing() -> None:
     return None
-
-
-def _python_limits(
-    memory_bytes_max: int | None, cpu_s_max: int | None, worker_user: str | None
-) -> PythonLimits:
-    defaults = PythonLimits()
-    return PythonLimits(
-        memory_bytes_max=memory_bytes_max or defaults.memory_bytes_max,
-        cpu_s_max=cpu_s_max or defaults.cpu_s_max,
-        worker_user=worker_user or defaults.worker_user,
-    )
 
 
 def _check_key_hidden(key_file: Path, limits: PythonLimits, printer: _Printer) -> None:

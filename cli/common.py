@@ -99,6 +99,23 @@ def handles_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def pass_settings(
+    cls: Callable[..., Any],
+) -> Callable[[Callable[[Any], None]], Callable[..., None]]:
+    """Hand a click command its parameters as one settings object, `cls(**params)`, so that
+    its signature stays short however many options it has. Put it under `handles_errors`,
+    which reads `as_json` from the parameters."""
+
+    def decorate(fn: Callable[[Any], None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def command(**params: Any) -> None:
+            fn(cls(**params))
+
+        return command
+
+    return decorate
+
+
 def table(headers: list[str], rows: list[list[Any]]) -> str:
     """A plain aligned text table."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]

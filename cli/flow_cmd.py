@@ -32,6 +32,7 @@ from aos.cli.common import (
     exit_for_execution,
     handles_errors,
     json_option,
+    pass_settings,
     table,
     world_option,
 )
@@ -443,6 +444,27 @@ def _wait_option(what: str) -> Callable[[F], F]:
     )
 
 
+@dataclass(frozen=True)
+class _RunSettings:
+    """What `aos flow run` was given."""
+
+    target: str
+    workload: str | None
+    exec_id: str | None
+    version: int | None
+    local: bool
+    keep: Path | None
+    children: tuple[Path, ...]
+    wait_s: float | None
+    python_allow: tuple[str, ...]
+    config_file: Path | None
+    file_base: Path | None
+    workbook: Path | None
+    world_path: str
+    node_url: str | None
+    as_json: bool
+
+
 @flow_group.command("run", epilog=EXIT_CODES_HELP)
 @click.argument("target")
 @click.option("--workload", default=None, help="The workload: JSON, or @FILE.")
@@ -494,46 +516,30 @@ def _wait_option(what: str) -> Callable[[F], F]:
 @node_option
 @json_option
 @handles_errors
-def run_command(
-    target: str,
-    workload: str | None,
-    exec_id: str | None,
-    version: int | None,
-    local: bool,
-    keep: Path | None,
-    children: tuple[Path, ...],
-    wait_s: float | None,
-    python_allow: tuple[str, ...],
-    config_file: Path | None,
-    file_base: Path | None,
-    workbook: Path | None,
-    world_path: str,
-    node_url: str | None,
-    as_json: bool,
-) -> None:
+@pass_settings(_RunSettings)
+def run_command(settings: _RunSettings) -> None:
     """Start an execution of TARGET: a deployed flow's name, or a definition file (deployed
     first). With --wait, wait for its end. With --local, run it to its end (or its first wait
     for a person or a signal) here: on a scratch world, a new one kept at --keep DIR, or the
     flow world --world names (its deployed flows, such as a `kind: playbook` task's children,
     are there to run)."""
-    value = _workload(workload)
-    if local:
-        _run_local(
-            target,
-            value,
-            exec_id,
-            world_path,
-            _LocalOptions(keep, children, python_allow, config_file, file_base, workbook, as_json),
-        )
+    value = _workload(settings.workload)
+    if settings.local:
+        _run_local(settings, value)
         return
-    if keep is not None or children:
+    if settings.keep is not None or settings.children:
         raise click.UsageError("--keep and --with are for --local")
-    with flow_client(world_path, node_url) as client:
+    target, wait_s = settings.target, settings.wait_s
+    with flow_client(settings.world_path, settings.node_url) as client:
         name = target
         if Path(target).is_file():
-            name = client.deploy(read_definition(Path(target), workbook), source=target).name
-        body = client.run(name, value, exec_id=exec_id, version=version, wait_s=wait_s or 0.0)
-    if as_json:
+            name = client.deploy(
+                read_definition(Path(target), settings.workbook), source=target
+            ).name
+        body = client.run(
+            name, value, exec_id=settings.exec_id, version=settings.version, wait_s=wait_s or 0.0
+        )
+    if settings.as_json:
         emit_json(body.model_dump())
     else:
         click.echo(
@@ -544,22 +550,7 @@ def run_command(
     exit_for_execution(body.status, waited=wait_s is not None)
 
 
-@dataclass(frozen=True)
-class _LocalOptions:
-    """What `run --local` takes beyond the run itself."""
-
-    keep: Path | None
-    children: tuple[Path, ...]
-    python_allow: tuple[str, ...]
-    config_file: Path | None
-    file_base: Path | None
-    workbook: Path | None
-    as_json: bool
-
-
-def _run_local(
-    target: str, workload: Any, exec_id: str | None, world_path: str, options: _LocalOptions
-) -> None:
+def _run_local(options: _RunSettings, workload: Any) -> None:
     from aos.flows.serve.local import LocalAdapters, local_world, run_here
 
     context = click.get_current_context()
@@ -567,16 +558,21 @@ def _run_local(
         raise click.UsageError("--local runs here: leave --node out")
     given = context.get_parameter_source("world_path") == ParameterSource.COMMANDLINE
     config = load_config(options.config_file)
-    definition = read_definition(Path(target), options.workbook)
+    definition = read_definition(Path(options.target), options.workbook)
     children = tuple(read_definition(child, options.workbook) for child in options.children)
-    base = options.file_base or Path(target).resolve().parent
-    world_dir = Path(world_path) if given else None
+    base = options.file_base or Path(options.target).resolve().parent
+    world_dir = Path(options.world_path) if given else None
     with local_world(world_dir=world_dir, keep=options.keep) as (world, keys, kept):
         adapters = LocalAdapters(
             world, keys, python_allow=options.python_allow, config=config, file_base=base
         )
         body = run_here(
-            world, adapters, definition, children=children, workload=workload, exec_id=exec_id
+            world,
+            adapters,
+            definition,
+            children=children,
+            workload=workload,
+            exec_id=options.exec_id,
         )
     body = body.model_copy(update={"world": None if kept is None else str(kept)})
     if options.as_json:

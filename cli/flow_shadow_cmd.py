@@ -24,6 +24,7 @@ from aos.cli.common import (
     emit_json,
     handles_errors,
     json_option,
+    pass_settings,
     progress_bar,
     table,
     world_option,
@@ -36,6 +37,21 @@ from aos.flows.serve.flow_shadow import SHADOW_EXECUTIONS_LIMIT, SHADOW_EXECUTIO
 
 SHOWN_CHARS_MAX = 300
 """How much of a differing value a line of the text report shows (`--json` has it whole)."""
+
+
+@dataclass(frozen=True)
+class _ShadowSettings:
+    """What `aos flow shadow` was given."""
+
+    target: str
+    version: int | None
+    execs: tuple[str, ...]
+    executions_max: int
+    strict: bool
+    workbook: Path | None
+    world_path: str
+    node_url: str | None
+    as_json: bool
 
 
 @flow_group.command("shadow")
@@ -55,43 +71,35 @@ SHOWN_CHARS_MAX = 300
 @node_option
 @json_option
 @handles_errors
-def shadow_command(
-    target: str,
-    version: int | None,
-    execs: tuple[str, ...],
-    executions_max: int,
-    strict: bool,
-    workbook: Path | None,
-    world_path: str,
-    node_url: str | None,
-    as_json: bool,
-) -> None:
+@pass_settings(_ShadowSettings)
+def shadow_command(settings: _ShadowSettings) -> None:
     """Replay the world's history (read-only) with another definition of a flow beside each
     of its executions: which would have made the same decisions on the same inputs, and
     where the others first differ. TARGET is a deployed flow's name (its latest version, or
     --version), or a definition file not deployed. Nothing is journaled; a shadow promises
     nothing about branches the history never took."""
+    target, version = settings.target, settings.version
     is_file = Path(target).is_file()
     if is_file and version is not None:
         raise ops.FlowRequestInvalidError("--version names a deployed version; TARGET is a file")
-    definition = read_definition(Path(target), workbook) if is_file else None
+    definition = read_definition(Path(target), settings.workbook) if is_file else None
     with (
-        flow_client(world_path, node_url) as client,
-        progress_bar("shadowing", as_json=as_json) as progress,
+        flow_client(settings.world_path, settings.node_url) as client,
+        progress_bar("shadowing", as_json=settings.as_json) as progress,
     ):
         report = client.shadow_flow(
             definition.name if definition is not None else target,
             version=version,
             definition=definition,
-            execs=execs,
-            executions_max=executions_max,
+            execs=settings.execs,
+            executions_max=settings.executions_max,
             progress=progress,
         )
-    if as_json:
+    if settings.as_json:
         emit_json(report)
     else:
         _echo_report(report)
-    if strict and report["summary"]["diverge"]:
+    if settings.strict and report["summary"]["diverge"]:
         sys.exit(1)
 
 

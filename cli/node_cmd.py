@@ -4,6 +4,7 @@
                 [--insecure-local] [--identities FILE]
                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
                 [--header-timeout-ms MS] [--connections-max N] [--write-rate-per-s N] ...
+                [--limit NAME=VALUE ...] [--limits-file FILE]   (every NodeLimits field)
                 [--takeover] [--owner-lease-ms MS] [--node-id ID]   (PostgreSQL worlds)
     aos task ls [--assignee U] [--role R] [--status open|claimed] | task show INTENT
     aos task claim INTENT [--role R ...] | task release INTENT
@@ -26,6 +27,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -39,13 +41,14 @@ from aos.cli.common import (
     fail,
     handles_errors,
     json_option,
+    pass_settings,
     table,
 )
+from aos.cli.limit_options import LIMITS_EPILOG, limit_options
 from aos.cli.remote import credentials_options, node_call
 from aos.flows.serve.pages import add_flow_pages
 from aos.flows.serve.routes import add_flow_routes
 from aos.kernel.errors import AosError
-from aos.kernel.node import limits as node_limits
 from aos.kernel.node.app import create_app
 from aos.kernel.node.audit import AuditLog
 from aos.kernel.node.errors import NodeConfigError
@@ -77,9 +80,7 @@ from aos.kernel.node.worlds import (
     valid_name,
     where_first,
 )
-from aos.kernel.signing import request_auth as adapter_auth
 from aos.kernel.signing.keys import read_seed
-from aos.kernel.store.limits import OWNER_LEASE_MS_DEFAULT, OWNER_LEASE_MS_MIN
 from aos.kernel.store.url import world_location
 from aos.kernel.text import jsontext
 
@@ -95,63 +96,34 @@ _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 # --------------------------------------------------------------------------------------------
 # aos node up
 
-TRANSPORT_LIMITS: tuple[tuple[str, int, str], ...] = (
-    (
-        "header_timeout_ms",
-        node_limits.HEADER_TIMEOUT_MS_DEFAULT,
-        "Longest a request's head (request line and headers) may take to arrive; then the "
-        "socket is closed (slowloris).",
-    ),
-    ("header_bytes_max", node_limits.HEADER_BYTES_MAX_DEFAULT, "Largest request head (then 431)."),
-    (
-        "connections_max",
-        node_limits.CONNECTIONS_MAX_DEFAULT,
-        "Most sockets open at once (held below the file limit); one more closes the oldest "
-        "one still sending its head.",
-    ),
-    (
-        "large_bodies_max",
-        node_limits.LARGE_BODIES_MAX_DEFAULT,
-        "Most bodies over --request-bytes-max (blobs, proposals with binaries) read at once.",
-    ),
-    (
-        "proposal_values_max",
-        node_limits.PROPOSAL_VALUES_MAX_DEFAULT,
-        "Most values a CBOR proposal may hold, counted before it is decoded.",
-    ),
-    (
-        "write_rate_per_s",
-        node_limits.WRITE_RATE_PER_S_DEFAULT,
-        "Write requests one caller (peer address) may make per second (then 429).",
-    ),
-    (
-        "write_burst_max",
-        node_limits.WRITE_BURST_MAX_DEFAULT,
-        "Write requests one caller may make at once after a quiet spell.",
-    ),
-)
-"""`NodeLimits` fields `aos node up` takes as --NAME options (spec/04 §9.8, §10)."""
-
-
-def _transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for name, default, text in reversed(TRANSPORT_LIMITS):
-        fn = click.option(
-            "--" + name.replace("_", "-"),
-            name,
-            type=click.IntRange(min=1),
-            default=default,
-            show_default=True,
-            help=text,
-        )(fn)
-    return fn
-
 
 @click.group("node")
 def node_group() -> None:
     """The world host: serve one world to clients and adapters over HTTP."""
 
 
-@node_group.command("up")
+@dataclass(frozen=True)
+class _UpSettings:
+    """What `aos node up` was given: its options, the node's limits resolved from theirs."""
+
+    bind: str
+    tls_cert: str | None
+    tls_key: str | None
+    tls_client_ca: str | None
+    human_adapter: str | None
+    human_key: str | None
+    takeover: bool
+    node_id: str | None
+    insecure_local: bool
+    identities_file: str | None
+    no_sync: bool
+    access_log: bool
+    world_paths: tuple[str, ...]
+    as_json: bool
+    limits: NodeLimits
+
+
+@node_group.command("up", epilog=LIMITS_EPILOG)
 @click.option(
     "--bind",
     default=BIND_DEFAULT,
@@ -174,7 +146,6 @@ def node_group() -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Mutual TLS: every client must present a certificate this CA (PEM) signed.",
 )
-@_transport_options
 @click.option("--human-adapter", metavar="NAME", help="Host this adapter as a human task inbox.")
 @click.option(
     "--human-key",
@@ -182,108 +153,10 @@ def node_group() -> None:
     help="The human adapter's key file (64 hex digits, as `aos adapter keygen` writes).",
 )
 @click.option(
-    "--lease-ms",
-    type=int,
-    default=node_limits.LEASE_MS_DEFAULT,
-    show_default=True,
-    help="How long a leased intent stays with its adapter before it is handed out again.",
-)
-@click.option(
-    "--request-bytes-max",
-    type=int,
-    default=node_limits.REQUEST_BYTES_MAX_DEFAULT,
-    show_default=True,
-    help="Largest request body.",
-)
-@click.option(
-    "--request-body-ms-max",
-    type=click.IntRange(min=1),
-    default=node_limits.REQUEST_BODY_MS_MAX_DEFAULT,
-    show_default=True,
-    help="Longest a request body may take to arrive after its headers (then 408).",
-)
-@click.option(
-    "--blob-bytes-max",
-    type=int,
-    default=node_limits.BLOB_BYTES_MAX_DEFAULT,
-    show_default=True,
-    help="Largest blob an adapter may upload (POST /v1/blobs).",
-)
-@click.option(
-    "--proposal-bytes-max",
-    type=click.IntRange(min=1),
-    default=node_limits.PROPOSAL_BYTES_MAX_DEFAULT,
-    show_default=True,
-    help="Largest proposal (patch and module binaries) `aos gov propose` may send.",
-)
-@click.option(
-    "--shadow-ms-max",
-    type=click.IntRange(min=1),
-    default=node_limits.SHADOW_MS_MAX_DEFAULT,
-    show_default=True,
-    help="Longest one shadow (`aos gov shadow` through the node) may run.",
-)
-@click.option(
-    "--host-batch-max",
-    type=int,
-    default=node_limits.HOST_BATCH_MAX_DEFAULT,
-    show_default=True,
-    help="Most queued receipts and events run to idle and flushed together (group commit).",
-)
-@click.option(
-    "--leases-per-request-max",
-    type=int,
-    default=node_limits.LEASES_PER_REQUEST_MAX_DEFAULT,
-    show_default=True,
-)
-@click.option(
-    "--long-poll-ms-max",
-    type=int,
-    default=node_limits.LONG_POLL_MS_MAX_DEFAULT,
-    show_default=True,
-    help="Longest wait_ms a lease request may ask for.",
-)
-@click.option(
-    "--timer-tick-ms",
-    type=int,
-    default=node_limits.TIMER_TICK_MS_DEFAULT,
-    show_default=True,
-    help="Tick interval of a wall-clock world while a timer is pending.",
-)
-@click.option(
-    "--adapter-request-skew-ms-max",
-    type=int,
-    default=adapter_auth.ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT,
-    show_default=True,
-    help="How far a signed adapter request's timestamp may be from this host's clock.",
-)
-@click.option(
-    "--adapter-receipt-refusals-max",
-    type=int,
-    default=adapter_auth.ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT,
-    show_default=True,
-    help="Refused receipts one adapter may cause per --adapter-refusal-window-ms.",
-)
-@click.option(
-    "--adapter-refusal-window-ms",
-    type=int,
-    default=adapter_auth.ADAPTER_REFUSAL_WINDOW_MS_DEFAULT,
-    show_default=True,
-    help="The window of --adapter-receipt-refusals-max.",
-)
-@click.option(
     "--takeover",
     is_flag=True,
     help="(PostgreSQL worlds) Take the world from another node whose lease lapsed (a dead "
     "node), waiting at most one --owner-lease-ms for it to lapse.",
-)
-@click.option(
-    "--owner-lease-ms",
-    type=click.IntRange(min=OWNER_LEASE_MS_MIN),
-    default=OWNER_LEASE_MS_DEFAULT,
-    show_default=True,
-    help="(PostgreSQL worlds) How long this node's ownership of the world lasts unrenewed "
-    "(renewed every third); a dead node's world can be taken over after it.",
 )
 @click.option(
     "--node-id",
@@ -320,84 +193,29 @@ def node_group() -> None:
 )
 @json_option
 @handles_errors
-def up_command(
-    bind: str,
-    tls_cert: str | None,
-    tls_key: str | None,
-    tls_client_ca: str | None,
-    human_adapter: str | None,
-    human_key: str | None,
-    lease_ms: int,
-    request_bytes_max: int,
-    request_body_ms_max: int,
-    blob_bytes_max: int,
-    proposal_bytes_max: int,
-    shadow_ms_max: int,
-    host_batch_max: int,
-    leases_per_request_max: int,
-    long_poll_ms_max: int,
-    timer_tick_ms: int,
-    adapter_request_skew_ms_max: int,
-    adapter_receipt_refusals_max: int,
-    adapter_refusal_window_ms: int,
-    takeover: bool,
-    owner_lease_ms: int,
-    node_id: str | None,
-    insecure_local: bool,
-    identities_file: str | None,
-    no_sync: bool,
-    access_log: bool,
-    world_paths: tuple[str, ...],
-    as_json: bool,
-    **transport_limits: int,
-) -> None:
+@limit_options(NodeLimits, into="limits")
+@pass_settings(_UpSettings)
+def up_command(settings: _UpSettings) -> None:
     """Serve the world (or several) over HTTP until SIGINT or SIGTERM, then close it.
 
     Clients send events and read state, cells and the journal; adapters lease intents and
     post signed receipts; people complete human tasks (`aos task`). The API is described at
     /openapi.json (and browsable at /docs); a web inspector is at /ui (its actions behind the same scopes).
     """
-    host, port = _bind(bind)
-    if insecure_local and not _is_loopback(host):
-        raise InsecureBindError(f"--insecure-local with --bind {bind}: not a loopback address")
-    tls = TlsFiles.given(tls_cert, tls_key, tls_client_ca)
-    if (human_adapter is None) != (human_key is None):
-        raise click.UsageError("give --human-adapter and --human-key together")
-    human = None
-    if human_adapter is not None and human_key is not None:
-        human = HumanAdapter(human_adapter, read_seed(human_key))
-    limits = NodeLimits(
-        lease_ms=lease_ms,
-        request_bytes_max=request_bytes_max,
-        request_body_ms_max=request_body_ms_max,
-        blob_bytes_max=blob_bytes_max,
-        proposal_bytes_max=proposal_bytes_max,
-        shadow_ms_max=shadow_ms_max,
-        host_batch_max=host_batch_max,
-        leases_per_request_max=leases_per_request_max,
-        long_poll_ms_max=long_poll_ms_max,
-        timer_tick_ms=timer_tick_ms,
-        adapter_request_skew_ms_max=adapter_request_skew_ms_max,
-        adapter_receipt_refusals_max=adapter_receipt_refusals_max,
-        adapter_refusal_window_ms=adapter_refusal_window_ms,
-        **transport_limits,
-    )
-    multi = len(world_paths) > 1
-    names = _mount_names(world_paths) if multi else [""]
+    host, port = _bind(settings.bind)
+    if settings.insecure_local and not _is_loopback(host):
+        raise InsecureBindError(
+            f"--insecure-local with --bind {settings.bind}: not a loopback address"
+        )
+    tls = TlsFiles.given(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    human = _human(settings.human_adapter, settings.human_key)
+    multi = len(settings.world_paths) > 1
+    names = _mount_names(settings.world_paths) if multi else [""]
     servers: list[_NodeServer] = []
     worlds: list[_World] = []
     with contextlib.ExitStack() as closing:  # every world is closed, even if one fails to
-        for world_path, name in zip(world_paths, names, strict=True):
-            authority = _door(world_path, identities_file, insecure_local)
-            open_node = _opener(world_path, limits, human, not no_sync, authority)
-            worlds.append(
-                _World.open(
-                    world_path, name, open_node, servers, worlds, node_id, owner_lease_ms, takeover
-                )
-            )
-            # Only a world this process now serves gets its first admin: a refused start
-            # (another node owns it) must make nobody, least of all one whose token no one saw.
-            worlds[-1].first_token = _first_admin(world_path, authority)
+        for world_path, name in zip(settings.world_paths, names, strict=True):
+            worlds.append(_open_world(world_path, name, settings, human, servers, worlds))
             closing.callback(worlds[-1].close)
         app = _process_app(worlds) if multi else worlds[0].app
         config = uvicorn.Config(
@@ -405,14 +223,15 @@ def up_command(
             host=host,
             port=port,
             log_level="warning",
-            access_log=access_log,
+            access_log=settings.access_log,
             lifespan="off",
-            timeout_graceful_shutdown=max(1, limits.shutdown_grace_ms // 1000),
-            http=bounded_protocol(limits, raise_open_files_limit()),
+            timeout_graceful_shutdown=max(1, settings.limits.shutdown_grace_ms // 1000),
+            http=bounded_protocol(settings.limits, raise_open_files_limit()),
             backlog=LISTEN_BACKLOG,
             **uvicorn_options(tls),
         )
         nodes = [world.node for world in worlds]
+        as_json = settings.as_json
         server = _NodeServer(config, nodes, lambda url: _announce(url, worlds, human, as_json))
         servers.append(server)
         # Once it listens, each world's owner record tells the CLI to write through it.
@@ -422,10 +241,35 @@ def up_command(
     lost = [world.lost for world in worlds if world.lost is not None]
     if lost and len(lost) == len(worlds):
         raise lost[0]
-    if not as_json:
+    if not settings.as_json:
         click.echo(
             "aos node: stopped, world closed" if not multi else "aos node: stopped, worlds closed"
         )
+
+
+def _human(adapter: str | None, key_file: str | None) -> HumanAdapter | None:
+    if (adapter is None) != (key_file is None):
+        raise click.UsageError("give --human-adapter and --human-key together")
+    if adapter is None or key_file is None:
+        return None
+    return HumanAdapter(adapter, read_seed(key_file))
+
+
+def _open_world(
+    world_path: str,
+    name: str,
+    settings: _UpSettings,
+    human: HumanAdapter | None,
+    servers: list[_NodeServer],
+    worlds: list[_World],
+) -> _World:
+    authority = _door(world_path, settings.identities_file, settings.insecure_local)
+    open_node = _opener(world_path, settings.limits, human, not settings.no_sync, authority)
+    world = _World.open(world_path, name, open_node, servers, worlds, settings)
+    # Only a world this process now serves gets its first admin: a refused start (another
+    # node owns it) must make nobody, least of all one whose token no one saw.
+    world.first_token = _first_admin(world_path, authority)
+    return world
 
 
 def _listening(url: str, worlds: list[_World]) -> None:
@@ -531,15 +375,16 @@ class _World:
         open_node: Callable[[], Node],
         servers: list[_NodeServer],
         worlds: list[_World],
-        node_id: str | None,
-        lease_ms: int,
-        takeover: bool,
+        settings: _UpSettings,
     ) -> _World:
         """Claim (PostgreSQL) and open the world. Its lease is renewed from the take on, so a
         slow open (a recovery) keeps it; a lost lease stops the process when it serves this
         world only or has lost them all, else this world's routes answer the loss."""
         ownership = WorldOwnership.claim_world(
-            path, node_id=node_id, lease_ms=lease_ms, takeover=takeover
+            path,
+            node_id=settings.node_id,
+            lease_ms=settings.limits.owner_lease_ms,
+            takeover=settings.takeover,
         )
         if ownership is not None:
             ownership.keep(lambda _: _on_lost(path, name, servers, worlds))

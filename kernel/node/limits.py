@@ -1,11 +1,14 @@
-"""Bounds of a world host. Every one is a named default that `NodeLimits` (and so
-`aos node up`) can override; crossing one is a typed error (`node.limit_exceeded`,
-`request.too_large`), never a silent clamp."""
+"""Bounds of a world host. Every one is a named default that `NodeLimits` can override, and so
+`aos node up`, whose options are generated from its fields (kernel/limits_config.py); crossing
+one is a typed error (`node.limit_exceeded`, `request.too_large`), never a silent clamp."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from aos.kernel import limits_config
+from aos.kernel.limits_config import limit
 from aos.kernel.node.errors import NodeConfigError
 from aos.kernel.signing.request_auth import (
     ADAPTER_NONCES_MAX_DEFAULT,
@@ -13,6 +16,7 @@ from aos.kernel.signing.request_auth import (
     ADAPTER_REFUSAL_WINDOW_MS_DEFAULT,
     ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT,
 )
+from aos.kernel.store.limits import OWNER_LEASE_MS_DEFAULT, OWNER_LEASE_MS_MIN
 
 REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
 """Largest request body the node reads (a receipt must also fit the world's own limit)."""
@@ -90,50 +94,151 @@ WRITE_BURST_MAX_DEFAULT = 2000
 """Write requests one caller may make at once, after a quiet spell."""
 
 
+LIMIT_CEILING = 2**63 - 1
+"""No node limit is larger: every one fits a signed 64-bit integer (a timer, a socket option,
+a database column)."""
+
+
+def _positive(default: int, help: str) -> Any:
+    """A node limit: every one is a positive integer."""
+    return limit(default, help, minimum=1, maximum=LIMIT_CEILING)
+
+
 @dataclass(frozen=True)
 class NodeLimits:
-    request_bytes_max: int = REQUEST_BYTES_MAX_DEFAULT
-    blob_bytes_max: int = BLOB_BYTES_MAX_DEFAULT
-    proposal_bytes_max: int = PROPOSAL_BYTES_MAX_DEFAULT
-    shadow_ms_max: int = SHADOW_MS_MAX_DEFAULT
-    request_body_ms_max: int = REQUEST_BODY_MS_MAX_DEFAULT
-    json_depth_max: int = JSON_DEPTH_MAX_DEFAULT
-    leases_per_request_max: int = LEASES_PER_REQUEST_MAX_DEFAULT
-    long_poll_ms_max: int = LONG_POLL_MS_MAX_DEFAULT
-    cell_waiters_max: int = CELL_WAITERS_MAX_DEFAULT
-    lease_ms: int = LEASE_MS_DEFAULT
-    timer_tick_ms: int = TIMER_TICK_MS_DEFAULT
-    journal_records_per_request_max: int = JOURNAL_RECORDS_PER_REQUEST_MAX_DEFAULT
-    journal_scan_records_max: int = JOURNAL_SCAN_RECORDS_MAX_DEFAULT
-    journal_scan_records_per_turn: int = JOURNAL_SCAN_RECORDS_PER_TURN_DEFAULT
-    cells_per_request_max: int = CELLS_PER_REQUEST_MAX_DEFAULT
-    tasks_per_request_max: int = TASKS_PER_REQUEST_MAX_DEFAULT
-    events_per_request_max: int = EVENTS_PER_REQUEST_MAX_DEFAULT
-    value_bytes_shown_max: int = VALUE_BYTES_SHOWN_MAX_DEFAULT
-    state_replay_records_max: int = STATE_REPLAY_RECORDS_MAX_DEFAULT
-    tail_streams_max: int = TAIL_STREAMS_MAX_DEFAULT
-    tail_poll_ms: int = TAIL_POLL_MS_DEFAULT
-    tail_stream_ms_max: int = TAIL_STREAM_MS_MAX_DEFAULT
-    host_queue_max: int = HOST_QUEUE_MAX_DEFAULT
-    host_batch_max: int = HOST_BATCH_MAX_DEFAULT
-    shutdown_grace_ms: int = SHUTDOWN_GRACE_MS_DEFAULT
+    """The bounds of one world host; `aos node up` takes each as `--field-name`, as
+    `--limit NAME=VALUE` and from a settings file's `[limits]` (spec/04 §10)."""
+
+    request_bytes_max: int = _positive(REQUEST_BYTES_MAX_DEFAULT, "Largest request body.")
+    blob_bytes_max: int = _positive(
+        BLOB_BYTES_MAX_DEFAULT, "Largest blob an adapter may upload (POST /v1/blobs)."
+    )
+    proposal_bytes_max: int = _positive(
+        PROPOSAL_BYTES_MAX_DEFAULT,
+        "Largest proposal (patch and module binaries) `aos gov propose` may send.",
+    )
+    shadow_ms_max: int = _positive(
+        SHADOW_MS_MAX_DEFAULT, "Longest one shadow (`aos gov shadow` through the node) may run."
+    )
+    request_body_ms_max: int = _positive(
+        REQUEST_BODY_MS_MAX_DEFAULT,
+        "Longest a request body may take to arrive after its headers (then 408).",
+    )
+    json_depth_max: int = _positive(
+        JSON_DEPTH_MAX_DEFAULT, "Deepest JSON a request body or query value may nest."
+    )
+    leases_per_request_max: int = _positive(
+        LEASES_PER_REQUEST_MAX_DEFAULT, "Most intents one lease request may get."
+    )
+    long_poll_ms_max: int = _positive(
+        LONG_POLL_MS_MAX_DEFAULT, "Longest wait_ms a lease request may ask for."
+    )
+    cell_waiters_max: int = _positive(
+        CELL_WAITERS_MAX_DEFAULT, "Requests waiting at once for a cell to step (then node.busy)."
+    )
+    lease_ms: int = _positive(
+        LEASE_MS_DEFAULT,
+        "How long a leased intent stays with its adapter before it is handed out again.",
+    )
+    timer_tick_ms: int = _positive(
+        TIMER_TICK_MS_DEFAULT, "Tick interval of a wall-clock world while a timer is pending."
+    )
+    journal_records_per_request_max: int = _positive(
+        JOURNAL_RECORDS_PER_REQUEST_MAX_DEFAULT, "Most records one journal read answers."
+    )
+    journal_scan_records_max: int = _positive(
+        JOURNAL_SCAN_RECORDS_MAX_DEFAULT,
+        "Most records one journal read looks at when filtering by kind.",
+    )
+    journal_scan_records_per_turn: int = _positive(
+        JOURNAL_SCAN_RECORDS_PER_TURN_DEFAULT,
+        "Most records a journal read looks at in one turn on the writer thread.",
+    )
+    cells_per_request_max: int = _positive(
+        CELLS_PER_REQUEST_MAX_DEFAULT, "Most cells one read answers."
+    )
+    tasks_per_request_max: int = _positive(
+        TASKS_PER_REQUEST_MAX_DEFAULT, "Most human tasks one read answers."
+    )
+    events_per_request_max: int = _positive(
+        EVENTS_PER_REQUEST_MAX_DEFAULT, "Most history events one read of an execution answers."
+    )
+    value_bytes_shown_max: int = _positive(
+        VALUE_BYTES_SHOWN_MAX_DEFAULT,
+        "Largest value (a state, encoded) a read shows; a larger one by its size and hash.",
+    )
+    state_replay_records_max: int = _positive(
+        STATE_REPLAY_RECORDS_MAX_DEFAULT,
+        "Most records a read may replay to rebuild a state the store no longer keeps.",
+    )
+    tail_streams_max: int = _positive(
+        TAIL_STREAMS_MAX_DEFAULT, "Live journal tails open at once (then node.busy)."
+    )
+    tail_poll_ms: int = _positive(TAIL_POLL_MS_DEFAULT, "How often a live tail looks for records.")
+    tail_stream_ms_max: int = _positive(
+        TAIL_STREAM_MS_MAX_DEFAULT, "How long one live tail stays open (then it reconnects)."
+    )
+    host_queue_max: int = _positive(
+        HOST_QUEUE_MAX_DEFAULT, "World operations waiting for the writer thread (then node.busy)."
+    )
+    host_batch_max: int = _positive(
+        HOST_BATCH_MAX_DEFAULT,
+        "Most queued receipts and events run to idle and flushed together (group commit).",
+    )
+    shutdown_grace_ms: int = _positive(
+        SHUTDOWN_GRACE_MS_DEFAULT, "How long a stopping node waits for in-flight requests."
+    )
     # The transport (kernel/node/transport.py) and the write rate (kernel/node/rate.py).
-    header_timeout_ms: int = HEADER_TIMEOUT_MS_DEFAULT
-    header_bytes_max: int = HEADER_BYTES_MAX_DEFAULT
-    connections_max: int = CONNECTIONS_MAX_DEFAULT
-    large_bodies_max: int = LARGE_BODIES_MAX_DEFAULT
-    proposal_values_max: int = PROPOSAL_VALUES_MAX_DEFAULT
-    write_rate_per_s: int = WRITE_RATE_PER_S_DEFAULT
-    write_burst_max: int = WRITE_BURST_MAX_DEFAULT
-    # Signed adapter requests (kernel/signing/request_auth.py).
-    adapter_request_skew_ms_max: int = ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT
-    adapter_nonces_max: int = ADAPTER_NONCES_MAX_DEFAULT
-    adapter_receipt_refusals_max: int = ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT
-    adapter_refusal_window_ms: int = ADAPTER_REFUSAL_WINDOW_MS_DEFAULT
+    header_timeout_ms: int = _positive(
+        HEADER_TIMEOUT_MS_DEFAULT,
+        "Longest a request's head (request line and headers) may take to arrive; then the "
+        "socket is closed (slowloris).",
+    )
+    header_bytes_max: int = _positive(HEADER_BYTES_MAX_DEFAULT, "Largest request head (then 431).")
+    connections_max: int = _positive(
+        CONNECTIONS_MAX_DEFAULT,
+        "Most sockets open at once (held below the file limit); one more closes the oldest "
+        "one still sending its head.",
+    )
+    large_bodies_max: int = _positive(
+        LARGE_BODIES_MAX_DEFAULT,
+        "Most bodies over --request-bytes-max (blobs, proposals with binaries) read at once.",
+    )
+    proposal_values_max: int = _positive(
+        PROPOSAL_VALUES_MAX_DEFAULT,
+        "Most values a CBOR proposal may hold, counted before it is decoded.",
+    )
+    write_rate_per_s: int = _positive(
+        WRITE_RATE_PER_S_DEFAULT,
+        "Write requests one caller (peer address) may make per second (then 429).",
+    )
+    write_burst_max: int = _positive(
+        WRITE_BURST_MAX_DEFAULT, "Write requests one caller may make at once after a quiet spell."
+    )
+    # Signed adapter requests (kernel/adapters/auth.py).
+    adapter_request_skew_ms_max: int = _positive(
+        ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT,
+        "How far a signed adapter request's timestamp may be from this host's clock.",
+    )
+    adapter_nonces_max: int = _positive(
+        ADAPTER_NONCES_MAX_DEFAULT, "Nonces remembered per adapter within the skew window."
+    )
+    adapter_receipt_refusals_max: int = _positive(
+        ADAPTER_RECEIPT_REFUSALS_MAX_DEFAULT,
+        "Refused receipts one adapter may cause per --adapter-refusal-window-ms.",
+    )
+    adapter_refusal_window_ms: int = _positive(
+        ADAPTER_REFUSAL_WINDOW_MS_DEFAULT, "The window of --adapter-receipt-refusals-max."
+    )
+    # The host's ownership of a PostgreSQL world (kernel/store/pg_owner.py, spec/07).
+    owner_lease_ms: int = limit(
+        OWNER_LEASE_MS_DEFAULT,
+        "(PostgreSQL worlds) How long this node's ownership of the world lasts unrenewed "
+        "(renewed every third); a dead node's world can be taken over after it.",
+        minimum=OWNER_LEASE_MS_MIN,
+        maximum=LIMIT_CEILING,
+    )
 
     def __post_init__(self) -> None:
-        for name, value in vars(self).items():
-            if type(value) is not int or value < 1:
-                raise NodeConfigError(
-                    f"node limit {name} must be a positive integer, not {value!r}"
-                )
+        for problem in limits_config.problems(self):
+            raise NodeConfigError(f"node limit {problem}")

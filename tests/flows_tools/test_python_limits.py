@@ -235,8 +235,20 @@ def test_an_adapter_process_settles_4_gb_as_memory_exceeded_and_goes_on(node: No
     assert state(node, "limit-after")["result"] == "still here"
 
 
-def test_an_adapter_process_settles_a_busy_loop_as_cpu_exceeded(node: Node) -> None:
-    probe(node, "limit-spin", "python", {"code": SPIN, "timeout_ms": 120_000}, {})
-    settle_all(node, ("limit-spin",), "--cpu-s-max", "1")
-    failed = state(node, "limit-spin")
+@pytest.mark.parametrize("way", ["option", "limit", "file"])
+def test_an_adapter_process_settles_a_busy_loop_as_cpu_exceeded(
+    node: Node, way: str, tmp_path: Path
+) -> None:
+    """The limit holds however it was set (cli/limit_options.py)."""
+    settings = tmp_path / "adapter.toml"
+    settings.write_text("[limits]\ncpu_s_max = 1\n")
+    options = {
+        "option": ("--cpu-s-max", "1"),
+        "limit": ("--limit", "cpu_s_max=1"),
+        "file": ("--limits-file", str(settings)),
+    }[way]
+    name = f"limit-spin-{way}"
+    probe(node, name, "python", {"code": SPIN, "timeout_ms": 120_000}, {})
+    settle_all(node, (name,), *options)
+    failed = state(node, name)
     assert failed["status"] == "error" and failed["result"]["code"] == "python.cpu_exceeded"

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aos.kernel import limits_config
 from aos.kernel.adapters.sdk import AdapterConfigInvalidError
+from aos.kernel.limits_config import limit
 
 log = logging.getLogger("aos.adapters.python")
 
@@ -69,17 +71,31 @@ that ignored it gets SIGKILL a second later, which it could also have sent itsel
 
 @dataclass(frozen=True)
 class PythonLimits:
-    """The limits of a python task's process, and the user it runs as under a root adapter."""
+    """The limits of a python task's process, and the user it runs as under a root adapter;
+    `aos adapter run python|tool-python` takes each as `--field-name` (generated from these
+    fields), as `--limit NAME=VALUE` and from a settings file's `[limits]`."""
 
-    memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT
-    cpu_s_max: int = CPU_S_MAX_DEFAULT
-    worker_user: str = WORKER_USER_DEFAULT
+    memory_bytes_max: int = limit(
+        MEMORY_BYTES_MAX_DEFAULT,
+        "python, tool-python: address space of a task's process; past it the call fails with "
+        "python.memory_exceeded.",
+        minimum=MEMORY_BYTES_MIN,
+    )
+    cpu_s_max: int = limit(
+        CPU_S_MAX_DEFAULT,
+        "python, tool-python: CPU seconds one call may use; past it the call fails with "
+        "python.cpu_exceeded.",
+        minimum=1,
+    )
+    worker_user: str = limit(
+        WORKER_USER_DEFAULT,
+        "python, tool-python: the user a task's process runs as when the adapter runs as root "
+        "(never root).",
+    )
 
     def __post_init__(self) -> None:
-        if type(self.memory_bytes_max) is not int or self.memory_bytes_max < MEMORY_BYTES_MIN:
-            raise AdapterConfigInvalidError(f"memory_bytes_max is at least {MEMORY_BYTES_MIN}")
-        if type(self.cpu_s_max) is not int or self.cpu_s_max < 1:
-            raise AdapterConfigInvalidError("cpu_s_max is a positive number of seconds")
+        for problem in limits_config.problems(self):
+            raise AdapterConfigInvalidError(problem)
 
 
 @dataclass(frozen=True)
