@@ -343,7 +343,7 @@ def run_command(settings: _RunSettings) -> None:
     if settings.kind == KEYCHAIN_KIND:
         keychain = load_config(settings.config_file).keychain
         adapter = make_keychain_adapter(keychain=keychain, **options)
-    elif settings.kind in TOOL_KINDS:
+    elif settings.kind in TOOL_ADAPTER_KINDS:
         adapter = _tool_adapter(settings, options, printer)
     else:
         _run_builtin(settings, options, printer)
