@@ -76,9 +76,11 @@ def operate(world: World, request: models.OperationRequest) -> models.OperationR
     if request.workflow is not None:
         fields["workflow"] = request.workflow
         if request.key_text is not None:
-            fields["key"] = world.key_from_text(request.workflow, request.key_text)[1]
+            fields["key"] = world.reader.key_from_text(request.workflow, request.key_text)[1]
         else:
-            fields["key"] = world.key_bytes(request.workflow, cbor.from_json(request.key, "$.key"))
+            fields["key"] = world.reader.key_bytes(
+                request.workflow, cbor.from_json(request.key, "$.key")
+            )
     seq = world.operate(Operation.parse(fields))
     return models.OperationResponse(
         seq=seq,

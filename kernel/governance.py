@@ -38,14 +38,11 @@ from aos.kernel.air.model import (
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.prefixes import IdAmbiguousError
-from aos.kernel.world import records
+from aos.kernel.store.interface import Store
+from aos.kernel.world import proposals, records
 from aos.kernel.world.world import World
 
 PROPOSALS_OPEN_MAX_DEFAULT = 64
-PROPOSALS_CLOSED_KEPT = 100
-"""Closed (applied or rejected) proposals the head keeps, the newest by sequence; an older one
-leaves the head (and `aos gov ls`) but stays in the journal. A constant, not a per-open limit:
-the head checkpoint's contents depend on it, and a replay must rebuild the same head."""
 SHADOW_STATE_BYTES_MAX_DEFAULT = 16 * 1024
 """Largest state (encoded) a shadow report keeps, live and proposed, where a cell first
 diverges; a larger one is kept by its size and hash."""
@@ -332,7 +329,8 @@ def propose(
     world.blobs.put_value(canonical_form(loaded.manifest))
     world.blobs.put_value(patch_value)
     stamp = world.next_stamp()
-    world.append(
+    proposals.record(
+        world,
         records.governance(
             "proposed",
             proposal,
@@ -340,17 +338,9 @@ def propose(
             base=current,
             manifest=str(loaded.manifest_hash),
             patch=proposal,
-        )
+        ),
     )
-    world.proposals[proposal] = {
-        "seq": world.height,
-        "status": "proposed",
-        "base": current,
-        "manifest": str(loaded.manifest_hash),
-        "shadow": None,
-        "decision": None,
-    }
-    world.flush()
+    world.commit()
     return proposal
 
 
@@ -371,7 +361,8 @@ def record_shadow_raw(
     if entry["status"] in ("applied", "rejected"):
         raise GovAlreadyDecidedError(f"{proposal} is {entry['status']}")
     stamp = world.next_stamp()
-    world.append(
+    proposals.record(
+        world,
         records.governance(
             "shadowed",
             proposal,
@@ -379,12 +370,9 @@ def record_shadow_raw(
             state_height=state_height,
             report=report_hash,
             summary=summary,
-        )
+        ),
     )
-    entry["shadow"] = {"state_height": state_height, "report": report_hash}
-    if entry["status"] == "proposed":
-        entry["status"] = "shadowed"
-    world.flush()
+    world.commit()
 
 
 def decide(world: World, proposal: str, *, approve: bool, approver: str, reason: str) -> None:
@@ -395,21 +383,20 @@ def decide(world: World, proposal: str, *, approve: bool, approver: str, reason:
         raise GovApproverRequiredError("an approver name is required")
     action = "approved" if approve else "rejected"
     stamp = world.next_stamp()
-    world.append(
-        records.governance(action, proposal, stamp.to_value(), approver=approver, reason=reason)
+    proposals.record(
+        world,
+        records.governance(action, proposal, stamp.to_value(), approver=approver, reason=reason),
     )
-    entry["decision"] = {"action": action, "approver": approver, "reason": reason}
-    entry["status"] = action
-    _forget_oldest_closed(world)
-    world.flush()
+    world.commit()
 
 
 def blockers(world: World) -> list[str]:
     """What keeps the world from strict quiescence."""
     found = [
-        f"open intent {i['intent']} ({i['effect']}, {i['workflow']})" for i in world.open_intents()
+        f"open intent {i['intent']} ({i['effect']}, {i['workflow']})"
+        for i in world.reader.open_intents()
     ]
-    queued = world.status()["queued"]
+    queued = world.reader.status()["queued"]
     if queued:
         found.append(f"{queued} queued deliveries")
     return found
@@ -436,25 +423,35 @@ def apply(world: World, proposal: str) -> str:
     if blocking:
         raise GovNotQuiescentError(f"{len(blocking)} things block apply", blockers=blocking)
     stamp = world.next_stamp()
-    world.append(
-        records.governance("applied", proposal, stamp.to_value(), manifest=entry["manifest"])
+    proposals.record(
+        world,
+        records.governance("applied", proposal, stamp.to_value(), manifest=entry["manifest"]),
     )
-    entry["status"] = "applied"
-    _forget_oldest_closed(world)
-    world.switch_manifest(Hash(entry["manifest"]))
-    world.flush()
+    world.commit()
     return str(entry["manifest"])
 
 
-def _forget_oldest_closed(world: World) -> None:
-    """Keep the head's proposals bounded: only the newest PROPOSALS_CLOSED_KEPT closed ones."""
-    closed = sorted(
-        (entry["seq"], proposal)
-        for proposal, entry in world.proposals.items()
-        if entry["status"] in ("applied", "rejected")
-    )
-    for _, proposal in closed[: max(0, len(closed) - PROPOSALS_CLOSED_KEPT)]:
-        del world.proposals[proposal]
+def replay_action(world: World, recorded: dict[str, Any], source: Store) -> None:
+    """Take a recorded governance action again, checked as when it was taken (a replay
+    audit and a shadow feed the journal's governance records through here): the patch is
+    read from the audited store `source`."""
+    action, proposal = recorded["action"], str(recorded["proposal"])
+    if action == "proposed":
+        propose(world, source.cas.get_value(Hash(str(recorded["patch"]))))
+    elif action == "shadowed":
+        record_shadow_raw(
+            world, proposal, recorded["state_height"], recorded["report"], recorded["summary"]
+        )
+    elif action in ("approved", "rejected"):
+        decide(
+            world,
+            proposal,
+            approve=action == "approved",
+            approver=recorded["approver"],
+            reason=recorded["reason"],
+        )
+    elif action == "applied":
+        apply(world, proposal)
 
 
 def _proposal(world: World, proposal: str) -> dict[str, Any]:

@@ -418,6 +418,6 @@ def test_a_world_from_before_chains_killed_after_its_first_flush_reopens(tmp_pat
     world.store.close()  # as a kill would
     with reopen(path, limits=TAIL_ONLY) as world:
         world.send(EVENT, inc("z", 2))
-        assert world.state("demo/counter@1", "z")["count"] == 3
+        assert world.reader.state("demo/counter@1", "z")["count"] == 3
     verify.verify_world(path)
     assert replay.verify(path).ok

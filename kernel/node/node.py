@@ -244,9 +244,9 @@ class Node:
             definition = world.runtime.workflow(workflow)
             if definition.key_schema is None and keyed_request:
                 raise KeyUnexpectedError(f"{workflow} is not keyed; leave the key out")
-            key_bytes = world.key_bytes(workflow, key)
-            state = world.state(workflow, key)
-            status = world.status_of(workflow, key_bytes)
+            key_bytes = world.reader.key_bytes(workflow, key)
+            state = world.reader.state(workflow, key)
+            status = world.reader.status_of(workflow, key_bytes)
             if state is None and status != STATUS_FAILED:
                 raise CellMissingError(f"{workflow} has no cell for that key")
             return {

@@ -34,7 +34,7 @@ def resolve_intent(world: World, text: str) -> str:
         return full if is_hash(full) else text  # not a hash's prefix: the caller refuses it
     return prefixes.resolve(
         text,
-        (str(i["intent"]) for i in world.open_intents()),
+        (str(i["intent"]) for i in world.reader.open_intents()),
         what="open intent",
         unknown=IntentNotOpenError,
         ambiguous=IntentAmbiguousError,
@@ -45,10 +45,10 @@ def resolve_intent(world: World, text: str) -> str:
 def intent_view(world: World, intent: str) -> dict[str, Any]:
     if not is_hash(intent):
         raise IntentHashInvalidError(f"{intent!r} is not an intent hash")
-    record = world.open_intent(intent)
+    record = world.reader.open_intent(intent)
     if record is not None:
         return {"intent": intent, "status": "open", "record": cbor.to_json(record)}
-    settled, cancelled = world.settled_seq(intent), world.cancelled_seq(intent)
+    settled, cancelled = world.reader.settled_seq(intent), world.reader.cancelled_seq(intent)
     if settled is not None:
         return {"intent": intent, "status": "settled", "closed_seq": settled, "record": None}
     if cancelled is not None:
