@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lmdb
 import pytest
 
 from aos.kernel import governance, replay, shadow
-from aos.kernel.hashing import hash_bytes
+from aos.kernel.hashing import Hash, hash_bytes
+from aos.kernel.store import open_store
 from aos.kernel.world import records
 from aos.kernel.world.operations import CELL_RESET, Operation
 from tests.test_governance import approve, drop_noop_patch, settle_all
@@ -81,3 +83,29 @@ def test_the_journal_and_snapshots_are_the_bytes_main_wrote(tmp_path: Path) -> N
         HEAD,
     )
     assert replay.verify(tmp_path / "w").ok
+
+
+def _lose_head_and_snapshots(path: Path) -> None:
+    """Delete the head checkpoint's blob and forget the snapshots: the head must be rebuilt
+    from genesis, through every governance action."""
+    env = lmdb.open(str(path / "store"), max_dbs=8)
+    with env.begin(write=True, db=env.open_db(b"cas")) as txn:
+        assert txn.delete(Hash(HEAD).digest)
+    env.close()
+    with open_store(path) as store, store.batch() as batch:
+        batch.meta_put("world.snapshots", [])
+
+
+@pytest.mark.parametrize("rebuild", ["open", "replay.recover"])
+def test_a_lost_head_is_rebuilt_to_the_same_bytes_through_every_governance_action(
+    tmp_path: Path, rebuild: str
+) -> None:
+    """Opening takes recorded governance actions as recorded (kernel/world/proposals.py);
+    `replay.recover` checks them again as governance does: both rebuild the head main wrote."""
+    path = tmp_path / "w"
+    every_input_world(path)
+    _lose_head_and_snapshots(path)
+    if rebuild == "replay.recover":
+        assert replay.recover(path).start == "genesis"
+    with reopen(path) as world:
+        assert str(world.store.meta.get("world.head")) == HEAD
