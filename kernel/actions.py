@@ -72,7 +72,7 @@ def operate(world: World, request: models.OperationRequest) -> models.OperationR
 
     fields: dict[str, Any] = {"action": request.action, "reason": request.reason}
     if request.intent is not None:
-        fields["intent"] = resolve_intent(world, request.intent)
+        fields["intent"] = resolve_intent(world.reader, request.intent)
     if request.workflow is not None:
         fields["workflow"] = request.workflow
         if request.key_text is not None:

@@ -40,6 +40,7 @@ from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.prefixes import IdAmbiguousError
 from aos.kernel.store.interface import Store
 from aos.kernel.world import proposals, records
+from aos.kernel.world.reader import WorldReader
 from aos.kernel.world.world import World
 
 PROPOSALS_OPEN_MAX_DEFAULT = 64
@@ -390,13 +391,12 @@ def decide(world: World, proposal: str, *, approve: bool, approver: str, reason:
     world.commit()
 
 
-def blockers(world: World) -> list[str]:
+def blockers(reader: WorldReader) -> list[str]:
     """What keeps the world from strict quiescence."""
     found = [
-        f"open intent {i['intent']} ({i['effect']}, {i['workflow']})"
-        for i in world.reader.open_intents()
+        f"open intent {i['intent']} ({i['effect']}, {i['workflow']})" for i in reader.open_intents()
     ]
-    queued = world.reader.status()["queued"]
+    queued = reader.status()["queued"]
     if queued:
         found.append(f"{queued} queued deliveries")
     return found
@@ -419,7 +419,7 @@ def apply(world: World, proposal: str) -> str:
         raise GovShadowStaleError(
             f"shadowed at {entry['shadow']['state_height']}, the world is at {world.state_height}"
         )
-    blocking = blockers(world)
+    blocking = blockers(world.reader)
     if blocking:
         raise GovNotQuiescentError(f"{len(blocking)} things block apply", blockers=blocking)
     stamp = world.next_stamp()

@@ -338,9 +338,9 @@ def test_queued_work_blocks_apply(tmp_path: Path) -> None:
     path = tmp_path / "w"
     queued_world(path)
     with reopen(path) as world:
-        assert governance.blockers(world) == ["1 queued deliveries"]
+        assert governance.blockers(world.reader) == ["1 queued deliveries"]
         world.run_to_idle()
-        assert governance.blockers(world) == []
+        assert governance.blockers(world.reader) == []
 
 
 def test_a_world_with_queued_work_shadows_and_apply_names_the_queue(tmp_path: Path) -> None:

@@ -333,7 +333,7 @@ class Node:
         cancelled (and at which seq) once closed, and its newest progress frames."""
 
         def read(world: World) -> dict[str, Any]:
-            return intent_view(world, resolve_intent(world, intent))
+            return intent_view(world.reader, resolve_intent(world.reader, intent))
 
         found = await self.host.run(read)
         frames = self.progress_log.frames(found["intent"])

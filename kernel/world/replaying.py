@@ -11,8 +11,9 @@ verbs live here and not on `World`:
 - `readmit`: admit a recorded event again, whatever the idempotency keys remembered (the
   record is the admission; a duplicate was never journaled).
 
-Every record it appends is handed, with its canonical bytes, to `on_append`, which the
-replay compares with the recorded one (the journaler calls it).
+The replay (replayer.py) sees every record it appends, with its canonical bytes, through its
+journaler's `on_append`, and compares it with the recorded one. A live `World` has none of
+these verbs: nothing outside a replay can give an input a stamp it did not take now.
 """
 
 from __future__ import annotations
