@@ -15,9 +15,11 @@ from aos.kernel import governance, replay, shadow
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.store import open_store
 from aos.kernel.world import records
+from aos.kernel.world.errors import WorldCorruptError
 from aos.kernel.world.operations import CELL_RESET, Operation
 from tests.test_governance import approve, drop_noop_patch, settle_all
 from tests.test_receipts import open_intents, receipt
+from tests.test_replay import _rewrite_record
 from tests.test_world import SCRIPTED, create, engine, ping, reopen
 
 KEYED = "demo/keyed@1"
@@ -109,3 +111,24 @@ def test_a_lost_head_is_rebuilt_to_the_same_bytes_through_every_governance_actio
         assert replay.recover(path).start == "genesis"
     with reopen(path) as world:
         assert str(world.store.meta.get("world.head")) == HEAD
+
+
+def test_a_recorded_governance_action_missing_its_fields_fails_the_rebuild_closed(
+    tmp_path: Path,
+) -> None:
+    """Opening applies recorded actions as recorded, but only whole ones: an approval without
+    its approver is not an action the world can take, so the head is not rebuilt and the
+    open fails with `world.corrupt`, naming the record."""
+    path = tmp_path / "w"
+    every_input_world(path)
+    with reopen(path) as world:
+        [seq] = [
+            seq
+            for seq, record in world.store.journal.read(1)
+            if record["kind"] == records.GOVERNANCE and record["action"] == "approved"  # type: ignore[index]
+        ]
+    _rewrite_record(path, seq, lambda record: record.pop("approver"))
+    _lose_head_and_snapshots(path)
+    with pytest.raises(WorldCorruptError) as refused:
+        reopen(path)
+    assert refused.value.code == "world.corrupt" and refused.value.detail["seq"] == seq

@@ -683,7 +683,7 @@ class World:
         return self._stepper.check(self._runtime, message, result, module)
 
     # ----------------------------------------------------------------------------------------
-    # Journal, flush, head checkpoint
+    # The journal and its one commit (journaler.py)
 
     def append(self, record: records.Record) -> int:
         """Journal a record (durable at the next commit); its sequence number (journaler.py)."""
