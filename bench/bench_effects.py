@@ -66,7 +66,7 @@ POLL_S = 0.001
 
 def settle_all(world: World, *, flush_each: bool) -> int:
     """Sign and settle a receipt for every open intent; flush once, or once per receipt."""
-    intents = [intent["intent"] for intent in world.open_intents()]
+    intents = [intent["intent"] for intent in world.reader.open_intents()]
     for intent in intents:
         world.settle(signed_receipt(ADAPTER_SEED, _body(world, intent)))
         if flush_each:
@@ -102,7 +102,7 @@ def run_chains(world: World, keys: list[str], effects: int, *, flush_each: bool)
         assert count, "a chain stopped before its end"
         settled += count
     elapsed = time.perf_counter() - started
-    assert all(world.state(WORKFLOW, key)["done"] == effects for key in keys)
+    assert all(world.reader.state(WORKFLOW, key)["done"] == effects for key in keys)
     return elapsed
 
 

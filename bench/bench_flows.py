@@ -183,7 +183,7 @@ class _Flows:
         return one
 
     def _step_records(self, exec_id: str, since: int) -> int:
-        key = self.world.key_bytes(EXEC_WORKFLOW, exec_id)
+        key = self.world.reader.key_bytes(EXEC_WORKFLOW, exec_id)
         return sum(
             1
             for _, record in self.world.store.journal.read(since + 1, self.world.height)

@@ -128,12 +128,12 @@ def reopen_and_verify(point: Path, acknowledged_cells: int, height: int) -> dict
     root = point / "world"
     with World.open(root, sync=True, stamps=PinnedStampSource(seed=b"reopened")) as world:
         reopened_height = world.height
-        last = world.state("demo/counter@1", f"c-{acknowledged_cells - 1}")
+        last = world.reader.state("demo/counter@1", f"c-{acknowledged_cells - 1}")
         world.ingress(
             "demo/CounterEvent@1", {"$tag": "Increment", "$value": {"id": "after", "by": 1}}
         )
         world.run_to_idle()
-        after = world.state("demo/counter@1", "after")
+        after = world.reader.state("demo/counter@1", "after")
     report = replay.verify_replay(root)
     ok = reopened_height >= height and last is not None and after is not None and report.ok
     return {

@@ -113,7 +113,7 @@ def run(items: int, item_bytes: int, tool: str, sync: bool, folder: Path) -> dic
         began = time.perf_counter()
         ops.start(world, definition.name, exec_id="loop")
         state_max = 0
-        while world.open_intents():
+        while world.reader.open_intents():
             adapters.drain(rounds_max=1)
             state_max = max(state_max, len(cbor.encode(ops.status(world, "loop"))))
         wall_s = time.perf_counter() - began

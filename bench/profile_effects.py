@@ -35,7 +35,7 @@ from typing import Any
 from aos.kernel.store import open_lmdb_store
 from aos.kernel.wasm.runner import StepRunner
 from aos.kernel.world import receipts
-from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.world import World
 from bench import bench_effects
 from bench.bench_effects import START, chain_world, settle_all
@@ -48,7 +48,7 @@ PARTS = {
     "  verify": (receipts, "verify_encoded"),
     "guest step": (StepRunner, "step"),
     "flush": (World, "flush"),
-    "  commit": (PendingWrites, "flush"),
+    "  commit": (StagedWrites, "write"),
 }
 
 

@@ -118,7 +118,7 @@ class Answering(LocalAdapters):
 
     def _perform(self, intents: list[dict[str, Any]]) -> int:
         for intent in intents:
-            record = self.world.open_intent(str(intent["intent"]))
+            record = self.world.reader.open_intent(str(intent["intent"]))
             if record is None:
                 continue
             self.settle(
@@ -141,7 +141,7 @@ class Answering(LocalAdapters):
                 split.step_cpu_s.append(time.thread_time() - cpu_started)
                 split.steps += 1
         started = time.perf_counter()
-        self.world.flush()
+        self.world.commit()
         if self.timed.recording:
             split.flush_s.append(time.perf_counter() - started)
 
@@ -184,8 +184,8 @@ def run(case: str, executions: int, sync: bool) -> Split:
 
 def _definitions(world: World) -> list[str]:
     found = []
-    for cell in world.cells(EXEC_WORKFLOW):
-        state = world.state(EXEC_WORKFLOW, cell.key)
+    for cell in world.reader.cells(EXEC_WORKFLOW):
+        state = world.reader.state(EXEC_WORKFLOW, cell.key)
         if isinstance(state, dict) and isinstance(state.get("definition"), str):
             found.append(state["definition"])
     return sorted(set(found))

@@ -143,7 +143,7 @@ def measure(world_dir: Path) -> dict[str, Any]:
     opened = memory_kib()
     with world:
         start = time.perf_counter()
-        state = world.state(WORKFLOW, "c-1")  # grown once, never probed: count 1
+        state = world.reader.state(WORKFLOW, "c-1")  # grown once, never probed: count 1
         read_s = time.perf_counter() - start
         assert state == {"count": 1, "resets": 0}, state
         start = time.perf_counter()

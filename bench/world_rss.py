@@ -185,8 +185,8 @@ def grow(
                 points.append(point)
                 print(json.dumps(point), flush=True)
             # The first and the last cell both hold one increment.
-            assert world.state(WORKFLOW, "c-0") == {"count": 1, "resets": 0}
-            assert world.state(WORKFLOW, f"c-{cells - 1}") == {"count": 1, "resets": 0}
+            assert world.reader.state(WORKFLOW, "c-0") == {"count": 1, "resets": 0}
+            assert world.reader.state(WORKFLOW, f"c-{cells - 1}") == {"count": 1, "resets": 0}
     return points
 
 

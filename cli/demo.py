@@ -85,12 +85,12 @@ def counter() -> None:
             f"({EVENTS / elapsed:.0f} events/s): {thresholds} threshold events, {faults} faults"
         )
     with World.open(DEMO_DIR) as world:
-        status = world.status()
+        status = world.reader.status()
         click.echo(f"reopened at height {status['height']}: {status['workflows']}")
-        cells = sorted(world.cells(COUNTER), key=lambda c: str(c.key))
+        cells = sorted(world.reader.cells(COUNTER), key=lambda c: str(c.key))
         rows = []
         for cell in cells[:8]:
-            state = world.state(COUNTER, cell.key)
+            state = world.reader.state(COUNTER, cell.key)
             rows.append(
                 [cell.key, state["count"], state["resets"], cell.status, cell.state_hash.short()]
             )

@@ -88,8 +88,8 @@ def main() -> None:
         workload = {"sku": "SKU-1", "inventory_url": url, "target": TARGET}
         ops.start(world, deployed.name, workload=workload, exec_id="restock-1")
         _drain(adapters, "the inventory call is retried through timers")
-        (task,) = [i for i in world.open_intents() if i["effect"] == "aos/human.task@1"]
-        params = world.open_intent(str(task["intent"]))["params"]  # type: ignore[index]
+        (task,) = [i for i in world.reader.open_intents() if i["effect"] == "aos/human.task@1"]
+        params = world.reader.open_intent(str(task["intent"]))["params"]  # type: ignore[index]
         click.echo(f"human task: {params['title']!r} for roles {params['roles']}: approving")
         adapters.complete_task(str(task["intent"]), {"approved": True})
         _drain(adapters, "waiting for the supplier")

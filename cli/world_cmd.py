@@ -169,8 +169,8 @@ def status_command(world_path: str, as_json: bool) -> None:
     """Height, manifest, logical time, cells and failed cells per workflow, open intents and
     queued deliveries."""
     with read_world(world_path) as world:
-        status = world.status()
-        intents = world.open_intents()
+        status = world.reader.status()
+        intents = world.reader.open_intents()
     listed = [_intent_json(intent) for intent in intents[:STATUS_INTENTS_MAX]]
     if as_json:
         emit_json({"world": world_path, **status, "intents": listed})
@@ -358,9 +358,9 @@ def state_get_command(workflow: str, key: str | None, world_path: str, as_json: 
     that is not keyed.
     """
     with read_world(world_path) as world:
-        key_value, key_bytes = world.key_from_text(workflow, key)
-        state = world.state(workflow, key_value)
-        status = world.status_of(workflow, key_bytes)
+        key_value, key_bytes = world.reader.key_from_text(workflow, key)
+        state = world.reader.state(workflow, key_value)
+        status = world.reader.status_of(workflow, key_bytes)
     if state is None and status != STATUS_FAILED:
         raise CellMissingError(f"{cell_text(workflow, key_value)} has no cell")
     if as_json:
@@ -391,9 +391,9 @@ def state_get_command(workflow: str, key: str | None, world_path: str, as_json: 
 def state_cells_command(workflow: str, limit: int, world_path: str, as_json: bool) -> None:
     """List WORKFLOW's cells (in key-hash order): key, status, state hash, last active seq."""
     with read_world(world_path) as world:
-        count = world.cell_count(workflow)  # the index's count: no walk
+        count = world.reader.cell_count(workflow)  # the index's count: no walk
         # Lazily, so only the cells shown are read, however many the workflow has.
-        shown = list(itertools.islice(world.cells_after(workflow, None), limit))
+        shown = list(itertools.islice(world.reader.cells_after(workflow, None), limit))
     if as_json:
         emit_json(
             {

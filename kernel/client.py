@@ -307,7 +307,7 @@ class LocalWorld(_Closing):
         from aos.kernel.world.intent_view import intent_view, resolve_intent
 
         with self.reading() as world:
-            found = intent_view(world, resolve_intent(world, intent))
+            found = intent_view(world.reader, resolve_intent(world.reader, intent))
         return models.IntentResponse.model_validate({**found, "progress": [], "served": False})
 
     def advance_time(self, by_ns: int) -> models.TimeResponse:

@@ -189,7 +189,7 @@ def test_a_world_from_before_chains_gets_one_from_genesis_at_its_first_open(
     counter_world(path)
     _strip_chain(path)
     with World.reading(path) as world:
-        assert world.chain is None  # read-only: nothing to chain
+        assert world.journaler.chain is None  # read-only: nothing to chain
     assert replay.verify_replay(path).ok  # an old head is compared without a chain
     with reopen(path) as world:
         world.send(EVENT, inc("z", 1))
@@ -419,6 +419,6 @@ def test_a_world_from_before_chains_killed_after_its_first_flush_reopens(tmp_pat
     world.store.close()  # as a kill would
     with reopen(path, limits=TAIL_ONLY) as world:
         world.send(EVENT, inc("z", 2))
-        assert world.state("demo/counter@1", "z")["count"] == 3
+        assert world.reader.state("demo/counter@1", "z")["count"] == 3
     integrity.verify_integrity(path)
     assert replay.verify_replay(path).ok

@@ -96,7 +96,7 @@ def test_propose_a_folder_shadow_approve_apply_ls_show(tmp_path: Path, counter: 
     with reopen(counter) as world:
         assert str(world.manifest_hash) == manifest
         world.send("demo/CounterEvent@1", {"$tag": "Increment", "$value": {"id": "a", "by": 1}})
-        assert world.state(COUNTER, "a") == {"count": 15, "resets": 0}
+        assert world.reader.state(COUNTER, "a") == {"count": 15, "resets": 0}
 
     code, out, _ = run("ls", world=counter)
     assert "applied" in out and "approved by ann" in out

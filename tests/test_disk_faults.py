@@ -170,7 +170,7 @@ def _journal(world: World) -> list[Any]:
 
 
 def _count(world: World, key: str) -> int:
-    state = world.state(COUNTER, key)
+    state = world.reader.state(COUNTER, key)
     return 0 if state is None else int(state["count"])
 
 

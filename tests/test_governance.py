@@ -160,13 +160,13 @@ def test_a_refactor_shadows_clean_on_every_cell_applies_and_the_world_keeps_work
         # State continuity: the cells carry on where they were, stepped by the new module.
         world.send(EVENT, inc("a", 6))
         world.send(EVENT, inc("d", 1))
-        assert world.state(COUNTER, "a") == {"count": 20, "resets": 0}
-        assert world.state(COUNTER, "d") == {"count": 1, "resets": 0}
+        assert world.reader.state(COUNTER, "a") == {"count": 20, "resets": 0}
+        assert world.reader.state(COUNTER, "d") == {"count": 1, "resets": 0}
     with reopen(path) as world:
         assert str(world.manifest_hash) == manifest
         assert world.runtime.module_hash(COUNTER) == new_module
         assert world.proposals[proposal]["status"] == "applied"
-        assert world.state(COUNTER, "b") == {"count": 15, "resets": 0}
+        assert world.reader.state(COUNTER, "b") == {"count": 15, "resets": 0}
     assert replay.verify_replay(path).ok
 
 
@@ -199,8 +199,8 @@ def test_an_incompatible_upgrade_reports_exactly_the_divergent_cells(tmp_path: P
         proposals.apply(world, proposal)
         world.send(EVENT, inc("c", 1))
         world.send(EVENT, inc("a", 1))
-        assert world.state(COUNTER, "c") == {"count": 32, "resets": 0}
-        assert world.state(COUNTER, "a") == {"count": 11, "resets": 0}
+        assert world.reader.state(COUNTER, "c") == {"count": 32, "resets": 0}
+        assert world.reader.state(COUNTER, "a") == {"count": 11, "resets": 0}
     assert replay.verify_replay(path).ok
 
 
@@ -252,7 +252,7 @@ def scripted(tmp_path: Path) -> Path:
     with create(path, SCRIPTED, clock="manual") as world:
         world.send(PING, {"id": "x", "n": 1, "action": "effect"})
         world.send(PING, {"id": "y", "n": 0, "action": "none"})
-        assert len(world.open_intents()) == 1
+        assert len(world.reader.open_intents()) == 1
     return path
 
 
@@ -268,7 +268,7 @@ def drop_noop_patch(world: World) -> dict[str, Any]:
 
 
 def settle_all(world: World) -> None:
-    for intent in world.open_intents():
+    for intent in world.reader.open_intents():
         body = {
             "world": world.world_id,
             "intent": intent["intent"],
@@ -286,7 +286,7 @@ def test_dropping_an_effect_with_open_intents_is_reported_and_apply_waits_for_th
     scripted: Path,
 ) -> None:
     with reopen(scripted) as world:
-        [intent] = world.open_intents()
+        [intent] = world.reader.open_intents()
         proposal = proposals.propose(world, drop_noop_patch(world))
     report = run_shadow(scripted, proposal)
     [affected] = report.intents_affected
@@ -312,7 +312,7 @@ def test_dropping_an_effect_with_open_intents_is_reported_and_apply_waits_for_th
         assert intent["intent"] in blocker and "demo/noop@1" in blocker
         assert world.height == height and world.proposals[proposal]["status"] == "approved"
         settle_all(world)
-        assert world.open_intents() == []
+        assert world.reader.open_intents() == []
         # Settling moved the state: the shadow no longer describes the world.
         with refused("gov.shadow_stale"):
             proposals.apply(world, proposal)
@@ -323,7 +323,7 @@ def test_dropping_an_effect_with_open_intents_is_reported_and_apply_waits_for_th
         assert world.runtime.workflow(KEYED).effects_emitted == ["sys/timer.set@1"]
         assert world.proposals[proposal]["shadow"]["state_height"] == again.state_height
         world.send(PING, {"id": "y", "n": 0, "action": "none"})
-        assert world.state(KEYED, "y")["count"] == 2
+        assert world.reader.state(KEYED, "y")["count"] == 2
     assert replay.verify_replay(scripted).ok
 
 
@@ -340,9 +340,9 @@ def test_queued_work_blocks_apply(tmp_path: Path) -> None:
     path = tmp_path / "w"
     queued_world(path)
     with reopen(path) as world:
-        assert proposals.blockers(world) == ["1 queued deliveries"]
+        assert proposals.blockers(world.reader) == ["1 queued deliveries"]
         world.run_to_idle()
-        assert proposals.blockers(world) == []
+        assert proposals.blockers(world.reader) == []
 
 
 def test_a_world_with_queued_work_shadows_and_apply_names_the_queue(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from tests.test_world import COUNTER, EVENT, create, engine, inc, reopen
 
 
 def journal(world: World) -> list[Any]:
-    world.flush()
+    world.commit()
     return [record for _, record in world.store.journal.read()]
 
 
@@ -37,7 +37,7 @@ def test_a_repeat_answers_the_first_admission_and_journals_nothing(tmp_path: Pat
             first.deliveries,
         )
         assert report.steps == 0 and journal(world) == before
-        assert world.state(COUNTER, "a")["count"] == 2
+        assert world.reader.state(COUNTER, "a")["count"] == 2
         assert before[first.seq - 1]["idempotency_key"] == "order-17"
         unkeyed, _ = world.send(EVENT, inc("a", 1))
         assert "idempotency_key" not in journal(world)[unkeyed.seq - 1]
@@ -61,7 +61,7 @@ def test_refused_keys_change_nothing(tmp_path: Path, key: Any, code: str) -> Non
             world.send(EVENT, inc("a", 3), idempotency_key=key)
         assert refused.value.code == code
         assert journal(world) == before and world.height == height
-        assert world.state(COUNTER, "a")["count"] == 2
+        assert world.reader.state(COUNTER, "a")["count"] == 2
 
 
 def test_the_longest_key_is_accepted(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_keys_survive_reopening_and_repeats_in_one_batch_are_found(tmp_path: Pat
     with reopen(path) as world:
         again, _ = world.send(EVENT, inc("a"), idempotency_key="x")
         assert again.duplicate and again.seq == first.seq
-        assert world.state(COUNTER, "a")["count"] == 1
+        assert world.reader.state(COUNTER, "a")["count"] == 1
 
 
 def test_the_window_keeps_the_newest_keys(tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_the_window_keeps_the_newest_keys(tmp_path: Path) -> None:
         assert world.send(EVENT, inc("a"), idempotency_key="b")[0].seq == seqs["b"]
         readmitted, _ = world.send(EVENT, inc("a"), idempotency_key="a")  # evicted: new
         assert not readmitted.duplicate and readmitted.seq > seqs["c"]
-        assert world.state(COUNTER, "a")["count"] == 4
+        assert world.reader.state(COUNTER, "a")["count"] == 4
     with reopen(path, limits=limits) as world:
         assert not world.send(EVENT, inc("a"), idempotency_key="b")[0].duplicate  # evicted
     report = replay.verify_replay(path, engine=engine())
@@ -105,7 +105,7 @@ def test_a_replay_readmits_keyed_events_byte_for_byte(tmp_path: Path) -> None:
     with create(path, limits=WorldLimits(idempotency_keys_max=1)) as world:
         for key in ["p", "q", "p", "p", "r", "q"]:  # a window of 1: "p" twice in a row dedups
             world.send(EVENT, inc(f"cell-{key}"), idempotency_key=key)
-        assert world.state(COUNTER, "cell-p")["count"] == 2
+        assert world.reader.state(COUNTER, "cell-p")["count"] == 2
     report = replay.verify_replay(path, engine=engine())
     assert report.ok, report
 

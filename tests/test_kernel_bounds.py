@@ -13,9 +13,9 @@ from aos.kernel.audit import replay
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.governance import proposals
 from aos.kernel.store.memory_store import MemoryStore
-from aos.kernel.world import records
+from aos.kernel.world import governance_records, records
 from aos.kernel.world.intents import IntentTracker, OpenIntent
-from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.world import (
     FAULT_CODES_KEPT_MAX,
     OPEN_INTENTS_MAX_DEFAULT,
@@ -28,14 +28,14 @@ from tests.test_world import SCRIPTED, create, engine, ping, reopen
 
 def test_waiting_counts_that_disagree_with_open_intents_stop_the_world() -> None:
     store = MemoryStore()
-    tracker = IntentTracker(PendingWrites(store), lambda: store)
+    tracker = IntentTracker(StagedWrites(store), lambda: store)
     tracker.open("i1", OpenIntent("w", b"k", "e", 3))
     tracker.open("i2", OpenIntent("w", b"k", "e", 4))
     assert tracker.waiting(("w", b"k")) == 2 and len(tracker.values()) == 2
     tracker._waiting[("w", b"k")] = 1  # a bug elsewhere, simulated
     with pytest.raises(KernelInvariantError):
         tracker.values()
-    fresh = IntentTracker(PendingWrites(store), lambda: store)
+    fresh = IntentTracker(StagedWrites(store), lambda: store)
     twice = [OpenIntent("w", b"k", "e", 3).to_value("i1")] * 2
     with pytest.raises(KernelInvariantError):
         fresh.restore(twice)
@@ -69,7 +69,7 @@ def test_a_run_report_lists_at_most_its_bound_of_fault_codes(tmp_path: Path) -> 
 def test_the_head_keeps_only_the_newest_closed_proposals(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(proposals, "PROPOSALS_CLOSED_KEPT", 1)
+    monkeypatch.setattr(governance_records, "PROPOSALS_CLOSED_KEPT", 1)
     path = tmp_path / "w"
     counter_world(path, {"a": [1]})
     with reopen(path) as world:
@@ -100,14 +100,14 @@ def test_open_intents_are_bounded_per_world_at_the_edge(tmp_path: Path) -> None:
         _, at_limit = world.send("demo/Ping@1", ping("x", "effect", 3))
         assert at_limit.intents == 3 and EXCEEDED not in at_limit.fault_codes
         _, still = world.send("demo/Ping@1", ping("x", "cancel_and_open", 1))  # closes first
-        assert still.intents == 1 and world.status()["open_intents"] == 3
+        assert still.intents == 1 and world.reader.status()["open_intents"] == 3
         height = world.height
         _, over = world.send("demo/Ping@1", ping("y", "effect", 1))
         assert over.fault_codes == [EXCEEDED] and over.intents == 0
         [fault] = keyed_faults(world)
         assert fault["code"] == EXCEEDED and fault["input"] == height + 1
-        assert world.status()["open_intents"] == 3  # nothing of the step was applied
-        assert world.state(KEYED, "y") is None
+        assert world.reader.status()["open_intents"] == 3  # nothing of the step was applied
+        assert world.reader.state(KEYED, "y") is None
     # The bound was recorded at creation: opened with other limits, the world steps alike.
     with reopen(path, limits=WorldLimits(open_intents_max=1000)) as world:
         assert world.limits.open_intents_max == 3

@@ -51,7 +51,7 @@ def world(path: Path) -> Iterator[World]:
 
 
 def key(world: World, name: str) -> bytes | None:
-    return world.key_bytes(KEYED, name)
+    return world.reader.key_bytes(KEYED, name)
 
 
 def retry(world: World, name: str) -> int:
@@ -109,7 +109,7 @@ def test_retry_after_a_fix_steps_the_failed_delivery_again(path: Path) -> None:
     with reopen(path) as world:
         admitted, report = world.send(PING, ping("x", "undeclared"))
         assert report.fault_codes == ["effect.undeclared"] * 2  # keyed and global
-        assert world.cells(KEYED)[0].status == "failed"
+        assert world.reader.cells(KEYED)[0].status == "failed"
         proposal = proposals.propose(world, allow_other_effect(world))
     run_shadow(path, proposal)
     with reopen(path) as world:
@@ -118,9 +118,9 @@ def test_retry_after_a_fix_steps_the_failed_delivery_again(path: Path) -> None:
         seq = retry(world, "x")
         step_seq, step = last_of(world, records.STEP)
         assert step_seq > seq and step["input"] == admitted.seq
-        [intent] = world.open_intents()
+        [intent] = world.reader.open_intents()
         assert intent["effect"] == "demo/other@1"
-        assert world.cells(KEYED)[0].status == "waiting"
+        assert world.reader.cells(KEYED)[0].status == "waiting"
         operation = journal(world)[seq - 1]
         assert operation["kind"] == records.OPERATION and operation["action"] == CELL_RETRY
     verified(path)
@@ -128,13 +128,13 @@ def test_retry_after_a_fix_steps_the_failed_delivery_again(path: Path) -> None:
 
 def test_retry_without_a_fix_faults_again_and_keeps_the_state(world: World, path: Path) -> None:
     world.send(PING, ping("x"))
-    before = world.state(KEYED, "x")
+    before = world.reader.state(KEYED, "x")
     admitted, _ = world.send(PING, ping("x", "trap"))
     retry(world, "x")
     fault_seq, fault = last_of(world, records.STEP_FAULT)
     assert fault["input"] == admitted.seq and fault_seq == world.height
-    assert world.cells(KEYED)[0].status == "failed"
-    assert world.state(KEYED, "x") == before
+    assert world.reader.cells(KEYED)[0].status == "failed"
+    assert world.reader.state(KEYED, "x") == before
     world.close()
     verified(path)
 
@@ -147,7 +147,7 @@ def test_a_retried_cell_takes_new_events(world: World, path: Path) -> None:
     world.operate(Operation(CELL_RESET, workflow=KEYED, key=key(world, "x")))
     world.run_to_idle()
     _, report = world.send(PING, ping("x"))  # ... a reset cell starts afresh
-    assert report.steps == 1 and world.state(KEYED, "x")["count"] == 1
+    assert report.steps == 1 and world.reader.state(KEYED, "x")["count"] == 1
     world.close()
     verified(path)
 
@@ -184,11 +184,11 @@ def test_a_snapshot_keeps_the_failed_delivery_for_a_later_retry(path: Path) -> N
 
 def test_cancel_closes_the_intent_and_tells_its_cell(world: World, path: Path) -> None:
     world.send(PING, ping("z", "effect", 1))
-    [intent] = world.open_intents()
+    [intent] = world.reader.open_intents()
     seq = world.operate(Operation(INTENT_CANCEL, intent=intent["intent"], reason="not needed"))
     report = world.run_to_idle()
-    assert report.steps == 1 and world.open_intents() == []
-    state = world.state(KEYED, "z")
+    assert report.steps == 1 and world.reader.open_intents() == []
+    state = world.reader.state(KEYED, "z")
     assert state["last_schema"] == "demo/Inbox@1"
     envelope = cbor.decode(state["last_value"])["$value"]
     assert envelope["status"] == {"$tag": "cancelled"}
@@ -207,18 +207,18 @@ def test_cancel_closes_the_intent_and_tells_its_cell(world: World, path: Path) -
 
 def test_cancelling_a_timer_unblocks_time(world: World, path: Path) -> None:
     world.send(PING, ping("t", "timer", 10**12))
-    [timer] = world.open_intents()
-    assert world.next_timer_ns() is not None
+    [timer] = world.reader.open_intents()
+    assert world.reader.next_timer_ns() is not None
     world.operate(Operation(INTENT_CANCEL, intent=timer["intent"]))
     world.run_to_idle()
-    assert world.next_timer_ns() is None and world.jump_next_timer() is None
+    assert world.reader.next_timer_ns() is None and world.jump_next_timer() is None
     world.close()
     verified(path)
 
 
 def test_cancel_of_a_settled_or_unknown_intent_is_refused(world: World) -> None:
     world.send(PING, ping("s", "effect", 1))
-    [intent] = world.open_intents()
+    [intent] = world.reader.open_intents()
     world.settle(receipt(world, intent["intent"]))
     world.run_to_idle()
     before = unchanged(world)
@@ -236,17 +236,19 @@ def test_cancel_of_a_settled_or_unknown_intent_is_refused(world: World) -> None:
 def test_a_receipt_for_a_deleted_cell_is_rejected_not_a_new_cell(world: World, path: Path) -> None:
     world.send(PING, ping("d", "effect", 1))
     world.send(PING, ping("d", "delete"))
-    assert [c.key for c in world.cells(KEYED)] == []
-    [intent] = world.open_intents()
+    assert [c.key for c in world.reader.cells(KEYED)] == []
+    [intent] = world.reader.open_intents()
     height = world.height
     with pytest.raises(ReceiptCellDeletedError):
         world.settle(receipt(world, intent["intent"]))
     assert world.height == height + 1
     assert last_of(world, records.RECEIPT_REJECTED)[1]["code"] == "receipt.cell_deleted"
-    assert [c.key for c in world.cells(KEYED)] == [] and len(world.open_intents()) == 1
+    assert [c.key for c in world.reader.cells(KEYED)] == [] and len(
+        world.reader.open_intents()
+    ) == 1
     world.operate(Operation(INTENT_CANCEL, intent=intent["intent"]))  # closes it, tells no one
     world.run_to_idle()
-    assert world.open_intents() == [] and [c.key for c in world.cells(KEYED)] == []
+    assert world.reader.open_intents() == [] and [c.key for c in world.reader.cells(KEYED)] == []
     assert last_of(world, records.DELIVERY_DROPPED)[1]["reason"] == "cell_deleted"
     world.close()
     verified(path)
@@ -256,7 +258,7 @@ def test_a_timer_for_a_deleted_cell_settles_and_is_dropped(world: World, path: P
     world.send(PING, ping("t", "timer", 5))
     world.send(PING, ping("t", "delete"))
     world.advance_time(10)
-    assert world.open_intents() == [] and [c.key for c in world.cells(KEYED)] == []
+    assert world.reader.open_intents() == [] and [c.key for c in world.reader.cells(KEYED)] == []
     assert last_of(world, records.DELIVERY_DROPPED)[1]["reason"] == "cell_deleted"
     world.close()
     verified(path)

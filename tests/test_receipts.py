@@ -31,7 +31,7 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 def open_intents(world: World, n: int = 1, key: str = "x") -> list[str]:
     world.send("demo/Ping@1", ping(key, "effect", n))
-    return [i["intent"] for i in world.open_intents() if cbor.decode(i["key"]) == key]
+    return [i["intent"] for i in world.reader.open_intents() if cbor.decode(i["key"]) == key]
 
 
 def body(world: World, intent: str, **changes: Any) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def receipt(world: World, intent: str, seed: bytes = ADAPTER_SEED, **changes: An
 
 
 def last_value(world: World, key: str) -> Any:
-    return cbor.decode(world.state("demo/keyed@1", key)["last_value"])
+    return cbor.decode(world.reader.state("demo/keyed@1", key)["last_value"])
 
 
 def test_a_receipt_resumes_the_origin_cell_with_its_envelope(world: World) -> None:
@@ -70,8 +70,8 @@ def test_a_receipt_resumes_the_origin_cell_with_its_envelope(world: World) -> No
     assert cbor.decode(envelope["payload"]) == {"ok": True}
     assert envelope["issuer_ref"] == "ref-0"
     assert envelope["origin_key"] == cbor.encode("x")
-    assert world.open_intents() == []
-    [cell] = world.cells("demo/keyed@1")
+    assert world.reader.open_intents() == []
+    [cell] = world.reader.cells("demo/keyed@1")
     assert cell.status == "completed"
     [record] = [r for r in journal(world) if r["kind"] == records.EFFECT_RECEIPT]
     assert record["signature"] == receipt(world, intent)["signature"]
@@ -84,7 +84,7 @@ def test_receipts_never_cross_between_cells(world: World) -> None:
             world.settle(receipt(world, intent))
     world.run_to_idle()
     for key, expected in intents.items():
-        state = world.state("demo/keyed@1", key)
+        state = world.reader.state("demo/keyed@1", key)
         assert state["count"] == 3  # the ping and its two receipts
         assert last_value(world, key)["$value"]["intent_hash"] == expected[-1]
         assert last_value(world, key)["$value"]["origin_key"] == cbor.encode(key)
@@ -106,19 +106,19 @@ def test_a_keyed_effect_emitted_after_it_settled_is_the_same_work_opened_again(
     path = tmp_path / "w"
     with create(path, SCRIPTED, clock="manual") as world:
         world.send("demo/Ping@1", ping("x", "effect_idem", 1))
-        [intent] = [i["intent"] for i in world.open_intents()]
+        [intent] = [i["intent"] for i in world.reader.open_intents()]
         first = receipt(world, intent)
         world.settle(first)
         world.run_to_idle()
         assert world.settle(first).duplicate  # while settled: a duplicate, nothing written
         world.send("demo/Ping@1", ping("x", "effect_idem", 1))
         # The workflow's key says this is the same work: the same intent, opened again.
-        assert [i["intent"] for i in world.open_intents()] == [intent]
+        assert [i["intent"] for i in world.reader.open_intents()] == [intent]
         # So any valid receipt of that work settles it, a late copy of the first one too.
         late = world.settle(first)
         assert not late.duplicate and late.delivered
         world.run_to_idle()
-        assert world.open_intents() == []
+        assert world.reader.open_intents() == []
         kinds = [r["kind"] for r in journal(world) if r["kind"].startswith("effect_")]
         assert kinds == ["effect_intent", "effect_receipt"] * 2
     assert replay.verify_replay(path).ok
@@ -126,16 +126,16 @@ def test_a_keyed_effect_emitted_after_it_settled_is_the_same_work_opened_again(
 
 def _refused(world: World, value: Any, code: str) -> None:
     before_height = world.height
-    before_state = world.state("demo/keyed@1", "x")
-    before_open = world.open_intents()
+    before_state = world.reader.state("demo/keyed@1", "x")
+    before_open = world.reader.open_intents()
     with pytest.raises(ReceiptError) as caught:
         world.settle(value)
     assert caught.value.code == code
     [record] = journal(world, before_height + 1)
     assert record["kind"] == records.RECEIPT_REJECTED and record["code"] == code
     assert world.run_to_idle().steps == 0
-    assert world.state("demo/keyed@1", "x") == before_state
-    assert world.open_intents() == before_open
+    assert world.reader.state("demo/keyed@1", "x") == before_state
+    assert world.reader.open_intents() == before_open
 
 
 def test_a_forged_signature_is_refused(world: World) -> None:
@@ -275,7 +275,7 @@ def test_a_payload_that_does_not_fit_is_delivered_as_rejected(world: World) -> N
     event = last_value(world, "x")
     assert event["$tag"] == "Rejected"
     assert event["$value"]["error_code"].startswith("air.value")
-    assert world.open_intents() == []
+    assert world.reader.open_intents() == []
     [record] = [r for r in journal(world) if r["kind"] == records.EFFECT_RECEIPT]
     assert record["payload_error"]["code"].startswith("air.value")
 
@@ -290,11 +290,11 @@ def test_error_and_timeout_statuses_carry_any_payload(world: World) -> None:
 
 def test_kernel_timers_settle_when_logical_time_reaches_them(world: World) -> None:
     world.send("demo/Ping@1", ping("t", "timer", 1_000))
-    [timer] = world.open_intents()
-    due = world.next_timer_ns()
+    [timer] = world.reader.open_intents()
+    due = world.reader.next_timer_ns()
     assert due is not None and due == world.logical_ns + 1_000
     report = world.advance_time(999)
-    assert report.steps == 0 and world.open_intents() == [timer]
+    assert report.steps == 0 and world.reader.open_intents() == [timer]
     report = world.jump_next_timer()
     assert report is not None and report.steps == 1
     assert world.logical_ns == due
@@ -326,7 +326,7 @@ def test_open_intents_and_settlements_survive_reopen(tmp_path: Path) -> None:
         sealed = receipt(world, first)
         pending = receipt(world, second)
     with reopen(path) as again:
-        assert [i["intent"] for i in again.open_intents()] == [second]
+        assert [i["intent"] for i in again.reader.open_intents()] == [second]
         assert again.settle(sealed).duplicate
         assert again.settle(pending).seq is not None
 
@@ -341,8 +341,8 @@ def test_large_payloads_go_to_the_cas_by_hash_and_gc_keeps_them(tmp_path: Path) 
         [intent] = open_intents(world)
         kept = world.put_blob(b"x" * 100_000)
         orphan = world.put_blob(b"nobody names me")
-        assert world.open_intent(intent)["params"] == {"n": 0}  # type: ignore[index]
-        assert world.open_intent("blake3:" + "0" * 64) is None
+        assert world.reader.open_intent(intent)["params"] == {"n": 0}  # type: ignore[index]
+        assert world.reader.open_intent("blake3:" + "0" * 64) is None
         # An error receipt may carry any payload; this one names the blob.
         world.settle(receipt(world, intent, status="error", payload={"body_ref": str(kept)}))
         world.run_to_idle()

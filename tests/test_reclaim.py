@@ -20,7 +20,7 @@ from aos.kernel.store.interface import Mark
 from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.world.cellindex import CellIndex
 from aos.kernel.world.cells import CellTable
-from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.world import WorldLimits
 from tests.strategies import examples_times
 from tests.test_world import COUNTER, EVENT, create, inc, reopen
@@ -136,7 +136,7 @@ class Model:
 
     def __init__(self, *, bucket: int = 2, kept_max: int = 2, release_max: int = 3) -> None:
         self.store = MemoryStore()
-        self.pending = PendingWrites(self.store)
+        self.pending = StagedWrites(self.store)
         self.pending.release_max = release_max  # small: releasing spreads over flushes
         self.index = CellIndex(self.pending, bucket_entries_max=bucket)
         self.tables = {
@@ -159,7 +159,7 @@ class Model:
             self.snapshots.append((self.seq, list(self.roots.values())))
             del self.snapshots[: -self.kept_max]
             self.pending.release_before = self.snapshots[0][0]
-        self.pending.flush(1)
+        self.pending.write(1)
         self.pending.epoch = self.snapshots[-1][0] if self.snapshots else 0
 
     def named(self) -> set[Hash]:
@@ -271,7 +271,7 @@ def test_a_node_both_workflows_name_survives_when_one_moves_on() -> None:
 
 def test_a_node_written_and_superseded_within_one_flush_never_reaches_the_store() -> None:
     store = MemoryStore()
-    pending = PendingWrites(store)
+    pending = StagedWrites(store)
     index = CellIndex(pending)
     table = CellTable(pending, index, index.empty_root)
     table.put(cbor.encode("k"), cbor.encode({"n": 1}), 1)
@@ -281,7 +281,7 @@ def test_a_node_written_and_superseded_within_one_flush_never_reaches_the_store(
         table.put(cbor.encode("k"), cbor.encode({"n": 2}), 2)
         table.materialize(superseded)
     pending.superseded(superseded)
-    pending.flush(1)
+    pending.write(1)
     assert not store.cas.has(middle)
     assert not store.cas.has(hash_bytes(cbor.encode({"n": 1})))
     assert pending.reclaim.dropped_objects == 2
@@ -386,7 +386,7 @@ def test_reclaiming_is_invisible_in_the_journal_and_the_roots(tmp_path: Path) ->
                 (
                     [r for _, r in world.store.journal.read()],
                     world.store.meta.get("world.head"),
-                    world.state(COUNTER, "k3"),
+                    world.reader.state(COUNTER, "k3"),
                 )
             )
     assert heads[0] == heads[1]

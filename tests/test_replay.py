@@ -199,7 +199,7 @@ def test_the_cli_reports_a_divergence_and_exits_1(tmp_path: Path) -> None:
 
 def _states(path: Path) -> dict[str, Any]:
     with reopen(path) as world:
-        return {f"k{n}": world.state(COUNTER, f"k{n}") for n in range(4)}
+        return {f"k{n}": world.reader.state(COUNTER, f"k{n}") for n in range(4)}
 
 
 def test_a_lost_head_is_rebuilt_from_the_snapshot_and_tail(tmp_path: Path) -> None:
@@ -310,7 +310,7 @@ def test_the_spilled_scratch_store_behaves_like_the_memory_one(tmp_path: Path) -
 def test_reading_a_world_never_changes_its_head(tmp_path: Path) -> None:
     path = tmp_path / "s"
     with create(path, SCRIPTED) as world:
-        world.cells("demo/keyed@1")  # opens an empty cell table
-        world.state("demo/global@1")
+        world.reader.cells("demo/keyed@1")  # opens an empty cell table
+        world.reader.state("demo/global@1")
         world.snapshot()
     assert replay.verify_replay(path).ok

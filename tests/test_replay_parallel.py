@@ -23,6 +23,7 @@ from aos.kernel.audit.replay_parallel import (
 from aos.kernel.hashing import Hash
 from aos.kernel.wasm import StepLimits, StepRunner, WasmEngine, encode_input
 from aos.kernel.world import records
+from aos.kernel.world.replayer import same_bytes
 from aos.kernel.world.world import WorldLimits
 from tests.test_chain import counter_world as chained_world
 from tests.test_chain import flip_entropy, rewrite_record, store_digest
@@ -219,9 +220,9 @@ def test_a_lost_worker_means_the_reference_decides() -> None:
 def test_a_record_compares_equal_to_its_stored_bytes_and_only_to_them(value: Any) -> None:
     stored = cbor.encode(value)
     recorded = cbor.decode(stored)  # as the replay reads it: strictly, in canonical order
-    assert replay._same_bytes(stored, recorded)
+    assert same_bytes(stored, recorded)
     changed = cbor.encode({**value, "kind": "other"})
-    assert not replay._same_bytes(changed, recorded)
+    assert not same_bytes(changed, recorded)
 
 
 def _hidden_state_world(path: Path, tmp: Path) -> None:

@@ -119,7 +119,7 @@ class _Machine(RuleBasedStateMachine):
     def send(self, key: str, action: str, n: int) -> None:
         if action == "effect":
             n = n % 3 + 1
-        before = {i["intent"] for i in self.world.open_intents()}
+        before = {i["intent"] for i in self.world.reader.open_intents()}
         now = self.world.logical_ns
         self.world.send(PING, {"id": key, "n": n, "action": action})
         self._drain()  # queued pings were ahead of this one in every mailbox
@@ -134,7 +134,7 @@ class _Machine(RuleBasedStateMachine):
             self._took(key)
         # The global cell takes every ping and declares no effects: it fails on these.
         self.global_failed |= action in ("effect", "timer", "trap")
-        new = [i for i in self.world.open_intents() if i["intent"] not in before]
+        new = [i for i in self.world.reader.open_intents() if i["intent"] not in before]
         expected = 0 if dropped else {"effect": n, "timer": 1}.get(action, 0)
         assert len(new) == expected, new
         for intent in new:
@@ -281,32 +281,32 @@ class _Machine(RuleBasedStateMachine):
         for workflow in (KEYED, GLOBAL):
             cells[workflow] = [
                 (cell.key, cell.state_hash, cell.status, cell.last_active_seq)
-                for cell in world.cells(workflow)
+                for cell in world.reader.cells(workflow)
             ]
         return {
-            "status": world.status(),
-            "open_intents": world.open_intents(),
+            "status": world.reader.status(),
+            "open_intents": world.reader.open_intents(),
             "cells": cells,
             "snapshots": list(world.snapshots),
         }
 
     def _check_model(self) -> None:
         world = self.world
-        statuses = {cell.key: cell.status for cell in world.cells(KEYED)}
+        statuses = {cell.key: cell.status for cell in world.reader.cells(KEYED)}
         for key in self.failed_keys:
             assert statuses[key] == "failed", key
         for key, count in self.counts.items():
             if key not in self.failed_keys:
-                assert world.state(KEYED, key)["count"] == count, key
-        open_now = {i["intent"]: i for i in world.open_intents()}
+                assert world.reader.state(KEYED, key)["count"] == count, key
+        open_now = {i["intent"]: i for i in world.reader.open_intents()}
         assert set(open_now) == set(self.open)
         for intent, (key, _) in self.open.items():
             assert cbor.decode(open_now[intent]["key"]) == key
-        [global_cell] = world.cells(GLOBAL) or [None]
+        [global_cell] = world.reader.cells(GLOBAL) or [None]
         if global_cell is not None:
             assert (global_cell.status == "failed") == self.global_failed
         # Each queued ping has two deliveries: its keyed cell and the global cell.
-        assert world.status()["queued"] == 2 * len(self.queued_keys)
+        assert world.reader.status()["queued"] == 2 * len(self.queued_keys)
 
 
 # Costly (a world per walk, three replays after each step): few walks, sized by the variables

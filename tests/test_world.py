@@ -104,7 +104,7 @@ def test_genesis_journals_the_manifest_and_stores_its_definitions(world: World) 
             assert world.store.cas.has(definition_hash), name
     module_hash = world.runtime.module_hash(COUNTER)
     assert world.store.cas.has(module_hash)
-    assert world.status()["workflows"] == {COUNTER: {"cells": 0, "failed": 0}}
+    assert world.reader.status()["workflows"] == {COUNTER: {"cells": 0, "failed": 0}}
 
 
 def test_create_refuses_an_existing_world_and_open_a_missing_one(tmp_path: Path) -> None:
@@ -149,8 +149,8 @@ def test_send_steps_the_keyed_cell_and_journals_what_happened(world: World) -> N
     admitted, report = world.send(EVENT, inc("a", 7))
     assert admitted.seq == 2 and admitted.deliveries == 1
     assert report.steps == 1 and report.faults == 0
-    assert world.state(COUNTER, "a") == {"count": 7, "resets": 0}
-    assert world.state(COUNTER, "b") is None
+    assert world.reader.state(COUNTER, "a") == {"count": 7, "resets": 0}
+    assert world.reader.state(COUNTER, "b") is None
     _, report = world.send(EVENT, inc("a", 5))
     assert report.events == 1
     kinds = [record["kind"] for record in journal(world)]
@@ -177,10 +177,10 @@ def test_values_are_normalized_before_they_are_journaled(world: World) -> None:
 def test_cells_and_statuses(world: World) -> None:
     for key in ("a", "b", "c"):
         world.send(EVENT, inc(key))
-    cells = world.cells(COUNTER)
+    cells = world.reader.cells(COUNTER)
     assert sorted(cell.key for cell in cells) == ["a", "b", "c"]
     assert {cell.status for cell in cells} == {"completed"}
-    assert world.status()["workflows"][COUNTER]["cells"] == 3
+    assert world.reader.status()["workflows"][COUNTER]["cells"] == 3
 
 
 def test_reopen_continues_exactly_where_the_world_was(tmp_path: Path) -> None:
@@ -188,13 +188,13 @@ def test_reopen_continues_exactly_where_the_world_was(tmp_path: Path) -> None:
     with create(path) as first:
         for n in range(12):
             first.send(EVENT, inc(f"k{n % 4}", n))
-        states = {f"k{n}": first.state(COUNTER, f"k{n}") for n in range(4)}
+        states = {f"k{n}": first.reader.state(COUNTER, f"k{n}") for n in range(4)}
         height = first.height
     with reopen(path) as again:
         assert again.height == height
-        assert {f"k{n}": again.state(COUNTER, f"k{n}") for n in range(4)} == states
+        assert {f"k{n}": again.reader.state(COUNTER, f"k{n}") for n in range(4)} == states
         again.send(EVENT, inc("k0", 100))
-        assert again.state(COUNTER, "k0")["count"] == states["k0"]["count"] + 100  # type: ignore[index]
+        assert again.reader.state(COUNTER, "k0")["count"] == states["k0"]["count"] + 100  # type: ignore[index]
 
 
 def test_unflushed_input_is_lost_and_nothing_else(tmp_path: Path) -> None:
@@ -207,7 +207,7 @@ def test_unflushed_input_is_lost_and_nothing_else(tmp_path: Path) -> None:
         first.ingress(EVENT, inc("a", 1000))  # no run_to_idle: never flushed
     with reopen(path) as again:
         assert journal_bytes(again) == acknowledged
-        assert again.state(COUNTER, "a") == {"count": 1, "resets": 0}
+        assert again.reader.state(COUNTER, "a") == {"count": 1, "resets": 0}
 
 
 def test_a_failed_flush_closes_the_world_and_reopening_restores_the_last_flush(
@@ -218,10 +218,10 @@ def test_a_failed_flush_closes_the_world_and_reopening_restores_the_last_flush(
     world.send(EVENT, inc("a", 1))
     durable = journal_bytes(world)
 
-    def broken_flush(expected_first_seq: int) -> tuple[int, int]:
+    def broken_write(expected_first_seq: int) -> tuple[int, int]:
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(world._pending, "flush", broken_flush)
+    monkeypatch.setattr(world.journaler.staged, "write", broken_write)
     with pytest.raises(OSError):
         world.send(EVENT, inc("a", 1))
     with pytest.raises(WorldClosedError):
@@ -229,7 +229,7 @@ def test_a_failed_flush_closes_the_world_and_reopening_restores_the_last_flush(
     monkeypatch.undo()
     with reopen(path) as again:
         assert journal_bytes(again) == durable
-        assert again.state(COUNTER, "a") == {"count": 1, "resets": 0}
+        assert again.reader.state(COUNTER, "a") == {"count": 1, "resets": 0}
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,7 +252,7 @@ def test_invalid_values_are_refused_with_their_path(world: World) -> None:
         world.send(EVENT, {"$tag": "Decrement", "$value": {"id": "a"}})
     assert caught_tag.value.code.startswith("air.value")
     assert world.height == 1
-    assert world.cells(COUNTER) == []
+    assert world.reader.cells(COUNTER) == []
 
 
 def test_an_event_nobody_subscribes_to_is_journaled_as_rejected(world: World) -> None:
@@ -261,14 +261,14 @@ def test_an_event_nobody_subscribes_to_is_journaled_as_rejected(world: World) ->
     [rejected] = journal(world, 2)
     assert rejected["kind"] == records.INGRESS_REJECTED
     assert rejected["code"] == "route.no_subscriber"
-    assert world.cells(COUNTER) == []
+    assert world.reader.cells(COUNTER) == []
 
 
 def test_a_key_over_the_limit_is_rejected_and_journaled(world: World) -> None:
     with pytest.raises(RouteKeyTooLargeError):
         world.send(EVENT, inc("k" * 2000))
     assert journal(world, 2)[0]["code"] == "route.key_too_large"
-    assert world.cells(COUNTER) == []
+    assert world.reader.cells(COUNTER) == []
 
 
 def test_event_size_limit_edge(tmp_path: Path) -> None:
@@ -308,7 +308,7 @@ def test_batched_and_one_by_one_ingress_give_the_same_cells(tmp_path: Path) -> N
         batch.run_to_idle()
         # Roots differ (cells record the journal sequence of their last step); states not.
         for key in ("k0", "k1", "k2"):
-            assert one.state(COUNTER, key) == batch.state(COUNTER, key)
+            assert one.reader.state(COUNTER, key) == batch.reader.state(COUNTER, key)
 
 
 keys = st.sampled_from(["a", "b", "c", "d", "e", "f"])
@@ -339,7 +339,7 @@ def test_keyed_isolation(tmp_path: Path, events: list[dict[str, Any]], batch: in
                     for event in events:
                         if event["$value"]["id"] == key:
                             alone.send(EVENT, event)
-                    assert mixed.state(COUNTER, key) == alone.state(COUNTER, key)
+                    assert mixed.reader.state(COUNTER, key) == alone.reader.state(COUNTER, key)
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,12 +364,14 @@ def test_step_budget_flushes_the_work_done_and_keeps_the_rest_queued(tmp_path: P
         with pytest.raises(StepBudgetExceededError) as caught:
             world.run_to_idle(steps_max=3)
         assert caught.value.detail == {"steps": 3, "queued": 2}
-        assert world.status()["queued"] == 2
+        assert world.reader.status()["queued"] == 2
     with reopen(path) as again:
-        assert again.status()["queued"] == 2
+        assert again.reader.status()["queued"] == 2
         report = again.run_to_idle()
         assert report.steps == 2
-        assert [again.state(COUNTER, f"k{n}") for n in range(5)] == [{"count": 1, "resets": 0}] * 5
+        assert [again.reader.state(COUNTER, f"k{n}") for n in range(5)] == [
+            {"count": 1, "resets": 0}
+        ] * 5
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,8 +381,8 @@ def test_step_budget_flushes_the_work_done_and_keeps_the_rest_queued(tmp_path: P
 def test_fan_out_in_manifest_order_with_variant_arm_wrapping(scripted: World) -> None:
     admitted, report = scripted.send("demo/Ping@1", ping("x"))
     assert admitted.deliveries == 2 and report.steps == 2
-    keyed = scripted.state("demo/keyed@1", "x")
-    unkeyed = scripted.state("demo/global@1")
+    keyed = scripted.reader.state("demo/keyed@1", "x")
+    unkeyed = scripted.reader.state("demo/global@1")
     assert cbor.decode(keyed["last_value"]) == ping("x")
     assert keyed["count"] == 1 and unkeyed["count"] == 1
     steps = [r for r in journal(scripted) if r["kind"] == records.STEP]
@@ -393,15 +395,15 @@ def test_context_carries_logical_time(tmp_path: Path) -> None:
     with create(tmp_path / "s", SCRIPTED, stamps=stamps) as world:
         world.send("demo/Ping@1", ping("x"))
         record = journal(world)[1]
-        assert world.state("demo/global@1")["last_now_ns"] == record["stamp"]["logical_ns"]
+        assert world.reader.state("demo/global@1")["last_now_ns"] == record["stamp"]["logical_ns"]
 
 
 def test_emitted_events_are_journaled_and_routed(scripted: World) -> None:
     _, report = scripted.send("demo/Ping@1", ping("x", "emit"))
     # Both workflows act on the ping and emit a child; each child fans out to both again.
     assert report.events == 2
-    assert scripted.state("demo/keyed@1", "x-child")["count"] == 2
-    assert scripted.state("demo/global@1")["count"] == 3
+    assert scripted.reader.state("demo/keyed@1", "x-child")["count"] == 2
+    assert scripted.reader.state("demo/global@1")["count"] == 3
     children = [r for r in journal(scripted) if r["kind"] == records.DOMAIN_EVENT and "cause" in r]
     assert [c["value"]["id"] for c in children] == ["x-child", "x-child"]
 
@@ -414,8 +416,8 @@ def test_effects_open_intents_with_deterministic_identities(scripted: World) -> 
     assert [i["issuer_ref"] for i in intents] == ["ref-0", "ref-1", "ref-2"]
     assert {i["origin"]["workflow"] for i in intents} == {"demo/keyed@1"}
     assert len({i["intent"] for i in intents}) == 3
-    assert scripted.status()["open_intents"] == 3
-    [cell] = scripted.cells("demo/keyed@1")
+    assert scripted.reader.status()["open_intents"] == 3
+    [cell] = scripted.reader.cells("demo/keyed@1")
     assert cell.status == "waiting"
 
 
@@ -424,7 +426,7 @@ def test_an_idempotency_key_opens_an_intent_once(scripted: World) -> None:
     scripted.send("demo/Ping@1", ping("x", "effect_idem", 1))
     assert len([r for r in journal(scripted) if r["kind"] == records.EFFECT_INTENT]) == 1
     scripted.send("demo/Ping@1", ping("x", "effect_idem", 2))  # other params: another intent
-    assert scripted.status()["open_intents"] == 2
+    assert scripted.reader.status()["open_intents"] == 2
 
 
 @pytest.mark.parametrize(
@@ -443,40 +445,40 @@ def test_step_faults_apply_nothing_and_fail_only_their_cell(
     scripted: World, action: str, code: str
 ) -> None:
     scripted.send("demo/Ping@1", ping("bad"))
-    before = scripted.state("demo/keyed@1", "bad")
+    before = scripted.reader.state("demo/keyed@1", "bad")
     _, report = scripted.send("demo/Ping@1", ping("bad", action))
     assert report.fault_codes[0] == code
     faults = [r for r in journal(scripted) if r["kind"] == records.STEP_FAULT]
     assert faults[0]["code"] == code and faults[0]["workflow"] == "demo/keyed@1"
     assert faults[0]["module"] == str(scripted.runtime.module_hash("demo/keyed@1"))
-    assert scripted.state("demo/keyed@1", "bad") == before
-    assert scripted.status()["open_intents"] == 0
+    assert scripted.reader.state("demo/keyed@1", "bad") == before
+    assert scripted.reader.status()["open_intents"] == 0
     assert not [r for r in journal(scripted) if r["kind"] == records.EFFECT_INTENT]
-    [cell] = scripted.cells("demo/keyed@1")
+    [cell] = scripted.reader.cells("demo/keyed@1")
     assert cell.status == "failed"
     # The unkeyed workflow got the same ping and faulted too (its own code may differ).
     assert [f["workflow"] for f in faults] == ["demo/keyed@1", "demo/global@1"]
-    assert [c.status for c in scripted.cells("demo/global@1")] == ["failed"]
+    assert [c.status for c in scripted.reader.cells("demo/global@1")] == ["failed"]
     # A failed cell takes no more events; other cells go on.
     _, later = scripted.send("demo/Ping@1", ping("bad"))
     assert later.dropped == 2 and later.steps == 0
     _, good = scripted.send("demo/Ping@1", ping("good"))
     assert good.steps == 1 and good.dropped == 1
-    assert scripted.state("demo/keyed@1", "good")["count"] == 1
+    assert scripted.reader.state("demo/keyed@1", "good")["count"] == 1
 
 
 def test_deleting_a_cell(scripted: World) -> None:
     scripted.send("demo/Ping@1", ping("x"))
     scripted.send("demo/Ping@1", ping("x", "delete"))
-    assert scripted.state("demo/keyed@1", "x") is None
-    assert scripted.cells("demo/keyed@1") == []
+    assert scripted.reader.state("demo/keyed@1", "x") is None
+    assert scripted.reader.cells("demo/keyed@1") == []
 
 
 def test_a_workflow_storm_stops_at_the_budget(tmp_path: Path) -> None:
     with create(tmp_path / "s", SCRIPTED, limits=WorldLimits(steps_per_run_max=50)) as world:
         with pytest.raises(StepBudgetExceededError):
             world.send("demo/Ping@1", ping("x", "storm"))
-        assert world.status()["queued"] > 0
+        assert world.reader.status()["queued"] > 0
         assert world.height == len(journal(world))
 
 
@@ -484,14 +486,14 @@ def test_unknown_workflows_are_refused_and_never_checkpointed(world: World) -> N
     from aos.kernel.world.errors import WorkflowUnknownError
 
     for query in (
-        lambda: world.status_of("x/nope@1", None),
-        lambda: world.cells("x/nope@1"),
-        lambda: world.state("x/nope@1"),
+        lambda: world.reader.status_of("x/nope@1", None),
+        lambda: world.reader.cells("x/nope@1"),
+        lambda: world.reader.state("x/nope@1"),
     ):
         with pytest.raises(WorkflowUnknownError):
             query()
     world.send(EVENT, inc("a"))
-    world.checkpoint()
+    world.commit(checkpoint=True)
     head = world.store.cas.get_value(world.store.meta.get("world.head"))  # type: ignore[arg-type]
     assert list(head["roots"]) == [COUNTER]  # type: ignore[index,call-overload]
 
@@ -506,9 +508,9 @@ def test_long_runs_flush_at_safe_points_within_the_store_batch_limit(tmp_path: P
         assert world.store.journal.head() > 1  # flushed during ingress, before any run
         world.run_to_idle()
         assert world.height == world.store.journal.head()
-        states = {f"k{n}": world.state(COUNTER, f"k{n}") for n in range(9)}
+        states = {f"k{n}": world.reader.state(COUNTER, f"k{n}") for n in range(9)}
     with reopen(path) as again:
-        assert {f"k{n}": again.state(COUNTER, f"k{n}") for n in range(9)} == states
+        assert {f"k{n}": again.reader.state(COUNTER, f"k{n}") for n in range(9)} == states
     assert replay.verify_replay(path).ok
 
 
@@ -516,10 +518,10 @@ def test_a_kill_during_create_leaves_no_world_and_create_can_run_again(tmp_path:
     path = tmp_path / "w"
     script = (
         "import os, signal\n"
-        "from aos.kernel.world import pending\n"
+        "from aos.kernel.world import staged\n"
         "def die(self, expected_first_seq):\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
-        "pending.PendingWrites.flush = die\n"
+        "staged.StagedWrites.write = die\n"
         "from aos.kernel.world.world import World\n"
         f"World.create({str(path)!r}, {str(COUNTER_C)!r}, sync=False)\n"
     )
@@ -530,4 +532,4 @@ def test_a_kill_during_create_leaves_no_world_and_create_can_run_again(tmp_path:
         World.open(path)
     with create(path) as world:
         world.send(EVENT, inc("a"))
-        assert world.state(COUNTER, "a") == {"count": 1, "resets": 0}
+        assert world.reader.state(COUNTER, "a") == {"count": 1, "resets": 0}

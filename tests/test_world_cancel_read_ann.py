@@ -29,7 +29,7 @@ def open_refs(world: World, key: str = "x") -> dict[str, str]:
     """issuer_ref -> intent of the cell's open intents."""
     return {
         str(i["issuer_ref"]): str(i["intent"])
-        for i in world.open_intents()
+        for i in world.reader.open_intents()
         if cbor.decode(i["key"]) == key
     }
 
@@ -84,11 +84,11 @@ def test_a_cancelled_timer_is_never_delivered(world: World) -> None:
     world.send("demo/Ping@1", ping("x", "timer_ref", 50))
     assert list(open_refs(world)) == ["timer"]
     world.send("demo/Ping@1", ping("x", "cancel_timer", 10**12))  # cancels "timer" only
-    assert world.next_timer_ns() is not None  # the new (unnamed) timer is still armed
-    count_before = world.state("demo/keyed@1", "x")["count"]
+    assert world.reader.next_timer_ns() is not None  # the new (unnamed) timer is still armed
+    count_before = world.reader.state("demo/keyed@1", "x")["count"]
     world.advance_time(1000)  # past the cancelled timer's deadline
     assert not any(r["kind"] == records.EFFECT_RECEIPT for r in journal(world))
-    assert world.state("demo/keyed@1", "x")["count"] == count_before
+    assert world.reader.state("demo/keyed@1", "x")["count"] == count_before
 
 
 def test_cancellations_survive_reopen_and_replay(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_a_step_reads_a_blob_by_hash(world: World) -> None:
     blob = b"a definition, say" * 100
     hash_ = world.put_blob(blob)
     world.send("demo/Ping@1", ping("x", f"read {hash_}"))
-    state = world.state("demo/keyed@1", "x")
+    state = world.reader.state("demo/keyed@1", "x")
     assert cbor.decode(state["last_value"]) == blob
     assert last_step(world)["state"] is not None
 
@@ -118,7 +118,7 @@ def test_a_step_reads_a_blob_by_hash(world: World) -> None:
 def test_two_read_rounds_are_allowed(world: World) -> None:
     first, second = world.put_blob(b"one"), world.put_blob(b"two")
     world.send("demo/Ping@1", ping("x", f"read_twice {first},{second}"))
-    assert cbor.decode(world.state("demo/keyed@1", "x")["last_value"]) == b"onetwo"
+    assert cbor.decode(world.reader.state("demo/keyed@1", "x")["last_value"]) == b"onetwo"
 
 
 def test_reading_a_missing_blob_faults_only_that_cell(world: World) -> None:
@@ -128,7 +128,10 @@ def test_reading_a_missing_blob_faults_only_that_cell(world: World) -> None:
     assert report.fault_codes == ["step.read_refused"] * 2
     fault = journal(world)[-1]
     assert fault["kind"] == records.STEP_FAULT and missing in fault["message"]
-    assert world.status_of("demo/keyed@1", world.key_bytes("demo/keyed@1", "x")) == "failed"
+    assert (
+        world.reader.status_of("demo/keyed@1", world.reader.key_bytes("demo/keyed@1", "x"))
+        == "failed"
+    )
     _, report = world.send("demo/Ping@1", ping("y", "none"))
     assert report.faults == 0
 

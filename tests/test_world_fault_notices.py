@@ -50,12 +50,12 @@ def world(path: Path) -> Iterator[World]:
 
 
 def status(world: World, workflow: str, key: str | None) -> str:
-    key_bytes = world.key_bytes(workflow, key) if key is not None else None
-    return world.status_of(workflow, key_bytes)
+    key_bytes = world.reader.key_bytes(workflow, key) if key is not None else None
+    return world.reader.status_of(workflow, key_bytes)
 
 
 def kept(world: World, key: str) -> Any:
-    return cbor.decode(world.state(KEYED, key)["last_value"])
+    return cbor.decode(world.reader.state(KEYED, key)["last_value"])
 
 
 def records_of(world: World, workflow: str) -> list[tuple[int, dict[str, Any]]]:
@@ -85,14 +85,14 @@ def test_a_cell_that_takes_notices_handles_its_own_fault(world: World) -> None:
     )
     assert "asked to trap" in told["message"] and told["module"] == fault["module"]
     assert cbor.decode(told["event"]) == {"$tag": "Ping", "$value": ping("x", "trap")}
-    assert world.state(KEYED, "x")["count"] == 2  # the last good state, then the notice
+    assert world.reader.state(KEYED, "x")["count"] == 2  # the last good state, then the notice
     world.send("demo/Ping@1", ping("x", "none"))  # a handled cell takes deliveries again
-    assert world.state(KEYED, "x")["count"] == 3
+    assert world.reader.state(KEYED, "x")["count"] == 3
 
 
 def test_a_cell_that_faults_on_its_first_step_is_told_with_no_state(world: World) -> None:
     world.send("demo/Ping@1", ping("fresh", "trap"))
-    assert world.state(KEYED, "fresh")["count"] == 1
+    assert world.reader.state(KEYED, "fresh")["count"] == 1
     assert kept(world, "fresh")["$value"]["code"] == "step.guest_exception"
 
 
@@ -105,9 +105,9 @@ def test_a_notice_that_faults_too_leaves_the_cell_failed_and_is_not_repeated(
     faults = [r for _, r in records_of(world, KEYED) if r["kind"] == records.STEP_FAULT]
     assert len(faults) == 2  # the step, its notice, and nothing after
     assert status(world, KEYED, "x") == "failed"
-    assert world.state(KEYED, "x")["count"] == 1  # the last good state
+    assert world.reader.state(KEYED, "x")["count"] == 1  # the last good state
     # A retry steps the delivery that failed the cell, not its notice.
-    world.operate(Operation(CELL_RETRY, workflow=KEYED, key=world.key_bytes(KEYED, "x")))
+    world.operate(Operation(CELL_RETRY, workflow=KEYED, key=world.reader.key_bytes(KEYED, "x")))
     world.run_to_idle()
     retried = [r for _, r in records_of(world, KEYED)][-2]
     assert retried["kind"] == records.STEP_FAULT and retried["input"] == faults[0]["input"]
@@ -121,7 +121,7 @@ def test_worlds_with_notices_reopen_and_replay(path: Path) -> None:
         world.send("demo/Ping@1", ping("c", "trap"))
     with reopen(path) as world:
         assert status(world, KEYED, "a") != "failed" and status(world, KEYED, "b") == "failed"
-        assert world.state(KEYED, "c")["count"] == 1
+        assert world.reader.state(KEYED, "c")["count"] == 1
     for workers in (1, 2):
         report = replay.verify_replay(path, workers_max=workers, parallel_records_min=0)
         assert report.ok, report.divergence

@@ -41,7 +41,7 @@ def _round(world: World, rng: random.Random, n: int) -> None:
     for _ in range(rng.randint(1, 4)):
         world.ingress(PING, ping(rng.choice(KEYS), rng.choice(ACTIONS), n))
     world.run_to_idle()
-    intents = [value["intent"] for value in world.open_intents() if value["due_ns"] is None]
+    intents = [value["intent"] for value in world.reader.open_intents() if value["due_ns"] is None]
     choice = rng.random()
     if intents and choice < 0.3:
         # A refused receipt (a deleted cell's intent) is journaled as rejected: both alike.
@@ -58,7 +58,7 @@ def _round(world: World, rng: random.Random, n: int) -> None:
 
 
 def _operate_on_a_cell(world: World, rng: random.Random) -> None:
-    cells = world.cells(KEYED)
+    cells = world.reader.cells(KEYED)
     failed = [cell for cell in cells if cell.status == "failed"]
     if failed:
         world.operate(Operation(CELL_RETRY, workflow=KEYED, key=rng.choice(failed).key_bytes))
@@ -104,9 +104,9 @@ def test_reopening_mid_cadence_gives_the_head_of_a_world_that_checkpointed_every
         reopen(tmp_path / "every", limits=EVERY_FLUSH) as again,
     ):
         assert hash_value(folded.current_head()) == hash_value(again.current_head())
-        assert folded.open_intents() == again.open_intents()
-        assert folded.next_timer_ns() == again.next_timer_ns()
-        assert folded.cells(KEYED) == again.cells(KEYED)
+        assert folded.reader.open_intents() == again.reader.open_intents()
+        assert folded.reader.next_timer_ns() == again.reader.next_timer_ns()
+        assert folded.reader.cells(KEYED) == again.reader.cells(KEYED)
         # Going on from there (both with the same fresh stamps) writes the same journal:
         # parked faulted deliveries, timers, intents.
         rng_a, rng_b = random.Random(seed + 100), random.Random(seed + 100)

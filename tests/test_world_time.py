@@ -25,9 +25,9 @@ def observed(world: World) -> tuple[Any, ...]:
     return (
         world.height,
         world.logical_ns,
-        world.next_timer_ns(),
+        world.reader.next_timer_ns(),
         journal_bytes(world),
-        world.state("demo/keyed@1", "far"),
+        world.reader.state("demo/keyed@1", "far"),
     )
 
 
@@ -36,7 +36,7 @@ def test_advancing_past_the_range_is_refused_and_changes_nothing(tmp_path: Path)
     with create(path, SCRIPTED, clock="manual") as world:
         assert world.logical_ns == 0
         world.send("demo/Ping@1", ping("far", "timer", LOGICAL_NS_MAX))  # due at the edge
-        assert world.next_timer_ns() == LOGICAL_NS_MAX
+        assert world.reader.next_timer_ns() == LOGICAL_NS_MAX
         before = observed(world)
         for by in (LOGICAL_NS_MAX + 1, 2**64, 10**100):
             with pytest.raises(TimeOutOfRangeError):
@@ -44,14 +44,14 @@ def test_advancing_past_the_range_is_refused_and_changes_nothing(tmp_path: Path)
             assert observed(world) == before
         report = world.jump_next_timer()  # exactly to the edge: accepted, the timer fires
         assert report is not None and report.steps >= 1
-        assert world.logical_ns == LOGICAL_NS_MAX and world.next_timer_ns() is None
+        assert world.logical_ns == LOGICAL_NS_MAX and world.reader.next_timer_ns() is None
         at_edge = observed(world)
         with pytest.raises(TimeOutOfRangeError):
             world.advance_time(1)
         assert observed(world) == at_edge
         world.advance_time(0)
         world.send("demo/Ping@1", ping("near", "timer", 0))  # the world keeps working
-        assert world.next_timer_ns() == LOGICAL_NS_MAX
+        assert world.reader.next_timer_ns() == LOGICAL_NS_MAX
     assert replay.verify_replay(path).ok
 
 

@@ -36,7 +36,7 @@ def steps_of(world: World, workflow: str = KEYED) -> list[dict[str, Any]]:
 
 
 def kept(world: World, key: str = "x") -> Any:
-    return cbor.decode(world.state(KEYED, key)["last_value"])
+    return cbor.decode(world.reader.state(KEYED, key)["last_value"])
 
 
 def test_a_step_writes_a_blob_and_learns_its_hash(world: World) -> None:

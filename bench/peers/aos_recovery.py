@@ -40,7 +40,7 @@ def _start(path: Path, chains: int, effects: int, store_url: str | None) -> None
     world.run_to_idle()
     for _ in range(effects - 1):
         assert settle_all(world, flush_each=False) == chains
-    assert len(world.open_intents()) == chains
+    assert len(world.reader.open_intents()) == chains
     print(json.dumps({"blocked": chains}), flush=True)
     threading.Event().wait()  # until the bench kills this process, world open
 
@@ -59,7 +59,7 @@ def _recover(path: Path, chains: int, effects: int) -> None:
         assert count, "a chain stopped before its end"
         settled += count
     done = time.perf_counter()
-    assert all(world.state(WORKFLOW, key)["done"] == effects for key in _keys(chains))
+    assert all(world.reader.state(WORKFLOW, key)["done"] == effects for key in _keys(chains))
     answer = {
         "open_s": opened - started,
         "done_s": done - started,

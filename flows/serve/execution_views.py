@@ -67,7 +67,7 @@ def cell_status(world: World, cell: CellInfo) -> str:
     the kernel's words (`CELL_STATUS_OF_EXECUTION`)."""
     if cell.status == STATUS_FAILED:
         return STATUS_FAILED
-    state = world.state(EXEC_WORKFLOW, cell.key)
+    state = world.reader.state(EXEC_WORKFLOW, cell.key)
     found = state.get("status") if isinstance(state, dict) else None
     return CELL_STATUS_OF_EXECUTION.get(str(found), cell.status)
 
@@ -179,7 +179,9 @@ def _started(world: World, seq: int, raw: bytes, times: RecordTimes) -> dict[str
         state = ops.status(world, str(value.get("exec")))
     except ops.ExecutionUnknownError:
         return None
-    cell = world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, state["exec"]))
+    cell = world.reader.cell_info(
+        EXEC_WORKFLOW, world.reader.key_bytes(EXEC_WORKFLOW, state["exec"])
+    )
     last_seq = cell.last_active_seq if cell is not None else seq
     started, last = times.at(seq, event.to_value()), times.at(last_seq)
     business = state.get("business") if isinstance(state.get("business"), dict) else {}
@@ -254,7 +256,7 @@ def _newest(
 ) -> tuple[list[tuple[int, dict[str, Any]]], int]:
     """Events newest first from the records below `before` down to `first`, whole records,
     until `limit` events or `scan_max` records; and the lowest record looked at."""
-    key = world.key_bytes(EXEC_WORKFLOW, exec_id)
+    key = world.reader.key_bytes(EXEC_WORKFLOW, exec_id)
     mark = cbor.encode(key, self_describe=False)
     found: list[tuple[int, dict[str, Any]]] = []
     lowest = first
@@ -345,10 +347,10 @@ def failed_at(
 
 def _open_intents(world: World, exec_id: str) -> dict[str, dict[str, Any]]:
     """The execution's open intents by issuer ref (its waits' ids)."""
-    key = world.key_bytes(EXEC_WORKFLOW, exec_id)
+    key = world.reader.key_bytes(EXEC_WORKFLOW, exec_id)
     return {
         str(i["issuer_ref"]): i
-        for i in world.open_intents()
+        for i in world.reader.open_intents()
         if i["workflow"] == EXEC_WORKFLOW and i["key"] == key
     }
 
@@ -368,5 +370,5 @@ def _last_errors(world: World, exec_id: str, scan_max: int) -> dict[tuple[Any, A
 def _human_task(world: World, intent: dict[str, Any] | None) -> dict[str, Any] | None:
     if intent is None:
         return None
-    record = world.open_intent(str(intent["intent"])) or {}
+    record = world.reader.open_intent(str(intent["intent"])) or {}
     return task_shown(str(intent["intent"]), str(intent["effect"]), record.get("params"))

@@ -120,10 +120,10 @@ def _waits(
     waits = (engine or {}).get("waits") or {}
     if not isinstance(waits, dict) or state.get("status") != ops.STATUS_RUNNING:
         return []
-    key = world.key_bytes(EXEC_WORKFLOW, state["exec"])
+    key = world.reader.key_bytes(EXEC_WORKFLOW, state["exec"])
     intents = {
         str(i["issuer_ref"]): i
-        for i in world.open_intents()
+        for i in world.reader.open_intents()
         if i["workflow"] == EXEC_WORKFLOW and i["key"] == key and i.get("issuer_ref")
     }
     return [

@@ -176,7 +176,10 @@ def start(
     picked, definition_hash = resolve(world, name, version)
     exec_id = exec_id if exec_id is not None else new_exec_id(name)
     _check_exec_id(exec_id)
-    if world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, exec_id)) is not None:
+    if (
+        world.reader.cell_info(EXEC_WORKFLOW, world.reader.key_bytes(EXEC_WORKFLOW, exec_id))
+        is not None
+    ):
         raise ExecutionExistsError(f"an execution {exec_id} exists", exec=exec_id)
     _check_data(workload, "$.workload")
     _check_reserved(workload)
@@ -215,7 +218,7 @@ def signal(
     value = {"exec": exec_id, "name": name, "payload": payload, "expect_version": expect_version}
     admitted, _ = world.send(SIGNAL_EVENT, value)
     after = _records(world, admitted.seq + 1, world.height)
-    found = signals.outcome(after, world.key_bytes(EXEC_WORKFLOW, exec_id), admitted.seq)
+    found = signals.outcome(after, world.reader.key_bytes(EXEC_WORKFLOW, exec_id), admitted.seq)
     return Signalled(exec_id, name, admitted.seq, found, str(status(world, exec_id)["status"]))
 
 
@@ -238,7 +241,7 @@ def new_exec_id(name: str) -> str:
 
 def versions(world: World, name: str) -> list[dict[str, Any]]:
     """The deployed versions of `name`, oldest first (empty when never deployed)."""
-    state = world.state(REGISTRY_WORKFLOW, name)
+    state = world.reader.state(REGISTRY_WORKFLOW, name)
     return list(state["versions"]) if isinstance(state, dict) else []
 
 
@@ -262,11 +265,11 @@ def status(world: World, exec_id: str) -> dict[str, Any]:
     fault notices, or a notice that faulted too) is `failed`, with the fault under `fault`;
     one whose start was refused is made from its start event."""
     state = _exec_state(world, exec_id)
-    cell = world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, exec_id))
+    cell = world.reader.cell_info(EXEC_WORKFLOW, world.reader.key_bytes(EXEC_WORKFLOW, exec_id))
     if state is None and cell is None:
         exec_id = resolve_exec(world, exec_id)
         state = _exec_state(world, exec_id)
-        cell = world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, exec_id))
+        cell = world.reader.cell_info(EXEC_WORKFLOW, world.reader.key_bytes(EXEC_WORKFLOW, exec_id))
     if cell is not None and cell.faulted:
         return _kernel_failed(world, exec_id, state, cell.last_active_seq)
     if state is None:
@@ -284,7 +287,7 @@ def resolve_exec(world: World, text: str) -> str:
     """The execution whose id starts with `text`, looked for among the first
     `EXEC_PREFIX_SCAN_MAX` executions in key-hash order (their keys only: no state is read);
     `flow.execution_unknown` when none does, `flow.execution_ambiguous` when several do."""
-    keys = itertools.islice(world.cell_keys_after(EXEC_WORKFLOW, None), EXEC_PREFIX_SCAN_MAX)
+    keys = itertools.islice(world.reader.cell_keys_after(EXEC_WORKFLOW, None), EXEC_PREFIX_SCAN_MAX)
     return prefixes.resolve(
         text,
         (str(key) for key in keys),
@@ -374,7 +377,7 @@ def history(
     state = status(world, exec_id)
     first = int(state["started_seq"])
     last = min(world.store.journal.head(), first + scan_records_max - 1)
-    key = world.key_bytes(EXEC_WORKFLOW, state["exec"])
+    key = world.reader.key_bytes(EXEC_WORKFLOW, state["exec"])
     return [
         e for seq, record in _records(world, first, last) for e in record_events(seq, record, key)
     ]
@@ -401,7 +404,7 @@ def history_page(
     first = max(int(state["started_seq"]), after + 1)
     head = world.store.journal.head()
     last = min(head, first + scan_records_max - 1)
-    key = world.key_bytes(EXEC_WORKFLOW, state["exec"])
+    key = world.reader.key_bytes(EXEC_WORKFLOW, state["exec"])
     events: list[HistoryEvent] = []
     last_seq = max(after, first - 1)
     for seq, record in _records(world, first, last):
@@ -428,7 +431,7 @@ def history_tail(
     writer for a bounded time, however long ago the execution started)."""
     state = status(world, exec_id)
     first = int(state["started_seq"])
-    key = world.key_bytes(EXEC_WORKFLOW, state["exec"])
+    key = world.reader.key_bytes(EXEC_WORKFLOW, state["exec"])
     newest: list[HistoryEvent] = []  # newest first
     head = world.store.journal.head()
     back = read_back(world.store.journal, head, records_max=scan_records_max, bottom=first)
@@ -553,7 +556,7 @@ def listing(
     so it holds the world's writer for a bounded time however many executions there are."""
     flows = [
         {"name": cell.key, "versions": versions(world, str(cell.key))}
-        for cell in world.cells(REGISTRY_WORKFLOW)
+        for cell in world.reader.cells(REGISTRY_WORKFLOW)
     ]
     return {
         "flows": sorted(flows, key=lambda f: str(f["name"])),
@@ -566,7 +569,9 @@ def executions_page(world: World, wanted: ExecutionFilter, page: Page) -> dict[s
     shown: list[dict[str, Any]] = []
     next_after: str | None = None
     looked_at = page.after
-    cells = world.cells_after(EXEC_WORKFLOW, bytes.fromhex(page.after) if page.after else None)
+    cells = world.reader.cells_after(
+        EXEC_WORKFLOW, bytes.fromhex(page.after) if page.after else None
+    )
     for scanned, cell in enumerate(cells):
         if len(shown) == page.limit or scanned == page.scan_max:
             next_after = looked_at  # there is more: go on after the last one looked at
@@ -576,7 +581,7 @@ def executions_page(world: World, wanted: ExecutionFilter, page: Page) -> dict[s
         if state is not None and wanted.keeps(summary := _summary(state)):
             shown.append({**summary, "key_hash": looked_at})
     return {
-        "count": world.cell_count(EXEC_WORKFLOW),
+        "count": world.reader.cell_count(EXEC_WORKFLOW),
         "executions": shown,
         "next_after": next_after,
     }
@@ -604,7 +609,7 @@ def _summary(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _exec_state(world: World, exec_id: str) -> dict[str, Any] | None:
-    value = world.state(EXEC_WORKFLOW, exec_id)
+    value = world.reader.state(EXEC_WORKFLOW, exec_id)
     return value if isinstance(value, dict) else None
 
 

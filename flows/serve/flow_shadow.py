@@ -256,10 +256,10 @@ class _Shadowing:
 def _starts(world: World, flow: str, execs: Collection[str]) -> dict[str, int]:
     """The journal sequence of the start of each execution of `flow` (the named ones, or
     all), as its state records it."""
-    ids = execs or [str(cell.key) for cell in world.cells_after(EXEC_WORKFLOW, None)]
+    ids = execs or [str(cell.key) for cell in world.reader.cells_after(EXEC_WORKFLOW, None)]
     found: dict[str, int] = {}
     for exec_id in ids:
-        state = world.state(EXEC_WORKFLOW, exec_id)
+        state = world.reader.state(EXEC_WORKFLOW, exec_id)
         if isinstance(state, dict) and state.get("flow") == flow:
             found[exec_id] = int(state.get("started_seq") or 0)
     return found

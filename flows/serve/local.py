@@ -87,7 +87,7 @@ class LocalAdapters:
             if tool_intents:
                 report.receipts += self._perform(tool_intents)
                 continue
-            if self.world.next_timer_ns() is None:
+            if self.world.reader.next_timer_ns() is None:
                 break
             if self.world.clock == CLOCK_MANUAL:
                 if not self.skip_time or self._awaiting_outside():
@@ -98,7 +98,7 @@ class LocalAdapters:
             if self._awaiting_outside() or not self._tick_wall():
                 break
         report.human_tasks = [i["intent"] for i in self._open(tool=False)]
-        report.timers_pending = self.world.next_timer_ns() is not None
+        report.timers_pending = self.world.reader.next_timer_ns() is not None
         return report
 
     def complete_task(self, intent: str, payload: Any, *, status: str = "ok") -> None:
@@ -113,8 +113,8 @@ class LocalAdapters:
         only time that wait out, so the drain stops and leaves it to the caller."""
         if self._open(tool=False):
             return True
-        for cell in self.world.cells(EXEC_WORKFLOW):
-            state = self.world.state(EXEC_WORKFLOW, cell.key)
+        for cell in self.world.reader.cells(EXEC_WORKFLOW):
+            state = self.world.reader.state(EXEC_WORKFLOW, cell.key)
             engine = state.get("engine") if isinstance(state, dict) else None
             waits = engine.get("waits", {}) if isinstance(engine, dict) else {}
             if any(isinstance(w, dict) and w.get("kind") == "signal" for w in waits.values()):
@@ -123,12 +123,12 @@ class LocalAdapters:
 
     def _open(self, *, tool: bool) -> list[dict[str, Any]]:
         wanted = {*TOOL_EFFECTS, KEYCHAIN_EFFECT} if tool else {HUMAN_EFFECT}
-        return [i for i in self.world.open_intents() if i["effect"] in wanted]
+        return [i for i in self.world.reader.open_intents() if i["effect"] in wanted]
 
     def _perform(self, intents: list[dict[str, Any]]) -> int:
         """Run each tool, settle every receipt, then run the world once (group commit)."""
         for intent in intents:
-            record = self.world.open_intent(str(intent["intent"]))
+            record = self.world.reader.open_intent(str(intent["intent"]))
             if record is None:
                 continue
             effect = str(intent["effect"])
@@ -169,7 +169,7 @@ class LocalAdapters:
 
     def _tick_wall(self) -> bool:
         """On a wall-clock world, wait for the next timer (bounded by the drain's rounds)."""
-        due = self.world.next_timer_ns()
+        due = self.world.reader.next_timer_ns()
         if due is None:
             return False
         time.sleep(max(0.0, min((due - time.time_ns()) / 1e9, 1.0)))

@@ -143,7 +143,7 @@ def _listing(
     return {
         "flow_world": True,
         "flows": cbor.to_json(deployed),
-        "count": world.cell_count(EXEC_WORKFLOW),
+        "count": world.reader.cell_count(EXEC_WORKFLOW),
         "found": cbor.to_json(found),
         "chosen": chosen,
         "statuses": ops.LISTED_STATUSES,
@@ -158,7 +158,7 @@ def _exact(world: World, text: str) -> str | None:
     if not text:
         return None
     try:
-        found = world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, text))
+        found = world.reader.cell_info(EXEC_WORKFLOW, world.reader.key_bytes(EXEC_WORKFLOW, text))
     except AosError:
         return None
     return text if found is not None else None
@@ -194,7 +194,7 @@ def _execution(world: World, *, exec_id: str, page: _HistoryPage) -> dict[str, A
         scan_max=PAGE_SCAN_RECORDS_MAX,
         times=times,
     )
-    cell = world.cell_info(EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, exec_id))
+    cell = world.reader.cell_info(EXEC_WORKFLOW, world.reader.key_bytes(EXEC_WORKFLOW, exec_id))
     started = times.at(int(state["started_seq"]))
     last = times.at(cell.last_active_seq) if cell is not None else None
     business = state.get("business") if isinstance(state.get("business"), dict) else {}

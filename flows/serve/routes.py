@@ -254,7 +254,7 @@ async def wait_for_execution(
     or `wait_ms` passed; its last value."""
 
     def cell(world: World) -> Cell:
-        return EXEC_WORKFLOW, world.key_bytes(EXEC_WORKFLOW, execution["exec"])
+        return EXEC_WORKFLOW, world.reader.key_bytes(EXEC_WORKFLOW, execution["exec"])
 
     return await wait_for_cell(node.host, cell, look, wait_ms, first=first)
 

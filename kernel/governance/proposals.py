@@ -38,14 +38,12 @@ from aos.kernel.air.model import (
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.prefixes import IdAmbiguousError
-from aos.kernel.world import records
+from aos.kernel.store.interface import Store
+from aos.kernel.world import governance_records, records
+from aos.kernel.world.reader import WorldReader
 from aos.kernel.world.world import World
 
 PROPOSALS_OPEN_MAX_DEFAULT = 64
-PROPOSALS_CLOSED_KEPT = 100
-"""Closed (applied or rejected) proposals the head keeps, the newest by sequence; an older one
-leaves the head (and `aos gov ls`) but stays in the journal. A constant, not a per-open limit:
-the head checkpoint's contents depend on it, and a replay must rebuild the same head."""
 SHADOW_STATE_BYTES_MAX_DEFAULT = 16 * 1024
 """Largest state (encoded) a shadow report keeps, live and proposed, where a cell first
 diverges; a larger one is kept by its size and hash."""
@@ -332,7 +330,8 @@ def propose(
     world.blobs.put_value(canonical_form(loaded.manifest))
     world.blobs.put_value(patch_value)
     stamp = world.next_stamp()
-    world.append(
+    governance_records.record(
+        world,
         records.GovernanceRecord(
             records.PROPOSED,
             proposal,
@@ -340,17 +339,9 @@ def propose(
             base=current,
             manifest=str(loaded.manifest_hash),
             patch=proposal,
-        )
+        ),
     )
-    world.proposals[proposal] = {
-        "seq": world.height,
-        "status": "proposed",
-        "base": current,
-        "manifest": str(loaded.manifest_hash),
-        "shadow": None,
-        "decision": None,
-    }
-    world.flush()
+    world.commit()
     return proposal
 
 
@@ -371,7 +362,8 @@ def record_shadow_raw(
     if entry["status"] in ("applied", "rejected"):
         raise GovAlreadyDecidedError(f"{proposal} is {entry['status']}")
     stamp = world.next_stamp()
-    world.append(
+    governance_records.record(
+        world,
         records.GovernanceRecord(
             records.SHADOWED,
             proposal,
@@ -379,12 +371,9 @@ def record_shadow_raw(
             state_height=state_height,
             report=report_hash,
             summary=summary,
-        )
+        ),
     )
-    entry["shadow"] = {"state_height": state_height, "report": report_hash}
-    if entry["status"] == "proposed":
-        entry["status"] = "shadowed"
-    world.flush()
+    world.commit()
 
 
 def decide(world: World, proposal: str, *, approve: bool, approver: str, reason: str) -> None:
@@ -395,23 +384,21 @@ def decide(world: World, proposal: str, *, approve: bool, approver: str, reason:
         raise GovApproverRequiredError("an approver name is required")
     action = "approved" if approve else "rejected"
     stamp = world.next_stamp()
-    world.append(
+    governance_records.record(
+        world,
         records.GovernanceRecord(
             action, proposal, stamp.to_value(), approver=approver, reason=reason
-        )
+        ),
     )
-    entry["decision"] = {"action": action, "approver": approver, "reason": reason}
-    entry["status"] = action
-    _forget_oldest_closed(world)
-    world.flush()
+    world.commit()
 
 
-def blockers(world: World) -> list[str]:
+def blockers(reader: WorldReader) -> list[str]:
     """What keeps the world from strict quiescence."""
     found = [
-        f"open intent {i['intent']} ({i['effect']}, {i['workflow']})" for i in world.open_intents()
+        f"open intent {i['intent']} ({i['effect']}, {i['workflow']})" for i in reader.open_intents()
     ]
-    queued = world.status()["queued"]
+    queued = reader.status()["queued"]
     if queued:
         found.append(f"{queued} queued deliveries")
     return found
@@ -434,31 +421,42 @@ def apply(world: World, proposal: str) -> str:
         raise GovShadowStaleError(
             f"shadowed at {entry['shadow']['state_height']}, the world is at {world.state_height}"
         )
-    blocking = blockers(world)
+    blocking = blockers(world.reader)
     if blocking:
         raise GovNotQuiescentError(f"{len(blocking)} things block apply", blockers=blocking)
     stamp = world.next_stamp()
-    world.append(
+    governance_records.record(
+        world,
         records.GovernanceRecord(
             records.APPLIED, proposal, stamp.to_value(), manifest=entry["manifest"]
-        )
+        ),
     )
-    entry["status"] = "applied"
-    _forget_oldest_closed(world)
-    world.switch_manifest(Hash(entry["manifest"]))
-    world.flush()
+    world.commit()
     return str(entry["manifest"])
 
 
-def _forget_oldest_closed(world: World) -> None:
-    """Keep the head's proposals bounded: only the newest PROPOSALS_CLOSED_KEPT closed ones."""
-    closed = sorted(
-        (entry["seq"], proposal)
-        for proposal, entry in world.proposals.items()
-        if entry["status"] in ("applied", "rejected")
-    )
-    for _, proposal in closed[: max(0, len(closed) - PROPOSALS_CLOSED_KEPT)]:
-        del world.proposals[proposal]
+def replay_action(world: World, recorded: records.GovernanceRecord, source: Store) -> None:
+    """Take a recorded governance action again, checked as when it was taken (a replay
+    audit and a shadow feed the journal's governance records through here): the patch is
+    read from the audited store `source`."""
+    action, proposal = recorded.action, recorded.proposal
+    if action == records.PROPOSED:
+        propose(world, source.cas.get_value(Hash(str(recorded.patch))))
+    elif action == records.SHADOWED:
+        assert recorded.state_height is not None and recorded.summary is not None
+        record_shadow_raw(
+            world, proposal, recorded.state_height, str(recorded.report), recorded.summary
+        )
+    elif action in (records.APPROVED, records.REJECTED):
+        decide(
+            world,
+            proposal,
+            approve=action == records.APPROVED,
+            approver=str(recorded.approver),
+            reason=str(recorded.reason),
+        )
+    elif action == records.APPLIED:
+        apply(world, proposal)
 
 
 def _proposal(world: World, proposal: str) -> dict[str, Any]:

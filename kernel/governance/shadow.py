@@ -23,17 +23,18 @@ from typing import Any
 
 from aos.kernel import cbor
 from aos.kernel.air.loader import LoadedManifest
-from aos.kernel.audit.replay import DivergedError, Replayer, ReplayReport
 from aos.kernel.governance.proposals import (
     CellShadow,
     GovShadowFailedError,
     GovUnknownProposalError,
     ShadowReport,
+    replay_action,
 )
 from aos.kernel.store import Store, open_store
 from aos.kernel.store.memory_store import MemoryStore
 from aos.kernel.wasm import StepFault, WasmEngine
 from aos.kernel.world.errors import WorldMissingError
+from aos.kernel.world.replayer import DivergedError, Replayer, ReplayReport
 from aos.kernel.world.scheduler import Message
 from aos.kernel.world.world import StepOutcome, World, head_at_end
 
@@ -100,7 +101,9 @@ def recorded_history(
         source.consistent(),
         tempfile.TemporaryDirectory() as scratch,
     ):
-        replayer = Replayer(source, engine, progress, spill_dir=Path(scratch))
+        replayer = Replayer(
+            source, engine, progress, spill_dir=Path(scratch), governance=replay_action
+        )
         try:
             yield source, replayer
         finally:

@@ -72,13 +72,15 @@ def operate(world: World, request: models.OperationRequest) -> models.OperationR
 
     fields: dict[str, Any] = {"action": request.action, "reason": request.reason}
     if request.intent is not None:
-        fields["intent"] = resolve_intent(world, request.intent)
+        fields["intent"] = resolve_intent(world.reader, request.intent)
     if request.workflow is not None:
         fields["workflow"] = request.workflow
         if request.key_text is not None:
-            fields["key"] = world.key_from_text(request.workflow, request.key_text)[1]
+            fields["key"] = world.reader.key_from_text(request.workflow, request.key_text)[1]
         else:
-            fields["key"] = world.key_bytes(request.workflow, cbor.from_json(request.key, "$.key"))
+            fields["key"] = world.reader.key_bytes(
+                request.workflow, cbor.from_json(request.key, "$.key")
+            )
     seq = world.operate(Operation.parse(fields))
     return models.OperationResponse(
         seq=seq,

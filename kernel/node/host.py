@@ -452,7 +452,7 @@ class WorldHost:
         self._leases.publish(p for p in fresh if p.intent not in settled.keys() | cancelled)
         if timers_changed:
             # Asking the world scans every open intent: only when a timer came or went.
-            self._timer_pending = world.next_timer_ns() is not None
+            self._timer_pending = world.reader.next_timer_ns() is not None
         if self._watcher is not None:
             self._watcher.published(fresh, settled, cancelled)
         if stepped:
@@ -461,14 +461,14 @@ class WorldHost:
     def _publish_open_intents(self, world: World) -> None:
         """On open: intents journaled (and flushed) before this node started are still open."""
         fresh = []
-        for value in world.open_intents():
+        for value in world.reader.open_intents():
             for seq, record in world.store.journal.read(value["seq"], value["seq"]):
                 published = _published(world, seq, records.parse(record))
                 if published is not None:
                     fresh.append(published)
         self._published_height = world.store.journal.head()
         self._leases.publish(fresh)
-        self._timer_pending = world.next_timer_ns() is not None
+        self._timer_pending = world.reader.next_timer_ns() is not None
         if self._watcher is not None:
             self._watcher.opened(fresh)
 

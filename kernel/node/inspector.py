@@ -408,7 +408,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
             times = RecordTimes(world)
             for row in found["intents"]:
                 row["opened"] = time_json(times.at(int(row["seq"])))
-                record = world.open_intent(str(row["intent"])) or {}
+                record = world.reader.open_intent(str(row["intent"])) or {}
                 row["task"] = views.task_shown(row["intent"], row["effect"], record.get("params"))
             return {
                 "found": found,

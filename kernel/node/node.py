@@ -246,9 +246,9 @@ class Node:
             definition = world.runtime.workflow(workflow)
             if definition.key_schema is None and keyed_request:
                 raise KeyUnexpectedError(f"{workflow} is not keyed; leave the key out")
-            key_bytes = world.key_bytes(workflow, key)
-            state = world.state(workflow, key)
-            status = world.status_of(workflow, key_bytes)
+            key_bytes = world.reader.key_bytes(workflow, key)
+            state = world.reader.state(workflow, key)
+            status = world.reader.status_of(workflow, key_bytes)
             if state is None and status != STATUS_FAILED:
                 raise CellMissingError(f"{workflow} has no cell for that key")
             return {
@@ -335,7 +335,7 @@ class Node:
         cancelled (and at which seq) once closed, and its newest progress frames."""
 
         def read(world: World) -> dict[str, Any]:
-            return intent_view(world, resolve_intent(world, intent))
+            return intent_view(world.reader, resolve_intent(world.reader, intent))
 
         found = await self.host.run(read)
         frames = self.progress_log.frames(found["intent"])

@@ -180,7 +180,7 @@ def overview(world: World, derived: Derived = NOTHING_DERIVED) -> dict[str, Any]
     """Height, manifest, clock, cells and failures per workflow, open intents, proposals. A
     workflow with a derived status counts its failures among at most
     `DERIVED_STATUS_CELLS_MAX` cells (`failed_counted`: how many were looked at)."""
-    status = world.status()
+    status = world.reader.status()
     for name in derived.statuses:
         counts = status["workflows"].get(name)
         if counts is not None:
@@ -203,7 +203,7 @@ def overview(world: World, derived: Derived = NOTHING_DERIVED) -> dict[str, Any]
 
 def _derived_failures(world: World, workflow: str, derived: Derived) -> dict[str, int]:
     failed = counted = 0
-    for counted, cell in enumerate(world.cells_after(workflow, None), start=1):
+    for counted, cell in enumerate(world.reader.cells_after(workflow, None), start=1):
         failed += derived.status(world, cell) == "failed"
         if counted == DERIVED_STATUS_CELLS_MAX:
             break
@@ -231,11 +231,11 @@ def cells(
     looked at). A cell's status is the one `derived` says, for a workflow it derives."""
     if after is not None and not _KEY_HASH.fullmatch(after):
         raise QueryInvalidError("after is a cell's key hash (64 hex digits)", path="$.after")
-    count = world.cell_count(workflow)  # raises world.workflow_unknown
+    count = world.reader.cell_count(workflow)  # raises world.workflow_unknown
     page: list[dict[str, Any]] = []
     next_after: str | None = None
     looked_at = after
-    found = world.cells_after(workflow, bytes.fromhex(after) if after else None)
+    found = world.reader.cells_after(workflow, bytes.fromhex(after) if after else None)
     for scanned, cell in enumerate(found):
         if len(page) == limit or scanned == scan_max:
             # There is more: go on after the last cell shown, or the last one looked at.
@@ -272,14 +272,14 @@ def cell(
 ) -> dict[str, Any]:
     """One cell: status (as `derived` says it), state (bounded), state hash, last active
     sequence, and the kernel's own status."""
-    info = world.cell_info(ref.workflow, world.key_bytes(ref.workflow, ref.key))
+    info = world.reader.cell_info(ref.workflow, world.reader.key_bytes(ref.workflow, ref.key))
     if info is None:
         raise CellMissingError(f"{ref.workflow} has no cell for that key")
     return {
         "workflow": ref.workflow,
         **cell_json(info, derived.status(world, info)),
         "kernel_status": info.status,
-        "state": shown(world.state(ref.workflow, ref.key), bounds),
+        "state": shown(world.reader.state(ref.workflow, ref.key), bounds),
     }
 
 
@@ -298,7 +298,7 @@ def timeline(
     emitted), each step with the input it took (an event, or a receipt with its signature
     status). Scans back from `before` (default: past the head) at most `scan_max` records;
     `next_before` continues (null: the journal's start was reached)."""
-    key_bytes = world.key_bytes(ref.workflow, ref.key)
+    key_bytes = world.reader.key_bytes(ref.workflow, ref.key)
 
     def mine(record: dict[str, Any]) -> bool:
         kind = record.get("kind")
@@ -435,7 +435,9 @@ def journal(
 
 def _matcher(world: World, where: JournalFilter) -> Callable[[dict[str, Any]], bool]:
     key_bytes = (
-        world.key_bytes(where.cell.workflow, where.cell.key) if where.cell is not None else None
+        world.reader.key_bytes(where.cell.workflow, where.cell.key)
+        if where.cell is not None
+        else None
     )
 
     def wanted(record: dict[str, Any]) -> bool:
@@ -556,7 +558,7 @@ def open_intents(
     cell, effect and whether an adapter holds it under a lease now."""
     if after is not None and not is_hash(after):
         raise QueryInvalidError("after is an intent hash (blake3:...)", path="$.after")
-    everything = world.open_intents()
+    everything = world.reader.open_intents()
     page = [i for i in everything if after is None or i["intent"] > after][: limit + 1]
     more = len(page) > limit
     page = page[:limit]

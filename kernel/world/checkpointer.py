@@ -18,7 +18,7 @@ from aos.kernel.store.codec import SEQ_MAX
 from aos.kernel.store.interface import Store
 from aos.kernel.world.errors import WorldCorruptError
 from aos.kernel.world.limits import WorldLimits
-from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.tables import reclaiming
 
 META_HEAD = "world.head"
@@ -28,7 +28,7 @@ META_SNAPSHOTS = "world.snapshots"
 class Checkpointer:
     """The head checkpoint's cadence and blob, and the snapshots a world keeps."""
 
-    def __init__(self, pending: PendingWrites, limits: WorldLimits, *, height: int) -> None:
+    def __init__(self, pending: StagedWrites, limits: WorldLimits, *, height: int) -> None:
         self._pending = pending
         self._limits = limits
         self.head_blob: Hash | None = None  # the stored head checkpoint this world wrote or read

@@ -24,7 +24,7 @@ from aos.kernel import cbor
 from aos.kernel.errors import InvalidInputError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value
 from aos.kernel.world.errors import WorldError
-from aos.kernel.world.pending import PendingWrites
+from aos.kernel.world.staged import StagedWrites
 
 IDEMPOTENCY_KEY_BYTES_MAX = 128
 """Longest idempotency key, in UTF-8 bytes (a UUID or a request id fits many times)."""
@@ -94,7 +94,7 @@ class IdempotencyIndex:
     """The newest `keys_max` keys of admitted events, read and written through the pending
     writes of the flush (so a repeat in the same batch is found too)."""
 
-    def __init__(self, pending: PendingWrites, keys_max: int) -> None:
+    def __init__(self, pending: StagedWrites, keys_max: int) -> None:
         if keys_max < 1:
             raise ValueError("idempotency_keys_max must be at least 1")
         self._pending = pending

@@ -36,10 +36,10 @@ from aos.kernel.world.idempotency import (
 from aos.kernel.world.intents import IntentTracker, OpenIntent
 from aos.kernel.world.limits import WorldLimits
 from aos.kernel.world.operations import CELL_RESET, CELL_RETRY, INTENT_CANCEL, Operation
-from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.router import Delivery, RouteNoSubscriberError
 from aos.kernel.world.runtime import Runtime
 from aos.kernel.world.scheduler import CellId
+from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.tables import CellTables
 
 
@@ -58,7 +58,7 @@ class Ingress:
     """The checks an input passes before it is stamped, and the idempotency keys of the
     events admitted."""
 
-    def __init__(self, limits: WorldLimits, pending: PendingWrites) -> None:
+    def __init__(self, limits: WorldLimits, pending: StagedWrites) -> None:
         self._event_bytes_max = limits.event_bytes_max
         self._receipt_bytes_max = limits.receipt_bytes_max
         self._idempotency = IdempotencyIndex(pending, limits.idempotency_keys_max)

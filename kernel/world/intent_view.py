@@ -10,7 +10,7 @@ from aos.kernel import cbor, prefixes
 from aos.kernel.errors import InvalidInputError
 from aos.kernel.hashing import is_hash
 from aos.kernel.world.errors import IntentNotOpenError, NotFoundError
-from aos.kernel.world.world import World
+from aos.kernel.world.reader import WorldReader
 
 
 class IntentHashInvalidError(InvalidInputError):
@@ -26,7 +26,7 @@ class IntentAmbiguousError(prefixes.IdAmbiguousError):
     hint = "give more digits of the intent hash (`aos world status` lists the open intents)"
 
 
-def resolve_intent(world: World, text: str) -> str:
+def resolve_intent(reader: WorldReader, text: str) -> str:
     """An intent named by its hash (open or closed), or an open intent by a unique prefix of
     its hash (with or without `blake3:`), as `aos world status` and `aos task ls` show it."""
     full = text if text.startswith(prefixes.HASH_PREFIX) else prefixes.HASH_PREFIX + text
@@ -34,7 +34,7 @@ def resolve_intent(world: World, text: str) -> str:
         return full if is_hash(full) else text  # not a hash's prefix: the caller refuses it
     return prefixes.resolve(
         text,
-        (str(i["intent"]) for i in world.open_intents()),
+        (str(i["intent"]) for i in reader.open_intents()),
         what="open intent",
         unknown=IntentNotOpenError,
         ambiguous=IntentAmbiguousError,
@@ -42,13 +42,13 @@ def resolve_intent(world: World, text: str) -> str:
     )
 
 
-def intent_view(world: World, intent: str) -> dict[str, Any]:
+def intent_view(reader: WorldReader, intent: str) -> dict[str, Any]:
     if not is_hash(intent):
         raise IntentHashInvalidError(f"{intent!r} is not an intent hash")
-    record = world.open_intent(intent)
+    record = reader.open_intent(intent)
     if record is not None:
         return {"intent": intent, "status": "open", "record": cbor.to_json(record)}
-    settled, cancelled = world.settled_seq(intent), world.cancelled_seq(intent)
+    settled, cancelled = reader.settled_seq(intent), reader.cancelled_seq(intent)
     if settled is not None:
         return {"intent": intent, "status": "settled", "closed_seq": settled, "record": None}
     if cancelled is not None:

@@ -15,8 +15,8 @@ from typing import Any
 
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.store.interface import Store
-from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.scheduler import CellId
+from aos.kernel.world.staged import StagedWrites
 
 
 @dataclass
@@ -72,7 +72,7 @@ class OpenIntent:
 class IntentTracker:
     """Open intents by hash, waiting counts by cell, and settled/cancelled marks."""
 
-    def __init__(self, pending: PendingWrites, store: Callable[[], Store]) -> None:
+    def __init__(self, pending: StagedWrites, store: Callable[[], Store]) -> None:
         self._open: dict[str, OpenIntent] = {}
         self._waiting: dict[CellId, int] = {}
         self._pending = pending

@@ -2,7 +2,7 @@
 
 Genesis is written in a sibling directory and renamed into place; opening checks the
 store's format and head checkpoint (rebuilding a head that is not usable through
-`replay.recover`) and restores the head into a new `World`. The `World` classmethods are
+`recovery.recover`) and restores the head into a new `World`. The `World` classmethods are
 the entry points; these functions hold what they do.
 """
 
@@ -28,8 +28,8 @@ from aos.kernel.world.checkpointer import META_HEAD, head_usable
 from aos.kernel.world.errors import WorldCorruptError, WorldExistsError, WorldMissingError
 from aos.kernel.world.limits import WorldLimits, recorded_limits
 from aos.kernel.world.modules import building_resolver
-from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.runtime import Runtime, stored_definitions
+from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.stamps import StampSource
 from aos.kernel.world.timers import CLOCK_MANUAL, CLOCK_WALL
 
@@ -104,7 +104,7 @@ def open_writing(
     try:
         if not head_usable(store):
             store.close()
-            from aos.kernel.audit.replay import recover  # replay builds on the world
+            from aos.kernel.world.recovery import recover  # recovery replays into a World
 
             recover(root, engine=engine)
             store = open_store(root, sync=sync)
@@ -144,7 +144,7 @@ def from_store(
     config = as_map(store.meta.get(META_CONFIG), "world config")
     head_hash = Hash(str(store.meta.get(META_HEAD)))
     head = as_map(store.cas.get_value(head_hash), "head checkpoint")
-    blobs = PendingWrites(store)
+    blobs = StagedWrites(store)
     manifest = Manifest.model_validate(blobs.get_value(Hash(head["manifest"])))
     try:
         loaded = assemble_manifest(manifest, stored_definitions(manifest, blobs))
@@ -158,12 +158,12 @@ def from_store(
         limits=recorded_limits(config, limits or WorldLimits()),
         clock=str(config["clock"]),
     )
-    world.adopt(str(config["id"]), head, head_hash)
+    world.restore_head(str(config["id"]), head, head_hash)
     return world
 
 
 def store_definitions(
-    pending: PendingWrites, runtime: Runtime, module_bytes: Callable[[Hash], bytes]
+    pending: StagedWrites, runtime: Runtime, module_bytes: Callable[[Hash], bytes]
 ) -> None:
     """Stage, for genesis, every definition, the manifest and every module in the CAS, each
     checked against the hash the manifest names it by."""

@@ -21,8 +21,8 @@ from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash
 from aos.kernel.wasm import LoadedModule, StepLimits, StepRunner, WasmEngine
 from aos.kernel.world.errors import WorkflowUnknownError
-from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.router import Router
+from aos.kernel.world.staged import StagedWrites
 
 # Builds the runner of one module under its limits in place of the profile's own (a replay
 # audit's parallel path: kernel/audit/replay_parallel.py).
@@ -33,7 +33,7 @@ class Runtime:
     def __init__(
         self,
         loaded: LoadedManifest,
-        blobs: PendingWrites,
+        blobs: StagedWrites,
         engine: WasmEngine,
         *,
         sample_rate: float,
@@ -102,7 +102,7 @@ class Runtime:
         return runner
 
 
-def stored_definitions(manifest: Manifest, blobs: PendingWrites) -> dict[str, Any]:
+def stored_definitions(manifest: Manifest, blobs: StagedWrites) -> dict[str, Any]:
     """Read a stored manifest's definitions back from the CAS (user definitions only: the
     kernel provides the `sys/` ones)."""
     definitions: dict[str, Any] = {}

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from aos.kernel.hashing import Hash
 from aos.kernel.world.cellindex import NODES_CACHED_MAX_DEFAULT, CellIndex
 from aos.kernel.world.cells import CellTable
-from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.scheduler import CellId
+from aos.kernel.world.staged import StagedWrites
 
 
 class CellTables:
@@ -19,7 +19,7 @@ class CellTables:
 
     def __init__(
         self,
-        pending: PendingWrites,
+        pending: StagedWrites,
         *,
         cache_cells_max: int,
         resident_state_bytes_max: int,
@@ -104,7 +104,7 @@ class CellTables:
 
 
 @contextmanager
-def reclaiming(pending: PendingWrites, reclaim: bool) -> Iterator[None]:
+def reclaiming(pending: StagedWrites, reclaim: bool) -> Iterator[None]:
     """What is written inside is young (reclaimable once superseded), if reclaiming."""
     if not reclaim:
         yield

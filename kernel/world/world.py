@@ -2,15 +2,20 @@
 
     with World.create(path, manifest_dir) as world:
         world.send("demo/CounterEvent@1", {"$tag": "Increment", "$value": {"id": "a", "by": 1}})
-        world.state("demo/Counter@1", "a")
+        world.reader.state("demo/Counter@1", "a")
 
-`ingress` admits an input (validated, normalized, stamped, routed into cell mailboxes);
-`run_to_idle` steps ready cells round-robin until none is ready and writes everything it
-produced in one flush: journal records, CAS blobs and the head checkpoint, one transaction,
-one fsync. Nothing on the step path reads a clock, a random source or the environment: the
-ingress stamp is the only source of time and entropy, and it is journaled.
+`World` takes inputs and steps: `ingress` admits an event (validated, normalized, stamped,
+routed into cell mailboxes), `settle` a receipt, `operate` an operator's action, and
+`run_to_idle` steps ready cells round-robin until none is ready and commits everything they
+produced at once; `snapshot` takes a snapshot. Its parts have their own homes: the queries
+are `world.reader` (reader.py), the journal and its one durable commit `world.journaler`
+(journaler.py: records, CAS blobs and, when due, the head checkpoint, in one transaction
+and one fsync), and what only a replay does (recorded stamps, genesis and restore, re-
+admission) is the replaying world (replaying.py). Nothing on the step path reads a clock, a
+random source or the environment: the ingress stamp is the only source of time and entropy,
+and it is journaled.
 
-A failed flush closes the world: its memory is ahead of the store, so the only consistent
+A failed commit closes the world: its memory is ahead of the store, so the only consistent
 state left is the last durable one, which reopening restores.
 """
 
@@ -20,28 +25,27 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from aos.kernel import cbor
 from aos.kernel.air import RECEIPT_ENVELOPE
 from aos.kernel.air.loader import LoadedManifest, assemble_manifest
 from aos.kernel.air.model import Manifest
-from aos.kernel.errors import KernelInvariantError
 from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store.interface import Store
 from aos.kernel.wasm import StepResult, WasmEngine
 from aos.kernel.world import chain as journal_chain
-from aos.kernel.world import opening, queries, receipts, records, worldkey
-from aos.kernel.world.checkpointer import Checkpointer, stored_snapshots
+from aos.kernel.world import opening, receipts, records, worldkey
+from aos.kernel.world.checkpointer import stored_snapshots
 from aos.kernel.world.errors import (
     BlobTooLargeError,
     StepBudgetExceededError,
-    WorldClosedError,
     WorldCorruptError,
     WorldNotQuiescentError,
 )
-from aos.kernel.world.ingress import Ingress, route
+from aos.kernel.world.ingress import CheckedEvent, Ingress, route
 from aos.kernel.world.intents import IntentTracker, OpenIntent
+from aos.kernel.world.journaler import Journaler
 from aos.kernel.world.limits import OPEN_INTENTS_MAX_DEFAULT as OPEN_INTENTS_MAX_DEFAULT
 from aos.kernel.world.limits import SNAPSHOT_EVERY_RECORDS_DEFAULT as SNAPSHOT_EVERY_RECORDS_DEFAULT
 from aos.kernel.world.limits import SNAPSHOTS_KEPT_MAX_DEFAULT as SNAPSHOTS_KEPT_MAX_DEFAULT
@@ -55,8 +59,8 @@ from aos.kernel.world.operations import (
     STATUS_CANCELLED,
     Operation,
 )
-from aos.kernel.world.pending import PendingWrites
 from aos.kernel.world.queries import CellReads
+from aos.kernel.world.reader import WorldReader
 from aos.kernel.world.results import FAULT_CODES_KEPT_MAX as FAULT_CODES_KEPT_MAX
 from aos.kernel.world.results import Admitted as Admitted
 from aos.kernel.world.results import CellInfo as CellInfo
@@ -66,10 +70,11 @@ from aos.kernel.world.results import StepOutcome as StepOutcome
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.runtime import RunnerFactory, Runtime, stored_definitions
 from aos.kernel.world.scheduler import CellId, Message, Scheduler
+from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.stamps import Stamp, StampSource
 from aos.kernel.world.stepping import Stepper, cell_delivery, dropped
 from aos.kernel.world.tables import CellTables
-from aos.kernel.world.tail import FOLDABLE_KINDS, fold, records_after
+from aos.kernel.world.tail import fold, records_after
 from aos.kernel.world.timers import CLOCK_MANUAL as CLOCK_MANUAL
 from aos.kernel.world.timers import CLOCK_WALL as CLOCK_WALL
 from aos.kernel.world.timers import LOGICAL_NS_MAX as LOGICAL_NS_MAX
@@ -95,8 +100,7 @@ class World:
         fresh_instances: bool = False,
         runner_factory: RunnerFactory | None = None,
     ) -> None:
-        self._store: Store | None = store
-        self._pending = PendingWrites(store)
+        self._pending = StagedWrites(store)
         self._ingress = Ingress(limits, self._pending)
         self._engine = engine
         self.limits = limits
@@ -118,6 +122,14 @@ class World:
             index_nodes_cached_max=limits.index_nodes_cached_max,
         )
         self._scheduler = Scheduler()
+        self.journaler = Journaler(
+            store,
+            self._pending,
+            self._cells,
+            limits,
+            head_content=self._head_content,
+            queued=lambda: len(self._scheduler),
+        )
         self.intents = IntentTracker(self._pending, lambda: self.store)
         self._timers = Timers(clock, stamps, self.intents)
         self._stepper = Stepper(
@@ -128,26 +140,25 @@ class World:
             limits.open_intents_max,
             self._pending.put,
         )
-        self._reads = CellReads(self._cells, self._scheduler, self.intents)
-        self._head = store.journal.head()
-        self._checkpoints = Checkpointer(self._pending, limits, height=self._head)
+        self._checkpoints = self.journaler.checkpoints
+        # Every query of this world (reader.py): code that only reads takes this.
+        self.reader = WorldReader(
+            lambda: self._runtime,
+            CellReads(self._cells, self._scheduler, self.intents),
+            self.intents,
+            self._scheduler,
+            self.journaler,
+            self._timers,
+        )
         self.world_id = ""
-        # Governance: proposals by id, and the height of the last record that was not a
-        # governance action (a shadow is current while this has not moved).
+        # Governance: proposals by id (governance.py).
         self.proposals: dict[str, dict[str, Any]] = {}
-        self.state_height = self._head
         # Called after every step with the message, the exact input envelope, and the checked
         # outcome or the fault (a governance shadow runs the proposed module beside it).
         self.on_step: Callable[[Message, bytes, Any], None] | None = None
-        # Called with every record as it is appended, with its canonical bytes (a replay
-        # compares them as they come).
-        self.on_append: Callable[[int, records.Record, bytes], None] | None = None
         # Where a step's reads look after this world's own CAS: a replay's or a shadow's
         # scratch world reads the audited world's blobs (deployed definitions, say) here.
         self.blob_source: Callable[[Hash], bytes | None] | None = None
-        # The journal hash chain at the head (chain.py); None only reading a pre-chain world.
-        self.chain: journal_chain.JournalChain | None = None
-        self._key_seed: bytes | None = None  # signs the chain head at snapshots (worldkey.py)
 
     # ----------------------------------------------------------------------------------------
     # Creating and opening
@@ -193,7 +204,7 @@ class World:
     ) -> World:
         """Open an existing world at its head checkpoint; cells load lazily. A head that is
         missing, corrupt or out of step with the journal is rebuilt first from the newest
-        usable snapshot and the journal tail (`replay.recover`), or the open fails closed."""
+        usable snapshot and the journal tail (`recovery.recover`), or the open fails closed."""
         return opening.open_writing(
             cls, Path(path), sync=sync, stamps=stamps, engine=engine, limits=limits
         )
@@ -211,19 +222,6 @@ class World:
         with opening.open_reading(cls, Path(path), engine=engine) as world:
             yield world
 
-    def adopt(self, world_id: str, head: dict[str, Any], head_hash: Hash) -> None:
-        """Take a stored world's id and head checkpoint `head_hash` as this world's (opening:
-        opening.py)."""
-        self.world_id = world_id
-        self.snapshots = stored_snapshots(self.store)
-        self.chain = journal_chain.on_open(self.store, world_id, head)  # before the fold
-        self.restore_head(head, head_hash)
-        if not self.store.readonly:
-            self._key_seed = worldkey.load_seed(self.store.world_dir)
-            # A head from before chains: the first flush checkpoints, so that the head carries
-            # the chain the flush stores (spec/05 §1.2).
-            self._checkpoints.due = "chain" not in head
-
     @classmethod
     def scratch(
         cls,
@@ -234,7 +232,7 @@ class World:
         clock: str,
         limits: WorldLimits | None = None,
         runner_factory: RunnerFactory | None = None,
-    ) -> World:
+    ) -> Self:
         """A world over a scratch store (replay, recovery, shadow): every step runs on a fresh
         instance, and no automatic snapshots are taken (a replay follows the recorded ones).
         `runner_factory`: the runners a replay audit's parallel path brings (runtime.py)."""
@@ -249,16 +247,6 @@ class World:
             runner_factory=runner_factory,
         )
 
-    def replay_genesis(self, stamp: Stamp, module_bytes: Callable[[Hash], bytes]) -> None:
-        """Genesis with a recorded stamp (the scratch world of a replay)."""
-        self._timers.force(stamp)
-        self.genesis(module_bytes)
-
-    def replay_restore(self, content: dict[str, Any], world_id: str) -> None:
-        """Start from a snapshot's content (the scratch store's journal starts at its height)."""
-        self.world_id = world_id
-        self._restore(content)
-
     def genesis(self, module_bytes: Callable[[Hash], bytes]) -> None:
         """Write genesis into an empty store: every definition and module, the manifest
         record (its hash names the world), and the first head."""
@@ -269,23 +257,26 @@ class World:
         genesis = records.ManifestRecord(str(loaded.manifest_hash), stamp.to_value())
         # The genesis record carries fresh entropy, so its hash names this world and no other:
         # receipts are signed for it, and the journal chain starts from it.
-        self.world_id = str(hash_value(genesis.to_value()))
-        self.chain = journal_chain.JournalChain.genesis(self.world_id)
+        self.world_id = str(hash_value(genesis))
+        self.journaler.chain = journal_chain.JournalChain.genesis(self.world_id)
         self.append(genesis)
         self._pending.meta[opening.META_FORMAT] = WORLD_FORMAT
         self._pending.meta[opening.META_CONFIG] = world_config(
             self.clock, self.world_id, self.limits
         )
-        self.flush()
+        self.commit()
 
     # ----------------------------------------------------------------------------------------
     # Properties
 
     @property
     def store(self) -> Store:
-        if self._store is None:
-            raise WorldClosedError("the world is closed")
-        return self._store
+        return self.journaler.store
+
+    @property
+    def state_height(self) -> int:
+        """The height of the last record that was not a governance action or a snapshot."""
+        return self.journaler.state_height
 
     @property
     def snapshots(self) -> list[tuple[int, Hash]]:
@@ -312,7 +303,7 @@ class World:
     @property
     def height(self) -> int:
         """The journal height including records not yet flushed."""
-        return self._head
+        return self.journaler.height
 
     @property
     def unflushed_records(self) -> int:
@@ -343,29 +334,22 @@ class World:
         return self._runtime
 
     @property
-    def blobs(self) -> PendingWrites:
+    def blobs(self) -> StagedWrites:
         """The world's CAS view: what the next flush writes, over the store (governance stores
         patches, definitions and reports through it)."""
         return self._pending
 
-    def force_stamp(self, stamp: Stamp | None) -> None:
-        """Give the next input this recorded stamp instead of a fresh one (a replay feeding
-        the journal's inputs back); None drops one that was not used."""
-        self._timers.force(stamp)
-
     def close(self) -> None:
         """Close the store; a writer first checkpoints the journal tail, if it has one and
         nothing is left unflushed (records not flushed are discarded, never half-written)."""
-        if self._store is None:
+        if not self.journaler.is_open:
             return
         try:
-            tail = self._head > self._checkpoints.height
-            if tail and not self._store.readonly and not self._pending.records:
-                self.checkpoint()
+            tail = self.journaler.height > self._checkpoints.height
+            if tail and not self.store.readonly and not self._pending.records:
+                self.commit(checkpoint=True)
         finally:
-            if self._store is not None:
-                self._store.close()
-                self._store = None
+            self.journaler.close()
 
     def __enter__(self) -> World:
         return self
@@ -382,18 +366,22 @@ class World:
         value: Any,
         *,
         idempotency_key: str | None = None,
-        readmit: bool = False,
     ) -> Admitted:
         """Admit one event from outside: validate and normalize it against its schema, stamp
         it, journal it and queue its deliveries. An event that cannot be routed is journaled
-        as `ingress_rejected` (and flushed) and the routing error is raised. With an
+        as `ingress_rejected` (and committed) and the routing error is raised. With an
         `idempotency_key` the world remembers had, it answers that first admission and
-        journals nothing (`readmit`: a replay re-admits a recorded event regardless)."""
+        journals nothing."""
         self.require_open()
         event = self._ingress.check_event(self._runtime, schema, value, idempotency_key)
-        first = None if readmit else self._ingress.first_admission(event)
+        first = self._ingress.first_admission(event)
         if first is not None:
             return Admitted(first.seq, first.event_hash, first.deliveries, duplicate=True)
+        return self._admit(event)
+
+    def _admit(self, event: CheckedEvent) -> Admitted:
+        """Stamp, journal and route a checked event (a replay re-admits recorded ones here)."""
+        schema = event.schema
         stamp = self.next_stamp()
         try:
             deliveries = route(self._runtime, event)
@@ -402,7 +390,7 @@ class World:
                 schema, event.value, stamp.to_value(), error.code, str(error)
             )
             self.append(rejected)
-            self.flush()
+            self.commit()
             raise
         self.logical_ns = stamp.logical_ns
         seq = self.append(
@@ -413,7 +401,7 @@ class World:
         event_hash = hash_bytes(self._pending.record_bytes[-1])
         self._ingress.remember(event, seq, event_hash, len(deliveries))
         self._scheduler.enqueue_deliveries(seq, deliveries, stamp)
-        self._flush_if_full()
+        self._commit_if_full()
         return Admitted(seq, event_hash, len(deliveries))
 
     def send(
@@ -439,21 +427,8 @@ class World:
                 f"the blob is {len(data)} bytes; the limit is {self.store.limits.blob_bytes_max}"
             )
         hash_ = self._pending.put(bytes(data))
-        self.flush()
+        self.commit()
         return hash_
-
-    def open_intent(self, intent: str) -> dict[str, Any] | None:
-        """The journaled `effect_intent` record of an open intent (params included)."""
-        found = self.intents.get(intent)
-        if found is None:
-            return None
-        if found.seq > self._head - len(self._pending.records):
-            record = self._pending.records[
-                found.seq - (self._head - len(self._pending.records)) - 1
-            ]
-            return record.to_value()
-        stored: Any = next(iter(self.store.journal.read(found.seq, found.seq)))[1]
-        return dict(stored)
 
     # ----------------------------------------------------------------------------------------
     # Receipts and time
@@ -477,13 +452,13 @@ class World:
         except receipts.ReceiptError as error:
             kept, message = receipts.rejection(receipt_value, error)
             self.append(records.ReceiptRejected(kept, stamp.to_value(), error.code, message))
-            self.flush()
+            self.commit()
             raise
         if open_intent is None:
             return Settlement(receipt.intent, None, duplicate=True, delivered=False)
         self.logical_ns = stamp.logical_ns
         settlement = self._accept(receipt.body, receipt.signature, open_intent, stamp, None, by=by)
-        self._flush_if_full()
+        self._commit_if_full()
         return settlement
 
     def advance_time(self, by_ns: int) -> RunReport:
@@ -502,10 +477,6 @@ class World:
         a `time` input, settle the due timers and run to idle. None when nothing was due."""
         self.require_open()
         return self._tick(None) if self._timers.wall_due() else None
-
-    def next_timer_ns(self) -> int | None:
-        """The earliest pending kernel timer deadline (timers are few: open timer intents)."""
-        return self._timers.next_deadline()
 
     def _tick(self, logical_ns: int | None) -> RunReport:
         self.require_open()
@@ -576,16 +547,8 @@ class World:
         )
         return Settlement(intent, seq)
 
-    def settled_seq(self, intent: str) -> int | None:
-        """The `effect_receipt` that settled `intent`, or None if none did."""
-        return self.intents.settled_seq(intent)
-
-    def cancelled_seq(self, intent: str) -> int | None:
-        """The record that cancelled `intent`, or None if none did."""
-        return self.intents.cancelled_seq(intent)
-
     def next_stamp(self) -> Stamp:
-        return self._timers.next_stamp(self._head + 1, str(self._runtime.manifest_hash))
+        return self._timers.next_stamp(self.journaler.height + 1, str(self._runtime.manifest_hash))
 
     # ----------------------------------------------------------------------------------------
     # Operations (operations.py)
@@ -606,7 +569,7 @@ class World:
         else:
             assert operation.workflow is not None
             self._restart_cell(operation, seq)
-        self._flush_if_full()
+        self._commit_if_full()
         return seq
 
     def _restart_cell(self, operation: Operation, seq: int) -> None:
@@ -645,11 +608,11 @@ class World:
         the rest queued, and raises `world.step_budget_exceeded`."""
         self.require_open()
         budget = self.limits.steps_per_run_max if steps_max is None else steps_max
-        report = RunReport(first_seq=self._head + 1)
+        report = RunReport(first_seq=self.journaler.height + 1)
         while True:
             if report.steps >= budget and len(self._scheduler):
-                report.last_seq = self._head
-                self.flush()
+                report.last_seq = self.journaler.height
+                self.commit()
                 raise StepBudgetExceededError(
                     f"{report.steps} steps and {len(self._scheduler)} deliveries still queued",
                     steps=report.steps,
@@ -657,11 +620,11 @@ class World:
                 )
             if not self.step_next(report):
                 break
-            self._flush_if_full()
-        report.last_seq = self._head
+            self._commit_if_full()
+        report.last_seq = self.journaler.height
         if self._pending.records:
-            self.flush()
-        if not len(self._scheduler) and self._checkpoints.snapshot_due(self._head):
+            self.commit()
+        if not len(self._scheduler) and self._checkpoints.snapshot_due(self.journaler.height):
             self.snapshot()
         return report
 
@@ -680,19 +643,10 @@ class World:
         content = self._head_content(self._cells.materialize())
         snapshot_hash = self._pending.put_value(content)
         seq = self.append(records.SnapshotRecord(str(snapshot_hash), content["height"]))
-        self._sign_chain_head()
+        self.journaler.sign_chain_head(self.world_id)
         self._checkpoints.keep_snapshot(seq, snapshot_hash)
-        self.flush()
+        self.commit()
         return seq, snapshot_hash
-
-    def _sign_chain_head(self) -> None:
-        """Sign the chain through the snapshot record (the snapshot itself carries the chain
-        before it), if the world has a key (worldkey.py)."""
-        if self.chain is None or self._key_seed is None:
-            return
-        signed = worldkey.sign(self._key_seed, self.world_id, self.chain)
-        kept = worldkey.with_signed(self.store, signed, self.limits.signed_heads_kept_max)
-        self._pending.meta[worldkey.META_SIGNED] = kept
 
     def step_next(self, report: RunReport | None = None) -> bool:
         """Step the next scheduled delivery, without flushing; False when nothing is queued.
@@ -728,79 +682,36 @@ class World:
         return self._stepper.check(self._runtime, message, result, module)
 
     # ----------------------------------------------------------------------------------------
-    # Journal, flush, head checkpoint
+    # The journal and its one commit (journaler.py)
 
     def append(self, record: records.Record) -> int:
-        """Journal a record (durable at the next flush); its sequence number. It is encoded
-        here, once, by the record itself (`records.py`)."""
-        kind = record.kind
-        raw = record.encode()
-        self._pending.append_record(record, raw)
-        self._head += 1
-        if self.chain is not None:
-            self.chain.advance(raw)
-        if kind not in FOLDABLE_KINDS:
-            self._checkpoints.due = True
-        # Governance actions and snapshots change no state: a shadow stays current across them.
-        if kind not in (records.GOVERNANCE, records.SNAPSHOT):
-            self.state_height = self._head
-        if self.on_append is not None:
-            self.on_append(self._head, record, raw)
-        return self._head
+        """Journal a record (durable at the next commit); its sequence number (journaler.py)."""
+        return self.journaler.append(record)
 
-    def _flush_if_full(self) -> None:
-        """Flush at a safe point (never inside a step) once enough records are pending."""
-        if len(self._pending.records) >= self.limits.flush_records_max:
-            self.flush()
+    def commit(self, *, checkpoint: bool = False) -> None:
+        """Make everything appended durable in one transaction, with a head checkpoint when
+        one is due or `checkpoint` asks for it (journaler.py)."""
+        self.journaler.commit(checkpoint=checkpoint)
 
-    def flush(self) -> None:
-        """Make everything appended durable: journal records and new states, and, when a
-        checkpoint is due (`checkpoint_every_records`, or something the tail cannot carry),
-        the materialized cells and the head checkpoint too. One transaction either way."""
-        if self._checkpoints.wanted(self._head, len(self._scheduler)):
-            self.checkpoint()
-            return
-        self._cells.store_states()
-        self._commit()
-
-    def checkpoint(self) -> None:
-        """Flush with the cells materialized into the index and a new head checkpoint."""
-        self.require_open()  # a closed world raises before anything is materialized
-        head_blob = self._checkpoints.stage_head(self._head_content(self._cells.materialize()))
-        self._commit()
-        self._checkpoints.committed(head_blob, self._head)
-
-    def _commit(self) -> None:
-        store = self.store
-        self._cells.release_tail_superseded()
-        expected_first = self._head - len(self._pending.records) + 1
-        wrote_records = bool(self._pending.records)
-        if wrote_records and self.chain is not None:
-            self._pending.meta[journal_chain.META_CHAIN] = self.chain.to_value()
-            self._pending.meta[journal_chain.mark_key(self.chain.seq)] = self.chain.head
-        try:
-            first, last = self._pending.flush(expected_first)
-        except BaseException:
-            # Memory is now ahead of the store; only reopening gives a consistent world.
-            store.close()
-            self._store = None
-            raise
-        if wrote_records and (first, last) != (expected_first, self._head):
-            raise KernelInvariantError("journal sequence numbers drifted from the world's count")
+    def _commit_if_full(self) -> None:
+        """Commit at a safe point (never inside a step) once enough records are pending."""
+        if self.journaler.uncommitted_records >= self.limits.flush_records_max:
+            self.commit()
 
     def _head_content(self, materialized: dict[str, str]) -> dict[str, Any]:
         """The head checkpoint (or snapshot) of the world now, over the materialized roots."""
+        chain = self.journaler.chain
         return {
             "format": WORLD_FORMAT,
-            "height": self._head,
+            "height": self.journaler.height,
             "logical_ns": self.logical_ns,
             "manifest": str(self._runtime.manifest_hash),
             "roots": self._cells.head_roots(materialized),
             "open_intents": self.intents.values(),
             "queued": [message.to_value() for message in self._scheduler.snapshot()],
             "proposals": {key: dict(value) for key, value in sorted(self.proposals.items())},
-            "state_height": self.state_height,
-            **({"chain": self.chain.to_value()} if self.chain is not None else {}),
+            "state_height": self.journaler.state_height,
+            **({"chain": chain.to_value()} if chain is not None else {}),
             # Written only when a cell has failed, so older heads keep their form.
             **({"faulted": self._stepper.faulted_values()} if self._stepper.faulted else {}),
         }
@@ -822,10 +733,20 @@ class World:
         self._cells.keep(loaded.workflows)
         self._stepper.keep_faulted(loaded.workflows)
 
-    def restore_head(self, head: dict[str, Any], head_hash: Hash) -> None:
-        """Take the stored head checkpoint `head_hash` as this world's (opening)."""
-        self._restore(head, chained_through=self.chain.seq if self.chain is not None else 0)
+    def restore_head(self, world_id: str, head: dict[str, Any], head_hash: Hash) -> None:
+        """Take a stored world's id and head checkpoint `head_hash` as this world's, with the
+        journal tail after it folded in (opening.py)."""
+        self.world_id = world_id
+        self.snapshots = stored_snapshots(self.store)
+        chain = journal_chain.on_open(self.store, world_id, head)  # before the fold
+        self.journaler.chain = chain
+        self._restore(head, chained_through=chain.seq if chain is not None else 0)
         self._checkpoints.restored(head["height"], head_hash)
+        if not self.store.readonly:
+            self.journaler.key_seed = worldkey.load_seed(self.store.world_dir)
+            # A head from before chains: the first commit checkpoints, so that the head carries
+            # the chain the commit stores (spec/05 §1.2).
+            self._checkpoints.due = "chain" not in head
 
     def _restore(self, head: dict[str, Any], *, chained_through: int = 0) -> None:
         if head["height"] > self.store.journal.head():
@@ -833,34 +754,36 @@ class World:
                 f"the head checkpoint is at {head['height']}, past the journal at "
                 f"{self.store.journal.head()}"
             )
-        self._head = head["height"]
+        self.journaler.height = head["height"]
         self.logical_ns = head["logical_ns"]
         self._cells.restore(head["roots"])
         self.intents.restore(head["open_intents"])
         self._scheduler.restore([Message.from_value(v) for v in head["queued"]])
         self.proposals = {key: dict(value) for key, value in head.get("proposals", {}).items()}
-        self.state_height = int(head.get("state_height", self._head))
+        self.journaler.state_height = int(head.get("state_height", self.journaler.height))
         for value in head.get("faulted", []):
             message = Message.from_value(value)
             self._stepper.faulted[(message.workflow, message.key)] = message
-        self._checkpoints.restored(self._head)
+        self._checkpoints.restored(self.journaler.height)
         end = self.store.journal.head()
-        if end > self._head:
-            self._apply_tail(records_after(self.store.journal, self._head, end, chained_through))
+        if end > self.journaler.height:
+            self._apply_tail(
+                records_after(self.store.journal, self.journaler.height, end, chained_through)
+            )
 
     def _apply_tail(self, tail: Iterable[tuple[int, Any]]) -> None:
         """Fold the records after the head checkpoint into the head (tail.py): no step runs
         and nothing is appended."""
-        folded = fold(self._head, self.logical_ns, self.state_height, tail)
+        folded = fold(self.journaler.height, self.logical_ns, self.state_height, tail)
         self._cells.put_folded(folded.cells)
         for intent in folded.closed:
             self.intents.close(intent)
         for intent, open_intent in folded.opened.items():
             self.intents.open(intent, open_intent)
         self._scheduler.restore([])  # a tail ends quiescent
-        self._head = folded.height
+        self.journaler.height = folded.height
         self.logical_ns = folded.logical_ns
-        self.state_height = folded.state_height
+        self.journaler.state_height = folded.state_height
 
     def current_head(self) -> dict[str, Any]:
         """The head checkpoint as it would be written now (materializes the cells; nothing
@@ -874,61 +797,7 @@ class World:
         self._runtime.workflow(workflow)  # raises for a name the manifest does not have
 
     def require_open(self) -> None:
-        if self._store is None:
-            raise WorldClosedError("the world is closed")
-
-    # ----------------------------------------------------------------------------------------
-    # Queries
-
-    def key_bytes(self, workflow: str, key: Any) -> bytes | None:
-        """The canonical key bytes of a cell, from a key value (normalized like routing)."""
-        return queries.key_bytes(self._runtime, workflow, key)
-
-    def key_from_text(self, workflow: str, text: str | None) -> tuple[Any, bytes | None]:
-        """The key value and key bytes a user's KEY names (queries.key_from_text)."""
-        return queries.key_from_text(self._runtime, workflow, text)
-
-    def state(self, workflow: str, key: Any = None) -> Any:
-        """The state of a cell (None if it does not exist)."""
-        return self._reads.state(workflow, self.key_bytes(workflow, key))
-
-    def status_of(self, workflow: str, key_bytes: bytes | None) -> str:
-        return self._reads.status_of(workflow, key_bytes)
-
-    def cells(self, workflow: str) -> list[CellInfo]:
-        """Every cell of a workflow, in key-hash order."""
-        return self._reads.cells(workflow)
-
-    def cells_after(self, workflow: str, after: bytes | None) -> Iterator[CellInfo]:
-        """A workflow's cells whose key hash is greater than `after` (all when None), in
-        key-hash order, lazily: a page of cells reads what it shows, not the whole index."""
-        return self._reads.cells_after(workflow, after)
-
-    def cell_keys_after(self, workflow: str, after: bytes | None) -> Iterator[Any]:
-        """The keys of a workflow's cells after key hash `after`, lazily, reading no state."""
-        return self._reads.keys_after(workflow, after)
-
-    def cell_count(self, workflow: str) -> int:
-        """How many cells a workflow has (index counts, no walk)."""
-        return self._reads.cell_count(workflow)
-
-    def cell_info(self, workflow: str, key_bytes: bytes | None) -> CellInfo | None:
-        """One cell by its canonical key bytes (None if it does not exist)."""
-        return self._reads.cell_info(workflow, key_bytes)
-
-    def open_intents(self) -> list[dict[str, Any]]:
-        return self.intents.values()
-
-    def status(self) -> dict[str, Any]:
-        return {
-            "height": self._head,
-            "manifest": str(self._runtime.manifest_hash),
-            "logical_ns": self.logical_ns,
-            "clock": self.clock,
-            "workflows": self._reads.counts(self._runtime.workflows),
-            "open_intents": len(self.intents),
-            "queued": len(self._scheduler),
-        }
+        self.journaler.store  # noqa: B018 - raises `world.closed` for a closed world
 
 
 def head_at_end(store: Store, engine: WasmEngine) -> dict[str, Any]:

@@ -159,13 +159,13 @@ def limits() -> WorldLimits:
 
 
 def tool_intents(world: World) -> list[dict[str, Any]]:
-    return [i for i in world.open_intents() if i["effect"] in TOOL_EFFECTS]
+    return [i for i in world.reader.open_intents() if i["effect"] in TOOL_EFFECTS]
 
 
 def tool_receipt(world: World, keys: FlowKeys, intent: str) -> Any:
     """The signed receipt the tool's adapter would send for an open intent (None if it is not
     open)."""
-    record = world.open_intent(intent)
+    record = world.reader.open_intent(intent)
     if record is None:
         return None
     effect, params = str(record["effect"]), record["params"]
@@ -202,8 +202,8 @@ def receipt(
 
 def exec_states(world: World) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
-    for cell in world.cells(EXEC_WORKFLOW):
-        state = world.state(EXEC_WORKFLOW, cell.key)
+    for cell in world.reader.cells(EXEC_WORKFLOW):
+        state = world.reader.state(EXEC_WORKFLOW, cell.key)
         if isinstance(state, dict):
             found[str(cell.key)] = state
     return found
@@ -238,7 +238,7 @@ def drain(world: World, keys: FlowKeys, *, rounds_max: int = DRAIN_ROUNDS_MAX) -
             ops.signal(world, exec_id, GATE_SIGNAL, {"by": "drain"})
         if gated:
             continue
-        if world.next_timer_ns() is None:
+        if world.reader.next_timer_ns() is None:
             return rounds
         world.jump_next_timer()
     raise AssertionError(f"the world did not drain in {rounds_max} rounds")
@@ -307,7 +307,7 @@ class FlowWorkload(Workload):
     def settle(self) -> None:
         intents = [str(i["intent"]) for i in tool_intents(self.world)]
         if not intents:
-            self.tick() if self.world.next_timer_ns() is not None else self.start()
+            self.tick() if self.world.reader.next_timer_ns() is not None else self.start()
             return
         self.begin("settle")
         chosen = self.rng.sample(intents, min(len(intents), self.rng.randint(1, SETTLE_BATCH_MAX)))
@@ -321,7 +321,7 @@ class FlowWorkload(Workload):
         self.ack("settle", intents=chosen)
 
     def tick(self) -> None:
-        if self.world.next_timer_ns() is None:
+        if self.world.reader.next_timer_ns() is None:
             self.snapshot()
             return
         open_before = {str(i["intent"]) for i in tool_intents(self.world)}
@@ -329,7 +329,7 @@ class FlowWorkload(Workload):
         self.world.jump_next_timer()
         open_after = {str(i["intent"]) for i in tool_intents(self.world)}
         self.cancelled_intents += sorted(
-            i for i in open_before - open_after if self.world.cancelled_seq(i) is not None
+            i for i in open_before - open_after if self.world.reader.cancelled_seq(i) is not None
         )
         self.ack("tick")
 
@@ -387,7 +387,7 @@ class FlowWorkload(Workload):
         late = [
             intent
             for intent in self.cancelled_intents
-            if (world.cancelled_seq(intent) or 0) > (0 if LATE_ACROSS_SNAPSHOTS else newest)
+            if (world.reader.cancelled_seq(intent) or 0) > (0 if LATE_ACROSS_SNAPSHOTS else newest)
         ]
         roll = self.rng.random()
         if late and roll < 0.5:
@@ -495,12 +495,12 @@ def check(
             problems.append(f"execution {_key_text(cell_key)} reuses issuer_refs {doubled}")
 
     open_cells: Counter[bytes | None] = Counter(
-        i["key"] for i in world.open_intents() if i["workflow"] == EXEC_WORKFLOW
+        i["key"] for i in world.reader.open_intents() if i["workflow"] == EXEC_WORKFLOW
     )
     states: dict[str, dict[str, Any]] = {}
-    for cell in world.cells(EXEC_WORKFLOW):
+    for cell in world.reader.cells(EXEC_WORKFLOW):
         exec_id = str(cell.key)
-        state = world.state(EXEC_WORKFLOW, cell.key)
+        state = world.reader.state(EXEC_WORKFLOW, cell.key)
         # `faulted`: the kernel failed a step of the cell. Its `status` says `failed` for an
         # execution that ended failed too (flows/serve/cell_status.py), which a workload of retries
         # and timeouts may legitimately do.
@@ -581,8 +581,8 @@ def check_final(
     except Exception as error:  # a world that cannot be drained is a failure
         problems.append(f"draining raised {type(error).__name__}: {error}")
         return 0
-    if world.open_intents():
-        problems.append(f"open intents left after the drain: {world.open_intents()[:5]}")
+    if world.reader.open_intents():
+        problems.append(f"open intents left after the drain: {world.reader.open_intents()[:5]}")
     states = exec_states(world)
     acked = {str(a["exec"]) for a in acks if a["op"] == "start"}
     for exec_id in sorted(set(states) | acked):

@@ -418,7 +418,7 @@ def _check_intents(problems: list[str], journal: dict[int, dict[str, Any]], worl
         if marker != seqs[-1]:
             problems.append(f"cancelled/{intent} is {marker!r}, its step is at {seqs[-1]}")
     expected_open = set(opened) - set(receipt_seqs) - set(cancelled)
-    found_open = {i["intent"] for i in world.open_intents()}
+    found_open = {i["intent"] for i in world.reader.open_intents()}
     if found_open != expected_open:
         lost = sorted(expected_open - found_open)
         extra = sorted(found_open - expected_open)

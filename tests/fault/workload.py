@@ -11,7 +11,7 @@ settling open intents with signed receipts, duplicate and bad receipts, snapshot
 
 After each operation returns, everything it journaled is durable. Only then the child appends
 one JSON line to the ack file and fsyncs it: the operation, and the sequence and record hash
-of every record the operation appended (seen through `World.on_append`). The harness checks
+of every record the operation appended (seen through `Journaler.on_append`). The harness checks
 that each of them is in the journal after the kill, with that hash.
 
 With `--store URL` (a `postgresql://...?world=ID` store URL) the world is created on that
@@ -151,18 +151,19 @@ class KillContext:
 
 
 def install_hooks(world: World, killer: Killer, context: KillContext) -> None:
-    """Wrap the world's flush, snapshot and step on the instance so kill points fire there."""
-    flush: Callable[[], None] = world.flush
+    """Wrap the world's commit (the `flush.*` points), snapshot and step on the instance so
+    kill points fire there."""
+    commit: Callable[..., None] = world.commit
     snapshot = world.snapshot
     step_next = world.step_next
 
-    def hooked_flush() -> None:
+    def hooked_commit(*, checkpoint: bool = False) -> None:
         killer.hit("flush.race")
         killer.hit("flush.before")
         named = _FLUSH_POINTS.get(context.op)
         if named is not None:
             killer.hit(named)
-        flush()
+        commit(checkpoint=checkpoint)
         killer.hit("flush.after")
 
     def hooked_snapshot() -> Any:
@@ -178,10 +179,10 @@ def install_hooks(world: World, killer: Killer, context: KillContext) -> None:
         killer.hit("step.mid")
         return step_next(report)
 
-    world.flush = hooked_flush  # type: ignore[method-assign]
+    world.commit = hooked_commit  # type: ignore[method-assign]
     world.snapshot = hooked_snapshot  # type: ignore[method-assign]
     world.step_next = hooked_step_next  # type: ignore[method-assign]
-    world.on_append = lambda seq, _, raw: context.appended.append((seq, raw))
+    world.journaler.on_append = lambda seq, _, raw: context.appended.append((seq, raw))
 
 
 class Workload:
@@ -318,7 +319,7 @@ class Workload:
         self.ack("batch")
 
     def _open_noop_intents(self) -> list[str]:
-        return [i["intent"] for i in self.world.open_intents() if i["effect"] == NOOP]
+        return [i["intent"] for i in self.world.reader.open_intents() if i["effect"] == NOOP]
 
     def _receipt(self, intent: str, seed: bytes = ADAPTER_SEED, **changes: Any) -> Any:
         status = self.rng.choices(["ok", "error", "timeout"], [85, 10, 5])[0]

@@ -154,7 +154,7 @@ def test_a_missing_entry_fails_the_execution_as_authorization(tmp_path: Path) ->
         assert state["engine"]["error"]["code"] == "keychain.missing"
         assert "nowhere" in state["engine"]["error"]["message"]
         assert "step.started" not in flows.names()
-        tool_intents = [i for i in flows.world.open_intents() if "tool." in str(i["effect"])]
+        tool_intents = [i for i in flows.world.reader.open_intents() if "tool." in str(i["effect"])]
         assert tool_intents == []
 
 

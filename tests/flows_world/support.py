@@ -49,7 +49,7 @@ class FlowWorld:
         return dict(self.state(exec_id)["engine"]["waits"])
 
     def human_tasks(self) -> list[dict[str, Any]]:
-        return [i for i in self.world.open_intents() if i["effect"] == "aos/human.task@1"]
+        return [i for i in self.world.reader.open_intents() if i["effect"] == "aos/human.task@1"]
 
     def journal(self) -> list[tuple[int, dict[str, Any]]]:
         return list(self.world.store.journal.read(1, self.world.height))  # type: ignore[arg-type]

@@ -85,7 +85,7 @@ def test_a_run_of_inline_steps_is_one_module_call(flows: FlowWorld) -> None:
     )
     state = flows.run(f"name: t/inline\nsteps:{steps}")
     assert state["status"] == "completed"
-    key = flows.world.key_bytes("aos/FlowExec@1", "e1")
+    key = flows.world.reader.key_bytes("aos/FlowExec@1", "e1")
     steps_of_exec = [r for _, r in flows.journal() if r["kind"] == records.STEP and r["key"] == key]
     assert len(steps_of_exec) == 1
 
@@ -136,7 +136,7 @@ def test_a_step_timeout_races_the_call_and_the_loser_is_cancelled(flows: FlowWor
         """
     )
     ops.start(flows.world, "t/timeout", exec_id="e1")
-    call = next(i for i in flows.world.open_intents() if i["effect"] == "aos/tool.echo@1")
+    call = next(i for i in flows.world.reader.open_intents() if i["effect"] == "aos/tool.echo@1")
     flows.world.jump_next_timer()  # the timer fires before any adapter answered
     state = flows.state()
     assert state["status"] == "completed"
@@ -271,7 +271,7 @@ def test_a_human_task_waits_until_completed(flows: FlowWorld) -> None:
     )
     assert state["status"] == "running"
     (task,) = flows.human_tasks()
-    params = flows.world.open_intent(str(task["intent"]))["params"]  # type: ignore[index]
+    params = flows.world.reader.open_intent(str(task["intent"]))["params"]  # type: ignore[index]
     assert (params["title"], params["assignee"], params["roles"]) == (
         "Approve A-1",
         "ann",
@@ -385,12 +385,12 @@ def test_cancelling_an_execution_closes_its_waits_and_children(flows: FlowWorld)
         """
     )
     assert state["status"] == "running"
-    assert flows.world.open_intents()
+    assert flows.world.reader.open_intents()
     ops.cancel(flows.world, "e1", "changed my mind")
     assert flows.state()["status"] == "cancelled"
     statuses = {e["exec"]: e["status"] for e in ops.listing(flows.world)["executions"]}
     assert set(statuses.values()) == {"cancelled"}
-    assert not flows.world.open_intents()  # the human task and the child's timer are closed
+    assert not flows.world.reader.open_intents()  # the human task and the child's timer are closed
     assert "execution.cancelled" in flows.names()
 
 

@@ -113,14 +113,14 @@ def fingerprint(flows: FlowWorld) -> dict[str, Any]:
         "tail": (seq, str(hash_value(tail))),
         "listing": cbor.encode(ops.listing(world)),
         "registry": {
-            str(c.key): cbor.encode(world.state(REGISTRY_WORKFLOW, c.key))
-            for c in world.cells(REGISTRY_WORKFLOW)
+            str(c.key): cbor.encode(world.reader.state(REGISTRY_WORKFLOW, c.key))
+            for c in world.reader.cells(REGISTRY_WORKFLOW)
         },
         "executions": {
-            str(c.key): cbor.encode(world.state(EXEC_WORKFLOW, c.key))
-            for c in world.cells(EXEC_WORKFLOW)
+            str(c.key): cbor.encode(world.reader.state(EXEC_WORKFLOW, c.key))
+            for c in world.reader.cells(EXEC_WORKFLOW)
         },
-        "open_intents": cbor.encode(world.open_intents()),
+        "open_intents": cbor.encode(world.reader.open_intents()),
     }
 
 

@@ -87,8 +87,8 @@ def test_a_step_the_kernel_refuses_fails_the_execution_with_its_reason(
     assert state["status"] == "failed"
     fuel_error(state["engine"]["error"])
     assert state["engine"]["waits"] == {}  # and nothing is left open
-    assert flows.world.open_intents() == []
-    cell = next(c for c in flows.world.cells(EXEC_WORKFLOW) if c.key == "e1")
+    assert flows.world.reader.open_intents() == []
+    cell = next(c for c in flows.world.reader.cells(EXEC_WORKFLOW) if c.key == "e1")
     # The interpreter handled its fault notice: the kernel did not fail the cell, and its
     # views say failed because the execution did.
     assert not cell.faulted and cell.status == "failed"

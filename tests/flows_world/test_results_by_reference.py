@@ -49,7 +49,7 @@ def test_a_long_loop_of_large_results_completes_with_a_small_state(tmp_path: Pat
     name = flows.deploy(LOOP).name
     ops.start(flows.world, name, workload={"n": ITEMS, "size": ITEM_BYTES}, exec_id="big")
     sizes = []
-    while flows.world.open_intents():  # one receipt at a time: the state after each step
+    while flows.world.reader.open_intents():  # one receipt at a time: the state after each step
         flows.adapters.drain(rounds_max=1)
         sizes.append(len(flows.state_bytes("big")))
     state = flows.state("big")
@@ -62,7 +62,7 @@ def test_a_long_loop_of_large_results_completes_with_a_small_state(tmp_path: Pat
         "last": ITEMS - 1,
         "total": ITEMS,
     }
-    cell = next(c for c in flows.world.cells(EXEC_WORKFLOW) if c.key == "big")
+    cell = next(c for c in flows.world.reader.cells(EXEC_WORKFLOW) if c.key == "big")
     assert cell.status != "failed"
     flows.world.close()
     shown = CliRunner().invoke(main, ["flow", "status", "big", "--world", str(flows.path)])

@@ -217,7 +217,7 @@ def test_changing_one_journaled_receipt_is_the_first_divergence(tmp_path: Path) 
 def test_a_late_receipt_for_a_cancelled_call_is_refused_after_cancel(flows: FlowWorld) -> None:
     flows.deploy("name: t/c\nsteps: [{name: a, tasks: [{do: call, tool: {kind: echo}, args: {}}]}]")
     ops.start(flows.world, "t/c", exec_id="e1")
-    (call,) = [i for i in flows.world.open_intents() if i["effect"] == "aos/tool.echo@1"]
+    (call,) = [i for i in flows.world.reader.open_intents() if i["effect"] == "aos/tool.echo@1"]
     ops.cancel(flows.world, "e1")
     with pytest.raises(ReceiptError) as late:
         flows.adapters.settle(str(call["intent"]), "aos/echo@1", "ok", {})

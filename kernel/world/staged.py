@@ -1,8 +1,10 @@
-"""What one flush will write: journal records and CAS blobs, readable before they are durable.
+"""Staged writes: what the world's next commit writes (journal records, CAS blobs, meta),
+readable before it is durable (spec/07-storage.md §3).
 
-The world works ahead of the store between flushes: cells read states and index nodes it has
-just written. This overlay serves those reads, and `flush` writes everything in one store
-batch (one transaction, one fsync).
+The world works ahead of the store between commits: cells read states and index nodes it has
+just written. This overlay serves those reads, and `write` puts everything in one store batch
+(the store's `PendingBatch`: one transaction, one fsync). The journaler (journaler.py) is the
+only caller of `write`.
 
 It also reclaims, at flush time, the objects a flush supersedes (spec/05 §5.1). An object
 the world writes while materializing cells or writing its head (an index node, a cell state,
@@ -40,7 +42,9 @@ class ReclaimStats:
     released_objects: int = 0  # doomed objects deleted once retention dropped their snapshot
 
 
-class PendingWrites:
+class StagedWrites:
+    """The world's writes since its last commit, over the store they will be written to."""
+
     def __init__(self, store: Store) -> None:
         self._store = store
         self.blobs: dict[Hash, bytes] = {}
@@ -151,8 +155,8 @@ class PendingWrites:
     def __bool__(self) -> bool:
         return bool(self.blobs or self.records or self.meta or self.meta_deletes)
 
-    def flush(self, expected_first_seq: int) -> tuple[int, int]:
-        """Write everything in one batch; return the journal range written."""
+    def write(self, expected_first_seq: int) -> tuple[int, int]:
+        """Write everything in one store batch; return the journal range written."""
         first = last = expected_first_seq - 1
         if self.release_before > 0:
             self._released = self._store.cas.doomed(self.release_before, self.release_max)
