@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from aos.kernel import cbor
 from aos.kernel.errors import KernelInvariantError
 from aos.kernel.store.interface import Store
 from aos.kernel.world import chain as journal_chain
@@ -31,21 +30,6 @@ from aos.kernel.world.limits import WorldLimits
 from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.tables import CellTables
 from aos.kernel.world.tail import FOLDABLE_KINDS
-
-# Records whose every value the kernel built or already checked (a normalized event, a guest
-# output decoded strictly and normalized, hashes, sequence numbers, stamps): encoded without a
-# validation walk. Records carrying what came from outside unnormalized (receipts, refused
-# input, operator and governance actions, fault messages) are encoded with the walk.
-_BUILT_KINDS = frozenset(
-    {
-        records.DOMAIN_EVENT,
-        records.STEP,
-        records.EFFECT_INTENT,
-        records.DELIVERY_DROPPED,
-        records.TIME,
-        records.SNAPSHOT,
-    }
-)
 
 # The head content of the world now, over the materialized index roots (World gathers it).
 HeadContent = Callable[[dict[str, str]], dict[str, Any]]
@@ -98,14 +82,9 @@ class Journaler:
 
     def append(self, record: records.Record) -> int:
         """Journal a record (durable at the next commit); its sequence number. It is encoded
-        here, once: a typed record by itself, other records the kernel built from checked
-        parts without a validation walk."""
-        if isinstance(record, dict):
-            kind = record["kind"]
-            raw = cbor.encode_built(record) if kind in _BUILT_KINDS else cbor.encode(record)
-        else:
-            kind = record.kind
-            raw = record.encode()
+        here, once, by the record itself (`records.py`)."""
+        kind = record.kind
+        raw = record.encode()
         self.staged.append_record(record, raw)
         self.height += 1
         if self.chain is not None:

@@ -257,7 +257,7 @@ class World:
         genesis = records.ManifestRecord(str(loaded.manifest_hash), stamp.to_value())
         # The genesis record carries fresh entropy, so its hash names this world and no other:
         # receipts are signed for it, and the journal chain starts from it.
-        self.world_id = str(hash_value(genesis))
+        self.world_id = str(hash_value(genesis.to_value()))
         self.journaler.chain = journal_chain.JournalChain.genesis(self.world_id)
         self.append(genesis)
         self._pending.meta[opening.META_FORMAT] = WORLD_FORMAT
