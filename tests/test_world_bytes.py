@@ -11,7 +11,9 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from aos.kernel import governance, replay, shadow
+from aos.kernel.audit import replay
+from aos.kernel.governance import proposals as governance
+from aos.kernel.governance import shadow
 from aos.kernel.hashing import Hash, hash_bytes
 from aos.kernel.store import open_store
 from aos.kernel.world import records
