@@ -252,8 +252,8 @@ async def _with_inbox(node: Node, pending: list[dict[str, Any]]) -> None:
             task = await node.task(str(human["intent"]))
         except AosError:
             continue
-        human.update(assignee=task.get("assignee"), holder=task.get("holder"))
-        human["claimed"] = task.get("status") == "claimed"
+        human.update(assignee=task.assignee, holder=task.holder)
+        human["claimed"] = task.status == "claimed"
 
 
 def _human_disabled(node: Node) -> str | None:

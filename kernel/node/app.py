@@ -159,13 +159,13 @@ def _api_handlers(node: Node) -> Handlers:
     signed = Depends(adapter_identity)
 
     @handler
-    async def get_health() -> dict[str, Any]:
+    async def get_health() -> models.HealthResponse:
         """Whether the node serves, and its world's id (what an adapter signs its requests
         for). Public: it shows nothing else."""
-        return {"status": "ok", "world_id": node.world_id, "api": API_VERSION}
+        return models.HealthResponse(status="ok", world_id=node.world_id, api=API_VERSION)
 
     @handler
-    async def get_world() -> dict[str, Any]:
+    async def get_world() -> models.WorldResponse:
         """Height, manifest, logical time, cells per workflow, open intents, leases."""
         return await node.info()
 
@@ -173,7 +173,7 @@ def _api_handlers(node: Node) -> Handlers:
     async def post_event(
         request: models.EventRequest,
         idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
-    ) -> dict[str, Any]:
+    ) -> models.SendResponse:
         """Ingress one event and run the world to idle; durable when this returns. With an
         idempotency key (the body's `idempotency_key` or the `Idempotency-Key` header), a
         repeat answers the first admission, marked `duplicate`, and journals nothing."""
@@ -188,26 +188,26 @@ def _api_handlers(node: Node) -> Handlers:
     @handler
     async def get_state(
         workflow: str, key: str | None = Query(None, description="The cell key as JSON.")
-    ) -> dict[str, Any]:
+    ) -> models.StateResponse:
         """The state of one cell (leave `key` out for an unkeyed workflow)."""
         return await node.state(workflow, _json_text(key, "$.key"), key is not None)
 
     @handler
-    async def get_adapters() -> dict[str, Any]:
+    async def get_adapters() -> models.AdaptersResponse:
         """The manifest's adapter identities: name, public key, the effects each may settle.
         Public: an adapter checks its own key here before it can sign (spec/10 §2), and a
         public key is no secret."""
         return node.adapters()
 
     @handler
-    async def post_leases(request: Request, identity: str = signed) -> dict[str, Any]:
+    async def post_leases(request: Request, identity: str = signed) -> models.LeaseResponse:
         """Lease open intents the adapter may settle; long-poll up to `wait_ms` for work.
         Signed by the adapter named in the body. (Served by kernel/node/adapter_api.py ahead
         of this route, with the same function.)"""
         return await serve_lease(node, identity, await request.body())
 
     @handler
-    async def post_lease_renew(lease_id: str, identity: str = signed) -> dict[str, Any]:
+    async def post_lease_renew(lease_id: str, identity: str = signed) -> models.RenewResponse:
         """Extend a held lease by lease_ms (signed by its holder). `lease.revoked` (409) when
         the workflow cancelled the intent: the adapter should stop, since its receipt would be
         refused."""
@@ -216,18 +216,18 @@ def _api_handlers(node: Node) -> Handlers:
     @handler
     async def post_lease_progress(
         lease_id: str, request: models.ProgressRequest, identity: str = signed
-    ) -> dict[str, Any]:
+    ) -> models.RenewResponse:
         """A signed progress frame for a held lease: extends it like a renewal; kept (the
         newest few per intent), never journaled, never seen by a workflow."""
         return node.progress(lease_id, request.model_dump(), identity)
 
     @handler
-    async def get_intent(intent: str) -> dict[str, Any]:
+    async def get_intent(intent: str) -> models.IntentResponse:
         """An intent: open with its record, or settled or cancelled; its progress frames."""
         return await node.intent(intent)
 
     @handler
-    async def post_receipt(request: Request, identity: str = signed) -> dict[str, Any]:
+    async def post_receipt(request: Request, identity: str = signed) -> models.SettleResponse:
         """Settle an intent with a signed receipt (JSON or application/cbor), then run the
         world to idle so the origin cell steps; with `lease`, lease for the same adapter
         once it is durable. Posted by the receipt's own adapter. (Served by
@@ -236,7 +236,7 @@ def _api_handlers(node: Node) -> Handlers:
         return await serve_receipt(node, identity, body, content_type)
 
     @handler
-    async def post_blob(request: Request, identity: str = signed) -> dict[str, Any]:
+    async def post_blob(request: Request, identity: str = signed) -> models.BlobResponse:
         """Store the raw body (application/octet-stream, at most blob_bytes_max) in the
         world's CAS and answer its hash, for a receipt payload to name (a large HTTP
         response body, say). Durable when this returns; a blob no receipt names is garbage
@@ -255,19 +255,19 @@ def _api_handlers(node: Node) -> Handlers:
         assignee: str | None = None,
         role: str | None = None,
         status: Literal["open", "claimed"] | None = None,
-    ) -> dict[str, Any]:
+    ) -> models.TasksResponse:
         """Open tasks of the human adapter this node hosts, oldest first: only those assigned
         to `assignee`, naming `role`, or (not) claimed, when given."""
         return await node.tasks(limit, assignee=assignee, role=role, status=status)
 
     @handler
-    async def get_task(intent: str) -> dict[str, Any]:
+    async def get_task(intent: str) -> models.TaskBody:
         return await node.task(intent)
 
     @handler
     async def complete_task(
         intent: str, body: models.TaskCompleteRequest, request: Request
-    ) -> dict[str, Any]:
+    ) -> models.SettleResponse:
         """Complete a task as the caller's identity: the node signs the receipt with the
         human adapter's key. A claimed task only by its holder; an unclaimed one only by
         whoever may claim it (its assignee, holding one of its roles)."""
@@ -277,7 +277,9 @@ def _api_handlers(node: Node) -> Handlers:
         )
 
     @handler
-    async def claim_task(intent: str, body: models.TaskClaimRequest, request: Request) -> Any:
+    async def claim_task(
+        intent: str, body: models.TaskClaimRequest, request: Request
+    ) -> models.TaskBody:
         """Claim a task as the caller's identity: it must not be held by or assigned to
         someone else, and the identity must hold one of its roles (if it names any).
         Idempotent for its holder."""
@@ -286,7 +288,9 @@ def _api_handlers(node: Node) -> Handlers:
         return await node.claim_task(intent, acting.user, list(acting.roles))
 
     @handler
-    async def release_task(intent: str, body: models.TaskReleaseRequest, request: Request) -> Any:
+    async def release_task(
+        intent: str, body: models.TaskReleaseRequest, request: Request
+    ) -> models.TaskBody:
         """Give a claimed task back (its holder only)."""
         user = acting_user(request, body.user, []).user
         assert user is not None
@@ -295,7 +299,7 @@ def _api_handlers(node: Node) -> Handlers:
     @handler
     async def reassign_task(
         intent: str, body: models.TaskReassignRequest, request: Request
-    ) -> dict[str, Any]:
+    ) -> models.TaskBody:
         """Set a task's assignee: its holder may, or while it is not claimed whoever may
         claim it (or an admin); handing it to someone else releases the claim."""
         acting = acting_user(request, body.user, [])
@@ -304,14 +308,14 @@ def _api_handlers(node: Node) -> Handlers:
         return await node.reassign_task(intent, acting.user, body.to, roles)
 
     @handler
-    async def get_task_history(intent: str) -> dict[str, Any]:
+    async def get_task_history(intent: str) -> models.TaskHistoryResponse:
         """A task's history, oldest first; also of a closed task the inbox remembers."""
         return await node.task_history(intent)
 
     parsing = asyncio.Semaphore(1)  # one proposal decoded at a time: a bound on its memory
 
     @handler
-    async def post_gov_proposal(request: Request) -> dict[str, Any]:
+    async def post_gov_proposal(request: Request) -> models.ProposalResponse:
         """Propose a patch (journaled), as `aos gov propose`: `{"patch": ..., "modules":
         [binary, ...], "expected_hash": HASH or null}` as application/cbor (module binaries
         are byte strings; at most proposal_bytes_max and proposal_values_max), or JSON without
@@ -326,7 +330,7 @@ def _api_handlers(node: Node) -> Handlers:
         return await node.gov_propose(proposal)
 
     @handler
-    async def post_gov_shadow(proposal: str) -> dict[str, Any]:
+    async def post_gov_shadow(proposal: str) -> models.ShadowResponse:
         """Shadow a proposal against the live history (in a worker process, beside the
         writer) and journal the report, as `aos gov shadow`; answers the report."""
         return await node.gov_shadow(proposal)
@@ -334,7 +338,7 @@ def _api_handlers(node: Node) -> Handlers:
     @handler
     async def post_gov_decision(
         proposal: str, body: models.GovDecisionRequest, request: Request
-    ) -> dict[str, Any]:
+    ) -> models.ProposalResponse:
         """Approve or reject a proposal (journaled with the caller's identity as approver),
         as `aos gov approve|reject`."""
         approver = acting_user(request, body.approver, [], required=False).user or "local"
@@ -343,23 +347,23 @@ def _api_handlers(node: Node) -> Handlers:
         )
 
     @handler
-    async def post_gov_apply(proposal: str) -> dict[str, Any]:
+    async def post_gov_apply(proposal: str) -> models.ApplyResponse:
         """Switch the world to an approved, currently shadowed proposal's manifest; needs
         strict quiescence (`gov.not_quiescent`, 409, lists the blockers)."""
         return await node.gov_apply(proposal)
 
     @handler
-    async def post_operation(request: models.OperationRequest) -> dict[str, Any]:
+    async def post_operation(request: models.OperationRequest) -> models.OperationResponse:
         """Retry or reset a cell, or cancel an open intent (journaled; see spec/03 §13)."""
         return await node.operate(request)
 
     @handler
-    async def advance_time(request: models.TimeAdvanceRequest) -> dict[str, Any]:
+    async def advance_time(request: models.TimeAdvanceRequest) -> models.TimeResponse:
         """Move a manual-clock world's logical time forward; due timers fire."""
         return await node.advance_time(request.by_ns)
 
     @handler
-    async def jump_next() -> dict[str, Any]:
+    async def jump_next() -> models.TimeResponse:
         """Move a manual-clock world to its next timer deadline (report null: none pending)."""
         return await node.jump_next_timer()
 

@@ -242,12 +242,34 @@ API = (
         "post_gov_proposal",
         (DEPLOY,),
         "governance",
+        models.ProposalResponse,
         body_limit="proposal_bytes_max",
         body_media_type=CBOR_MEDIA_TYPE,
     ),
-    Route("POST", "/v1/gov/{proposal}/shadow", "post_gov_shadow", (DEPLOY,), "governance"),
-    Route("POST", "/v1/gov/{proposal}/decision", "post_gov_decision", (GOVERN,), "governance"),
-    Route("POST", "/v1/gov/{proposal}/apply", "post_gov_apply", (GOVERN,), "governance"),
+    Route(
+        "POST",
+        "/v1/gov/{proposal}/shadow",
+        "post_gov_shadow",
+        (DEPLOY,),
+        "governance",
+        models.ShadowResponse,
+    ),
+    Route(
+        "POST",
+        "/v1/gov/{proposal}/decision",
+        "post_gov_decision",
+        (GOVERN,),
+        "governance",
+        models.ProposalResponse,
+    ),
+    Route(
+        "POST",
+        "/v1/gov/{proposal}/apply",
+        "post_gov_apply",
+        (GOVERN,),
+        "governance",
+        models.ApplyResponse,
+    ),
     # Operations and time (app.py)
     Route(
         "POST", "/v1/operations", "post_operation", (OPERATE,), "world", models.OperationResponse
