@@ -12,19 +12,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from aos.kernel.world.cells import STATUS_COMPLETED, STATUS_FAILED, STATUS_RUNNING
 from aos.kernel.world.queries import status_from_state
 
 EXEC_WORKFLOW = "aos/FlowExec@1"
-_FAILED = frozenset({"failed", "partial"})
+CELL_STATUS_OF_EXECUTION = {
+    "running": STATUS_RUNNING,
+    "completed": STATUS_COMPLETED,
+    "cancelled": STATUS_COMPLETED,  # ended: nothing more runs (the flow pages say which end)
+    "failed": STATUS_FAILED,
+    "partial": STATUS_FAILED,
+}
+"""An execution's status in the kernel's words: what every view of its cell says, the
+kernel's (`execution_cell_status`) and the node's reads (flows/views.py `cell_status`)."""
 
 
 def execution_cell_status(state: Any) -> str | None:
     """`failed` for an execution that ended failed or partial, `running` for one that has
     not ended; None (the kernel's own status) otherwise."""
     status = state.get("status") if isinstance(state, dict) else None
-    if status in _FAILED:
-        return "failed"
-    return "running" if status == "running" else None
+    found = CELL_STATUS_OF_EXECUTION.get(str(status))
+    return found if found in (STATUS_FAILED, STATUS_RUNNING) else None
 
 
 status_from_state(EXEC_WORKFLOW, execution_cell_status)

@@ -285,7 +285,7 @@ class LocalFlows(LocalWorld):
     def deploy(self, definition: FlowDefinition, *, source: str = "") -> models.FlowDeployed:
         return self.write_flows(
             lambda node: node.deploy(definition, source=source),
-            lambda world: models.FlowDeployed(**ops.deploy(world, definition).to_json()),
+            lambda world: ops.deploy(world, definition),
         )
 
     def listing(

@@ -285,7 +285,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
 
 FLOW_ROUTES = (
-    Route("POST", "/v1/flows", "deploy", (DEPLOY,), "flows"),
+    Route("POST", "/v1/flows", "deploy", (DEPLOY,), "flows", models.FlowDeployed),
     Route("GET", "/v1/flows", "listing", (READ,), "flows"),
     Route("POST", "/v1/flows/{name:path}/run", "run", (SEND,), "flows"),
     Route("GET", "/v1/executions/{exec_id:path}/events", "events", (READ,), "flows"),
@@ -313,10 +313,10 @@ def _handlers(node: Node) -> Handlers:
     handler = Handlers()
 
     @handler
-    async def deploy(request: DeployRequest) -> dict[str, Any]:
+    async def deploy(request: DeployRequest) -> models.FlowDeployed:
         """Check a definition and journal it as its flow's next version."""
         definition = load_flow(request.text, source=request.source or "<request>")
-        return await node.host.run(lambda world: ops.deploy(world, definition).to_json())
+        return await node.host.run(lambda world: ops.deploy(world, definition))
 
     @handler
     async def listing(

@@ -31,6 +31,7 @@ from aos.flows.world import (
 )
 from aos.kernel import cbor, prefixes
 from aos.kernel.hashing import Hash, hash_bytes
+from aos.kernel.node.models import FlowDeployed
 from aos.kernel.prefixes import IdAmbiguousError
 from aos.kernel.store.views import read_back
 from aos.kernel.world import records
@@ -105,17 +106,6 @@ class FlowRequestInvalidError(FlowError):
 
 
 @dataclass(frozen=True)
-class Deployed:
-    name: str
-    version: int
-    definition: str
-    changed: bool  # False when that definition was already the latest version
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__}
-
-
-@dataclass(frozen=True)
 class Started:
     exec: str
     flow: str
@@ -134,7 +124,7 @@ class HistoryEvent:
 # Writes
 
 
-def deploy(world: World, definition: FlowDefinition) -> Deployed:
+def deploy(world: World, definition: FlowDefinition) -> FlowDeployed:
     """Resolve the definition's subflows against the flows deployed in this world, store the
     canonical definition in the CAS and journal a new version of it."""
     value = resolve_subflows(world, canonical_value(definition))
@@ -142,11 +132,17 @@ def deploy(world: World, definition: FlowDefinition) -> Deployed:
     definition_hash = str(hash_bytes(data))
     before = versions(world, definition.name)
     if before and before[-1]["definition"] == definition_hash:
-        return Deployed(definition.name, int(before[-1]["version"]), definition_hash, False)
+        latest = int(before[-1]["version"])
+        return FlowDeployed(
+            name=definition.name, version=latest, definition=definition_hash, changed=False
+        )
     world.put_blob(data)
     world.send(DEPLOY_EVENT, {"name": definition.name, "definition": definition_hash})
     after = versions(world, definition.name)
-    return Deployed(definition.name, int(after[-1]["version"]), definition_hash, True)
+    latest = int(after[-1]["version"])
+    return FlowDeployed(
+        name=definition.name, version=latest, definition=definition_hash, changed=True
+    )
 
 
 def resolve_subflows(world: World, value: dict[str, Any]) -> dict[str, Any]:

@@ -25,23 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aos.flows import operations as ops
+from aos.flows.cell_status import CELL_STATUS_OF_EXECUTION
 from aos.flows.world import EXEC_WORKFLOW, START_EVENT
 from aos.kernel import cbor
 from aos.kernel.node.times import At, RecordTimes, time_json
 from aos.kernel.node.views import Derived, task_shown
 from aos.kernel.store.views import READ_BACK_CHUNK_RECORDS
 from aos.kernel.world import records
-from aos.kernel.world.cells import STATUS_COMPLETED, STATUS_FAILED, STATUS_RUNNING
+from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.results import CellInfo
 from aos.kernel.world.world import World
 
-CELL_STATUS_OF_EXECUTION = {
-    "running": STATUS_RUNNING,
-    "completed": STATUS_COMPLETED,
-    "cancelled": STATUS_COMPLETED,  # ended: nothing more runs (the flow pages say which end)
-    "failed": STATUS_FAILED,
-    "partial": STATUS_FAILED,
-}
 START_EVENT_NAME = "playbook.started"
 """The history's first event: a page that holds it has nothing older to page to."""
 FINISHED_EVENT = "playbook.finished"
