@@ -23,16 +23,17 @@ CELL_STATUS_OF_EXECUTION = {
     "failed": STATUS_FAILED,
     "partial": STATUS_FAILED,
 }
-"""An execution's status in the kernel's words: what every view of its cell says, the
-kernel's (`execution_cell_status`) and the node's reads (flows/views.py `cell_status`)."""
+"""An execution's status in the kernel's words, as every view of its cell says it."""
 
 
 def execution_cell_status(state: Any) -> str | None:
     """`failed` for an execution that ended failed or partial, `running` for one that has
-    not ended; None (the kernel's own status) otherwise."""
+    not ended, `completed` for one that ended otherwise; None (the kernel's own status) for a
+    state that is no execution's. The kernel's reads take `failed` and `running` from it (an
+    execution that has not ended may still wait on an intent there); the node's reads take
+    all of it (kernel/node/views.py `cell_status_of`)."""
     status = state.get("status") if isinstance(state, dict) else None
-    found = CELL_STATUS_OF_EXECUTION.get(str(status))
-    return found if found in (STATUS_FAILED, STATUS_RUNNING) else None
+    return CELL_STATUS_OF_EXECUTION.get(str(status))
 
 
 status_from_state(EXEC_WORKFLOW, execution_cell_status)

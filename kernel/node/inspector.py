@@ -284,7 +284,7 @@ def _page_handlers(inspector: Inspector) -> Handlers:
     @handler
     async def overview(request: Request) -> Response:
         def read(world: World) -> dict[str, Any]:
-            found = views.overview(world, node.derived)
+            found = views.overview(world, bounded_failures=True)
             return {"world": found, "leases": node.leases.counts()}
 
         return await page(request, "overview.html", read)
@@ -307,7 +307,6 @@ def _page_handlers(inspector: Inspector) -> Handlers:
                 after=after,
                 limit=rows,
                 scan_max=bounds.scan_max,
-                derived=node.derived,
             )
             return {
                 "found": found,
@@ -326,7 +325,7 @@ def _page_handlers(inspector: Inspector) -> Handlers:
             ref = views.cell_ref(world, workflow, key)
             below = views.sequence(before, "before")
             return {
-                "cell": views.cell(world, ref, bounds, node.derived),
+                "cell": views.cell(world, ref, bounds),
                 "retry_scope": OPERATE,
                 "timeline": views.timeline(
                     world, ref, before=below, limit=TIMELINE_ROWS, bounds=bounds

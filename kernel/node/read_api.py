@@ -123,7 +123,7 @@ def read_handlers(node: Node) -> Handlers:
     @handler
     async def get_overview() -> dict[str, Any]:
         """Height, manifest, clock, cells and failures per workflow, open intents, proposals."""
-        found = await node.host.run(partial(views.overview, derived=node.derived))
+        found = await node.host.run(partial(views.overview, bounded_failures=True))
         found["leases"] = node.leases.counts()
         return found
 
@@ -145,7 +145,6 @@ def read_handlers(node: Node) -> Handlers:
                 after=after,
                 limit=rows,
                 scan_max=cell_bounds.scan_max,
-                derived=node.derived,
             )
         )
 
@@ -153,9 +152,7 @@ def read_handlers(node: Node) -> Handlers:
     async def get_cell(workflow: str, key: str | None = None) -> dict[str, Any]:
         """One cell (key as JSON; leave it out for an unkeyed workflow) with its state."""
         return await node.host.run(
-            lambda world: views.cell(
-                world, views.cell_ref(world, workflow, key), bounds, node.derived
-            )
+            lambda world: views.cell(world, views.cell_ref(world, workflow, key), bounds)
         )
 
     @handler
