@@ -336,20 +336,17 @@ class LocalFlows(LocalWorld):
         self, exec_id: str, name: str, payload: Any, expect_version: int | None
     ) -> models.SignalAnswer:
         def here(world: World) -> models.SignalAnswer:
-            signalled = ops.signal(world, exec_id, name, payload, expect_version=expect_version)
-            return models.SignalAnswer.model_validate(signalled.to_json())
+            return ops.signal(world, exec_id, name, payload, expect_version=expect_version)
 
         return self.write_flows(
             lambda node: node.signal(exec_id, name, payload, expect_version), here
         )
 
     def cancel(self, exec_id: str, reason: str | None) -> models.ExecutionAck:
-        def here(world: World) -> models.ExecutionAck:
-            full = ops.status(world, exec_id)["exec"]
-            ops.cancel(world, full, reason)
-            return models.ExecutionAck(exec=full, status=ops.status(world, full)["status"])
-
-        return self.write_flows(lambda node: node.cancel(exec_id, reason), here)
+        return self.write_flows(
+            lambda node: node.cancel(exec_id, reason),
+            lambda world: ops.cancel(world, exec_id, reason),
+        )
 
     def explain(self, exec_id: str) -> models.ExecutionExplanation:
         from aos.flows.explain import explain

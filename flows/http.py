@@ -289,8 +289,22 @@ FLOW_ROUTES = (
     Route("GET", "/v1/flows", "listing", (READ,), "flows"),
     Route("POST", "/v1/flows/{name:path}/run", "run", (SEND,), "flows"),
     Route("GET", "/v1/executions/{exec_id:path}/events", "events", (READ,), "flows"),
-    Route("POST", "/v1/executions/{exec_id:path}/signal", "signal", (OPERATE,), "flows"),
-    Route("POST", "/v1/executions/{exec_id:path}/cancel", "cancel", (OPERATE,), "flows"),
+    Route(
+        "POST",
+        "/v1/executions/{exec_id:path}/signal",
+        "signal",
+        (OPERATE,),
+        "flows",
+        models.SignalAnswer,
+    ),
+    Route(
+        "POST",
+        "/v1/executions/{exec_id:path}/cancel",
+        "cancel",
+        (OPERATE,),
+        "flows",
+        models.ExecutionAck,
+    ),
     Route("POST", "/v1/executions/{exec_id:path}/retry", "retry", (SEND,), "flows"),
     Route(
         "GET",
@@ -376,30 +390,21 @@ def _handlers(node: Node) -> Handlers:
         return await execution_events(node, exec_id, request.url.query)
 
     @handler
-    async def signal(exec_id: str, request: SignalRequest) -> dict[str, Any]:
+    async def signal(exec_id: str, request: SignalRequest) -> models.SignalAnswer:
         """Send a signal: a wait takes it now or the execution keeps it for one (`outcome`
         `delivered` or `buffered`); one that could never be delivered is refused (409)."""
         payload = _data(request.payload, "$.payload")
 
-        def send(world: World) -> dict[str, Any]:
+        def send(world: World) -> models.SignalAnswer:
             expect_version = request.expect_version
-            signalled = ops.signal(
-                world, exec_id, request.name, payload, expect_version=expect_version
-            )
-            return signalled.to_json()
+            return ops.signal(world, exec_id, request.name, payload, expect_version=expect_version)
 
         return await node.host.run(send)
 
     @handler
-    async def cancel(exec_id: str, request: CancelRequest) -> dict[str, Any]:
+    async def cancel(exec_id: str, request: CancelRequest) -> models.ExecutionAck:
         """Cancel a running execution."""
-
-        def send(world: World) -> dict[str, Any]:
-            full = ops.status(world, exec_id)["exec"]
-            ops.cancel(world, full, request.reason)
-            return {"exec": full, "status": ops.status(world, full)["status"]}
-
-        return await node.host.run(send)
+        return await node.host.run(lambda world: ops.cancel(world, exec_id, request.reason))
 
     @handler
     async def retry(exec_id: str, request: RetryRequest) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from aos.flows.cfd import FlowDefinition, canonical_value
 from aos.flows.errors import FlowError
 from aos.flows.limits import NAME_LENGTH_MAX
 from aos.flows.numbers import execution_number
-from aos.flows.signals import Signalled
 from aos.flows.world import (
     CANCEL_EVENT,
     DEPLOY_EVENT,
@@ -31,7 +30,7 @@ from aos.flows.world import (
 )
 from aos.kernel import cbor, prefixes
 from aos.kernel.hashing import Hash, hash_bytes
-from aos.kernel.node.models import FlowDeployed
+from aos.kernel.node.models import ExecutionAck, FlowDeployed, SignalAnswer
 from aos.kernel.prefixes import IdAmbiguousError
 from aos.kernel.store.views import read_back
 from aos.kernel.world import records
@@ -196,10 +195,11 @@ def signal(
     payload: Any = None,
     *,
     expect_version: int | None = None,
-) -> Signalled:
+) -> SignalAnswer:
     """Send a signal to a running execution: an open wait takes it, or the execution keeps it
     until one opens. One that could never be delivered is refused, journaling nothing
-    (`flows/signals.py`, spec/11 §3.2)."""
+    (`flows/signals.py`, spec/11 §3.2). Answers what became of it: `delivered` (a wait took
+    it), `buffered`, or, for one sent around the check, `stale`, `dropped` or `faulted`."""
     state = _running_state(world, exec_id)
     exec_id = state["exec"]  # a prefix names the full id
     if not SIGNAL_NAME_PATTERN.fullmatch(name):
@@ -212,13 +212,18 @@ def signal(
     admitted, _ = world.send(SIGNAL_EVENT, value)
     after = _records(world, admitted.seq + 1, world.height)
     found = signals.outcome(after, world.key_bytes(EXEC_WORKFLOW, exec_id), admitted.seq)
-    return Signalled(exec_id, name, admitted.seq, found, str(status(world, exec_id)["status"]))
+    after_status = status(world, exec_id)["status"]
+    return SignalAnswer(
+        exec=exec_id, name=name, seq=admitted.seq, outcome=found, status=after_status
+    )
 
 
-def cancel(world: World, exec_id: str, reason: str | None = None) -> RunReport:
-    """Cancel a running execution: its open intents, waits and children."""
+def cancel(world: World, exec_id: str, reason: str | None = None) -> ExecutionAck:
+    """Cancel a running execution (its id or a unique prefix): its open intents, waits and
+    children. Answers its full id and its status after it."""
     exec_id = _running_state(world, exec_id)["exec"]
-    return world.send(CANCEL_EVENT, {"exec": exec_id, "reason": reason})[1]
+    world.send(CANCEL_EVENT, {"exec": exec_id, "reason": reason})
+    return ExecutionAck(exec=exec_id, status=status(world, exec_id)["status"])
 
 
 def new_exec_id(name: str) -> str:
