@@ -53,6 +53,7 @@ from aos.kernel.node.identities import (
     TASK,
 )
 from aos.kernel.node.metrics import METRICS_PATH
+from aos.kernel.node.rate import READ_METHODS
 
 Handler = Callable[..., Any]
 F = TypeVar("F", bound=Handler)
@@ -60,7 +61,6 @@ F = TypeVar("F", bound=Handler)
 UI_PATH = "/ui"
 """Where the web inspector's pages are (inspector.py; flows add theirs below it)."""
 BLOB_MEDIA_TYPE = "application/octet-stream"
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class Route:
     @property
     def rate(self) -> str:
         """`write`: held to the caller's write rate (rate.py); `read`: not."""
-        return "read" if self.method in _SAFE_METHODS else "write"
+        return "read" if self.method in READ_METHODS else "write"
 
 
 class Handlers(dict[str, Handler]):
