@@ -593,13 +593,13 @@ def test_queued_receipts_share_one_run_and_each_gets_its_own_answer(world_path: 
         )
         assert (node.host.batches - before[0], node.host.batched - before[1]) == (1, 7)
         settled = [answers[i] for i in (0, 1, 2, 4, 5)]
-        assert [a["intent"] for a in settled] == [le["intent"] for le in leases[:5]]
-        assert all(a["delivered"] and not a["duplicate"] for a in settled)
-        assert len({a["seq"] for a in settled}) == 5
-        reports = {(a["report"]["first_seq"], a["report"]["last_seq"]) for a in settled}
-        assert len(reports) == 1 and settled[0]["report"]["steps"] == 5  # one run for all
+        assert [a.intent for a in settled] == [le["intent"] for le in leases[:5]]
+        assert all(a.delivered and not a.duplicate for a in settled)
+        assert len({a.seq for a in settled}) == 5
+        reports = {(a.report.first_seq, a.report.last_seq) for a in settled if a.report}
+        assert len(reports) == 1 and settled[0].report.steps == 5  # one run for all
         assert getattr(answers[3], "code", None) == "receipt.signature_invalid"
-        assert answers[6]["duplicate"] is True and answers[6]["report"] is None
+        assert answers[6].duplicate is True and answers[6].report is None
         # Published after the flush: the forged receipt's intent is still open for leasing.
         info = client.get("/v1/world").json()
         assert info["open_intents"] == 1 and info["leases"]["published"] == 1
@@ -629,9 +629,9 @@ def test_a_receipts_lease_is_taken_before_a_waiting_long_poll_wakes(world_path: 
             ],
         )
         poller.join(10)
-        assert opened["report"]["intents"] == 1 and settled["delivered"] is True
-        [chained] = settled["leases"]
-        assert chained["origin"] == {"workflow": KEYED, "key": "b"}
+        assert opened.report.intents == 1 and settled.delivered is True
+        [chained] = settled.leases
+        assert chained.origin.model_dump() == {"workflow": KEYED, "key": "b"}
         assert polled == [[]]  # woken after the answers were made: nothing left for it
 
 
@@ -646,11 +646,11 @@ def test_queued_events_share_one_run_and_a_batch_is_bounded(world_path: Path) ->
         answers = _queued_behind_a_held_host(node, calls)
         assert getattr(answers[1], "code", None) == "world.schema_unknown"
         sent = [answers[i] for i in (0, 2, 3, 4)]
-        assert len({a["seq"] for a in sent}) == 4
+        assert len({a.seq for a in sent}) == 4
         # At most 3 operations per batch: a, Nope, b in one run; c and d in the next.
-        first, second = sent[0]["report"], sent[2]["report"]
-        assert sent[1]["report"] == first and sent[3]["report"] == second
-        assert first["first_seq"] < second["first_seq"] and first["intents"] == 2
+        first, second = sent[0].report, sent[2].report
+        assert sent[1].report == first and sent[3].report == second
+        assert first.first_seq < second.first_seq and first.intents == 2
         assert len(lease(client)) == 4  # every intent published
 
 

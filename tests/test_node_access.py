@@ -20,8 +20,8 @@ from starlette.routing import Mount, Route
 
 from aos.flows.serve.pages import add_flow_pages
 from aos.flows.serve.routes import add_flow_routes
-from aos.kernel.node import Node, NodeLimits
-from aos.kernel.node.access import SESSION_COOKIE, declared
+from aos.kernel.node import Node, NodeLimits, routes
+from aos.kernel.node.access import BUILT_IN_ROUTES, SESSION_COOKIE, declared
 from aos.kernel.node.app import create_app
 from aos.kernel.node.identities import (
     ADAPTER,
@@ -147,6 +147,48 @@ def test_every_route_declares_its_scopes(app: FastAPI) -> None:
     undeclared = [getattr(r, "path", r) for r in app.routes if not declared(r)]
     assert undeclared == []
     assert len(rows_of(app)) >= 60  # the walk sees the whole app, not a hand list
+
+
+def test_every_route_served_is_a_row_of_the_route_table(app: FastAPI) -> None:
+    """The route table (kernel/node/routes.py, with the flows' extensions) is the whole app:
+    each route the app serves is one row, with the scopes it declares; the frameworks' own
+    routes are `BUILT_IN_ROUTES`."""
+    rows = {(row.method, row.path): row for row in routes.served(app)}
+    assert len(rows) == len(routes.served(app))  # no row twice
+    served = set()
+    for route in app.routes:
+        if isinstance(route, Mount) or route.path in BUILT_IN_ROUTES:
+            assert route.path in BUILT_IN_ROUTES, route.path
+            continue
+        assert isinstance(route, Route)
+        for method in (route.methods or set()) - {"HEAD"}:
+            row = rows.get((method, route.path))
+            assert row is not None, f"{method} {route.path} is not in the route table"
+            assert declared(route) == row.scopes, (method, route.path)
+            served.add((method, route.path))
+    assert served == set(rows)  # and every row is served
+    assert {row.path for row in routes.NODE} <= {path for _, path in served}
+
+
+def test_a_route_table_and_its_handlers_must_agree(node: Node) -> None:
+    app = FastAPI()
+    row = routes.Route("GET", "/v1/x", "x", ("read",), "read")
+
+    async def x() -> dict[str, Any]:
+        return {}
+
+    async def y() -> dict[str, Any]:
+        return {}
+
+    with pytest.raises(routes.RouteTableError, match="no handler x"):
+        routes.mount(app, [row], {})
+    with pytest.raises(routes.RouteTableError, match="without a route: y"):
+        routes.mount(app, [row], {"x": x, "y": y})
+    assert len(app.routes) == len(FastAPI().routes) and routes.served(app) == []  # nothing
+    handlers = routes.Handlers()
+    handlers(x)
+    with pytest.raises(ValueError, match="two handlers are named x"):
+        handlers(x)
 
 
 def test_the_route_scope_matrix(node: Node, app: FastAPI) -> None:

@@ -104,7 +104,7 @@ def _lose_head_and_snapshots(path: Path) -> None:
 def test_a_lost_head_is_rebuilt_to_the_same_bytes_through_every_governance_action(
     tmp_path: Path, rebuild: str
 ) -> None:
-    """Opening takes recorded governance actions as recorded (kernel/world/proposals.py);
+    """Opening takes recorded governance actions as recorded (kernel/world/governance_records.py);
     `replay.recover` checks them again as governance does: both rebuild the head main wrote."""
     path = tmp_path / "w"
     every_input_world(path)

@@ -12,19 +12,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from aos.kernel.world.cells import STATUS_COMPLETED, STATUS_FAILED, STATUS_RUNNING
 from aos.kernel.world.queries import status_from_state
 
 EXEC_WORKFLOW = "aos/FlowExec@1"
-_FAILED = frozenset({"failed", "partial"})
+CELL_STATUS_OF_EXECUTION = {
+    "running": STATUS_RUNNING,
+    "completed": STATUS_COMPLETED,
+    "cancelled": STATUS_COMPLETED,  # ended: nothing more runs (the flow pages say which end)
+    "failed": STATUS_FAILED,
+    "partial": STATUS_FAILED,
+}
+"""An execution's status in the kernel's words, as every view of its cell says it."""
 
 
 def execution_cell_status(state: Any) -> str | None:
     """`failed` for an execution that ended failed or partial, `running` for one that has
-    not ended; None (the kernel's own status) otherwise."""
+    not ended, `completed` for one that ended otherwise; None (the kernel's own status) for a
+    state that is no execution's. The kernel's reads take `failed` and `running` from it (an
+    execution that has not ended may still wait on an intent there); the node's reads take
+    all of it (kernel/node/read_model.py `cell_status_of`)."""
     status = state.get("status") if isinstance(state, dict) else None
-    if status in _FAILED:
-        return "failed"
-    return "running" if status == "running" else None
+    return CELL_STATUS_OF_EXECUTION.get(str(status))
 
 
 status_from_state(EXEC_WORKFLOW, execution_cell_status)

@@ -1,9 +1,8 @@
 """The read model of flow executions (spec/11-flows.md §9.2): what the node's reads and the web
 inspector show of executions beyond their state, written once, for anyone to call.
 
-- `cell_status`: an execution cell's status in the kernel's words (running, completed,
-  failed), where the kernel alone (spec/03 §5) would say `waiting` or `completed` for an
-  execution that runs or failed; `register` makes every read of a node say it.
+- `register`: every read of a node counts an execution's failed end as a failure (its cell's
+  status they say from flows/serve/cell_status.py, the kernel's reads too).
 - `is_failure`: whether a journal record ended an execution failed ("failed only").
 - `executions`: executions in the order they started, searched by id, business reference and
   flow, filtered by status, paged by journal sequence.
@@ -31,17 +30,8 @@ from aos.kernel.node.read_model import Derived, task_shown
 from aos.kernel.node.times import At, RecordTimes, time_json
 from aos.kernel.store.views import READ_BACK_CHUNK_RECORDS
 from aos.kernel.world import records
-from aos.kernel.world.cells import STATUS_COMPLETED, STATUS_FAILED, STATUS_RUNNING
-from aos.kernel.world.results import CellInfo
 from aos.kernel.world.world import World
 
-CELL_STATUS_OF_EXECUTION = {
-    "running": STATUS_RUNNING,
-    "completed": STATUS_COMPLETED,
-    "cancelled": STATUS_COMPLETED,  # ended: nothing more runs (the flow pages say which end)
-    "failed": STATUS_FAILED,
-    "partial": STATUS_FAILED,
-}
 START_EVENT_NAME = "playbook.started"
 """The history's first event: a page that holds it has nothing older to page to."""
 FINISHED_EVENT = "playbook.finished"
@@ -56,20 +46,9 @@ _START_MARK = cbor.encode(START_EVENT, self_describe=False)
 
 
 def register(derived: Derived) -> None:
-    """Make a node's reads say an execution's status for its cell and count its failed end
-    as a failure (kernel/node/read_model.py `Derived`)."""
-    derived.statuses[EXEC_WORKFLOW] = cell_status
+    """Make a node's reads count an execution's failed end as a failure (kernel/node/read_model.py
+    `Derived`). Its cell's status they say from flows/serve/cell_status.py, as the kernel does."""
     derived.failures.append(is_failure)
-
-
-def cell_status(world: World, cell: CellInfo) -> str:
-    """An execution cell's status: `failed` when the kernel failed it, else its execution's in
-    the kernel's words (`CELL_STATUS_OF_EXECUTION`)."""
-    if cell.status == STATUS_FAILED:
-        return STATUS_FAILED
-    state = world.reader.state(EXEC_WORKFLOW, cell.key)
-    found = state.get("status") if isinstance(state, dict) else None
-    return CELL_STATUS_OF_EXECUTION.get(str(found), cell.status)
 
 
 def is_failure(record: dict[str, Any]) -> bool:

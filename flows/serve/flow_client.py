@@ -285,7 +285,7 @@ class LocalFlows(LocalWorld):
     def deploy(self, definition: FlowDefinition, *, source: str = "") -> models.FlowDeployed:
         return self.write_flows(
             lambda node: node.deploy(definition, source=source),
-            lambda world: models.FlowDeployed(**ops.deploy(world, definition).to_json()),
+            lambda world: ops.deploy(world, definition),
         )
 
     def listing(
@@ -336,20 +336,17 @@ class LocalFlows(LocalWorld):
         self, exec_id: str, name: str, payload: Any, expect_version: int | None
     ) -> models.SignalAnswer:
         def here(world: World) -> models.SignalAnswer:
-            signalled = ops.signal(world, exec_id, name, payload, expect_version=expect_version)
-            return models.SignalAnswer.model_validate(signalled.to_json())
+            return ops.signal(world, exec_id, name, payload, expect_version=expect_version)
 
         return self.write_flows(
             lambda node: node.signal(exec_id, name, payload, expect_version), here
         )
 
     def cancel(self, exec_id: str, reason: str | None) -> models.ExecutionAck:
-        def here(world: World) -> models.ExecutionAck:
-            full = ops.status(world, exec_id)["exec"]
-            ops.cancel(world, full, reason)
-            return models.ExecutionAck(exec=full, status=ops.status(world, full)["status"])
-
-        return self.write_flows(lambda node: node.cancel(exec_id, reason), here)
+        return self.write_flows(
+            lambda node: node.cancel(exec_id, reason),
+            lambda world: ops.cancel(world, exec_id, reason),
+        )
 
     def explain(self, exec_id: str) -> models.ExecutionExplanation:
         from aos.flows.serve.flow_explain import explain

@@ -28,9 +28,9 @@ from aos.flows.serve.flow_world import (
     START_EVENT,
 )
 from aos.flows.serve.numbers import execution_number
-from aos.flows.serve.signals import Signalled
 from aos.kernel import cbor, prefixes
 from aos.kernel.hashing import Hash, hash_bytes
+from aos.kernel.node.models import ExecutionAck, FlowDeployed, SignalAnswer
 from aos.kernel.prefixes import IdAmbiguousError
 from aos.kernel.store.views import read_back
 from aos.kernel.world import records
@@ -105,17 +105,6 @@ class FlowRequestInvalidError(FlowError):
 
 
 @dataclass(frozen=True)
-class Deployed:
-    name: str
-    version: int
-    definition: str
-    changed: bool  # False when that definition was already the latest version
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__}
-
-
-@dataclass(frozen=True)
 class Started:
     exec: str
     flow: str
@@ -134,7 +123,7 @@ class HistoryEvent:
 # Writes
 
 
-def deploy(world: World, definition: FlowDefinition) -> Deployed:
+def deploy(world: World, definition: FlowDefinition) -> FlowDeployed:
     """Resolve the definition's subflows against the flows deployed in this world, store the
     canonical definition in the CAS and journal a new version of it."""
     value = resolve_subflows(world, canonical_value(definition))
@@ -142,11 +131,17 @@ def deploy(world: World, definition: FlowDefinition) -> Deployed:
     definition_hash = str(hash_bytes(data))
     before = versions(world, definition.name)
     if before and before[-1]["definition"] == definition_hash:
-        return Deployed(definition.name, int(before[-1]["version"]), definition_hash, False)
+        latest = int(before[-1]["version"])
+        return FlowDeployed(
+            name=definition.name, version=latest, definition=definition_hash, changed=False
+        )
     world.put_blob(data)
     world.send(DEPLOY_EVENT, {"name": definition.name, "definition": definition_hash})
     after = versions(world, definition.name)
-    return Deployed(definition.name, int(after[-1]["version"]), definition_hash, True)
+    latest = int(after[-1]["version"])
+    return FlowDeployed(
+        name=definition.name, version=latest, definition=definition_hash, changed=True
+    )
 
 
 def resolve_subflows(world: World, value: dict[str, Any]) -> dict[str, Any]:
@@ -203,10 +198,11 @@ def signal(
     payload: Any = None,
     *,
     expect_version: int | None = None,
-) -> Signalled:
+) -> SignalAnswer:
     """Send a signal to a running execution: an open wait takes it, or the execution keeps it
     until one opens. One that could never be delivered is refused, journaling nothing
-    (`flows/serve/signals.py`, spec/11 §3.2)."""
+    (`flows/serve/signals.py`, spec/11 §3.2). Answers what became of it: `delivered` (a wait took
+    it), `buffered`, or, for one sent around the check, `stale`, `dropped` or `faulted`."""
     state = _running_state(world, exec_id)
     exec_id = state["exec"]  # a prefix names the full id
     if not SIGNAL_NAME_PATTERN.fullmatch(name):
@@ -219,13 +215,18 @@ def signal(
     admitted, _ = world.send(SIGNAL_EVENT, value)
     after = _records(world, admitted.seq + 1, world.height)
     found = signals.outcome(after, world.reader.key_bytes(EXEC_WORKFLOW, exec_id), admitted.seq)
-    return Signalled(exec_id, name, admitted.seq, found, str(status(world, exec_id)["status"]))
+    after_status = status(world, exec_id)["status"]
+    return SignalAnswer(
+        exec=exec_id, name=name, seq=admitted.seq, outcome=found, status=after_status
+    )
 
 
-def cancel(world: World, exec_id: str, reason: str | None = None) -> RunReport:
-    """Cancel a running execution: its open intents, waits and children."""
+def cancel(world: World, exec_id: str, reason: str | None = None) -> ExecutionAck:
+    """Cancel a running execution (its id or a unique prefix): its open intents, waits and
+    children. Answers its full id and its status after it."""
     exec_id = _running_state(world, exec_id)["exec"]
-    return world.send(CANCEL_EVENT, {"exec": exec_id, "reason": reason})[1]
+    world.send(CANCEL_EVENT, {"exec": exec_id, "reason": reason})
+    return ExecutionAck(exec=exec_id, status=status(world, exec_id)["status"])
 
 
 def new_exec_id(name: str) -> str:

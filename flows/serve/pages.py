@@ -27,11 +27,12 @@ from aos.flows.serve.retry import RETRYABLE_STATUSES
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.node import read_model as kernel_views
-from aos.kernel.node.access import needs
+from aos.kernel.node import routes
 from aos.kernel.node.identities import OPERATE, READ, SEND, TASK
 from aos.kernel.node.inspector import PAGE_SCAN_RECORDS_MAX, UI_PATH, Inspector
 from aos.kernel.node.node import Node
 from aos.kernel.node.read_api import bounds_of
+from aos.kernel.node.routes import Handlers, Route
 from aos.kernel.node.times import RecordTimes, time_json
 from aos.kernel.world.world import World
 
@@ -44,13 +45,32 @@ HISTORY_ROWS = 100
 ORDERS = ("newest", "oldest")
 
 
+FLOW_PAGES = (
+    Route("GET", UI_PATH + "/flows", "flows", (READ,), "inspector", page=True),
+    Route(
+        "GET",
+        UI_PATH + "/flows/executions/{exec_id:path}",
+        "execution",
+        (READ,),
+        "inspector",
+        page=True,
+    ),
+)
+"""The inspector's flow pages: an extension of the node's route table (kernel/node/routes.py)."""
+
+
 def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
     inspector.add_templates(TEMPLATES_DIR)
     inspector.nav.append(("Flows", f"{UI_PATH}/flows"))
+    routes.mount(app, FLOW_PAGES, _page_handlers(inspector))
+
+
+def _page_handlers(inspector: Inspector) -> Handlers:
+    handler = Handlers()
     node = inspector.node
     bounds = bounds_of(node)
 
-    @app.get(UI_PATH + "/flows", include_in_schema=False, **needs(READ))
+    @handler
     async def flows(
         request: Request,
         q: str = "",
@@ -72,7 +92,7 @@ def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
             request, "flows.html", partial(_listing, found=found, chosen=chosen, search=search)
         )
 
-    @app.get(UI_PATH + "/flows/executions/{exec_id:path}", include_in_schema=False, **needs(READ))
+    @handler
     async def execution(
         request: Request,
         exec_id: str,
@@ -94,6 +114,8 @@ def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
             return inspector.error_page(request, error)
         found["human_disabled"] = _human_disabled(node)
         return inspector.render(request, "execution.html", found)
+
+    return handler
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,8 +252,8 @@ async def _with_inbox(node: Node, pending: list[dict[str, Any]]) -> None:
             task = await node.task(str(human["intent"]))
         except AosError:
             continue
-        human.update(assignee=task.get("assignee"), holder=task.get("holder"))
-        human["claimed"] = task.get("status") == "claimed"
+        human.update(assignee=task.assignee, holder=task.holder)
+        human["claimed"] = task.status == "claimed"
 
 
 def _human_disabled(node: Node) -> str | None:

@@ -1,7 +1,8 @@
 """The flow operations on a node's HTTP API (spec/11-flows.md §9.1): the same as `aos flow`,
 each run on the node's host thread, the world's one writer.
 
-Each route's scope (spec/04 §9.8) is declared with it: deploying, shadowing and migrating
+Each route's scope (spec/04 §9.8) is declared in `FLOW_ROUTES`, this layer's extension of the
+node's route table (kernel/node/routes.py): deploying, shadowing and migrating
 need `deploy` (a definition may carry inline code that tool adapters run), running needs
 `send` (so does retrying, which starts a new execution), signalling and cancelling need
 `operate`, reading needs `read`. The node's reads say an execution's status for its cell
@@ -50,13 +51,13 @@ from aos.flows.serve.flow_shadow_worker import plan_flow_in_worker, plan_in_work
 from aos.flows.serve.flow_world import EXEC_WORKFLOW
 from aos.flows.serve.retry import retry as retried
 from aos.kernel import cbor
-from aos.kernel.node import models
-from aos.kernel.node.access import needs
+from aos.kernel.node import models, routes
 from aos.kernel.node.adapter_api import FastRead, add_fast_read
 from aos.kernel.node.cell_watch import Cell, Look, wait_for_cell
 from aos.kernel.node.errors import RequestInvalidError
 from aos.kernel.node.identities import DEPLOY, OPERATE, READ, SEND
 from aos.kernel.node.node import Node, within
+from aos.kernel.node.routes import Handlers, Route
 from aos.kernel.node.shadow_worker import ShadowUnavailableError
 from aos.kernel.world.world import World
 
@@ -265,6 +266,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     events while it runs, so those two routes are also served ahead of FastAPI
     (kernel/node/adapter_api.py), by the same functions as their FastAPI routes."""
     views.register(node.derived)
+    routes.mount(app, FLOW_ROUTES, _handlers(node))
     add_fast_read(
         app,
         FastRead(
@@ -282,13 +284,56 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         ),
     )
 
-    @app.post("/v1/flows", tags=["flows"], **needs(DEPLOY))
-    async def deploy(request: DeployRequest) -> dict[str, Any]:
+
+FLOW_ROUTES = (
+    Route("POST", "/v1/flows", "deploy", (DEPLOY,), "flows", models.FlowDeployed),
+    Route("GET", "/v1/flows", "listing", (READ,), "flows"),
+    Route("POST", "/v1/flows/{name:path}/run", "run", (SEND,), "flows"),
+    Route("GET", "/v1/executions/{exec_id:path}/events", "events", (READ,), "flows"),
+    Route(
+        "POST",
+        "/v1/executions/{exec_id:path}/signal",
+        "signal",
+        (OPERATE,),
+        "flows",
+        models.SignalAnswer,
+    ),
+    Route(
+        "POST",
+        "/v1/executions/{exec_id:path}/cancel",
+        "cancel",
+        (OPERATE,),
+        "flows",
+        models.ExecutionAck,
+    ),
+    Route("POST", "/v1/executions/{exec_id:path}/retry", "retry", (SEND,), "flows"),
+    Route(
+        "GET",
+        "/v1/executions/{exec_id:path}/explain",
+        "explain_execution",
+        (READ,),
+        "flows",
+        models.ExecutionExplanation,
+    ),
+    Route("POST", "/v1/flows/{name:path}/shadow", "shadow", (DEPLOY,), "flows"),
+    Route("POST", "/v1/executions/{exec_id:path}/migrate", "migrate", (DEPLOY,), "flows"),
+    Route("POST", "/v1/flows/{name:path}/migrate", "migrate_flow", (DEPLOY,), "flows"),
+    Route("GET", "/v1/executions/{exec_id:path}", "status", (READ,), "flows"),
+)
+"""The flow operations' routes, tried in this order (an execution's id may hold slashes, so
+its bare route comes last)."""
+
+
+def _handlers(node: Node) -> Handlers:
+    handler = Handlers()
+
+    @handler
+    async def deploy(request: DeployRequest) -> models.FlowDeployed:
         """Check a definition and journal it as its flow's next version."""
         definition = load_flow(request.text, source=request.source or "<request>")
-        return await node.host.run(lambda world: ops.deploy(world, definition).to_json())
+        return await node.host.run(lambda world: ops.deploy(world, definition))
 
-    @app.get("/v1/flows", tags=["flows"], **needs(READ))
+    @handler
     async def listing(
         request: Request,
         flow: str | None = Query(None, description="Only this flow's executions."),
@@ -302,7 +347,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         wanted, page = listing_query(request.url.query)
         return await node.host.run(lambda world: cbor.to_json(ops.listing(world, wanted, page)))
 
-    @app.post("/v1/flows/{name:path}/run", tags=["flows"], **needs(SEND))
+    @handler
     async def run(name: str, request: RunRequest) -> dict[str, Any]:
         """Start an execution, pinned to the latest version (or `version`); with `wait_ms`,
         answer once it ended (or after that many ms) with its status then."""
@@ -332,7 +377,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
         return await wait_for_execution(node, started, look, request.wait_ms, first=start)
 
-    @app.get("/v1/executions/{exec_id:path}/events", tags=["flows"], **needs(READ))
+    @handler
     async def events(
         exec_id: str,
         request: Request,
@@ -345,33 +390,24 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         del after, limit, wait_ms  # documented here; read with the fast path's own checks
         return await execution_events(node, exec_id, request.url.query)
 
-    @app.post("/v1/executions/{exec_id:path}/signal", tags=["flows"], **needs(OPERATE))
-    async def signal(exec_id: str, request: SignalRequest) -> dict[str, Any]:
+    @handler
+    async def signal(exec_id: str, request: SignalRequest) -> models.SignalAnswer:
         """Send a signal: a wait takes it now or the execution keeps it for one (`outcome`
         `delivered` or `buffered`); one that could never be delivered is refused (409)."""
         payload = _data(request.payload, "$.payload")
 
-        def send(world: World) -> dict[str, Any]:
+        def send(world: World) -> models.SignalAnswer:
             expect_version = request.expect_version
-            signalled = ops.signal(
-                world, exec_id, request.name, payload, expect_version=expect_version
-            )
-            return signalled.to_json()
+            return ops.signal(world, exec_id, request.name, payload, expect_version=expect_version)
 
         return await node.host.run(send)
 
-    @app.post("/v1/executions/{exec_id:path}/cancel", tags=["flows"], **needs(OPERATE))
-    async def cancel(exec_id: str, request: CancelRequest) -> dict[str, Any]:
+    @handler
+    async def cancel(exec_id: str, request: CancelRequest) -> models.ExecutionAck:
         """Cancel a running execution."""
+        return await node.host.run(lambda world: ops.cancel(world, exec_id, request.reason))
 
-        def send(world: World) -> dict[str, Any]:
-            full = ops.status(world, exec_id)["exec"]
-            ops.cancel(world, full, request.reason)
-            return {"exec": full, "status": ops.status(world, full)["status"]}
-
-        return await node.host.run(send)
-
-    @app.post("/v1/executions/{exec_id:path}/retry", tags=["flows"], **needs(SEND))
+    @handler
     async def retry(exec_id: str, request: RetryRequest) -> dict[str, Any]:
         """Start a failed, partial or cancelled execution's flow version again, with the
         workload and business reference it started with, as a new execution."""
@@ -390,18 +426,13 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
 
         return await node.host.run(send)
 
-    @app.get(
-        "/v1/executions/{exec_id:path}/explain",
-        response_model=models.ExecutionExplanation,
-        tags=["flows"],
-        **needs(READ),
-    )
+    @handler
     async def explain_execution(exec_id: str) -> dict[str, Any]:
         """Why the execution failed (its error, traceback, the step, task and policy rule),
         or what it waits on (each open wait: kind, since when, attempt, next retry)."""
         return await node.host.run(lambda world: cbor.to_json(explain(world, exec_id)))
 
-    @app.post("/v1/flows/{name:path}/shadow", tags=["flows"], **needs(DEPLOY))
+    @handler
     async def shadow(name: str, request: ShadowRequest) -> dict[str, Any]:
         """Replay the world's history read-only with another definition of the flow beside
         each of its executions: which reproduce, and where the others first differ."""
@@ -418,7 +449,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
             timeout_ms=node.limits.shadow_ms_max,
         )
 
-    @app.post("/v1/executions/{exec_id:path}/migrate", tags=["flows"], **needs(DEPLOY))
+    @handler
     async def migrate(exec_id: str, request: MigrateRequest) -> dict[str, Any]:
         """Move a running execution to another deployed version of its flow, where a shadow
         shows that version reproduces its whole history."""
@@ -428,7 +459,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         )
         return await node.host.run(lambda world: migration.apply(world, planned))
 
-    @app.post("/v1/flows/{name:path}/migrate", tags=["flows"], **needs(DEPLOY))
+    @handler
     async def migrate_flow(name: str, request: MigrateFlowRequest) -> dict[str, Any]:
         """Move every running execution of the flow that a shadow shows the version
         reproduces; say why each other one stays."""
@@ -441,7 +472,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         )
         return await node.host.run(lambda world: migration.apply_flow(world, planned))
 
-    @app.get("/v1/executions/{exec_id:path}", tags=["flows"], **needs(READ))
+    @handler
     async def status(
         exec_id: str,
         request: Request,
@@ -451,6 +482,8 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
         once the execution has ended or after that many ms (long-poll)."""
         del wait_ms  # documented here; the query is read with the fast path's own checks
         return await execution_status(node, exec_id, request.url.query)
+
+    return handler
 
 
 def _world_dir(node: Node) -> Path:

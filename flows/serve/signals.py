@@ -74,26 +74,6 @@ class SignalBufferFullError(FlowError):
 
 
 @dataclass(frozen=True)
-class Signalled:
-    """A signal journaled, and what became of it: `delivered` (a wait took it), `buffered`,
-    or, for one sent around the check, `stale`, `dropped` or `faulted`."""
-
-    exec: str
-    name: str
-    seq: int  # the journaled signal input
-    outcome: str
-    status: str  # the execution's, after it
-
-    @property
-    def accepted(self) -> bool:
-        """Delivered now, or kept for its wait."""
-        return self.outcome not in NOT_DELIVERED
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__}
-
-
-@dataclass(frozen=True)
 class _Waited:
     names: frozenset[str]
     buffered_max: int

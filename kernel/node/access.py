@@ -2,9 +2,10 @@
 `AccessGuard`, in front of everything else the app does, lets through only callers that hold
 one of them.
 
-A route declares its scopes where it is registered, `**needs(READ)` on the decorator (they
-show in the OpenAPI document as `x-aos-scopes`); the few routes FastAPI and Starlette make
-themselves (the API document, the inspector's static files) are declared in `BUILT_IN_ROUTES`.
+A route declares its scopes in its row of the route table (kernel/node/routes.py), which
+mounts it with `needs(...)` (they show in the OpenAPI document as `x-aos-scopes`); the few
+routes FastAPI and Starlette make themselves (the API document, the inspector's static files)
+are declared in `BUILT_IN_ROUTES`.
 The guard builds its table from the app's routes, so a route added without a declaration is
 refused to everyone (and a test that walks the app's routes fails).
 

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel
 
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.node.errors import NodeInternalError, RequestInvalidError, http_status
+from aos.kernel.node.models import LeaseResponse, SettleResponse
 from aos.kernel.node.node import LeaseAsk, Node
 from aos.kernel.text import jsontext
 
@@ -48,7 +50,7 @@ _RECEIPT_KEYS = frozenset({"receipt", "lease"})
 # The two endpoints
 
 
-async def serve_lease(node: Node, identity: str, body: bytes) -> dict[str, Any]:
+async def serve_lease(node: Node, identity: str, body: bytes) -> LeaseResponse:
     """`POST /v1/leases` signed by `identity`: `{adapter, effects?, max?, wait_ms?}`."""
     request = jsontext.parse(body, path="$", depth_max=node.limits.json_depth_max)
     if not isinstance(request, dict) or set(request) - _LEASE_KEYS or "adapter" not in request:
@@ -67,7 +69,7 @@ async def serve_lease(node: Node, identity: str, body: bytes) -> dict[str, Any]:
 
 async def serve_receipt(
     node: Node, identity: str, body: bytes, content_type: str | None
-) -> dict[str, Any]:
+) -> SettleResponse:
     """`POST /v1/receipts` signed by `identity`: `{receipt, lease?}`, JSON or CBOR."""
     value, then_lease = receipt_request(body, content_type)
     return await node.settle(value, identity, then_lease)
@@ -164,7 +166,7 @@ class AdapterFastPath:
             return  # the client went away
         headers = _headers(scope)
 
-        async def answer() -> dict[str, Any]:
+        async def answer() -> LeaseResponse | SettleResponse:
             query = _query(scope)
             identity = self.node.verifier.verify(
                 method="POST",
@@ -191,7 +193,7 @@ async def _answering(send: Send, answer: Awaitable[Any]) -> None:
         internal = NodeInternalError(f"{type(error).__name__}: {error}")
         await send_json(send, http_status(internal), {"error": internal.to_dict()})
         return
-    await send_json(send, 200, value)
+    await send_json(send, 200, value.model_dump() if isinstance(value, BaseModel) else value)
 
 
 _SERVED = frozenset({LEASES_PATH, RECEIPTS_PATH})

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,13 +25,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aos.kernel.buckets import Buckets
 from aos.kernel.errors import AosError
-from aos.kernel.node import models
+from aos.kernel.node import models, routes
 from aos.kernel.node import read_model as views
-from aos.kernel.node.access import AccessGuard, acting_user, needs, principal_of
+from aos.kernel.node.access import AccessGuard, acting_user, principal_of
 from aos.kernel.node.adapter_api import (
     CBOR_MEDIA_TYPE,
-    LEASES_PATH,
-    RECEIPTS_PATH,
     AdapterFastPath,
     FastRead,
     route_path,
@@ -50,18 +48,8 @@ from aos.kernel.node.errors import (
     http_status,
 )
 from aos.kernel.node.human import InboxError
-from aos.kernel.node.identities import (
-    ADAPTER,
-    ADMIN,
-    DEPLOY,
-    GOVERN,
-    OPERATE,
-    PUBLIC,
-    READ,
-    SEND,
-    TASK,
-)
-from aos.kernel.node.identity_api import add_identity_routes
+from aos.kernel.node.identities import ADMIN
+from aos.kernel.node.identity_api import identity_handlers
 from aos.kernel.node.metrics import (
     METRICS_PATH,
     CountingAnswers,
@@ -73,15 +61,13 @@ from aos.kernel.node.metrics import (
 from aos.kernel.node.node import Node
 from aos.kernel.node.proposal_body import read_proposal
 from aos.kernel.node.rate import TokenBuckets, WriteRateLimit
-from aos.kernel.node.read_api import add_read_routes
+from aos.kernel.node.read_api import read_handlers
+from aos.kernel.node.routes import BLOB_MEDIA_TYPE, Handlers
 from aos.kernel.text import jsontext
 from aos.kernel.text.jsontext import JsonInvalidError
 from aos.kernel.world.world import World
 
 API_VERSION = "1"
-BLOB_MEDIA_TYPE = "application/octet-stream"
-BLOBS_PATH = "/v1/blobs"
-PROPOSALS_PATH = "/v1/gov/proposals"
 _CBOR_MEDIA = CBOR_MEDIA_TYPE.encode()
 
 log = logging.getLogger("aos.node")
@@ -107,12 +93,12 @@ def create_app(node: Node) -> FastAPI:
         responses=_ERRORS,
     )
     _add_error_handlers(app)
-    _add_routes(app, node)
-    add_read_routes(app, node)
-    add_identity_routes(app, node.authority)
+    routes.mount(app, routes.API, _api_handlers(node))
+    routes.mount(app, routes.READS, read_handlers(node))
+    routes.mount(app, routes.IDENTITIES, identity_handlers(node.authority))
     _add_body_schemas(app)
     answers = HttpCounts()
-    _add_metrics_route(app, node, answers)
+    routes.mount(app, routes.METRICS, _metrics_handlers(node, answers))
     reads: list[FastRead] = []
     app.state.fast_reads = reads  # add_fast_read
     # Added first, so it runs inside the guard: the guard's limits hold for the fast path.
@@ -123,13 +109,7 @@ def create_app(node: Node) -> FastAPI:
         body_ms_max=node.limits.request_body_ms_max,
         json_depth_max=node.limits.json_depth_max,
         large_bodies_max=node.limits.large_bodies_max,
-        by_path={
-            BLOBS_PATH: BodyLimit("blob_bytes_max", node.limits.blob_bytes_max),
-            # JSON proposals carry no binaries: request_bytes_max holds them.
-            PROPOSALS_PATH: BodyLimit(
-                "proposal_bytes_max", node.limits.proposal_bytes_max, _CBOR_MEDIA
-            ),
-        },
+        by_path=body_limits(node, routes.NODE),
     )
     # Inside the access guard, so a caller's bucket is its identity's once it has proved one;
     # before the body guard: a caller over its write rate is refused before its body is read.
@@ -149,7 +129,23 @@ def create_app(node: Node) -> FastAPI:
 # Routes
 
 
-def _add_routes(app: FastAPI, node: Node) -> None:
+def body_limits(node: Node, table: Sequence[routes.Route]) -> dict[str, BodyLimit]:
+    """The body limits `table` declares, with this node's values."""
+    return {
+        row.path: BodyLimit(
+            row.body_limit,
+            int(getattr(node.limits, row.body_limit)),
+            None if row.body_media_type is None else row.body_media_type.encode(),
+        )
+        for row in table
+        if row.body_limit is not None
+    }
+
+
+def _api_handlers(node: Node) -> Handlers:
+    """The handlers of `routes.API`."""
+    handler = Handlers()
+
     async def adapter_identity(request: Request) -> str:
         """The adapter that signed this request (kernel/signing/request_auth.py), checked before the
         body is looked at; the routes that write or show intent params depend on it."""
@@ -163,22 +159,22 @@ def _add_routes(app: FastAPI, node: Node) -> None:
 
     signed = Depends(adapter_identity)
 
-    @app.get("/v1/health", response_model=models.HealthResponse, tags=["world"], **needs(PUBLIC))
-    async def get_health() -> dict[str, Any]:
+    @handler
+    async def get_health() -> models.HealthResponse:
         """Whether the node serves, and its world's id (what an adapter signs its requests
         for). Public: it shows nothing else."""
-        return {"status": "ok", "world_id": node.world_id, "api": API_VERSION}
+        return models.HealthResponse(status="ok", world_id=node.world_id, api=API_VERSION)
 
-    @app.get("/v1/world", response_model=models.WorldResponse, tags=["world"], **needs(READ))
-    async def get_world() -> dict[str, Any]:
+    @handler
+    async def get_world() -> models.WorldResponse:
         """Height, manifest, logical time, cells per workflow, open intents, leases."""
         return await node.info()
 
-    @app.post("/v1/events", response_model=models.SendResponse, tags=["world"], **needs(SEND))
+    @handler
     async def post_event(
         request: models.EventRequest,
         idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
-    ) -> dict[str, Any]:
+    ) -> models.SendResponse:
         """Ingress one event and run the world to idle; durable when this returns. With an
         idempotency key (the body's `idempotency_key` or the `Idempotency-Key` header), a
         repeat answers the first admission, marked `duplicate`, and journals nothing."""
@@ -190,92 +186,49 @@ def _add_routes(app: FastAPI, node: Node) -> None:
             )
         return await node.send(request.schema_, request.value, key or idempotency_key)
 
-    @app.get(
-        "/v1/state/{workflow:path}",
-        response_model=models.StateResponse,
-        tags=["world"],
-        **needs(READ),
-    )
+    @handler
     async def get_state(
         workflow: str, key: str | None = Query(None, description="The cell key as JSON.")
-    ) -> dict[str, Any]:
+    ) -> models.StateResponse:
         """The state of one cell (leave `key` out for an unkeyed workflow)."""
         return await node.state(workflow, _json_text(key, "$.key"), key is not None)
 
-    @app.get(
-        "/v1/adapters",
-        response_model=models.AdaptersResponse,
-        tags=["adapters"],
-        **needs(PUBLIC),
-    )
-    async def get_adapters() -> dict[str, Any]:
+    @handler
+    async def get_adapters() -> models.AdaptersResponse:
         """The manifest's adapter identities: name, public key, the effects each may settle.
         Public: an adapter checks its own key here before it can sign (spec/10 §2), and a
         public key is no secret."""
         return node.adapters()
 
-    @app.post(
-        LEASES_PATH,
-        response_model=models.LeaseResponse,
-        tags=["adapters"],
-        **needs(
-            ADAPTER,
-            openapi_extra={"requestBody": _body_schema("LeaseRequest", "application/json")},
-        ),
-    )
-    async def post_leases(request: Request, identity: str = signed) -> dict[str, Any]:
+    @handler
+    async def post_leases(request: Request, identity: str = signed) -> models.LeaseResponse:
         """Lease open intents the adapter may settle; long-poll up to `wait_ms` for work.
         Signed by the adapter named in the body. (Served by kernel/node/adapter_api.py ahead
         of this route, with the same function.)"""
         return await serve_lease(node, identity, await request.body())
 
-    @app.post(
-        "/v1/leases/{lease_id}/renew",
-        response_model=models.RenewResponse,
-        tags=["adapters"],
-        **needs(ADAPTER),
-    )
-    async def post_lease_renew(lease_id: str, identity: str = signed) -> dict[str, Any]:
+    @handler
+    async def post_lease_renew(lease_id: str, identity: str = signed) -> models.RenewResponse:
         """Extend a held lease by lease_ms (signed by its holder). `lease.revoked` (409) when
         the workflow cancelled the intent: the adapter should stop, since its receipt would be
         refused."""
         return node.renew(lease_id, identity)
 
-    @app.post(
-        "/v1/leases/{lease_id}/progress",
-        response_model=models.RenewResponse,
-        tags=["adapters"],
-        **needs(ADAPTER),
-    )
+    @handler
     async def post_lease_progress(
         lease_id: str, request: models.ProgressRequest, identity: str = signed
-    ) -> dict[str, Any]:
+    ) -> models.RenewResponse:
         """A signed progress frame for a held lease: extends it like a renewal; kept (the
         newest few per intent), never journaled, never seen by a workflow."""
         return node.progress(lease_id, request.model_dump(), identity)
 
-    @app.get(
-        "/v1/intents/{intent}",
-        response_model=models.IntentResponse,
-        tags=["world"],
-        **needs(READ),
-    )
-    async def get_intent(intent: str) -> dict[str, Any]:
+    @handler
+    async def get_intent(intent: str) -> models.IntentResponse:
         """An intent: open with its record, or settled or cancelled; its progress frames."""
         return await node.intent(intent)
 
-    @app.post(
-        RECEIPTS_PATH,
-        response_model=models.SettleResponse,
-        tags=["adapters"],
-        **needs(
-            ADAPTER,
-            openapi_extra={
-                "requestBody": _body_schema("ReceiptRequest", "application/json", CBOR_MEDIA_TYPE)
-            },
-        ),
-    )
-    async def post_receipt(request: Request, identity: str = signed) -> dict[str, Any]:
+    @handler
+    async def post_receipt(request: Request, identity: str = signed) -> models.SettleResponse:
         """Settle an intent with a signed receipt (JSON or application/cbor), then run the
         world to idle so the origin cell steps; with `lease`, lease for the same adapter
         once it is durable. Posted by the receipt's own adapter. (Served by
@@ -283,13 +236,8 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         body, content_type = await request.body(), request.headers.get("content-type")
         return await serve_receipt(node, identity, body, content_type)
 
-    @app.post(
-        BLOBS_PATH,
-        response_model=models.BlobResponse,
-        tags=["adapters"],
-        **needs(ADAPTER, openapi_extra={"requestBody": _BLOB_BODY}),
-    )
-    async def post_blob(request: Request, identity: str = signed) -> dict[str, Any]:
+    @handler
+    async def post_blob(request: Request, identity: str = signed) -> models.BlobResponse:
         """Store the raw body (application/octet-stream, at most blob_bytes_max) in the
         world's CAS and answer its hash, for a receipt payload to name (a large HTTP
         response body, say). Durable when this returns; a blob no receipt names is garbage
@@ -302,32 +250,25 @@ def _add_routes(app: FastAPI, node: Node) -> None:
             )
         return await node.put_blob(await request.body())
 
-    @app.get("/v1/tasks", response_model=models.TasksResponse, tags=["human"], **needs(TASK, READ))
+    @handler
     async def get_tasks(
         limit: int = 100,
         assignee: str | None = None,
         role: str | None = None,
         status: Literal["open", "claimed"] | None = None,
-    ) -> dict[str, Any]:
+    ) -> models.TasksResponse:
         """Open tasks of the human adapter this node hosts, oldest first: only those assigned
         to `assignee`, naming `role`, or (not) claimed, when given."""
         return await node.tasks(limit, assignee=assignee, role=role, status=status)
 
-    @app.get(
-        "/v1/tasks/{intent}", response_model=models.TaskBody, tags=["human"], **needs(TASK, READ)
-    )
-    async def get_task(intent: str) -> dict[str, Any]:
+    @handler
+    async def get_task(intent: str) -> models.TaskBody:
         return await node.task(intent)
 
-    @app.post(
-        "/v1/tasks/{intent}/complete",
-        response_model=models.SettleResponse,
-        tags=["human"],
-        **needs(TASK),
-    )
+    @handler
     async def complete_task(
         intent: str, body: models.TaskCompleteRequest, request: Request
-    ) -> dict[str, Any]:
+    ) -> models.SettleResponse:
         """Complete a task as the caller's identity: the node signs the receipt with the
         human adapter's key. A claimed task only by its holder; an unclaimed one only by
         whoever may claim it (its assignee, holding one of its roles)."""
@@ -336,13 +277,10 @@ def _add_routes(app: FastAPI, node: Node) -> None:
             intent, body.status, body.payload, acting.user, acting.checked_roles
         )
 
-    @app.post(
-        "/v1/tasks/{intent}/claim",
-        response_model=models.TaskBody,
-        tags=["human"],
-        **needs(TASK),
-    )
-    async def claim_task(intent: str, body: models.TaskClaimRequest, request: Request) -> Any:
+    @handler
+    async def claim_task(
+        intent: str, body: models.TaskClaimRequest, request: Request
+    ) -> models.TaskBody:
         """Claim a task as the caller's identity: it must not be held by or assigned to
         someone else, and the identity must hold one of its roles (if it names any).
         Idempotent for its holder."""
@@ -350,27 +288,19 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         assert acting.user is not None
         return await node.claim_task(intent, acting.user, list(acting.roles))
 
-    @app.post(
-        "/v1/tasks/{intent}/release",
-        response_model=models.TaskBody,
-        tags=["human"],
-        **needs(TASK),
-    )
-    async def release_task(intent: str, body: models.TaskReleaseRequest, request: Request) -> Any:
+    @handler
+    async def release_task(
+        intent: str, body: models.TaskReleaseRequest, request: Request
+    ) -> models.TaskBody:
         """Give a claimed task back (its holder only)."""
         user = acting_user(request, body.user, []).user
         assert user is not None
         return await node.release_task(intent, user)
 
-    @app.post(
-        "/v1/tasks/{intent}/reassign",
-        response_model=models.TaskBody,
-        tags=["human"],
-        **needs(TASK),
-    )
+    @handler
     async def reassign_task(
         intent: str, body: models.TaskReassignRequest, request: Request
-    ) -> dict[str, Any]:
+    ) -> models.TaskBody:
         """Set a task's assignee: its holder may, or while it is not claimed whoever may
         claim it (or an admin); handing it to someone else releases the claim."""
         acting = acting_user(request, body.user, [])
@@ -378,20 +308,15 @@ def _add_routes(app: FastAPI, node: Node) -> None:
         assert acting.user is not None
         return await node.reassign_task(intent, acting.user, body.to, roles)
 
-    @app.get(
-        "/v1/tasks/{intent}/history",
-        response_model=models.TaskHistoryResponse,
-        tags=["human"],
-        **needs(TASK, READ),
-    )
-    async def get_task_history(intent: str) -> dict[str, Any]:
+    @handler
+    async def get_task_history(intent: str) -> models.TaskHistoryResponse:
         """A task's history, oldest first; also of a closed task the inbox remembers."""
         return await node.task_history(intent)
 
     parsing = asyncio.Semaphore(1)  # one proposal decoded at a time: a bound on its memory
 
-    @app.post(PROPOSALS_PATH, tags=["governance"], **needs(DEPLOY))
-    async def post_gov_proposal(request: Request) -> dict[str, Any]:
+    @handler
+    async def post_gov_proposal(request: Request) -> models.ProposalResponse:
         """Propose a patch (journaled), as `aos gov propose`: `{"patch": ..., "modules":
         [binary, ...], "expected_hash": HASH or null}` as application/cbor (module binaries
         are byte strings; at most proposal_bytes_max and proposal_values_max), or JSON without
@@ -405,16 +330,16 @@ def _add_routes(app: FastAPI, node: Node) -> None:
             )
         return await node.gov_propose(proposal)
 
-    @app.post("/v1/gov/{proposal}/shadow", tags=["governance"], **needs(DEPLOY))
-    async def post_gov_shadow(proposal: str) -> dict[str, Any]:
+    @handler
+    async def post_gov_shadow(proposal: str) -> models.ShadowResponse:
         """Shadow a proposal against the live history (in a worker process, beside the
         writer) and journal the report, as `aos gov shadow`; answers the report."""
         return await node.gov_shadow(proposal)
 
-    @app.post("/v1/gov/{proposal}/decision", tags=["governance"], **needs(GOVERN))
+    @handler
     async def post_gov_decision(
         proposal: str, body: models.GovDecisionRequest, request: Request
-    ) -> dict[str, Any]:
+    ) -> models.ProposalResponse:
         """Approve or reject a proposal (journaled with the caller's identity as approver),
         as `aos gov approve|reject`."""
         approver = acting_user(request, body.approver, [], required=False).user or "local"
@@ -422,35 +347,28 @@ def _add_routes(app: FastAPI, node: Node) -> None:
             proposal, approve=body.approve, approver=approver, reason=body.reason
         )
 
-    @app.post("/v1/gov/{proposal}/apply", tags=["governance"], **needs(GOVERN))
-    async def post_gov_apply(proposal: str) -> dict[str, Any]:
+    @handler
+    async def post_gov_apply(proposal: str) -> models.ApplyResponse:
         """Switch the world to an approved, currently shadowed proposal's manifest; needs
         strict quiescence (`gov.not_quiescent`, 409, lists the blockers)."""
         return await node.gov_apply(proposal)
 
-    @app.post(
-        "/v1/operations",
-        response_model=models.OperationResponse,
-        tags=["world"],
-        **needs(OPERATE),
-    )
-    async def post_operation(request: models.OperationRequest) -> dict[str, Any]:
+    @handler
+    async def post_operation(request: models.OperationRequest) -> models.OperationResponse:
         """Retry or reset a cell, or cancel an open intent (journaled; see spec/03 §13)."""
         return await node.operate(request)
 
-    @app.post(
-        "/v1/time/advance", response_model=models.TimeResponse, tags=["time"], **needs(OPERATE)
-    )
-    async def advance_time(request: models.TimeAdvanceRequest) -> dict[str, Any]:
+    @handler
+    async def advance_time(request: models.TimeAdvanceRequest) -> models.TimeResponse:
         """Move a manual-clock world's logical time forward; due timers fire."""
         return await node.advance_time(request.by_ns)
 
-    @app.post(
-        "/v1/time/jump-next", response_model=models.TimeResponse, tags=["time"], **needs(OPERATE)
-    )
-    async def jump_next() -> dict[str, Any]:
+    @handler
+    async def jump_next() -> models.TimeResponse:
         """Move a manual-clock world to its next timer deadline (report null: none pending)."""
         return await node.jump_next_timer()
+
+    return handler
 
 
 # --------------------------------------------------------------------------------------------
@@ -462,17 +380,6 @@ def _json_text(text: str | None, path: str) -> Any:
     if text is None:
         return None
     return jsontext.parse(text, path=path)
-
-
-def _body_schema(model: str, *media_types: str) -> dict[str, Any]:
-    schema = {"$ref": f"#/components/schemas/{model}"}
-    return {"required": True, "content": {media: {"schema": schema} for media in media_types}}
-
-
-_BLOB_BODY = {
-    "required": True,
-    "content": {BLOB_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
-}
 
 
 def _add_body_schemas(app: FastAPI) -> None:
@@ -570,14 +477,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 # Metrics
 
 
-def _add_metrics_route(app: FastAPI, node: Node, answers: HttpCounts) -> None:
-    @app.get(
-        METRICS_PATH,
-        tags=["read"],
-        response_class=Response,
-        responses={200: {"content": {"text/plain": {}}, "description": "The metrics."}},
-        **needs(READ),
-    )
+def _metrics_handlers(node: Node, answers: HttpCounts) -> Handlers:
+    handler = Handlers()
+
+    @handler
     async def get_metrics(request: Request) -> Response:
         """The node's metrics in Prometheus's text format, or OpenMetrics when the `Accept`
         header asks for it (spec/04 §9.7). Takes no parameters."""
@@ -603,6 +506,8 @@ def _add_metrics_route(app: FastAPI, node: Node, answers: HttpCounts) -> None:
         )
         body, media_type = exposition(scrape, request.headers.get("accept", ""))
         return Response(body, media_type=media_type)
+
+    return handler
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,13 +13,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from aos.kernel.node.access import needs, principal_of
+from aos.kernel.node.access import principal_of
 from aos.kernel.node.identities import (
-    ADMIN,
-    AUTHENTICATED,
     IDENTITY_NAME_CHARS_MAX,
     IDENTITY_ROLES_MAX,
     SCOPES,
@@ -28,6 +26,7 @@ from aos.kernel.node.identities import (
     IdentityUnknownError,
     parse_ttl,
 )
+from aos.kernel.node.routes import Handlers
 
 
 class IdentityRequest(BaseModel):
@@ -38,13 +37,16 @@ class IdentityRequest(BaseModel):
     ttl: str | None = Field(None, max_length=20, description="e.g. 90s, 30m, 12h, 30d")
 
 
-def add_identity_routes(app: FastAPI, authority: Authority) -> None:
+def identity_handlers(authority: Authority) -> Handlers:
+    """The handlers of `routes.IDENTITIES`."""
+    handler = Handlers()
+
     def store() -> IdentityStore:
         if authority.store is None:
             raise IdentityUnknownError("this node keeps no identities")
         return authority.store
 
-    @app.get("/v1/identity", tags=["identities"], **needs(AUTHENTICATED))
+    @handler
     async def whoami(request: Request) -> dict[str, Any]:
         """The caller's identity (on an --insecure-local node: `local`, every scope)."""
         principal = principal_of(request.scope)
@@ -52,12 +54,12 @@ def add_identity_routes(app: FastAPI, authority: Authority) -> None:
             return {"name": principal.name, "kind": principal.kind, "scopes": sorted(SCOPES)}
         return {**store().get(principal.name).to_json(), "kind": principal.kind}
 
-    @app.get("/v1/identities", tags=["identities"], **needs(ADMIN))
+    @handler
     async def listing() -> dict[str, Any]:
         found = await asyncio.to_thread(store().identities)
         return {"identities": [identity.to_json() for identity in found]}
 
-    @app.post("/v1/identities", tags=["identities"], **needs(ADMIN))
+    @handler
     async def create(body: IdentityRequest, request: Request) -> dict[str, Any]:
         """A new identity; its token is in this answer only."""
         ttl_ms = None if body.ttl is None else parse_ttl(body.ttl)
@@ -68,9 +70,11 @@ def add_identity_routes(app: FastAPI, authority: Authority) -> None:
         authority.audit.write("identity.created", request.scope, identity=identity.name, by=by)
         return {"identity": identity.to_json(), "token": token}
 
-    @app.post("/v1/identities/{name}/revoke", tags=["identities"], **needs(ADMIN))
+    @handler
     async def revoke(name: str, request: Request) -> dict[str, Any]:
         identity = await asyncio.to_thread(store().revoke, name)
         by = principal_of(request.scope).name
         authority.audit.write("identity.revoked", request.scope, identity=name, by=by)
         return {"identity": identity.to_json()}
+
+    return handler

@@ -46,12 +46,11 @@ from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_value
 from aos.kernel.node import read_model as views
+from aos.kernel.node import routes
 from aos.kernel.node.access import (
     LOGIN_PATH,
-    LOGOUT_PATH,
     PAGE_TOKEN_HEADER,
     SESSION_COOKIE,
-    needs,
     page_token,
     principal_of,
     same_origin,
@@ -62,8 +61,6 @@ from aos.kernel.node.app import query_invalid
 from aos.kernel.node.errors import http_status
 from aos.kernel.node.identities import (
     OPERATE,
-    PUBLIC,
-    READ,
     READ_PARAMS,
     TASK,
     AuthError,
@@ -73,11 +70,12 @@ from aos.kernel.node.identities import (
 from aos.kernel.node.node import Node
 from aos.kernel.node.read_api import bounds_of, journal_filter, journal_in_turns
 from aos.kernel.node.redaction import redact
+from aos.kernel.node.routes import UI_PATH as UI_PATH
+from aos.kernel.node.routes import Handlers
 from aos.kernel.node.times import RecordTimes, iso_duration, iso_instant, logical_text, time_json
 from aos.kernel.world import records
 from aos.kernel.world.world import World
 
-UI_PATH = "/ui"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 JSON_SHOWN_CHARS_MAX = 20_000
@@ -202,23 +200,23 @@ def add_inspector(app: FastAPI, node: Node) -> Inspector:
         ("Proposals", f"{UI_PATH}/proposals"),
     ]
     app.mount(f"{UI_PATH}/static", StaticFiles(directory=STATIC_DIR), name="inspector-static")
-    _add_login(app, inspector)
-    _add_pages(app, inspector)
+    routes.mount(app, routes.INSPECTOR, _login_handlers(inspector) | _page_handlers(inspector))
     _show_invalid_parameters(app, inspector)
     return inspector
 
 
-def _add_login(app: FastAPI, inspector: Inspector) -> None:
+def _login_handlers(inspector: Inspector) -> Handlers:
     """The inspector's login: a token entered once into a form sets the `aos_session`
     cookie (HttpOnly, SameSite=Strict, the world's path), which authenticates the inspector's
     reads (GET only, kernel/node/access.py). Both forms are refused unless posted from the
     node's own pages (Origin or Referer), so no other site can log a browser in or out."""
+    handler = Handlers()
 
-    @app.get(LOGIN_PATH, include_in_schema=False, **needs(PUBLIC))
+    @handler
     async def login_page(request: Request) -> Response:
         return inspector.render(request, "login.html", {"failed": None})
 
-    @app.post(LOGIN_PATH, include_in_schema=False, **needs(PUBLIC))
+    @handler
     async def login(request: Request) -> Response:
         if not same_origin(request.headers):
             error = CrossSiteError("the login form is posted from the node's own login page")
@@ -243,7 +241,7 @@ def _add_login(app: FastAPI, inspector: Inspector) -> None:
         inspector.node.authority.audit.write("login", request.scope, identity=identity.name)
         return answer
 
-    @app.post(LOGOUT_PATH, include_in_schema=False, **needs(PUBLIC))
+    @handler
     async def logout(request: Request) -> Response:
         if not same_origin(request.headers):
             error = CrossSiteError("the logout form is posted from the node's own pages")
@@ -252,6 +250,8 @@ def _add_login(app: FastAPI, inspector: Inspector) -> None:
         answer = RedirectResponse(root + LOGIN_PATH, status_code=303)
         answer.delete_cookie(SESSION_COOKIE, path=root or "/", httponly=True, samesite="strict")
         return answer
+
+    return handler
 
 
 def _show_invalid_parameters(app: FastAPI, inspector: Inspector) -> None:
@@ -271,7 +271,8 @@ def _show_invalid_parameters(app: FastAPI, inspector: Inspector) -> None:
     app.add_exception_handler(RequestValidationError, on_invalid)
 
 
-def _add_pages(app: FastAPI, inspector: Inspector) -> None:
+def _page_handlers(inspector: Inspector) -> Handlers:
+    handler = Handlers()
     node = inspector.node
     api_bounds = bounds_of(node)
     bounds = views.Bounds(
@@ -281,15 +282,15 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
     )
     page = inspector.page
 
-    @app.get(UI_PATH, include_in_schema=False, **needs(READ))
+    @handler
     async def overview(request: Request) -> Response:
         def read(world: World) -> dict[str, Any]:
-            found = views.overview(world, node.derived)
+            found = views.overview(world, bounded_failures=True)
             return {"world": found, "leases": node.leases.counts()}
 
         return await page(request, "overview.html", read)
 
-    @app.get(UI_PATH + "/cells/{workflow:path}", include_in_schema=False, **needs(READ))
+    @handler
     async def cells(
         request: Request,
         workflow: str,
@@ -307,7 +308,6 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
                 after=after,
                 limit=rows,
                 scan_max=bounds.scan_max,
-                derived=node.derived,
             )
             return {
                 "found": found,
@@ -318,7 +318,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "cells.html", read)
 
-    @app.get(UI_PATH + "/cell", include_in_schema=False, **needs(READ))
+    @handler
     async def cell(
         request: Request, workflow: str, key: str | None = None, before: int | None = None
     ) -> Response:
@@ -326,7 +326,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
             ref = views.cell_ref(world, workflow, key)
             below = views.sequence(before, "before")
             return {
-                "cell": views.cell(world, ref, bounds, node.derived),
+                "cell": views.cell(world, ref, bounds),
                 "retry_scope": OPERATE,
                 "timeline": views.timeline(
                     world, ref, before=below, limit=TIMELINE_ROWS, bounds=bounds
@@ -336,7 +336,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "cell.html", read)
 
-    @app.get(UI_PATH + "/steps/{seq}/state", include_in_schema=False, **needs(READ))
+    @handler
     async def state_at(request: Request, seq: int) -> Response:
         def read(world: World) -> dict[str, Any]:
             # A fragment of the cell page: a refusal (a replay too long, say) is shown in it.
@@ -350,7 +350,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "state_at.html", read)
 
-    @app.get(UI_PATH + "/journal", include_in_schema=False, **needs(READ))
+    @handler
     async def journal(
         request: Request,
         before: int | None = None,
@@ -386,7 +386,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "journal.html", read)
 
-    @app.get(UI_PATH + "/records/{seq}", include_in_schema=False, **needs(READ))
+    @handler
     async def record(request: Request, seq: int) -> Response:
         def read(world: World) -> dict[str, Any]:
             found = views.record_at(world, seq)
@@ -401,7 +401,7 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "record.html", read)
 
-    @app.get(UI_PATH + "/intents", include_in_schema=False, **needs(READ))
+    @handler
     async def intents(request: Request, after: str | None = None) -> Response:
         def read(world: World) -> dict[str, Any]:
             found = views.open_intents(world, node.leases.is_leased, after=after, limit=INTENT_ROWS)
@@ -419,15 +419,17 @@ def _add_pages(app: FastAPI, inspector: Inspector) -> None:
 
         return await page(request, "intents.html", read)
 
-    @app.get(UI_PATH + "/proposals", include_in_schema=False, **needs(READ))
+    @handler
     async def proposals(request: Request) -> Response:
         return await page(request, "proposals.html", views.proposals)
 
-    @app.get(UI_PATH + "/proposals/{proposal}", include_in_schema=False, **needs(READ))
+    @handler
     async def proposal(request: Request, proposal: str) -> Response:
         return await page(
             request, "proposal.html", lambda world: {"p": views.proposal(world, proposal)}
         )
+
+    return handler
 
 
 def _journal_filters(

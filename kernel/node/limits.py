@@ -215,7 +215,7 @@ class NodeLimits:
     write_burst_max: int = _positive(
         WRITE_BURST_MAX_DEFAULT, "Write requests one caller may make at once after a quiet spell."
     )
-    # Signed adapter requests (kernel/adapters/auth.py).
+    # Signed adapter requests (kernel/signing/request_auth.py).
     adapter_request_skew_ms_max: int = _positive(
         ADAPTER_REQUEST_SKEW_MS_MAX_DEFAULT,
         "How far a signed adapter request's timestamp may be from this host's clock.",

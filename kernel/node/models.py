@@ -409,6 +409,17 @@ class ApplyResponse(_Model):
     seq: int
 
 
+# Where a world is served now (`GET /v1/worlds/{world}/node`, spec/07 §11.5).
+class WorldNodeResponse(BaseModel):
+    world: str | None
+    world_id: str | None
+    url: str | None
+    node_id: str | None
+    epoch: int | None
+    live: bool
+    lease_ms_left: int
+
+
 # --------------------------------------------------------------------------------------------
 # Flows (spec/11 §9.1): what `aos flow` renders, the same from a world opened in process and
 # from a node.

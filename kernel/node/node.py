@@ -1,6 +1,6 @@
 """A node: one world served to clients and adapters. This is what the HTTP API calls; every
-method takes and returns plain JSON-ready values (bytes as `{"$bytes": hex}`), and every world
-access runs on the host thread (host.py).
+method takes JSON-ready values (bytes as `{"$bytes": hex}`) and answers the response model of
+its route (models.py), and every world access runs on the host thread (host.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from aos.kernel import cbor, prefixes
 from aos.kernel.governance import proposals
-from aos.kernel.node import actions
+from aos.kernel.node import actions, models
 from aos.kernel.node import read_model as views
 from aos.kernel.node.audit import AuditLog
 from aos.kernel.node.errors import (
@@ -40,7 +40,7 @@ from aos.kernel.node.human import (
 from aos.kernel.node.identities import Authority, IdentityStore
 from aos.kernel.node.leases import Lease, LeaseManager, PublishedIntent, wait_for_leases
 from aos.kernel.node.limits import NodeLimits
-from aos.kernel.node.models import OperationRequest, RunReportBody
+from aos.kernel.node.models import OperationRequest
 from aos.kernel.node.progress import (
     ProgressForgedError,
     ProgressInvalidError,
@@ -194,38 +194,38 @@ class Node:
 
     # -- the world ---------------------------------------------------------------------------
 
-    async def info(self) -> dict[str, Any]:
+    async def info(self) -> models.WorldResponse:
         """`GET /v1/world`: the read layer's overview without the proposals."""
         info = await self.host.run(views.overview)
         del info["proposals"]
         info["leases"] = self.leases.counts()
-        return info
+        return models.WorldResponse.model_validate(info)
 
     async def send(
         self, schema: str, value_json: Any, idempotency_key: str | None = None
-    ) -> dict[str, Any]:
+    ) -> models.SendResponse:
         """Ingress an event; it runs to idle (and is flushed) together with the other events
         and receipts queued with it (group commit, host.py). A repeat under an idempotency
         key answers the first admission; it still waits for the batch's flush, so the first
         admission it names is durable when the answer goes out."""
         value = cbor.from_json(value_json, "$.value")
 
-        def admit(world: World) -> Admission[dict[str, Any]]:
+        def admit(world: World) -> Admission[models.SendResponse]:
             try:
                 admitted = world.ingress(schema, value, idempotency_key=idempotency_key)
             except RouteError as error:
                 error.detail["rejected_seq"] = world.height  # journaled as ingress_rejected
                 raise
 
-            def answer(report: RunReport | None) -> dict[str, Any]:
+            def answer(report: RunReport | None) -> models.SendResponse:
                 assert report is not None  # an admitted event always runs
-                return {
-                    "seq": admitted.seq,
-                    "event_hash": str(admitted.event_hash),
-                    "deliveries": admitted.deliveries,
-                    "duplicate": admitted.duplicate,
-                    "report": _report(RunReport() if admitted.duplicate else report),
-                }
+                return models.SendResponse(
+                    seq=admitted.seq,
+                    event_hash=str(admitted.event_hash),
+                    deliveries=admitted.deliveries,
+                    duplicate=admitted.duplicate,
+                    report=actions.report_body(RunReport() if admitted.duplicate else report),
+                )
 
             # A run that stops at the step budget: this event itself is durable (the run
             # flushed it), so tell its sender not to send it again.
@@ -233,16 +233,17 @@ class Node:
             return Admission(True, answer, detail)
 
         sent = await self.host.run_batched(admit)
-        report = RunReportBody.model_validate(sent["report"])
+        report = sent.report
         if report.faults or report.dropped:  # rare: read on the host thread, after the flush
-            found = await self.host.run(lambda w: actions.problems(w, sent["seq"], report))
-            sent["problems"] = [problem.model_dump() for problem in found]
+            sent.problems = await self.host.run(lambda w: actions.problems(w, sent.seq, report))
         return sent
 
-    async def state(self, workflow: str, key_json: Any, keyed_request: bool) -> dict[str, Any]:
+    async def state(
+        self, workflow: str, key_json: Any, keyed_request: bool
+    ) -> models.StateResponse:
         key = cbor.from_json(key_json, "$.key")
 
-        def read(world: World) -> dict[str, Any]:
+        def read(world: World) -> models.StateResponse:
             definition = world.runtime.workflow(workflow)
             if definition.key_schema is None and keyed_request:
                 raise KeyUnexpectedError(f"{workflow} is not keyed; leave the key out")
@@ -251,37 +252,43 @@ class Node:
             status = world.reader.status_of(workflow, key_bytes)
             if state is None and status != STATUS_FAILED:
                 raise CellMissingError(f"{workflow} has no cell for that key")
-            return {
-                "workflow": workflow,
-                "key": cbor.to_json(key),
-                "status": status,
-                "state": cbor.to_json(state),
-            }
+            return models.StateResponse.model_validate(
+                {
+                    "workflow": workflow,
+                    "key": cbor.to_json(key),
+                    "status": status,
+                    "state": cbor.to_json(state),
+                }
+            )
 
         return await self.host.run(read)
 
     # -- leases and receipts -----------------------------------------------------------------
 
-    def adapters(self) -> dict[str, Any]:
+    def adapters(self) -> models.AdaptersResponse:
         """The manifest's adapter identities: what `aos adapter run` checks its key against
         before it leases anything. Public keys only; nothing here is secret."""
         effects_of = self._effects_of  # replaced whole when the manifest changes
-        return {
-            "adapters": [
-                {"name": name, "public_key": key.hex(), "effects": list(effects_of.get(name, ()))}
+        return models.AdaptersResponse(
+            adapters=[
+                models.AdapterIdentity(
+                    name=name, public_key=key.hex(), effects=list(effects_of.get(name, ()))
+                )
                 for name, key in sorted(self._adapter_keys.items())
             ]
-        }
+        )
 
     async def lease(
         self, identity: str, adapter: str, effects: list[str], count: int, wait_ms: int
-    ) -> dict[str, Any]:
+    ) -> models.LeaseResponse:
         """Lease as `adapter`, which must be the `identity` that signed the request."""
         _acting_as(identity, adapter, "$.adapter")
         within("wait_ms", wait_ms, self.limits.long_poll_ms_max, minimum=0)
         wanted = self._leasable(adapter, effects, count, "$")
         leases = await wait_for_leases(self.leases, adapter, wanted, count, wait_ms)
-        return {"world_id": self.world_id, "leases": [_lease(lease) for lease in leases]}
+        return models.LeaseResponse(
+            world_id=self.world_id, leases=[_lease(lease) for lease in leases]
+        )
 
     def _leasable(self, adapter: str, effects: list[str], count: int, at: str) -> list[str]:
         """The effects a lease request of `adapter` names (all it may settle when it names
@@ -301,17 +308,12 @@ class Node:
                 )
         return list(dict.fromkeys(effects)) if effects else list(allowed)
 
-    def renew(self, lease_id: str, identity: str) -> dict[str, Any]:
+    def renew(self, lease_id: str, identity: str) -> models.RenewResponse:
         """Extend a lease `identity` holds; a lease whose intent the workflow cancelled is
         `lease.revoked` (the adapter should stop), one not held any more is `lease.unknown`."""
-        lease = self.leases.renew(lease_id, identity)
-        return {
-            "lease_id": lease.lease_id,
-            "intent": lease.intent.intent,
-            "expires_unix_ms": lease.expires_unix_ms,
-        }
+        return _renewed(self.leases.renew(lease_id, identity))
 
-    def progress(self, lease_id: str, frame_json: Any, identity: str) -> dict[str, Any]:
+    def progress(self, lease_id: str, frame_json: Any, identity: str) -> models.RenewResponse:
         """Take a signed progress frame for a lease `identity` holds: it extends the lease like
         a renewal and is kept (progress.py); nothing is journaled and no workflow sees it."""
         frame = parse_frame(cbor.from_json(frame_json, "$"), lease_id=lease_id)
@@ -324,13 +326,9 @@ class Node:
         if lease.intent.intent != frame.body["intent"]:
             raise ProgressInvalidError("the lease holds another intent", path="$.body.intent")
         self.progress_log.add(frame)
-        return {
-            "lease_id": lease.lease_id,
-            "intent": lease.intent.intent,
-            "expires_unix_ms": lease.expires_unix_ms,
-        }
+        return _renewed(lease)
 
-    async def intent(self, intent: str) -> dict[str, Any]:
+    async def intent(self, intent: str) -> models.IntentResponse:
         """An intent: its `effect_intent` record while open, whether it was settled or
         cancelled (and at which seq) once closed, and its newest progress frames."""
 
@@ -340,11 +338,11 @@ class Node:
         found = await self.host.run(read)
         frames = self.progress_log.frames(found["intent"])
         found["progress"] = [frame.to_json() for frame in frames]
-        return found
+        return models.IntentResponse.model_validate(found)
 
     async def settle(
         self, receipt_value: Any, identity: str, then_lease: LeaseAsk | None = None
-    ) -> dict[str, Any]:
+    ) -> models.SettleResponse:
         """Settle a signed receipt posted by `identity` (who must be the receipt's adapter,
         when it names one); the origin cell runs (and everything is flushed) together with the
         other receipts and events queued with it (group commit, host.py). Every refusal is
@@ -364,7 +362,7 @@ class Node:
             wanted = self._leasable(identity, then_lease.effects, then_lease.count, "$.lease")
         self.refusals.check(identity)
 
-        def admit(world: World) -> Admission[dict[str, Any]]:
+        def admit(world: World) -> Admission[models.SettleResponse]:
             admission = _settled(world.settle(receipt_value))
             if then_lease is None:
                 return admission
@@ -377,20 +375,24 @@ class Node:
             raise
 
     def _leasing_after(
-        self, admission: Admission[dict[str, Any]], adapter: str, effects: list[str], count: int
-    ) -> Admission[dict[str, Any]]:
+        self,
+        admission: Admission[models.SettleResponse],
+        adapter: str,
+        effects: list[str],
+        count: int,
+    ) -> Admission[models.SettleResponse]:
         """`admission`, whose answer (made on the host thread after the batch's flush and
         publish) also leases for `adapter`."""
 
-        def answer(report: RunReport | None) -> dict[str, Any]:
+        def answer(report: RunReport | None) -> models.SettleResponse:
             settled = admission.answer(report)
             leases = self.leases.lease(adapter, effects, count)
-            settled["leases"] = [_lease(lease) for lease in leases]
+            settled.leases = [_lease(lease) for lease in leases]
             return settled
 
         return Admission(admission.runs, answer, admission.error_detail)
 
-    async def put_blob(self, data: bytes) -> dict[str, Any]:
+    async def put_blob(self, data: bytes) -> models.BlobResponse:
         """Store a blob in the world's CAS (durable when this returns): a large receipt
         payload's part, named by hash in the receipt that follows."""
         if len(data) > self.limits.blob_bytes_max:  # the HTTP app refuses it before reading
@@ -400,8 +402,8 @@ class Node:
                 limit_name="blob_bytes_max",
             )
 
-        def put(world: World) -> dict[str, Any]:
-            return {"hash": str(world.put_blob(data))}
+        def put(world: World) -> models.BlobResponse:
+            return models.BlobResponse(hash=str(world.put_blob(data)))
 
         return await self.host.run(put)
 
@@ -419,7 +421,7 @@ class Node:
         assignee: str | None = None,
         role: str | None = None,
         status: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> models.TasksResponse:
         """Open tasks, oldest first, that pass every filter given."""
         human, inbox = self._human()
         within("limit", limit, self.limits.tasks_per_request_max)
@@ -430,17 +432,19 @@ class Node:
             status=status,
             limit=limit,
         )
-        return {"adapter": human.name, "tasks": [{**_task(t), **shown} for t, shown in found]}
+        return models.TasksResponse(
+            adapter=human.name, tasks=[_task(t, shown) for t, shown in found]
+        )
 
-    async def task(self, intent: str) -> dict[str, Any]:
+    async def task(self, intent: str) -> models.TaskBody:
         human, inbox = self._human()
         task = self._open_task(human, intent)
-        return {**_task(task), **inbox.shown(task)}
+        return _task(task, inbox.shown(task))
 
-    async def task_history(self, intent: str) -> dict[str, Any]:
+    async def task_history(self, intent: str) -> models.TaskHistoryResponse:
         """A task's history, open or closed (while the inbox remembers it)."""
         _, inbox = self._human()
-        return inbox.history(intent)
+        return models.TaskHistoryResponse.model_validate(inbox.history(intent))
 
     def _open_task(self, human: HumanAdapter, intent: str) -> PublishedIntent:
         """An open task by its intent hash or a unique prefix of it."""
@@ -458,21 +462,21 @@ class Node:
             return tasks[found]
         return task
 
-    async def claim_task(self, intent: str, user: str, roles: list[str]) -> dict[str, Any]:
+    async def claim_task(self, intent: str, user: str, roles: list[str]) -> models.TaskBody:
         """Claim a task for `user`, who presents `roles` (idempotent for its holder)."""
         human, inbox = self._human()
         user = check_name(user, "$.user", human.limits)
         presented = check_roles(roles, human.limits)
         return await self._change_task(intent, lambda t: inbox.claim(t, user, presented))
 
-    async def release_task(self, intent: str, user: str) -> dict[str, Any]:
+    async def release_task(self, intent: str, user: str) -> models.TaskBody:
         human, inbox = self._human()
         user = check_name(user, "$.user", human.limits)
         return await self._change_task(intent, lambda t: inbox.release(t, user))
 
     async def reassign_task(
         self, intent: str, user: str, to: str | None, roles: list[str] | None = None
-    ) -> dict[str, Any]:
+    ) -> models.TaskBody:
         """Assign a task to `to` (null: nobody): its holder may, or while it is not claimed
         anyone who may claim it (`roles`: the caller's; None: anyone at all). Handing it to
         someone else releases the claim."""
@@ -483,14 +487,14 @@ class Node:
 
     async def _change_task(
         self, intent: str, change: Callable[[PublishedIntent], None]
-    ) -> dict[str, Any]:
+    ) -> models.TaskBody:
         human, inbox = self._human()
 
-        def run(_: World) -> dict[str, Any]:
+        def run(_: World) -> models.TaskBody:
             # On the host thread, like completions: a task settled just before is gone.
             task = self._open_task(human, intent)
             change(task)
-            return {**_task(task), **inbox.shown(task)}
+            return _task(task, inbox.shown(task))
 
         return await self.host.run(run)
 
@@ -501,7 +505,7 @@ class Node:
         payload_json: Any,
         user: str | None = None,
         roles: list[str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> models.SettleResponse:
         """Complete a task: a claimed one only by its holder (`user`); an unclaimed one, when
         `roles` are given (the caller's identity's), only by whoever may claim it."""
         human, inbox = self._human()
@@ -511,7 +515,7 @@ class Node:
             user = check_name(user, "$.user", human.limits)
         payload = cbor.from_json(payload_json, "$.payload")
 
-        def admit(world: World) -> Admission[dict[str, Any]]:
+        def admit(world: World) -> Admission[models.SettleResponse]:
             # Looked up on the host thread: a receipt settled just before is withdrawn by now.
             # (Within one batch, a second completion of the same task is a duplicate.)
             task = self._open_task(human, intent)
@@ -527,25 +531,25 @@ class Node:
 
     # -- operations (kernel/world/operations.py) ---------------------------------------------
 
-    async def operate(self, request: OperationRequest) -> dict[str, Any]:
+    async def operate(self, request: OperationRequest) -> models.OperationResponse:
         """Retry or reset a cell, or cancel an intent: journaled, then run to idle."""
-        return await self.host.run(lambda world: actions.operate(world, request).model_dump())
+        return await self.host.run(lambda world: actions.operate(world, request))
 
     # -- governance -------------------------------------------------------------------------
 
-    async def gov_propose(self, request: ProposalRequest) -> dict[str, Any]:
+    async def gov_propose(self, request: ProposalRequest) -> models.ProposalResponse:
         """Journal a proposal (`aos gov propose` while the node serves the world), read and
         validated beforehand (kernel/node/proposal_body.py)."""
 
-        def run(world: World) -> dict[str, Any]:
+        def run(world: World) -> models.ProposalResponse:
             proposal = proposals.propose(
                 world, request.patch, blobs=request.blobs, prepared=request.prepared
             )
-            return actions.proposal_body(world, proposal).model_dump()
+            return actions.proposal_body(world, proposal)
 
         return await self.host.run(run)
 
-    async def gov_shadow(self, proposal: str) -> dict[str, Any]:
+    async def gov_shadow(self, proposal: str) -> models.ShadowResponse:
         """Shadow a proposal in a worker process (read-only, beside the writer), then journal
         its report here; answers the report with the record's sequence."""
         if self.world_path is None:
@@ -553,55 +557,54 @@ class Node:
         proposal = await self.host.run(lambda w: proposals.resolve_proposal(w, proposal))
         found = await run_shadow(self.world_path, proposal, timeout_ms=self.limits.shadow_ms_max)
 
-        def record(world: World) -> dict[str, Any]:
+        def record(world: World) -> models.ShadowResponse:
             report_hash = str(world.put_blob(found.report))
             proposals.record_shadow_raw(
                 world, proposal, found.state_height, report_hash, found.summary
             )
             report = cbor.to_json(cbor.decode(found.report))
-            return {"report": report, "report_hash": report_hash, "seq": world.height}
+            return models.ShadowResponse(report=report, report_hash=report_hash, seq=world.height)
 
         return await self.host.run(record)
 
     async def gov_decide(
         self, proposal: str, *, approve: bool, approver: str, reason: str
-    ) -> dict[str, Any]:
-        def run(world: World) -> dict[str, Any]:
-            decided = actions.decide(
+    ) -> models.ProposalResponse:
+        def run(world: World) -> models.ProposalResponse:
+            return actions.decide(
                 world, proposal, approve=approve, approver=approver, reason=reason
             )
-            return decided.model_dump()
 
         return await self.host.run(run)
 
-    async def gov_apply(self, proposal: str) -> dict[str, Any]:
-        return await self.host.run(lambda world: actions.apply(world, proposal).model_dump())
+    async def gov_apply(self, proposal: str) -> models.ApplyResponse:
+        return await self.host.run(lambda world: actions.apply(world, proposal))
 
     # -- time --------------------------------------------------------------------------------
 
-    async def advance_time(self, by_ns: int) -> dict[str, Any]:
-        def advance(world: World) -> dict[str, Any]:
-            return actions.time_answer(world, world.advance_time(by_ns)).model_dump()
+    async def advance_time(self, by_ns: int) -> models.TimeResponse:
+        def advance(world: World) -> models.TimeResponse:
+            return actions.time_answer(world, world.advance_time(by_ns))
 
         return await self.host.run(advance)
 
-    async def jump_next_timer(self) -> dict[str, Any]:
-        def jump(world: World) -> dict[str, Any]:
-            return actions.time_answer(world, world.jump_next_timer()).model_dump()
+    async def jump_next_timer(self) -> models.TimeResponse:
+        def jump(world: World) -> models.TimeResponse:
+            return actions.time_answer(world, world.jump_next_timer())
 
         return await self.host.run(jump)
 
 
-def _settled(settlement: Settlement) -> Admission[dict[str, Any]]:
-    def answer(report: RunReport | None) -> dict[str, Any]:
-        return {
-            "intent": settlement.intent,
-            "seq": settlement.seq,
-            "duplicate": settlement.duplicate,
-            "delivered": settlement.delivered,
-            "report": _report(report) if report is not None else None,
-            "leases": [],  # what a receipt request's `lease` asked for (Node.settle)
-        }
+def _settled(settlement: Settlement) -> Admission[models.SettleResponse]:
+    def answer(report: RunReport | None) -> models.SettleResponse:
+        return models.SettleResponse(
+            intent=settlement.intent,
+            seq=settlement.seq,
+            duplicate=settlement.duplicate,
+            delivered=settlement.delivered,
+            report=actions.report_body(report) if report is not None else None,
+            leases=[],  # what a receipt request's `lease` asked for (Node.settle)
+        )
 
     detail = {"intent": settlement.intent, "receipt_seq": settlement.seq}
     return Admission(not settlement.duplicate, answer, detail)
@@ -629,37 +632,43 @@ def within(name: str, value: int, maximum: int, *, minimum: int = 1, at: str = "
         )
 
 
-def _report(report: RunReport) -> dict[str, Any]:
-    return actions.report_body(report).model_dump()
+def _origin(published: PublishedIntent) -> models.Origin:
+    return models.Origin(workflow=published.workflow, key=cbor.to_json(published.key))
 
 
-def _origin(published: PublishedIntent) -> dict[str, Any]:
-    return {"workflow": published.workflow, "key": cbor.to_json(published.key)}
+def _renewed(lease: Lease) -> models.RenewResponse:
+    return models.RenewResponse(
+        lease_id=lease.lease_id, intent=lease.intent.intent, expires_unix_ms=lease.expires_unix_ms
+    )
 
 
-def _lease(lease: Lease) -> dict[str, Any]:
+def _lease(lease: Lease) -> models.LeaseBody:
     published = lease.intent
-    return {
-        "lease_id": lease.lease_id,
-        "intent": published.intent,
-        "effect": published.effect,
-        "params": cbor.to_json(published.params),
+    return models.LeaseBody(
+        lease_id=lease.lease_id,
+        intent=published.intent,
+        effect=published.effect,
+        params=cbor.to_json(published.params),
         # The intent hash names this piece of work forever (it survives restarts and
         # re-leases), so it is what the adapter passes to the outside system.
-        "idempotency_key": published.intent,
-        "issuer_ref": published.issuer_ref,
-        "origin": _origin(published),
-        "expires_unix_ms": lease.expires_unix_ms,
-    }
+        idempotency_key=published.intent,
+        issuer_ref=published.issuer_ref,
+        origin=_origin(published),
+        expires_unix_ms=lease.expires_unix_ms,
+    )
 
 
-def _task(task: PublishedIntent) -> dict[str, Any]:
-    return {
-        "intent": task.intent,
-        "effect": task.effect,
-        "params": cbor.to_json(task.params),
-        "issuer_ref": task.issuer_ref,
-        "origin": _origin(task),
-        "seq": task.seq,
-        "published_unix_ms": task.published_unix_ms,
-    }
+def _task(task: PublishedIntent, shown: dict[str, Any]) -> models.TaskBody:
+    """A task as the inbox shows it (`shown`: its title, assignee, roles, claim...)."""
+    return models.TaskBody.model_validate(
+        {
+            "intent": task.intent,
+            "effect": task.effect,
+            "params": cbor.to_json(task.params),
+            "issuer_ref": task.issuer_ref,
+            "origin": _origin(task),
+            "seq": task.seq,
+            "published_unix_ms": task.published_unix_ms,
+            **shown,
+        }
+    )

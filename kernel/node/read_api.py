@@ -26,16 +26,14 @@ from dataclasses import replace
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Query, Request
 from fastapi.responses import StreamingResponse
 
 from aos.kernel import cbor
-from aos.kernel.node import models
 from aos.kernel.node import read_model as views
-from aos.kernel.node.access import needs
 from aos.kernel.node.errors import NodeBusyError, QueryInvalidError
-from aos.kernel.node.identities import READ
 from aos.kernel.node.node import Node
+from aos.kernel.node.routes import Handlers
 from aos.kernel.world.world import World
 
 STREAM_MEDIA_TYPE = "text/event-stream"
@@ -113,26 +111,23 @@ def _journal_turn(
     )
 
 
-def add_read_routes(app: FastAPI, node: Node) -> None:
+def read_handlers(node: Node) -> Handlers:
+    """The handlers of `routes.READS`."""
+    handler = Handlers()
     bounds = bounds_of(node)
     tails = Tails()
     cell_bounds = views.Bounds(
         node.limits.cells_per_request_max, bounds.scan_max, bounds.value_bytes_max
     )
 
-    @app.get("/v1/overview", tags=["read"], **needs(READ))
+    @handler
     async def get_overview() -> dict[str, Any]:
         """Height, manifest, clock, cells and failures per workflow, open intents, proposals."""
-        found = await node.host.run(partial(views.overview, derived=node.derived))
+        found = await node.host.run(partial(views.overview, bounded_failures=True))
         found["leases"] = node.leases.counts()
         return found
 
-    @app.get(
-        "/v1/cells/{workflow:path}",
-        response_model=models.CellsResponse,
-        tags=["read"],
-        **needs(READ),
-    )
+    @handler
     async def get_cells(
         workflow: str,
         status: str | None = None,
@@ -150,20 +145,17 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
                 after=after,
                 limit=rows,
                 scan_max=cell_bounds.scan_max,
-                derived=node.derived,
             )
         )
 
-    @app.get("/v1/cell", tags=["read"], **needs(READ))
+    @handler
     async def get_cell(workflow: str, key: str | None = None) -> dict[str, Any]:
         """One cell (key as JSON; leave it out for an unkeyed workflow) with its state."""
         return await node.host.run(
-            lambda world: views.cell(
-                world, views.cell_ref(world, workflow, key), bounds, node.derived
-            )
+            lambda world: views.cell(world, views.cell_ref(world, workflow, key), bounds)
         )
 
-    @app.get("/v1/timeline", tags=["read"], **needs(READ))
+    @handler
     async def get_timeline(
         workflow: str, key: str | None = None, before: int | None = None, limit: int | None = None
     ) -> dict[str, Any]:
@@ -178,7 +170,7 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
 
         return await node.host.run(read)
 
-    @app.get("/v1/steps/{seq}/state", tags=["read"], **needs(READ))
+    @handler
     async def get_state_at(seq: int) -> dict[str, Any]:
         """The state step record `seq` left its cell in (while the store still has it)."""
         return await node.host.run(
@@ -187,7 +179,7 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
             )
         )
 
-    @app.get("/v1/journal", response_model=models.JournalResponse, tags=["read"], **needs(READ))
+    @handler
     async def get_journal(
         from_seq: int | None = Query(None, alias="from"),
         before: int | None = None,
@@ -211,7 +203,7 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
         cursor = views.JournalCursor(start, below)
         return await journal_in_turns(node, cursor, rows, bounds, where)
 
-    @app.get("/v1/journal/stream", tags=["read"], **needs(READ))
+    @handler
     async def stream_journal(request: Request, after: int | None = None) -> StreamingResponse:
         """Server-sent events: one `record` event per journal record after `after` (default:
         the head when the stream opens), as it is written. Reconnecting with Last-Event-ID
@@ -223,13 +215,13 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
         stream = Tail(node, start, bounds, tails)
         return StreamingResponse(stream.events(request), media_type=STREAM_MEDIA_TYPE)
 
-    @app.get("/v1/records/{seq}", tags=["read"], **needs(READ))
+    @handler
     async def get_record(seq: int) -> dict[str, Any]:
         return await node.host.run(
             lambda world: {"seq": seq, "record": cbor.to_json(views.record_at(world, seq))}
         )
 
-    @app.get("/v1/trace/{target}", tags=["read"], **needs(READ))
+    @handler
     async def get_trace(
         target: str, from_seq: int | None = Query(None, alias="from")
     ) -> dict[str, Any]:
@@ -238,7 +230,7 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
         start = views.sequence(from_seq, "from") or 1
         return await node.host.run(lambda world: views.traced(world, target, bounds, start))
 
-    @app.get("/v1/intents", tags=["read"], **needs(READ))
+    @handler
     async def get_intents(after: str | None = None, limit: int | None = None) -> dict[str, Any]:
         """Open intents in intent-hash order, each with whether an adapter leases it now."""
         rows = views.rows(limit, bounds)
@@ -246,14 +238,16 @@ def add_read_routes(app: FastAPI, node: Node) -> None:
             lambda world: views.open_intents(world, node.leases.is_leased, after=after, limit=rows)
         )
 
-    @app.get("/v1/proposals", tags=["read"], **needs(READ))
+    @handler
     async def get_proposals() -> dict[str, Any]:
         return await node.host.run(views.proposals)
 
-    @app.get("/v1/proposals/{proposal}", tags=["read"], **needs(READ))
+    @handler
     async def get_proposal(proposal: str) -> dict[str, Any]:
         """A proposal, its patch, and its shadow report (null before a shadow run)."""
         return await node.host.run(lambda world: views.proposal(world, proposal))
+
+    return handler
 
 
 class Tails:

@@ -26,7 +26,9 @@ from aos.kernel.signing.signatures import verify_body
 from aos.kernel.store.views import read_back
 from aos.kernel.world import records
 from aos.kernel.world.cellindex import key_hash
+from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError
+from aos.kernel.world.queries import state_status
 from aos.kernel.world.trace import Trace, trace
 from aos.kernel.world.world import CellInfo, World
 
@@ -82,27 +84,31 @@ class CellRef:
     key: Any = None
 
 
-StatusOf = Callable[[World, CellInfo], str]
 FailureOf = Callable[[dict[str, Any]], bool]
 DERIVED_STATUS_CELLS_MAX = 2_000
 """Cells the overview looks at to count a derived status's failures (each one's state read and
 decoded, ~42 µs): a bound on how long it holds the world's writer."""
 
 
+def cell_status_of(world: World, cell: CellInfo) -> str:
+    """A cell's status as the node's reads say it: `failed` when the kernel says so, else
+    what its state says, for a workflow whose layer reads its cells' states
+    (`queries.status_from_state`: flows say an execution's status, flows/serve/cell_status.py),
+    else the kernel's. Where the kernel sees an execution that waits on an intent, this says
+    `running`; the kernel's own `status` is answered beside it (`/v1/cell` `kernel_status`)."""
+    reader = state_status(cell.workflow)
+    if reader is None or cell.status == STATUS_FAILED:
+        return cell.status
+    return reader(world.reader.state(cell.workflow, cell.key)) or cell.status
+
+
 @dataclass(eq=False)  # one per node, compared by identity
 class Derived:
-    """What a layer served beside the kernel says of its own cells and records, so that every
-    read of the node says it too (flows register theirs, aos.flows.serve.execution_views): a workflow's cell
-    status derived from its state (an execution that runs, or failed, where the kernel sees a
-    cell that waits or completed), and journal records that are failures the kernel did not
-    see (a step that ended an execution failed)."""
+    """Journal records a layer served beside the kernel says are failures the kernel did not
+    see (a step that ended an execution failed), so that every read of the node says it too
+    (flows register theirs, aos.flows.serve.execution_views)."""
 
-    statuses: dict[str, StatusOf] = field(default_factory=dict)
     failures: list[FailureOf] = field(default_factory=list)
-
-    def status(self, world: World, cell: CellInfo) -> str:
-        found = self.statuses.get(cell.workflow)
-        return cell.status if found is None else found(world, cell)
 
     def is_failure(self, record: dict[str, Any]) -> bool:
         return any(failure(record) for failure in self.failures)
@@ -176,15 +182,16 @@ def _no_constant(name: str) -> Any:
 # The world
 
 
-def overview(world: World, derived: Derived = NOTHING_DERIVED) -> dict[str, Any]:
+def overview(world: World, *, bounded_failures: bool = False) -> dict[str, Any]:
     """Height, manifest, clock, cells and failures per workflow, open intents, proposals. A
-    workflow with a derived status counts its failures among at most
-    `DERIVED_STATUS_CELLS_MAX` cells (`failed_counted`: how many were looked at)."""
+    workflow whose cells' states say their status (`cell_status_of`) counts its failures among
+    at most `DERIVED_STATUS_CELLS_MAX` cells (`failed_counted`: how many were looked at),
+    with `bounded_failures` (the read API's and the inspector's overview; `GET /v1/world` and
+    the metrics answer the kernel's counts)."""
     status = world.reader.status()
-    for name in derived.statuses:
-        counts = status["workflows"].get(name)
-        if counts is not None:
-            counts.update(_derived_failures(world, name, derived))
+    for name, counts in status["workflows"].items():
+        if bounded_failures and state_status(name) is not None:
+            counts.update(_derived_failures(world, name))
     by_status: dict[str, int] = {}
     for entry in world.proposals.values():
         by_status[entry["status"]] = by_status.get(entry["status"], 0) + 1
@@ -201,10 +208,10 @@ def overview(world: World, derived: Derived = NOTHING_DERIVED) -> dict[str, Any]
     }
 
 
-def _derived_failures(world: World, workflow: str, derived: Derived) -> dict[str, int]:
+def _derived_failures(world: World, workflow: str) -> dict[str, int]:
     failed = counted = 0
     for counted, cell in enumerate(world.reader.cells_after(workflow, None), start=1):
-        failed += derived.status(world, cell) == "failed"
+        failed += cell_status_of(world, cell) == STATUS_FAILED
         if counted == DERIVED_STATUS_CELLS_MAX:
             break
     return {"failed": failed, "failed_counted": counted}
@@ -222,13 +229,12 @@ def cells(
     after: str | None,
     limit: int,
     scan_max: int,
-    derived: Derived = NOTHING_DERIVED,
 ) -> dict[str, Any]:
     """A workflow's cells in key-hash order, only those with `status` when given, from the one
     after the key hash `after`. `next_after` continues (null: this is the last page). Reads
     only the cells it looks at: at most `limit` shown and `scan_max` looked at (a status
     filter that matches few cells stops there, `truncated`, with `next_after` the last cell
-    looked at). A cell's status is the one `derived` says, for a workflow it derives."""
+    looked at). A cell's status is `cell_status_of`'s."""
     if after is not None and not _KEY_HASH.fullmatch(after):
         raise QueryInvalidError("after is a cell's key hash (64 hex digits)", path="$.after")
     count = world.reader.cell_count(workflow)  # raises world.workflow_unknown
@@ -242,7 +248,7 @@ def cells(
             next_after = page[-1]["key_hash"] if len(page) == limit else looked_at
             break
         looked_at = _key_digest(cell)
-        shown = cell_json(cell, derived.status(world, cell))
+        shown = cell_json(cell, cell_status_of(world, cell))
         if not status or shown["status"] == status:
             page.append({**shown, "key_hash": looked_at})
     return {
@@ -267,17 +273,15 @@ def cell_json(cell: CellInfo, status: str | None = None) -> dict[str, Any]:
     }
 
 
-def cell(
-    world: World, ref: CellRef, bounds: Bounds, derived: Derived = NOTHING_DERIVED
-) -> dict[str, Any]:
-    """One cell: status (as `derived` says it), state (bounded), state hash, last active
-    sequence, and the kernel's own status."""
+def cell(world: World, ref: CellRef, bounds: Bounds) -> dict[str, Any]:
+    """One cell: status (`cell_status_of`), state (bounded), state hash, last active sequence,
+    and the kernel's own status."""
     info = world.reader.cell_info(ref.workflow, world.reader.key_bytes(ref.workflow, ref.key))
     if info is None:
         raise CellMissingError(f"{ref.workflow} has no cell for that key")
     return {
         "workflow": ref.workflow,
-        **cell_json(info, derived.status(world, info)),
+        **cell_json(info, cell_status_of(world, info)),
         "kernel_status": info.status,
         "state": shown(world.reader.state(ref.workflow, ref.key), bounds),
     }

@@ -14,29 +14,19 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
-from pydantic import BaseModel
 
-from aos.kernel.node.access import needs
-from aos.kernel.node.identities import PUBLIC
-
-WORLD_NODE_PATH = "/v1/worlds/{world}/node"
-
-
-class WorldNodeResponse(BaseModel):
-    world: str | None
-    world_id: str | None
-    url: str | None
-    node_id: str | None
-    epoch: int | None
-    live: bool
-    lease_ms_left: int
+from aos.kernel.node import routes
+from aos.kernel.node.routes import Handlers
 
 
 def add_registry_route(app: FastAPI, where: Callable[[str], dict[str, Any]]) -> None:
     """Serve `where(world)` (blocking: it may ask the database, so it runs on a worker
-    thread)."""
+    thread): `routes.REGISTRY`."""
+    handler = Handlers()
 
-    @app.get(WORLD_NODE_PATH, response_model=WorldNodeResponse, tags=["world"], **needs(PUBLIC))
+    @handler
     def world_node(world: str) -> dict[str, Any]:
         """Where `world` is served now: `url` is null while no node holds a live lease."""
         return where(world)
+
+    routes.mount(app, routes.REGISTRY, handler)

@@ -44,6 +44,11 @@ def status_from_state(workflow: str, reader: StateStatus) -> None:
     _state_statuses[workflow] = reader
 
 
+def state_status(workflow: str) -> StateStatus | None:
+    """The reader `status_from_state` registered for `workflow` (None: the kernel's status)."""
+    return _state_statuses.get(workflow)
+
+
 class CellReads:
     """A cell's state and status, and a workflow's cells, by canonical key bytes."""
 

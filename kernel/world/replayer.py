@@ -12,7 +12,7 @@ workflow's determinism profile.
 
 The first difference stops the replay and is reported precisely: the sequence number, the
 record kind, the cell (workflow and key), the module, and which fields differ. The audits
-built on it (`replay --verify`, the state of a past step) are in kernel/replay.py; recovery,
+built on it (`replay --verify`, the state of a past step) are in kernel/audit/replay.py; recovery,
 which rebuilds a head when a world opens, is recovery.py.
 """
 

@@ -12,6 +12,7 @@ from aos.flows.serve import flow_operations as ops
 from aos.flows.serve.flow_world import FlowKeys, create_flow_world
 from aos.flows.serve.local import LocalAdapters
 from aos.kernel import cbor
+from aos.kernel.node.models import FlowDeployed
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import World
 from tests.test_world import engine
@@ -24,7 +25,7 @@ class FlowWorld:
     adapters: LocalAdapters
     path: Path
 
-    def deploy(self, text: str) -> ops.Deployed:
+    def deploy(self, text: str) -> FlowDeployed:
         """A canonical definition, a playbook or a `.flow` text (`load_flow`), deployed."""
         return ops.deploy(self.world, load_flow(text, source="<test>"))
 

@@ -74,7 +74,7 @@ def test_signals_before_their_wait_are_kept_and_taken_in_order(flows: FlowWorld)
     first = ops.signal(flows.world, "e1", "go", {"n": 1})
     second = ops.signal(flows.world, "e1", "go", {"n": 2})
     assert (first.outcome, second.outcome) == ("buffered", "buffered")
-    assert first.to_json() == {
+    assert first.model_dump() == {
         "exec": "e1",
         "name": "go",
         "seq": first.seq,
