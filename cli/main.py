@@ -75,6 +75,11 @@ COMMANDS: dict[str, CommandRef] = {
         "flow_group",
         "Declarative flows: definitions, executions, their history (spec/11-flows.md).",
     ),
+    "schedule": CommandRef(
+        ("aos.cli.schedule_cmd",),
+        "schedule_group",
+        "Schedules: start a flow by cron or interval, exactly once per slot.",
+    ),
     "errors": CommandRef(
         ("aos.cli.errors_cmd",),
         "errors_command",
