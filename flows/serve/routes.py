@@ -37,6 +37,7 @@ from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from aos.flows.define.document import load_flow
+from aos.flows.schedules.routes import add_schedule_routes
 from aos.flows.serve import execution_views as views
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve import migration
@@ -265,6 +266,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     events while it runs, so those two routes are also served ahead of FastAPI
     (kernel/node/adapter_api.py), by the same functions as their FastAPI routes."""
     views.register(node.derived)
+    add_schedule_routes(app, node)
     add_fast_read(
         app,
         FastRead(
