@@ -150,7 +150,7 @@ def pump(world: World, limits: ScheduleLimits | None = None) -> list[str]:
     for cell in world.cells(SCHEDULE_WORKFLOW):
         name = str(cell.key)
         state = _state(world, name)
-        if state is None or state["paused"]:
+        if state is None or state["paused"] or _is_trigger(state):
             continue
         upcoming = state.get("next")
         if isinstance(upcoming, dict) and upcoming["at_ns"] <= world.logical_ns:
@@ -189,7 +189,8 @@ def slot_exec_id(name: str, slot_ns: int) -> str:
 
 def listing(world: World) -> list[dict[str, Any]]:
     found = (_state(world, str(cell.key)) for cell in world.cells(SCHEDULE_WORKFLOW))
-    return sorted((_summary(s) for s in found if s is not None), key=lambda s: str(s["name"]))
+    shown = (_summary(s) for s in found if s is not None and not _is_trigger(s))
+    return sorted(shown, key=lambda s: str(s["name"]))
 
 
 def show(world: World, name: str, slots: int = SHOWN_SLOTS_DEFAULT) -> dict[str, Any]:
@@ -324,9 +325,14 @@ def _state(world: World, name: str) -> dict[str, Any] | None:
 
 def _existing(world: World, name: str) -> dict[str, Any]:
     found = _state(world, name) if SCHEDULE_NAME_PATTERN.fullmatch(name) else None
-    if found is None:
+    if found is None or _is_trigger(found):
         raise ScheduleUnknownError(f"no schedule {name[:100]}", schedule=name[:100])
     return found
+
+
+def _is_trigger(state: dict[str, Any]) -> bool:
+    """A trigger's cell (triggers.py) is of the same workflow, with no slots."""
+    return "trigger" in state["spec"]
 
 
 def _running(world: World, exec_id: Any) -> bool:

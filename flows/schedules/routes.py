@@ -21,12 +21,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI
+from fastapi import Body, FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 
 from aos.flows.schedules import operations as sched
+from aos.flows.schedules import triggers
+from aos.flows.schedules.errors import ScheduleError
 from aos.flows.schedules.slots import (
     CATCH_UP_POLICIES,
     CRON_EXPRESSION_BYTES_MAX,
@@ -74,6 +76,17 @@ class CreateRequest(BaseModel):
             "jitter_ns": 0 if self.jitter is None else parse_duration(self.jitter, "jitter"),
         }
         return ScheduleSpec.parse(value)
+
+
+class TriggerRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=TEXT_MAX)
+    flow: str = Field(max_length=128)
+    key: str = Field(max_length=512, description="JSONPath of the idempotency key.")
+    event: str = Field("webhook", max_length=256, description="An event schema, or webhook.")
+    when: str | None = Field(None, max_length=512, description="A JSONPath guard.")
+    workload: dict[str, Annotated[str, Field(max_length=512)]] | None = Field(None, max_length=64)
+    version: int | None = Field(None, ge=1)
 
 
 class BackfillRequest(BaseModel):
@@ -134,6 +147,22 @@ def add_schedule_routes(app: FastAPI, node: Node) -> None:
 
         return await on_world(run)
 
+    @app.post("/v1/triggers", tags=["schedules"], **needs(DEPLOY))
+    async def create_trigger(request: TriggerRequest) -> dict[str, Any]:
+        """Create an event or webhook trigger (spec/11 §12.7)."""
+        spec = triggers.TriggerSpec(**request.model_dump(exclude={"name"}))
+        return await on_world(lambda world: triggers.create_trigger(world, request.name, spec))
+
+    @app.post("/v1/triggers/{name}/webhook", tags=["schedules"], **needs(SEND))
+    async def webhook(name: str, posted: Annotated[Any, Body()]) -> dict[str, Any]:
+        """Start the trigger's flow for the posted JSON value, once per the key it names (the
+        node's `request_bytes_max` bounds the body)."""
+        try:
+            value = cbor.from_json(posted)
+        except cbor.CborError as error:
+            raise ScheduleError(f"not data: {error}", path="$") from None
+        return await on_world(lambda world: triggers.deliver_webhook(world, name, value))
+
     _start_firing(app, node)
 
 
@@ -173,4 +202,4 @@ def _fire_due(world: World) -> list[str]:
         return []
     if world.clock == "wall":
         world.tick()
-    return sched.pump(world)
+    return [*sched.pump(world), *triggers.pump_triggers(world)]

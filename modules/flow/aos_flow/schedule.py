@@ -1,5 +1,6 @@
 """The schedule cell of `aos/FlowSchedule@1`, keyed by schedule name (spec/11 §12): it keeps
-what the host decided and journaled, and arms the kernel timer of the next slot.
+what the host decided and journaled, and arms the kernel timer of the next slot. A trigger
+(§12.7) is a cell of the same kind with no slot, and a journal cursor.
 
 The host computes every slot (cron and time zones are not deterministic across library
 versions, so the guest never parses a cron expression) and every overlap and catch-up
@@ -53,6 +54,7 @@ def _create(state: Any, body: dict[str, Any], ctx: Any) -> Any:
         "skipped": 0,
         "recent": [],
         "created_ns": ctx.now_ns,
+        "cursor": body.get("cursor"),
     }
     _arm(fresh, ctx)
     return fresh
@@ -73,6 +75,8 @@ def _update(state: dict[str, Any], op: Any, body: dict[str, Any], ctx: Any) -> A
         _apply(state, decision, ctx)
     if "buffered" in body:
         state["buffered"] = body["buffered"]
+    if "cursor" in body:  # a trigger: the journal it has read up to
+        state["cursor"] = body["cursor"]
     if op in ("fire", "resume"):
         state["next"] = body.get("next")
         ctx.cancel(TIMER_REF)
