@@ -167,6 +167,7 @@ def pump(world: World, limits: ScheduleLimits | None = None) -> list[str]:
 def advance(world: World, until_ns: int, limits: ScheduleLimits | None = None) -> int:
     """For a `manual` clock world: move time to `until_ns` timer by timer, firing the slots
     on the way (what a node does on a wall clock as time passes). Returns the timers hit."""
+    pump(world, limits)  # a slot whose timer fired before a kill, and not yet fired itself
     hits = 0
     while (deadline := world.next_timer_ns()) is not None and deadline <= until_ns:
         world.jump_next_timer()
