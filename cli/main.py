@@ -78,7 +78,7 @@ COMMANDS: dict[str, CommandRef] = {
     "schedule": CommandRef(
         ("aos.cli.schedule_cmd",),
         "schedule_group",
-        "Schedules: start a flow by cron or interval, exactly once per slot.",
+        "Schedules: start a deployed flow by cron or interval, exactly once per slot.",
     ),
     "errors": CommandRef(
         ("aos.cli.errors_cmd",),

@@ -72,6 +72,18 @@ class TriggerSpec:
         return {"trigger": {**self.__dict__}}
 
 
+def listing(world: World) -> list[dict[str, Any]]:
+    """Every trigger with its spec, how many executions it started and the last ones."""
+    found: list[dict[str, Any]] = []
+    for cell in world.cells(sched.SCHEDULE_WORKFLOW):
+        state = world.state(sched.SCHEDULE_WORKFLOW, cell.key)
+        if isinstance(state, dict) and is_trigger(state):
+            recent = [r for r in state["recent"] if r.get("exec")][-10:][::-1]
+            spec = state["spec"]["trigger"]
+            found.append({"name": state["name"], **spec, "fired": state["fired"], "recent": recent})
+    return sorted(found, key=lambda t: str(t["name"]))
+
+
 def is_trigger(state: dict[str, Any]) -> bool:
     return isinstance(state.get("spec"), dict) and "trigger" in state["spec"]
 
