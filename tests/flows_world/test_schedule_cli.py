@@ -69,3 +69,27 @@ def test_refusals_exit_1_with_their_code(tmp_path: Path) -> None:
         result = runner.invoke(main, [*args, "--world", world])
         assert result.exit_code == 1, (args, result.output)
         assert f"error[{code}]" in result.output
+
+
+def test_trigger_commands_start_once_per_key(tmp_path: Path) -> None:
+    runner = CliRunner()
+    world = str(tmp_path / "w")
+    flow = tmp_path / "quick.yaml"
+    flow.write_text("name: t/quick\nsteps: [{name: a, tasks: [{do: noop}]}]\n")
+    steps = [
+        ["flow", "world", "create", world, "--clock", "manual"],
+        ["flow", "deploy", str(flow), "--world", world],
+        ["trigger", "create", "hook", "--flow", "t/quick", "--key", "$.id", "--world", world],
+    ]
+    for args in steps:
+        assert runner.invoke(main, args).exit_code == 0, args
+    deliver = ["trigger", "deliver", "hook", "--value", '{"id": "o1"}', "--world", world, "--json"]
+    first = json.loads(runner.invoke(main, deliver).output)
+    again = json.loads(runner.invoke(main, deliver).output)
+    assert (first["exec"], first["duplicate"], again["duplicate"]) == ("trig~hook~o1", False, True)
+    listed = runner.invoke(main, ["flow", "ls", "--world", world]).output
+    assert "trig~hook~o1" in listed and "trigger hook" in listed
+    shown = json.loads(runner.invoke(main, ["trigger", "ls", "--world", world, "--json"]).output)
+    assert shown["triggers"][0]["fired"] == 1
+    bad = runner.invoke(main, ["trigger", "deliver", "hook", "--value", "{", "--world", world])
+    assert bad.exit_code == 1 and "error[schedule.invalid]" in bad.output
