@@ -83,13 +83,19 @@ def test_a_slot_fired_twice_starts_one_execution(tmp_path: Path) -> None:
     with flows.world:
         sched.create(flows.world, "once", spec())
         flows.world.jump_next_timer()
-        state = flows.world.state(sched.SCHEDULE_WORKFLOW, "once")
         sched.pump(flows.world)
+        fired = [
+            r["value"]
+            for _, r in flows.journal()
+            if r["kind"] == "domain_event" and r["schema"] == sched.COMMAND_EVENT
+        ][-1]
+        assert fired["op"] == "fire"
         height = flows.world.height
-        # A second node (or a repeat after a kill) fires the same slot from the state it read.
-        sched._fire(flows.world, "once", state, sched.ScheduleLimits())
+        # A second node (or a repeat after a kill) sends the same slot's fire again.
+        flows.world.send(sched.COMMAND_EVENT, fired)
         assert flows.world.height == height + 2  # the command and its (stale) step, no start
         assert len(scheduled(flows, "once")) == 1
+        assert sched.show(flows.world, "once")["fired"] == 1
 
 
 def test_skip_with_a_slow_flow_skips_the_overlapping_slots_and_says_so(tmp_path: Path) -> None:
@@ -272,3 +278,17 @@ def test_every_interval_schedule(tmp_path: Path) -> None:
         sched.delete(flows.world, "every")
         assert sched.listing(flows.world) == []
         assert flows.world.next_timer_ns() is None
+
+
+def test_backfill_at_its_limit_is_taken_and_one_over_is_refused(tmp_path: Path) -> None:
+    start = at("2026-11-28T00:00:00")
+    flows = world_at(tmp_path / "w", start)
+    limits = sched.ScheduleLimits(schedule_backfill_slots_max=4)
+    with flows.world:
+        sched.create(flows.world, "b", spec(cron="0 * * * *"))
+        height = flows.world.height
+        with pytest.raises(ScheduleLimitError):
+            sched.backfill(flows.world, "b", start - 4 * HOUR_NS, start, limits)
+        assert flows.world.height == height
+        taken = sched.backfill(flows.world, "b", start - 3 * HOUR_NS, start, limits)
+        assert len(taken) == 4
