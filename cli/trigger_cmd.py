@@ -115,3 +115,21 @@ def pump_command(world_path: str, as_json: bool) -> None:
         emit_json({"moved": moved})
     else:
         click.echo(f"moved: {', '.join(moved) or 'nothing'}")
+
+
+@trigger_group.command("delete")
+@click.argument("name")
+@world_option
+@json_option
+@handles_errors
+def delete_command(world_path: str, as_json: bool, name: str) -> None:
+    """Delete trigger NAME (the executions it started stay)."""
+    world = World.open(world_path)
+    try:
+        answer = triggers.delete_trigger(world, name)
+    finally:
+        world.close()
+    if as_json:
+        emit_json(answer)
+    else:
+        click.echo(f"deleted: {name}")

@@ -13,6 +13,9 @@ executions now and needs `send`; reading needs `read`. A refused call changes no
     POST   /v1/schedules/{name}/pause | /resume | /trigger
     POST   /v1/schedules/{name}/backfill  {from, to}
     DELETE /v1/schedules/{name}
+    POST   /v1/triggers                   {name, flow, key, event?, when?, workload?, version?}
+    POST   /v1/triggers/{name}/webhook    the JSON value  -> {trigger, exec, duplicate}
+    DELETE /v1/triggers/{name}
 """
 
 from __future__ import annotations
@@ -152,6 +155,10 @@ def add_schedule_routes(app: FastAPI, node: Node) -> None:
         """Create an event or webhook trigger (spec/11 §12.7)."""
         spec = triggers.TriggerSpec(**request.model_dump(exclude={"name"}))
         return await on_world(lambda world: triggers.create_trigger(world, request.name, spec))
+
+    @app.delete("/v1/triggers/{name}", tags=["schedules"], **needs(OPERATE))
+    async def delete_trigger(name: str) -> dict[str, Any]:
+        return await on_world(lambda world: triggers.delete_trigger(world, name))
 
     @app.post("/v1/triggers/{name}/webhook", tags=["schedules"], **needs(SEND))
     async def webhook(name: str, posted: Annotated[Any, Body()]) -> dict[str, Any]:

@@ -105,6 +105,13 @@ def create_trigger(
     return {"trigger": name, "event": spec.event, "cursor": body["cursor"]}
 
 
+def delete_trigger(world: World, name: str) -> dict[str, Any]:
+    """Delete a trigger (the executions it started stay)."""
+    _trigger_state(world, name)
+    world.send(sched.COMMAND_EVENT, {"name": name, "op": "delete", "body": {}})
+    return {"trigger": name, "deleted": True}
+
+
 def deliver_webhook(world: World, name: str, value: Any) -> dict[str, Any]:
     """Start the webhook trigger `name`'s flow for `value`, once per key: a repeat answers
     the execution the first delivery started, `duplicate`, and journals nothing."""
@@ -159,7 +166,7 @@ def _pass(world: World, name: str, state: dict[str, Any]) -> bool:
     return True
 
 
-def _trigger(world: World, name: str, kind: str) -> TriggerSpec:
+def _trigger_state(world: World, name: str) -> dict[str, Any]:
     found = (
         world.state(sched.SCHEDULE_WORKFLOW, name)
         if SCHEDULE_NAME_PATTERN.fullmatch(name)
@@ -167,6 +174,11 @@ def _trigger(world: World, name: str, kind: str) -> TriggerSpec:
     )
     if not isinstance(found, dict) or not is_trigger(found):
         raise ScheduleUnknownError(f"no trigger {name[:100]}", schedule=name[:100])
+    return found
+
+
+def _trigger(world: World, name: str, kind: str) -> TriggerSpec:
+    found = _trigger_state(world, name)
     spec = TriggerSpec(**found["spec"]["trigger"])
     if (spec.event == WEBHOOK) != (kind == WEBHOOK) or found["paused"]:
         raise ScheduleError(f"trigger {name} takes no {kind} deliveries now", schedule=name)

@@ -93,3 +93,6 @@ def test_trigger_commands_start_once_per_key(tmp_path: Path) -> None:
     assert shown["triggers"][0]["fired"] == 1
     bad = runner.invoke(main, ["trigger", "deliver", "hook", "--value", "{", "--world", world])
     assert bad.exit_code == 1 and "error[schedule.invalid]" in bad.output
+    assert runner.invoke(main, ["trigger", "delete", "hook", "--world", world]).exit_code == 0
+    gone = runner.invoke(main, ["trigger", "delete", "hook", "--world", world])
+    assert gone.exit_code == 1 and "error[schedule.unknown]" in gone.output
