@@ -36,7 +36,8 @@ def schedule_group() -> None:
 
 
 @contextmanager
-def _writing(world_path: str) -> Iterator[World]:
+def writing(world_path: str) -> Iterator[World]:
+    """The world opened for writing, closed after (schedule and trigger commands)."""
     world = World.open(world_path)
     try:
         yield world
@@ -76,7 +77,7 @@ def _answer(value: Any, as_json: bool, text: Callable[[Any], str]) -> None:
 def create_command(world_path: str, as_json: bool, name: str, **options: Any) -> None:
     """Create schedule NAME; its first slot is the first after now (or after --start)."""
     spec = _spec(options)
-    with _writing(world_path) as world:
+    with writing(world_path) as world:
         shown = sched.create(world, name, spec)
     _answer(shown, as_json, _shown_text)
 
@@ -169,7 +170,7 @@ def _simple(verb: str, act: Callable[[World, str], Any], doc: str) -> None:
     @json_option
     @handles_errors
     def command(world_path: str, as_json: bool, name: str) -> None:
-        with _writing(world_path) as world:
+        with writing(world_path) as world:
             act(world, name)
         _answer({"schedule": name, "done": verb}, as_json, lambda _: f"{verb}: {name}")
 
@@ -186,7 +187,7 @@ _simple("delete", sched.delete, "Delete NAME (its executions stay).")
 @handles_errors
 def trigger_command(world_path: str, as_json: bool, name: str) -> None:
     """Start one run of NAME's flow now, beside its slots."""
-    with _writing(world_path) as world:
+    with writing(world_path) as world:
         exec_id = sched.trigger(world, name)
     _answer({"schedule": name, "exec": exec_id}, as_json, lambda _: f"started {exec_id}")
 
@@ -200,7 +201,7 @@ def trigger_command(world_path: str, as_json: bool, name: str) -> None:
 @handles_errors
 def backfill_command(world_path: str, as_json: bool, name: str, from_at: str, to_at: str) -> None:
     """Start NAME's slots in [FROM, TO] (ISO 8601) that have not run."""
-    with _writing(world_path) as world:
+    with writing(world_path) as world:
         zone = sched.show(world, name)["timezone"]
         tz = ScheduleSpec(flow="", cron="* * * * *", timezone=zone).zone()
         decisions = sched.backfill(
@@ -220,7 +221,7 @@ def backfill_command(world_path: str, as_json: bool, name: str, from_at: str, to
 @handles_errors
 def fire_command(world_path: str, as_json: bool) -> None:
     """Fire the slots the world's clock has reached (a node does this itself)."""
-    with _writing(world_path) as world:
+    with writing(world_path) as world:
         if world.clock == "wall":
             world.tick()
         moved = sched.pump(world)

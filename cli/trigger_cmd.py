@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
+from aos.cli.schedule_cmd import writing
 from aos.flows.schedules import triggers
 from aos.flows.schedules.errors import ScheduleError
 from aos.kernel import cbor
@@ -53,11 +54,8 @@ def create_command(world_path: str, as_json: bool, name: str, **options: Any) ->
     if workload is not None and not isinstance(workload, dict):
         raise ScheduleError("--workload is a map of field to JSONPath", path="--workload")
     spec = triggers.TriggerSpec(workload=workload, **options)
-    world = World.open(world_path)
-    try:
+    with writing(world_path) as world:
         made = triggers.create_trigger(world, name, spec)
-    finally:
-        world.close()
     if as_json:
         emit_json(made)
     else:
@@ -88,11 +86,8 @@ def ls_command(world_path: str, as_json: bool) -> None:
 def deliver_command(world_path: str, as_json: bool, name: str, value: str) -> None:
     """Deliver a webhook value to trigger NAME here (a node takes it over HTTP)."""
     posted = _json(value, "--value")
-    world = World.open(world_path)
-    try:
+    with writing(world_path) as world:
         answer = triggers.deliver_webhook(world, name, posted)
-    finally:
-        world.close()
     if as_json:
         emit_json(answer)
     else:
@@ -106,11 +101,8 @@ def deliver_command(world_path: str, as_json: bool, name: str, value: str) -> No
 @handles_errors
 def pump_command(world_path: str, as_json: bool) -> None:
     """Start what the domain events journaled since each trigger's cursor call for."""
-    world = World.open(world_path)
-    try:
+    with writing(world_path) as world:
         moved = triggers.pump_triggers(world)
-    finally:
-        world.close()
     if as_json:
         emit_json({"moved": moved})
     else:
@@ -124,11 +116,8 @@ def pump_command(world_path: str, as_json: bool) -> None:
 @handles_errors
 def delete_command(world_path: str, as_json: bool, name: str) -> None:
     """Delete trigger NAME (the executions it started stay)."""
-    world = World.open(world_path)
-    try:
+    with writing(world_path) as world:
         answer = triggers.delete_trigger(world, name)
-    finally:
-        world.close()
     if as_json:
         emit_json(answer)
     else:
