@@ -44,6 +44,7 @@ from aos.flows.define.document import load_flow, source_warnings
 from aos.flows.define.draw import to_mermaid, to_text
 from aos.flows.define.positions import SourcePositions
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError
+from aos.flows.schedules.origin import started_by
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve.flow_client import FlowClient, LocalFlows, NodeFlows
 from aos.flows.serve.flow_world import (
@@ -406,8 +407,10 @@ def ls_command(
     rows = [[f.name, len(f.versions), f.versions[-1].definition] for f in body.flows]
     click.echo(table(["FLOW", "VERSIONS", "LATEST"], rows))
     click.echo("")
-    rows = [[e.exec, e.flow, e.version, e.status] for e in body.executions]
-    click.echo(table(["EXECUTION", "FLOW", "VERSION", "STATUS"], rows))
+    rows = [
+        [e.exec, e.flow, e.version, e.status, started_by(e.exec) or ""] for e in body.executions
+    ]
+    click.echo(table(["EXECUTION", "FLOW", "VERSION", "STATUS", "STARTED BY"], rows))
     if body.next_after is not None:
         click.echo(f"\n{body.count} executions in all; more: --after {body.next_after}")
 

@@ -75,6 +75,16 @@ COMMANDS: dict[str, CommandRef] = {
         "flow_group",
         "Declarative flows: definitions, executions, their history (spec/11-flows.md).",
     ),
+    "schedule": CommandRef(
+        ("aos.cli.schedule_cmd",),
+        "schedule_group",
+        "Schedules: start a deployed flow by cron or interval, exactly once per slot.",
+    ),
+    "trigger": CommandRef(
+        ("aos.cli.trigger_cmd",),
+        "trigger_group",
+        "Triggers: start a flow on a domain event or a webhook, once per key.",
+    ),
     "errors": CommandRef(
         ("aos.cli.errors_cmd",),
         "errors_command",

@@ -20,6 +20,7 @@ from fastapi.responses import Response
 
 from aos.flows.define.cfd import decode_definition
 from aos.flows.define.draw_svg import Marking, to_svg
+from aos.flows.schedules.pages import add_schedule_pages
 from aos.flows.serve import execution_views as views
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve.flow_world import EXEC_WORKFLOW, is_flow_world
@@ -62,6 +63,7 @@ FLOW_PAGES = (
 def add_flow_pages(app: FastAPI, inspector: Inspector) -> None:
     inspector.add_templates(TEMPLATES_DIR)
     inspector.nav.append(("Flows", f"{UI_PATH}/flows"))
+    add_schedule_pages(app, inspector)
     routes.mount(app, FLOW_PAGES, _page_handlers(inspector))
 
 

@@ -38,6 +38,7 @@ from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from aos.flows.define.document import load_flow
+from aos.flows.schedules.routes import add_schedule_routes
 from aos.flows.serve import execution_views as views
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve import migration
@@ -267,6 +268,7 @@ def add_flow_routes(app: FastAPI, node: Node) -> None:
     (kernel/node/adapter_api.py), by the same functions as their FastAPI routes."""
     views.register(node.derived)
     routes.mount(app, FLOW_ROUTES, _handlers(node))
+    add_schedule_routes(app, node)
     add_fast_read(
         app,
         FastRead(

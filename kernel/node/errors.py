@@ -241,6 +241,9 @@ _STATUS_BY_CODE = {
     "flow.migration_stale": 409,
     "flow.shadow_failed": 409,
     "flow.too_large": 413,
+    "schedule.unknown": 404,
+    "schedule.exists": 409,
+    "schedule.limit": 409,
     "node.internal": 500,
     # Identities and scopes (kernel/node/identities.py, spec/04 §9.8).
     "auth.unauthenticated": 401,
