@@ -38,7 +38,7 @@ PACKAGE_DATA = {
     # The web inspector's pages, styles and vendored htmx; the flow pages' templates.
     "aos.kernel.node": ["templates/*.html", "static/*"],
     "aos.flows.serve": ["templates/*.html"],
-    "aos.flows.schedules": ["templates/*.html"],
+    "aos.flows.serve.schedules": ["templates/*.html"],
     "aos.flows": [
         "interpreter-module/*.py",
         "interpreter-module/aos_flow/*.py",

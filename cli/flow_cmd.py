@@ -44,7 +44,6 @@ from aos.flows.define.document import load_flow, source_warnings
 from aos.flows.define.draw import to_mermaid, to_text
 from aos.flows.define.positions import SourcePositions
 from aos.flows.errors import FlowCheckError, FlowDecodeError, FlowError
-from aos.flows.schedules.origin import started_by
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve.flow_client import FlowClient, LocalFlows, NodeFlows
 from aos.flows.serve.flow_world import (
@@ -52,6 +51,7 @@ from aos.flows.serve.flow_world import (
     default_keys_dir,
 )
 from aos.flows.serve.numbers import execution_number
+from aos.flows.serve.schedules.origin import started_by
 from aos.flows.serve.signals import NOT_DELIVERED
 from aos.flows.tools.config import load_config
 from aos.kernel import cbor

@@ -16,9 +16,9 @@ from typing import Any
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
-from aos.flows.schedules import operations as sched
-from aos.flows.schedules.errors import ScheduleError
-from aos.flows.schedules.slots import (
+from aos.flows.serve.schedules import operations as sched
+from aos.flows.serve.schedules.errors import ScheduleError
+from aos.flows.serve.schedules.slots import (
     CATCH_UP_POLICIES,
     OVERLAP_POLICIES,
     SCHEDULE_WORKLOAD_BYTES_MAX,

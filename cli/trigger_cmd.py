@@ -13,8 +13,8 @@ import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, table, world_option
 from aos.cli.schedule_cmd import writing
-from aos.flows.schedules import triggers
-from aos.flows.schedules.errors import ScheduleError
+from aos.flows.serve.schedules import triggers
+from aos.flows.serve.schedules.errors import ScheduleError
 from aos.kernel import cbor
 from aos.kernel.world.world import World
 

@@ -20,11 +20,11 @@ from fastapi.responses import Response
 
 from aos.flows.define.cfd import decode_definition
 from aos.flows.define.draw_svg import Marking, to_svg
-from aos.flows.schedules.pages import add_schedule_pages
 from aos.flows.serve import execution_views as views
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve.flow_world import EXEC_WORKFLOW, is_flow_world
 from aos.flows.serve.retry import RETRYABLE_STATUSES
+from aos.flows.serve.schedules.pages import add_schedule_pages
 from aos.kernel import cbor
 from aos.kernel.errors import AosError
 from aos.kernel.node import read_model as kernel_views

@@ -38,7 +38,6 @@ from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from aos.flows.define.document import load_flow
-from aos.flows.schedules.routes import add_schedule_routes
 from aos.flows.serve import execution_views as views
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve import migration
@@ -51,6 +50,7 @@ from aos.flows.serve.flow_shadow import (
 from aos.flows.serve.flow_shadow_worker import plan_flow_in_worker, plan_in_worker, shadow_in_worker
 from aos.flows.serve.flow_world import EXEC_WORKFLOW
 from aos.flows.serve.retry import retry as retried
+from aos.flows.serve.schedules.routes import add_schedule_routes
 from aos.kernel import cbor
 from aos.kernel.node import models, routes
 from aos.kernel.node.adapter_api import FastRead, add_fast_read

@@ -14,10 +14,10 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from aos.flows.define.document import load_flow
-from aos.flows.schedules import operations as sched
-from aos.flows.schedules.slots import ScheduleSpec, parse_time
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve.flow_world import create_flow_world, load_or_make_keys
+from aos.flows.serve.schedules import operations as sched
+from aos.flows.serve.schedules.slots import ScheduleSpec, parse_time
 from aos.kernel.audit import replay
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.world import CLOCK_MANUAL, World

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from aos.flows.schedules.routes import SCHEDULE_FIRE_POLL_MS_DEFAULT
 from aos.flows.serve.routes import add_flow_routes
+from aos.flows.serve.schedules.routes import SCHEDULE_FIRE_POLL_MS_DEFAULT
 from aos.kernel.node import Node
 from aos.kernel.node.app import create_app
 from aos.kernel.node.identities import READ

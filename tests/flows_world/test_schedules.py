@@ -10,20 +10,20 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from aos.flows.schedules import operations as sched
-from aos.flows.schedules.errors import (
+from aos.flows.serve import flow_operations as ops
+from aos.flows.serve.schedules import operations as sched
+from aos.flows.serve.schedules.errors import (
     ScheduleError,
     ScheduleExistsError,
     ScheduleLimitError,
     ScheduleUnknownError,
 )
-from aos.flows.schedules.slots import (
+from aos.flows.serve.schedules.slots import (
     CRON_EXPRESSION_BYTES_MAX,
     ScheduleSpec,
     parse_duration,
     parse_time,
 )
-from aos.flows.serve import flow_operations as ops
 from aos.kernel.audit import replay
 from tests.flows_world.support import FlowWorld, make_flow_world
 

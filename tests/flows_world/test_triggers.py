@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from aos.flows.schedules import triggers
-from aos.flows.schedules.errors import ScheduleError, ScheduleUnknownError
-from aos.flows.schedules.triggers import TriggerSpec
 from aos.flows.serve import flow_operations as ops
 from aos.flows.serve.routes import add_flow_routes
+from aos.flows.serve.schedules import triggers
+from aos.flows.serve.schedules.errors import ScheduleError, ScheduleUnknownError
+from aos.flows.serve.schedules.triggers import TriggerSpec
 from aos.kernel.audit import replay
 from aos.kernel.node import Node
 from aos.kernel.node.app import create_app

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from starlette.exceptions import StarletteDeprecationWarning
 
-from aos.flows.schedules import operations as sched
-from aos.flows.schedules import triggers
-from aos.flows.schedules.slots import ScheduleSpec
 from aos.flows.serve.pages import add_flow_pages
 from aos.flows.serve.routes import add_flow_routes
+from aos.flows.serve.schedules import operations as sched
+from aos.flows.serve.schedules import triggers
+from aos.flows.serve.schedules.slots import ScheduleSpec
 from aos.kernel.node import Node
 from aos.kernel.node.app import create_app
 from aos.kernel.node.inspector import add_inspector

@@ -17,16 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from aos.flows.schedules.errors import (
+from aos.flows.serve import flow_operations
+from aos.flows.serve.flow_operations import STATUS_RUNNING, ExecutionUnknownError
+from aos.flows.serve.flow_world import EXEC_WORKFLOW
+from aos.flows.serve.schedules.errors import (
     ScheduleError,
     ScheduleExistsError,
     ScheduleLimitError,
     ScheduleUnknownError,
 )
-from aos.flows.schedules.slots import SCHEDULE_NAME_PATTERN, ScheduleSpec, utc_text
-from aos.flows.serve import flow_operations
-from aos.flows.serve.flow_operations import STATUS_RUNNING, ExecutionUnknownError
-from aos.flows.serve.flow_world import EXEC_WORKFLOW
+from aos.flows.serve.schedules.slots import SCHEDULE_NAME_PATTERN, ScheduleSpec, utc_text
 from aos.kernel.world.world import RunReport, World
 
 SCHEDULE_WORKFLOW = "aos/FlowSchedule@1"

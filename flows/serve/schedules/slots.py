@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from aos.flows.schedules.errors import ScheduleError
+from aos.flows.serve.schedules.errors import ScheduleError
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_bytes
 

@@ -29,10 +29,10 @@ from typing import Annotated, Any
 from fastapi import Body, FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 
-from aos.flows.schedules import operations as sched
-from aos.flows.schedules import triggers
-from aos.flows.schedules.errors import ScheduleError
-from aos.flows.schedules.slots import (
+from aos.flows.serve.schedules import operations as sched
+from aos.flows.serve.schedules import triggers
+from aos.flows.serve.schedules.errors import ScheduleError
+from aos.flows.serve.schedules.slots import (
     CATCH_UP_POLICIES,
     CRON_EXPRESSION_BYTES_MAX,
     OVERLAP_POLICIES,

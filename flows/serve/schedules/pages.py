@@ -11,9 +11,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from aos.flows.schedules import operations as sched
-from aos.flows.schedules import triggers
-from aos.flows.schedules.origin import started_by
+from aos.flows.serve.schedules import operations as sched
+from aos.flows.serve.schedules import triggers
+from aos.flows.serve.schedules.origin import started_by
 from aos.kernel.node import routes
 from aos.kernel.node.identities import READ
 from aos.kernel.node.inspector import UI_PATH, Inspector

@@ -21,16 +21,16 @@ from typing import Any
 
 import jsonpath
 
-from aos.flows.schedules import operations as sched
-from aos.flows.schedules.errors import (
+from aos.flows.serve import flow_operations
+from aos.flows.serve.flow_world import EXEC_WORKFLOW
+from aos.flows.serve.schedules import operations as sched
+from aos.flows.serve.schedules.errors import (
     ScheduleError,
     ScheduleExistsError,
     ScheduleLimitError,
     ScheduleUnknownError,
 )
-from aos.flows.schedules.slots import SCHEDULE_NAME_PATTERN
-from aos.flows.serve import flow_operations
-from aos.flows.serve.flow_world import EXEC_WORKFLOW
+from aos.flows.serve.schedules.slots import SCHEDULE_NAME_PATTERN
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.world import records
