@@ -90,12 +90,12 @@ class LocalAdapters:
             if self.world.next_timer_ns() is None:
                 break
             if self.world.clock == CLOCK_MANUAL:
-                if not self.skip_time or self._awaiting_outside():
+                if not self.skip_time or self.awaiting_outside():
                     break
                 self.world.jump_next_timer()
                 report.timers_skipped += 1
                 continue
-            if self._awaiting_outside() or not self._tick_wall():
+            if self.awaiting_outside() or not self._tick_wall():
                 break
         report.human_tasks = [i["intent"] for i in self._open(tool=False)]
         report.timers_pending = self.world.next_timer_ns() is not None
@@ -108,7 +108,7 @@ class LocalAdapters:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _awaiting_outside(self) -> bool:
+    def awaiting_outside(self) -> bool:
         """Whether an execution waits for a person or a signal: skipping time then would
         only time that wait out, so the drain stops and leaves it to the caller."""
         if self._open(tool=False):
@@ -132,13 +132,13 @@ class LocalAdapters:
             if record is None:
                 continue
             effect = str(intent["effect"])
-            outcome = self._outcome(str(intent["intent"]), effect, record["params"])
+            outcome = self.outcome(str(intent["intent"]), effect, record["params"])
             adapter = KEYCHAIN_ADAPTER if effect == KEYCHAIN_EFFECT else TOOL_EFFECTS[effect]
             self.settle(str(intent["intent"]), adapter, outcome.status, outcome.payload)
         self.world.run_to_idle()
         return len(intents)
 
-    def _outcome(self, intent: str, effect: str, params: Any) -> ToolOutcome:
+    def outcome(self, intent: str, effect: str, params: Any) -> ToolOutcome:
         """What the tool (or keychain) adapter would answer."""
         if effect == KEYCHAIN_EFFECT:
             key = fingerprint_key(self.keys.seed(KEYCHAIN_ADAPTER))

@@ -1,0 +1,52 @@
+"""aos from Python (spec/11 §12, README "Use aos from Python"): open, create or connect to a
+flow world, then deploy and run flows, wait for them, send events, signal, cancel, complete
+human tasks and read executions, cells and history as typed models.
+
+    import aos
+
+    with aos.create() as flows:                  # a scratch world, adapters in process
+        run = flows.run("flows/examples/hello.yaml")
+        outcome = run.wait()                     # Outcome: status, result, error, exit_code
+        run.events(kind="step.started")          # its history, as typed models
+
+`aos.open(DIR)` holds an existing flow world for writing (its adapter keys in `DIR.keys`),
+`aos.create(DIR)` makes one, and `aos.connect(URL, token=...)` works through the node that
+serves a world, with the same calls and answers. The names in `__all__` are the whole
+public surface; `aos.testing` is the flow test kit. Everything else in the package is
+private, and `aos.kernel`, `aos.flows` and `aos.cli` are the engine behind it.
+"""
+
+from __future__ import annotations
+
+from aos._flows import Execution, Flows, Outcome, Task
+from aos._worlds import connect
+from aos._worlds import create_world as create
+from aos._worlds import open_world as open
+from aos.kernel.errors import AosError
+from aos.kernel.node.models import (
+    ExecutionState,
+    FlowDeployed,
+    HistoryEvent,
+    SendResponse,
+    SignalAnswer,
+    StateResponse,
+    TaskError,
+)
+
+__all__ = [
+    "AosError",
+    "Execution",
+    "ExecutionState",
+    "FlowDeployed",
+    "Flows",
+    "HistoryEvent",
+    "Outcome",
+    "SendResponse",
+    "SignalAnswer",
+    "StateResponse",
+    "Task",
+    "TaskError",
+    "connect",
+    "create",
+    "open",
+]
