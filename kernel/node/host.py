@@ -132,6 +132,10 @@ class WorldHost:
         self._last_tick_s = 0.0
         self._held: Any = None  # the job that ended a batch, run next
         self.cells = CellWatch(waiters_max=limits.cell_waiters_max)  # woken after each publish
+        # Told on the host thread, with the world and the first record of each commit (its
+        # head + 1 once it is open), before its intents are leased (flows/serve/tracing.py); a
+        # failure is logged and changes nothing.
+        self.committed: list[Callable[[World, int], None]] = []
         self.batches = 0  # batches run, and the operations in them (tests, benches)
         self.batched = 0
         self.counts = HostCounts()  # what the metrics show (metrics.py); host thread only
@@ -428,7 +432,8 @@ class WorldHost:
         stepped: list[Cell] = []
         watching = self.cells.watching
         timers_changed = False
-        for seq, record in world.store.journal.read(self._published_height + 1, head):
+        first = self._published_height + 1
+        for seq, record in world.store.journal.read(first, head):
             if not isinstance(record, dict):
                 raise KernelInvariantError(f"journal record {seq} is not a map")
             self.counts.journaled(record)
@@ -452,6 +457,7 @@ class WorldHost:
                 timers_changed |= isinstance(body, dict) and body.get("adapter") == TIMER_ADAPTER
                 settled[str(record["intent"])] = seq
         self._published_height = head
+        self._tell_committed(world, first)  # before leasing: a lease names its work's trace
         self._leases.withdraw(settled)
         self._leases.revoke(cancelled)
         self._leases.publish(p for p in fresh if p.intent not in settled.keys() | cancelled)
@@ -462,6 +468,13 @@ class WorldHost:
             self._watcher.published(fresh, settled, cancelled)
         if stepped:
             self.cells.stepped(world, stepped)
+
+    def _tell_committed(self, world: World, first: int) -> None:
+        for observer in self.committed:
+            try:
+                observer(world, first)
+            except Exception:
+                log.exception("a commit observer failed")
 
     def _publish_open_intents(self, world: World) -> None:
         """On open: intents journaled (and flushed) before this node started are still open."""
@@ -476,6 +489,7 @@ class WorldHost:
         self._timer_pending = world.next_timer_ns() is not None
         if self._watcher is not None:
             self._watcher.opened(fresh)
+        self._tell_committed(world, self._published_height + 1)
 
     def _fail_waiting(self) -> None:
         while True:

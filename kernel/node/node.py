@@ -58,6 +58,9 @@ from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import RunReport, Settlement, World
 
+TraceContext = Callable[[PublishedIntent], str | None]
+"""The W3C `traceparent` of an intent's work, or None (flows/serve/tracing.py)."""
+
 
 @dataclass(frozen=True)
 class LeaseAsk:
@@ -113,6 +116,8 @@ class Node:
         # What layers served beside the kernel (flows) say of their own cells and records,
         # for every read of this node (views.Derived).
         self.derived = views.Derived()
+        # A layer that traces (flows/serve/tracing.py) names each lease's W3C trace context.
+        self.trace_context: TraceContext | None = None
         self.verifier = RequestVerifier(
             world=lambda: self.world_id,
             keys=lambda: self._adapter_keys,
@@ -281,7 +286,10 @@ class Node:
         within("wait_ms", wait_ms, self.limits.long_poll_ms_max, minimum=0)
         wanted = self._leasable(adapter, effects, count, "$")
         leases = await wait_for_leases(self.leases, adapter, wanted, count, wait_ms)
-        return {"world_id": self.world_id, "leases": [_lease(lease) for lease in leases]}
+        return {
+            "world_id": self.world_id,
+            "leases": [_lease(lease, self.trace_context) for lease in leases],
+        }
 
     def _leasable(self, adapter: str, effects: list[str], count: int, at: str) -> list[str]:
         """The effects a lease request of `adapter` names (all it may settle when it names
@@ -385,7 +393,7 @@ class Node:
         def answer(report: RunReport | None) -> dict[str, Any]:
             settled = admission.answer(report)
             leases = self.leases.lease(adapter, effects, count)
-            settled["leases"] = [_lease(lease) for lease in leases]
+            settled["leases"] = [_lease(lease, self.trace_context) for lease in leases]
             return settled
 
         return Admission(admission.runs, answer, admission.error_detail)
@@ -637,9 +645,11 @@ def _origin(published: PublishedIntent) -> dict[str, Any]:
     return {"workflow": published.workflow, "key": cbor.to_json(published.key)}
 
 
-def _lease(lease: Lease) -> dict[str, Any]:
+def _lease(lease: Lease, trace_context: TraceContext | None) -> dict[str, Any]:
     published = lease.intent
+    traceparent = None if trace_context is None else trace_context(published)
     return {
+        **({} if traceparent is None else {"traceparent": traceparent}),
         "lease_id": lease.lease_id,
         "intent": published.intent,
         "effect": published.effect,
