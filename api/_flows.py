@@ -36,14 +36,14 @@ from aos.flows.serve.local import LocalAdapters
 from aos.kernel import cbor
 from aos.kernel.node import models
 from aos.kernel.world.errors import CellMissingError
-from aos.kernel.world.world import World
+from aos.kernel.world.world import CLOCK_MANUAL, World
 
 WAIT_S_DEFAULT = 60.0
 """How long `Execution.wait` waits for an end unless told (wall time; a `manual`-clock world
 in process skips its timers and takes none)."""
 WAIT_S_MAX = 24 * 3600.0
-WAIT_POLL_S = 0.05
-"""How often an in-process wait looks again while a wall-clock timer is due later."""
+WAIT_POLL_S_MAX = 1.0
+"""Longest an in-process wait sleeps before it looks again (a wall-clock timer due later)."""
 
 STATUS_COMPLETED = "completed"
 TIME_LOOKBACK_RECORDS_MAX = 10_000
@@ -200,15 +200,18 @@ class Flows:
     def wait_state(self, exec_id: str, timeout_s: float) -> models.ExecutionState:
         if self.adapters is None:
             return self.client.status(exec_id, wait_s=timeout_s)
+        world = self.adapters.world
         deadline = time.monotonic() + timeout_s
         while True:
             self.drain()
             state = self.client.status(exec_id)
-            if state.status in ops.TERMINAL_STATUSES or time.monotonic() >= deadline:
+            left_s = deadline - time.monotonic()
+            if state.status in ops.TERMINAL_STATUSES or left_s <= 0:
                 return state
-            if not self.adapters.world.next_timer_ns() or self.adapters.awaiting_outside():
+            due = world.next_timer_ns()
+            if due is None or world.clock == CLOCK_MANUAL or self.adapters.awaiting_outside():
                 return state
-            time.sleep(WAIT_POLL_S)
+            time.sleep(min(left_s, max(0.0, (due - time.time_ns()) / 1e9), WAIT_POLL_S_MAX))
 
     # -- events, tasks, cells --------------------------------------------------------------
 
@@ -268,10 +271,14 @@ class Flows:
         return self.client
 
     def drain(self) -> None:
-        """In process: perform the open tool calls and skip to due timers until only people,
-        signals or nothing are left to wait for. Through a node: nothing (it does that)."""
-        if self.adapters is not None:
-            self.adapters.drain()
+        """In process: perform the open tool calls, and fire due timers (on the manual clock:
+        skip to them) until only people, signals, later timers or nothing are left to wait
+        for. Through a node: nothing (it does that)."""
+        if self.adapters is None:
+            return
+        if self.adapters.world.clock != CLOCK_MANUAL:
+            self.adapters.world.tick()  # the timers due by now fire
+        self.adapters.drain(wait_wall=False)
 
 
 class HeldFlows(LocalFlows):

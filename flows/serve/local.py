@@ -81,9 +81,10 @@ class LocalAdapters:
         self.skip_time = skip_time and world.clock == CLOCK_MANUAL
         self.tracer = tracer_for(world)  # None unless OpenTelemetry is set up (tracing.py)
 
-    def drain(self, *, rounds_max: int = ROUNDS_MAX_DEFAULT) -> DrainReport:
+    def drain(self, *, rounds_max: int = ROUNDS_MAX_DEFAULT, wait_wall: bool = True) -> DrainReport:
         """Perform open tool intents (and skip to due timers) until only human tasks, or
-        nothing, are left open."""
+        nothing, are left open. On a wall-clock world it waits for each timer, unless
+        `wait_wall` is False (the caller waits: `aos.Execution.wait`)."""
         report = DrainReport()
         while report.rounds < rounds_max:
             report.rounds += 1
@@ -100,7 +101,7 @@ class LocalAdapters:
                 self.world.jump_next_timer()
                 report.timers_skipped += 1
                 continue
-            if self.awaiting_outside() or not self._tick_wall():
+            if not wait_wall or self.awaiting_outside() or not self._tick_wall():
                 break
         self.observe()
         report.human_tasks = [i["intent"] for i in self._open(tool=False)]

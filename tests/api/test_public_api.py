@@ -91,3 +91,23 @@ def test_a_cell_that_is_not_there_is_refused() -> None:
         with pytest.raises(aos.AosError) as unknown:
             flows.state("no/Such@1")
         assert unknown.value.code == "world.workflow_unknown"
+
+
+NAP = """
+format: aos.flow/1
+name: t/nap
+steps:
+  - name: nap
+    tasks:
+      - {name: sleep, do: wait_timer, duration_s: 1}
+"""
+
+
+def test_on_a_wall_clock_world_run_returns_and_wait_waits_for_the_timer(tmp_path: Path) -> None:
+    flow = tmp_path / "nap.yaml"
+    flow.write_text(NAP)
+    with aos.create(tmp_path / "w") as flows:
+        run = flows.run(flow)
+        assert run.wait(timeout_s=0).exit_code == 5  # the timer is a second away
+        outcome = run.wait(timeout_s=30)
+    assert outcome.ok
