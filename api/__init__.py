@@ -18,20 +18,44 @@ private, and `aos.kernel`, `aos.flows` and `aos.cli` are the engine behind it.
 
 from __future__ import annotations
 
-from aos._flows import Execution, Flows, Outcome, Task
-from aos._worlds import connect
-from aos._worlds import create_world as create
-from aos._worlds import open_world as open
-from aos.kernel.errors import AosError
-from aos.kernel.node.models import (
-    ExecutionState,
-    FlowDeployed,
-    HistoryEvent,
-    SendResponse,
-    SignalAnswer,
-    StateResponse,
-    TaskError,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aos._flows import Execution, Flows, Outcome, Task
+    from aos._worlds import connect
+    from aos._worlds import create_world as create
+    from aos._worlds import open_world as open
+    from aos.kernel.errors import AosError
+    from aos.kernel.node.models import (
+        ExecutionState,
+        FlowDeployed,
+        HistoryEvent,
+        SendResponse,
+        SignalAnswer,
+        StateResponse,
+        TaskError,
+    )
+
+# Where each public name lives. They are imported on first use (PEP 562), so that importing
+# any `aos.*` module, `aos.cli.main` or a guest tool worker, does not load the API's engine.
+_PUBLIC = {
+    "AosError": ("aos.kernel.errors", "AosError"),
+    "Execution": ("aos._flows", "Execution"),
+    "ExecutionState": ("aos.kernel.node.models", "ExecutionState"),
+    "FlowDeployed": ("aos.kernel.node.models", "FlowDeployed"),
+    "Flows": ("aos._flows", "Flows"),
+    "HistoryEvent": ("aos.kernel.node.models", "HistoryEvent"),
+    "Outcome": ("aos._flows", "Outcome"),
+    "SendResponse": ("aos.kernel.node.models", "SendResponse"),
+    "SignalAnswer": ("aos.kernel.node.models", "SignalAnswer"),
+    "StateResponse": ("aos.kernel.node.models", "StateResponse"),
+    "Task": ("aos._flows", "Task"),
+    "TaskError": ("aos.kernel.node.models", "TaskError"),
+    "connect": ("aos._worlds", "connect"),
+    "create": ("aos._worlds", "create_world"),
+    "open": ("aos._worlds", "open_world"),
+}
 
 __all__ = [
     "AosError",
@@ -50,3 +74,16 @@ __all__ = [
     "create",
     "open",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    found = _PUBLIC.get(name)
+    if found is None:
+        raise AttributeError(f"module 'aos' has no attribute {name!r}")
+    value = getattr(importlib.import_module(found[0]), found[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

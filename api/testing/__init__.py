@@ -19,8 +19,36 @@ and `aos_flows`.
 
 from __future__ import annotations
 
-from aos.testing._doubles import Failure, ToolCall, ToolDoubles
-from aos.testing._replayer import Replay, Replayer
-from aos.testing._world import test_world
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aos.testing._doubles import Failure, ToolCall, ToolDoubles
+    from aos.testing._replayer import Replay, Replayer
+    from aos.testing._world import test_world
+
+# Imported on first use (PEP 562): the pytest plugin, a module of this package, is loaded by
+# every pytest run, most of which never use the kit.
+_PUBLIC = {
+    "Failure": "aos.testing._doubles",
+    "Replay": "aos.testing._replayer",
+    "Replayer": "aos.testing._replayer",
+    "ToolCall": "aos.testing._doubles",
+    "ToolDoubles": "aos.testing._doubles",
+    "test_world": "aos.testing._world",
+}
 
 __all__ = ["Failure", "Replay", "Replayer", "ToolCall", "ToolDoubles", "test_world"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aos.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

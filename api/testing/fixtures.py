@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from aos._flows import Flows
-from aos.testing._doubles import ToolDoubles
-from aos.testing._world import test_world
+if TYPE_CHECKING:
+    # Imported by the fixtures when a test uses them: every pytest run loads the plugin.
+    from aos._flows import Flows
+    from aos.testing._doubles import ToolDoubles
 
 
 @dataclass
@@ -28,6 +30,8 @@ class AosWorld:
 
 @pytest.fixture
 def aos_world(tmp_path: Path) -> Iterator[AosWorld]:
+    from aos.testing import ToolDoubles, test_world
+
     doubles = ToolDoubles(tasks={}, kinds={})
     path = tmp_path / "aos-world"
     with test_world(doubles, path=path) as flows:
