@@ -37,3 +37,29 @@ def test_the_handle_through_a_node(tmp_path: Path) -> None:
         with pytest.raises(aos.AosError) as unknown:
             flows.run("no/such-flow")
         assert unknown.value.code == "flow.unknown"
+
+
+APPROVAL = """
+name: t/approve
+steps:
+  - name: ask
+    tasks:
+      - {name: approve, do: human, title: "Approve it", form: {approved: boolean}}
+"""
+
+
+def test_a_human_task_through_a_node(tmp_path: Path) -> None:
+    world = tmp_path / "w"
+    created = as_json(EXIT_OK, "flow", "world", "create", world, "--no-sync")
+    flow = tmp_path / "approve.yaml"
+    flow.write_text(APPROVAL)
+    human = ["--human-adapter", "aos/human@1", "--human-key", str(tmp_path / "w.keys/human.key")]
+    token = created["admin_token"]
+    with node_process(world, *human) as (url, _node), aos.connect(url, token=token) as flows:
+        run = flows.run(flow, exec_id="a-1")
+        assert run.wait(timeout_s=0.2).status == "running"
+        (task,) = flows.tasks()
+        assert task.title == "Approve it"
+        flows.complete_task(task.intent, {"approved": True})
+        assert run.wait(timeout_s=10).ok
+        assert flows.tasks() == []
