@@ -56,16 +56,25 @@ TASK_ENDS = {
 def tracer_for(world: World) -> JournalTracer | None:
     """A tracer of `world`'s executions from its head on, or None when OpenTelemetry is not
     installed or not configured."""
-    if importlib.util.find_spec("opentelemetry") is None:
+    if not installed("opentelemetry.sdk"):
         return None
     provider = _configured_provider()
     return None if provider is None else JournalTracer(world, provider)
 
 
+def installed(module: str) -> bool:
+    """Whether `module` can be imported, importing only its parent, the `opentelemetry`
+    namespace (another distribution may bring that without the SDK)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def add_flow_tracing(node: Node) -> None:
     """Trace the flow executions of the world `node` serves, when OpenTelemetry is set up:
     spans after each commit on the node's world thread, each lease's `traceparent`."""
-    if importlib.util.find_spec("opentelemetry") is None:
+    if not installed("opentelemetry.sdk"):
         return
     provider = _configured_provider()
     if provider is not None:

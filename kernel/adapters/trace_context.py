@@ -18,7 +18,10 @@ def in_trace_context(traceparent: str | None) -> AbstractContextManager[None]:
     """The trace context `traceparent` names as the current one while the block runs."""
     if not traceparent or len(traceparent) > TRACEPARENT_CHARS_MAX:
         return nullcontext()
-    if importlib.util.find_spec("opentelemetry") is None:
+    try:
+        if importlib.util.find_spec("opentelemetry.trace") is None:
+            return nullcontext()
+    except ModuleNotFoundError:  # not even the `opentelemetry` namespace is there
         return nullcontext()
     return _attached(traceparent)
 

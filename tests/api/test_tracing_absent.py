@@ -4,9 +4,17 @@ imported runs a playbook through the public API."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aos
+from aos.flows.serve.tracing import installed
+from aos.kernel.adapters.trace_context import in_trace_context
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,3 +42,24 @@ def test_a_run_without_opentelemetry_imports_none_of_it() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "untraced"
+
+
+def test_the_opentelemetry_namespace_without_the_sdk_traces_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plain install may hold `opentelemetry` (the API, from another distribution) but not
+    the SDK: nothing is traced and nothing fails."""
+    real = importlib.util.find_spec
+
+    def without_sdk(name: str, package: str | None = None) -> Any:
+        if name in ("opentelemetry.sdk", "opentelemetry.trace"):
+            raise ModuleNotFoundError(name)
+        return real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_sdk)
+    assert not installed("opentelemetry.sdk")
+    with in_trace_context("00-" + "1" * 32 + "-" + "2" * 16 + "-01") as entered:
+        assert entered is None
+    with aos.create() as flows:
+        assert flows.adapters is not None and flows.adapters.tracer is None
+        assert flows.run(ROOT / "flows/examples/hello.yaml").wait().ok
