@@ -35,6 +35,7 @@ $(VENV)/mypy-path/aos: $(STAMP)
 	@ln -sfn ../../../kernel $@/kernel
 	@ln -sfn ../../../cli $@/cli
 	@ln -sfn ../../../flows $@/flows
+	@for f in api/*.py api/testing; do ln -sfn ../../../$$f $@/; done
 
 # The packages the flow interpreter is built with are those the wheel's build pins
 # (pyproject.toml [build-system]), so that the interpreter built here is the pinned one. The
@@ -51,9 +52,9 @@ demo: setup
 	$(BIN)/python -m aos.cli.demo
 
 lint: setup
-	$(BIN)/ruff check kernel cli flows modules tests bench setup.py
-	$(BIN)/ruff format --check kernel cli flows modules tests bench setup.py
-	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos.kernel -p aos.cli -p aos.flows
+	$(BIN)/ruff check api kernel cli flows modules tests bench setup.py
+	$(BIN)/ruff format --check api kernel cli flows modules tests bench setup.py
+	MYPYPATH=$(VENV)/mypy-path $(BIN)/mypy -p aos
 	MYPYPATH=modules/flow:modules/sdk $(BIN)/mypy -p aos_flow
 
 # Two workers (pytest-xdist): most tests wait on a process, a socket or a build, so two

@@ -23,6 +23,8 @@ from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 
 PACKAGE_ROOTS = {
+    # The public Python API (`import aos`, `aos.testing`): the package's own __init__.
+    "aos": "api",
     "aos.kernel": "kernel",
     "aos.cli": "cli",
     "aos.flows": "flows",

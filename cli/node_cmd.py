@@ -48,6 +48,7 @@ from aos.cli.limit_options import LIMITS_EPILOG, limit_options
 from aos.cli.remote import credentials_options, node_call
 from aos.flows.serve.pages import add_flow_pages
 from aos.flows.serve.routes import add_flow_routes
+from aos.flows.serve.tracing import add_flow_tracing
 from aos.kernel.errors import AosError
 from aos.kernel.node.app import create_app
 from aos.kernel.node.audit import AuditLog
@@ -363,6 +364,7 @@ class _World:
         self.first_token: str | None = None  # the first admin's, when this start made it
         self.app = create_app(node)
         add_flow_routes(self.app, node)  # answers world.workflow_unknown on a world without flows
+        add_flow_tracing(node)  # spans of its flow executions, when OpenTelemetry is set up
         add_flow_pages(self.app, add_inspector(self.app, node))  # the web inspector, at /ui
         # Any world of the process answers for all of them.
         add_registry_route(self.app, lambda world: where_first([w.where for w in worlds], world))

@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_ROOTS = {"kernel": "aos.kernel", "flows": "aos.flows", "cli": "aos.cli"}
-# The layers, lowest first: a module may import its own layer and the ones below it.
-LAYERS = ("aos.kernel", "aos.flows", "aos.cli")
+SOURCE_ROOTS = {"kernel": "aos.kernel", "flows": "aos.flows", "cli": "aos.cli", "api": "aos"}
+# The layers, lowest first: a module may import its own layer and the ones below it. The
+# public API (`api/`, the package `aos` itself) is the top.
+LAYERS = ("aos.kernel", "aos.flows", "aos.cli", "aos")
 
 Edge = tuple[str, str]
 

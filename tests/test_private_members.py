@@ -21,7 +21,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_DIRS = ("kernel", "cli", "flows")
+SOURCE_DIRS = ("kernel", "cli", "flows", "api")
 
 # (file, expression): private members of libraries the project does not own.
 THIRD_PARTY = {

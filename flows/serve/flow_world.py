@@ -27,6 +27,7 @@ from aos.kernel.signing.keys import read_seed, write_seed
 from aos.kernel.signing.signatures import generate_seed, public_key_of
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world.world import CLOCK_WALL, World, WorldLimits
+from aos.kernel.world_store import create_world
 
 # Shipped inside this package (a link to manifests/flow in a checkout).
 FLOW_MANIFEST_DATA = "world-manifest"
@@ -125,16 +126,19 @@ def create_flow_world(
     sync: bool = True,
     engine: WasmEngine | None = None,
     limits: WorldLimits | None = None,
+    store_url: str | None = None,
     **options: Any,
 ) -> tuple[World, FlowKeys]:
     """Create a flow world at `path` with adapter keys from `keys_dir` (made if missing;
-    None: throwaway keys). Builds the interpreter module through the build cache."""
+    None: throwaway keys), on the PostgreSQL world `store_url` names when given (`path` then
+    points at it). Builds the interpreter module through the build cache."""
     keys = load_or_make_keys(keys_dir)
     with tempfile.TemporaryDirectory(prefix="aos-flow-manifest-") as scratch:
         manifest = write_manifest(Path(scratch) / "flow", keys)
-        world = World.create(
+        world = create_world(
             path,
             manifest,
+            store_url=store_url,
             clock=clock,
             sync=sync,
             engine=engine,

@@ -7,7 +7,9 @@ signs each receipt with the world's own adapter keys and settles it, so the jour
 same as with real adapters: signed receipts, one flush per batch. Human tasks stay open
 until someone completes them (`complete_task`). On a `manual`-clock world, when nothing is
 left to do but timers and no execution waits for a person or a signal, it skips time to the
-next timer (a time-skipping test world: retries and timer waits take no wall time).
+next timer (a time-skipping test world: retries and timer waits take no wall time). With
+OpenTelemetry set up, the spans of what the world commits are made as it goes, and a tool
+runs inside its task's span (flows/serve/tracing.py, spec/11 §14).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from aos.flows.serve.flow_world import (
     is_flow_world,
     load_or_make_keys,
 )
+from aos.flows.serve.tracing import tracer_for
 from aos.flows.tools.config import ToolConfig, default_config
 from aos.flows.tools.context import ToolContext
 from aos.flows.tools.dispatch import TOOL_EFFECTS, run_tool
@@ -76,13 +79,16 @@ class LocalAdapters:
         self.config = config or default_config()
         self.file_base = file_base
         self.skip_time = skip_time and world.clock == CLOCK_MANUAL
+        self.tracer = tracer_for(world)  # None unless OpenTelemetry is set up (tracing.py)
 
-    def drain(self, *, rounds_max: int = ROUNDS_MAX_DEFAULT) -> DrainReport:
+    def drain(self, *, rounds_max: int = ROUNDS_MAX_DEFAULT, wait_wall: bool = True) -> DrainReport:
         """Perform open tool intents (and skip to due timers) until only human tasks, or
-        nothing, are left open."""
+        nothing, are left open. On a wall-clock world it waits for each timer, unless
+        `wait_wall` is False (the caller waits: `aos.Execution.wait`)."""
         report = DrainReport()
         while report.rounds < rounds_max:
             report.rounds += 1
+            self.observe()
             tool_intents = self._open(tool=True)
             if tool_intents:
                 report.receipts += self._perform(tool_intents)
@@ -90,16 +96,22 @@ class LocalAdapters:
             if self.world.reader.next_timer_ns() is None:
                 break
             if self.world.clock == CLOCK_MANUAL:
-                if not self.skip_time or self._awaiting_outside():
+                if not self.skip_time or self.awaiting_outside():
                     break
                 self.world.jump_next_timer()
                 report.timers_skipped += 1
                 continue
-            if self._awaiting_outside() or not self._tick_wall():
+            if not wait_wall or self.awaiting_outside() or not self._tick_wall():
                 break
+        self.observe()
         report.human_tasks = [i["intent"] for i in self._open(tool=False)]
         report.timers_pending = self.world.reader.next_timer_ns() is not None
         return report
+
+    def observe(self) -> None:
+        """Spans of what the world has committed since the last look, when tracing."""
+        if self.tracer is not None:
+            self.tracer.observe(self.world)
 
     def complete_task(self, intent: str, payload: Any, *, status: str = "ok") -> None:
         """Complete a human task as the world's human adapter, then run to idle."""
@@ -108,7 +120,7 @@ class LocalAdapters:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _awaiting_outside(self) -> bool:
+    def awaiting_outside(self) -> bool:
         """Whether an execution waits for a person or a signal: skipping time then would
         only time that wait out, so the drain stops and leaves it to the caller."""
         if self._open(tool=False):
@@ -121,6 +133,10 @@ class LocalAdapters:
                 return True
         return False
 
+    def _joined(self, params: Any) -> AbstractContextManager[None]:
+        """The call's task span is the current span while the tool runs (its own spans join)."""
+        return nullcontext() if self.tracer is None else self.tracer.joined(params)
+
     def _open(self, *, tool: bool) -> list[dict[str, Any]]:
         wanted = {*TOOL_EFFECTS, KEYCHAIN_EFFECT} if tool else {HUMAN_EFFECT}
         return [i for i in self.world.reader.open_intents() if i["effect"] in wanted]
@@ -132,13 +148,14 @@ class LocalAdapters:
             if record is None:
                 continue
             effect = str(intent["effect"])
-            outcome = self._outcome(str(intent["intent"]), effect, record["params"])
+            with self._joined(record["params"]):
+                outcome = self.outcome(str(intent["intent"]), effect, record["params"])
             adapter = KEYCHAIN_ADAPTER if effect == KEYCHAIN_EFFECT else TOOL_EFFECTS[effect]
             self.settle(str(intent["intent"]), adapter, outcome.status, outcome.payload)
         self.world.run_to_idle()
         return len(intents)
 
-    def _outcome(self, intent: str, effect: str, params: Any) -> ToolOutcome:
+    def outcome(self, intent: str, effect: str, params: Any) -> ToolOutcome:
         """What the tool (or keychain) adapter would answer."""
         if effect == KEYCHAIN_EFFECT:
             key = fingerprint_key(self.keys.seed(KEYCHAIN_ADAPTER))

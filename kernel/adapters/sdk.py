@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 
 from aos.kernel import cbor
+from aos.kernel.adapters.trace_context import in_trace_context
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes
 from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
@@ -175,6 +176,8 @@ class Lease:
     origin_workflow: str
     origin_key: Any
     expires_unix_ms: int
+    # The work's W3C trace context when the node traces it: the handler runs in it.
+    traceparent: str | None = None
     # Set by the adapter that hands the lease to a handler (`Adapter.progress`).
     reporter: Callable[[Lease, float | None, str], bool] | None = field(
         default=None, compare=False, repr=False
@@ -195,6 +198,7 @@ class Lease:
             intent = str(value["intent"])
             key = value.get("idempotency_key")
             issuer_ref = value.get("issuer_ref")
+            traceparent = value.get("traceparent")
             lease = Lease(
                 lease_id=str(value["lease_id"]),
                 intent=intent,
@@ -205,6 +209,7 @@ class Lease:
                 origin_workflow=str(origin.get("workflow", "")),
                 origin_key=cbor.from_json(origin.get("key")),
                 expires_unix_ms=int(value["expires_unix_ms"]),
+                traceparent=traceparent if isinstance(traceparent, str) else None,
             )
         except (AttributeError, KeyError, TypeError, ValueError, cbor.CborError) as error:
             raise AdapterNodeProtocolError(f"a lease is malformed: {error!r}") from None
@@ -933,7 +938,8 @@ class Adapter:
         if handler is None:
             return Result.error(f"adapter {self.name} has no handler for {lease.effect}")
         try:
-            result = handler(lease.params, replace(lease, reporter=self.progress))
+            with in_trace_context(lease.traceparent):
+                result = handler(lease.params, replace(lease, reporter=self.progress))
         except Exception as error:
             return Result.error(f"{type(error).__name__}: {error}")
         if not isinstance(result, Result):

@@ -131,6 +131,10 @@ class WorldHost:
         self._last_tick_s = 0.0
         self._held: Any = None  # the job that ended a batch, run next
         self.cells = CellWatch(waiters_max=limits.cell_waiters_max)  # woken after each publish
+        # Told on the host thread, with the world and the first record of each commit (its
+        # head + 1 once it is open), before its intents are leased (flows/serve/tracing.py); a
+        # failure is logged and changes nothing.
+        self.committed: list[Callable[[World, int], None]] = []
         self.batches = 0  # batches run, and the operations in them (tests, benches)
         self.batched = 0
         self.counts = HostCounts()  # what the metrics show (metrics.py); host thread only
@@ -427,7 +431,8 @@ class WorldHost:
         stepped: list[Cell] = []
         watching = self.cells.watching
         timers_changed = False
-        for seq, value in world.store.journal.read(self._published_height + 1, head):
+        first = self._published_height + 1
+        for seq, value in world.store.journal.read(first, head):
             record = records.parse(value)
             self.counts.journaled(record)
             if watching and isinstance(record, records.StepRecord | records.StepFaultRecord):
@@ -447,6 +452,7 @@ class WorldHost:
                 timers_changed |= record.body.get("adapter") == TIMER_ADAPTER
                 settled[record.intent] = seq
         self._published_height = head
+        self._tell_committed(world, first)  # before leasing: a lease names its work's trace
         self._leases.withdraw(settled)
         self._leases.revoke(cancelled)
         self._leases.publish(p for p in fresh if p.intent not in settled.keys() | cancelled)
@@ -457,6 +463,13 @@ class WorldHost:
             self._watcher.published(fresh, settled, cancelled)
         if stepped:
             self.cells.stepped(world, stepped)
+
+    def _tell_committed(self, world: World, first: int) -> None:
+        for observer in self.committed:
+            try:
+                observer(world, first)
+            except Exception:
+                log.exception("a commit observer failed")
 
     def _publish_open_intents(self, world: World) -> None:
         """On open: intents journaled (and flushed) before this node started are still open."""
@@ -471,6 +484,7 @@ class WorldHost:
         self._timer_pending = world.reader.next_timer_ns() is not None
         if self._watcher is not None:
             self._watcher.opened(fresh)
+        self._tell_committed(world, self._published_height + 1)
 
     def _fail_waiting(self) -> None:
         while True:

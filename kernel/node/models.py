@@ -149,6 +149,9 @@ class LeaseBody(_Model):
     issuer_ref: str | None
     origin: Origin
     expires_unix_ms: int
+    traceparent: str | None = Field(
+        None, description="The W3C trace context of the work, when the node traces (spec/11 §14)."
+    )
 
 
 class RenewResponse(_Model):

@@ -58,6 +58,9 @@ from aos.kernel.world.receipts import ReceiptError
 from aos.kernel.world.router import RouteError
 from aos.kernel.world.world import RunReport, Settlement, World
 
+TraceContext = Callable[[PublishedIntent], str | None]
+"""The W3C `traceparent` of an intent's work, or None (flows/serve/tracing.py)."""
+
 
 @dataclass(frozen=True)
 class LeaseAsk:
@@ -113,6 +116,8 @@ class Node:
         # What layers served beside the kernel (flows) say of their own cells and records,
         # for every read of this node (views.Derived).
         self.derived = views.Derived()
+        # A layer that traces (flows/serve/tracing.py) names each lease's W3C trace context.
+        self.trace_context: TraceContext | None = None
         self.verifier = RequestVerifier(
             world=lambda: self.world_id,
             keys=lambda: self._adapter_keys,
@@ -287,7 +292,8 @@ class Node:
         wanted = self._leasable(adapter, effects, count, "$")
         leases = await wait_for_leases(self.leases, adapter, wanted, count, wait_ms)
         return models.LeaseResponse(
-            world_id=self.world_id, leases=[_lease(lease) for lease in leases]
+            world_id=self.world_id,
+            leases=[_lease(lease, self.trace_context) for lease in leases],
         )
 
     def _leasable(self, adapter: str, effects: list[str], count: int, at: str) -> list[str]:
@@ -387,7 +393,7 @@ class Node:
         def answer(report: RunReport | None) -> models.SettleResponse:
             settled = admission.answer(report)
             leases = self.leases.lease(adapter, effects, count)
-            settled.leases = [_lease(lease) for lease in leases]
+            settled.leases = [_lease(lease, self.trace_context) for lease in leases]
             return settled
 
         return Admission(admission.runs, answer, admission.error_detail)
@@ -642,9 +648,10 @@ def _renewed(lease: Lease) -> models.RenewResponse:
     )
 
 
-def _lease(lease: Lease) -> models.LeaseBody:
+def _lease(lease: Lease, trace_context: TraceContext | None) -> models.LeaseBody:
     published = lease.intent
     return models.LeaseBody(
+        traceparent=None if trace_context is None else trace_context(published),
         lease_id=lease.lease_id,
         intent=published.intent,
         effect=published.effect,
