@@ -180,14 +180,15 @@ def test_a_node_traces_its_executions_and_a_lease_carries_the_task_span(
             ok(client.post("/v1/flows", json={"text": ECHO_FLOW}))
             ok(client.post("/v1/flows/t%2Fecho/run", json={"exec": "e1"}))
             answer = asyncio.run(node.lease(ECHO, ECHO, [], 1, 0))
-    (lease,) = answer["leases"]
+    (lease,) = answer.leases
     (task,) = [s for s in started.started if s.name == "task call.say"]
     context = task.get_span_context()
-    assert lease["traceparent"] == (
+    assert lease.traceparent == (
         f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
     )
     assert task.attributes["aos.execution"] == "e1" and task.attributes["aos.attempt"] == 1
-    assert models.LeaseBody.model_validate(lease).traceparent == lease["traceparent"]
+    wire = lease.model_dump(mode="json")  # what an adapter reads
+    assert models.LeaseBody.model_validate(wire).traceparent == lease.traceparent
 
 
 def test_an_sdk_adapter_handler_runs_in_the_lease_trace(spans: InMemorySpanExporter) -> None:
