@@ -163,12 +163,22 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _checkout_entries() -> set[str]:
+    """The top-level names of the files git tracks."""
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True
+    ).stdout.decode()
+    return {name.split("/", 1)[0] for name in listed.split("\0") if name}
+
+
 def _scratch(tmp: Path) -> Path:
     work = tmp / "work"
     work.mkdir()
-    for entry in ROOT.iterdir():
-        if entry.name not in {".git", "build"}:
-            (work / entry.name).symlink_to(entry)
+    # What a fresh clone holds, and its virtualenv: never what earlier runs left in the
+    # checkout (a `make demo`'s `.aos-demo/`, which the page's own `make demo` would replace).
+    for name in sorted(_checkout_entries() | {".venv"}):
+        if (ROOT / name).exists():
+            (work / name).symlink_to(ROOT / name)
     (tmp / "home").mkdir()
     (tmp / "tmp").mkdir()
     return work
