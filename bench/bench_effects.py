@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from aos.kernel.adapters.sdk import Adapter, Lease, Outcome, Result
+from aos.kernel.node.identities import IdentityStore, create_first_admin
 from aos.kernel.signing.signatures import signed_receipt
 from aos.kernel.world.stamps import PinnedStampSource
 from aos.kernel.world.world import World
@@ -245,6 +246,8 @@ def _node_and_adapter(concurrency: int) -> Iterator[_Remote]:
     with tempfile.TemporaryDirectory(prefix="aos-bench-effects-node-") as tmp:
         world = Path(tmp) / "w"
         World.create(world, CHAIN).close()
+        first = create_first_admin(IdentityStore.of_world(world))
+        assert first is not None  # a new world has no identities
         node = _Child([aos, "node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"])
         adapter = None
         try:
@@ -252,7 +255,8 @@ def _node_and_adapter(concurrency: int) -> Iterator[_Remote]:
             command = [sys.executable, "-m", "bench.bench_effects", "--adapter", url]
             adapter = _Child([*command, "--concurrency", str(concurrency)])
             adapter.first_line()
-            with httpx.Client(base_url=url, timeout=60, trust_env=False) as client:
+            headers = {"authorization": f"Bearer {first[1]}"}
+            with httpx.Client(base_url=url, timeout=60, trust_env=False, headers=headers) as client:
                 yield _Remote(client, adapter)
         finally:
             if adapter is not None:

@@ -6,7 +6,7 @@ cluster (tests/pg_cluster.py):
 * `owners.renew`: one lease renewal on the node's own connection, against one `SELECT 1`
   round trip. Per renewal (a node sends one every `owner_lease_ms / 3`).
 * `owners.handover`: from stopping the node that serves a world to another `aos node up`
-  process answering `GET /v1/world` for it: after SIGTERM (the world is released, no wait),
+  process answering `GET /v1/health` for it: after SIGTERM (the world is released, no wait),
   and after SIGKILL with `--takeover` (it waits for the lease, here `LEASE_MS`, to lapse).
   Each includes starting a node process; the difference is the lease.
 
@@ -164,7 +164,7 @@ def _node(directory: Path, *options: str) -> subprocess.Popen[str]:
     if not line:
         raise RuntimeError(f"the node on {directory} did not start")
     url = json.loads(line)["url"]
-    httpx.get(f"{url}/v1/world", timeout=START_TIMEOUT_S).raise_for_status()
+    httpx.get(f"{url}/v1/health", timeout=START_TIMEOUT_S).raise_for_status()
     return process
 
 

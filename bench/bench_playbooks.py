@@ -198,6 +198,7 @@ class AosNode:
         self.concurrency = concurrency
         self.children: list[_Child] = []
         self.client = NodeFlows("http://unstarted")
+        self.token = ""  # the world's first admin's (every route of a node needs one)
 
     @classmethod
     @contextmanager
@@ -227,18 +228,19 @@ class AosNode:
 
     def _start(self) -> None:
         world = self.folder / "world"
-        subprocess.run(
+        created = subprocess.run(
             self._aos("flow", "world", "create", str(world), "--json"),
             check=True,
             capture_output=True,
             timeout=START_S_MAX,
         )
+        self.token = str(json.loads(created.stdout)["admin_token"])
         node = self._spawn(
             "node",
             self._aos("node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"),
         )
         url = str(json.loads(node.first_line())["url"])
-        self.client = NodeFlows(url)
+        self.client = NodeFlows(url, token=self.token)
         key = world.with_name("world.keys") / "python.key"
         options = ["--node", url, "--key", str(key), "--allow", PYTHON_ALLOW]
         options += ["--module-path", str(REPO)]

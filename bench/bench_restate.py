@@ -210,6 +210,11 @@ def _add(total: dict[str, float], more: dict[str, float]) -> None:
         total[name] = total.get(name, 0.0) + seconds
 
 
+def bearer(token: str | None) -> dict[str, str]:
+    """The headers that present an aos node's caller `token` (spec/04 §9.8)."""
+    return {} if token is None else {"authorization": f"Bearer {token}"}
+
+
 class BenchClient:
     """The bench's one client for every side."""
 
@@ -220,8 +225,9 @@ class BenchClient:
         )
         self.client = httpx.Client(timeout=EXECUTION_S_MAX, limits=limits, trust_env=False)
 
-    def post(self, url: str, body: Any) -> dict[str, Any]:
-        response = self.client.post(url, json=body)
+    def post(self, url: str, body: Any, token: str | None = None) -> dict[str, Any]:
+        """POST `body`; `token` the aos node's caller's (Restate's ingress takes none)."""
+        response = self.client.post(url, json=body, headers=bearer(token))
         if not response.is_success:
             raise BenchCheckError(f"POST {url}: {response.status_code} {response.text[:500]}")
         answer = response.json()
@@ -255,7 +261,8 @@ def declarative_side(node: AosNode, http: BenchClient) -> Side:
 
     def execute(execution: str) -> float:
         started = time.perf_counter()
-        answer = http.post(url, {"workload": None, "exec": execution, "wait_ms": WAIT_MS})
+        body = {"workload": None, "exec": execution, "wait_ms": WAIT_MS}
+        answer = http.post(url, body, node.token)
         seconds = time.perf_counter() - started
         if answer.get("status") != "completed":
             raise BenchCheckError(f"declarative, execution {execution}: {answer.get('status')}")
@@ -280,6 +287,7 @@ class CodeFirstNode:
         self.folder = folder
         self.http = http
         self.url = ""
+        self.token = ""  # the world's first admin's
         self.processes: dict[str, subprocess.Popen[str]] = {}
         self._waiting: dict[str, threading.Event] = {}
         self._failed: dict[str, str] = {}
@@ -302,7 +310,8 @@ class CodeFirstNode:
         aos = str(Path(sys.executable).parent / "aos")
         world = self.folder / "world"
         create = [aos, "world", "create", str(world), "--manifest", str(WORLD), "--json"]
-        subprocess.run(create, check=True, capture_output=True, timeout=START_S_MAX)
+        created = subprocess.run(create, check=True, capture_output=True, timeout=START_S_MAX)
+        self.token = str(json.loads(created.stdout)["admin_token"])
         up = [aos, "node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"]
         out = self.folder / "node.out"  # a file: nobody reads the node's output after its URL
         with out.open("w") as sink:
@@ -370,6 +379,7 @@ class CodeFirstNode:
         self.http.post(
             f"{self.url}/v1/events",
             {"schema": START, "value": {"id": execution, "message": MESSAGE}},
+            self.token,
         )
         if not ended.wait(EXECUTION_S_MAX):
             raise BenchCheckError(f"code-first, execution {execution} overran")
@@ -381,7 +391,8 @@ class CodeFirstNode:
 
     def check(self, execution: str) -> None:
         key = json.dumps(execution)
-        response = self.http.client.get(f"{self.url}/v1/state/{WORKFLOW}", params={"key": key})
+        url = f"{self.url}/v1/state/{WORKFLOW}"
+        response = self.http.client.get(url, params={"key": key}, headers=bearer(self.token))
         state = response.json() if response.is_success else {}
         check_results("code-first", execution, code_first_results(state))
 

@@ -152,18 +152,20 @@ def phases(marks: list[tuple[str, float]], gap_s_max: float) -> dict[str, list[f
 
 
 @contextmanager
-def node_up(folder: Path) -> Iterator[tuple[str, Path, int]]:
+def node_up(folder: Path) -> Iterator[tuple[str, Path, int, str]]:
+    """A node on a new flow world: its URL, keys folder, PID and the first admin's token."""
     world = folder / "world"
     aos = str(Path(sys.executable).parent / "aos")
-    subprocess.run(
+    created = subprocess.run(
         [aos, "flow", "world", "create", str(world), "--json"], check=True, capture_output=True
     )
+    token = str(json.loads(created.stdout)["admin_token"])
     command = [aos, "node", "up", "--world", str(world), "--bind", "127.0.0.1:0", "--json"]
     node = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert node.stdout is not None
         url = str(json.loads(node.stdout.readline())["url"])
-        yield url, world.with_name("world.keys"), node.pid
+        yield url, world.with_name("world.keys"), node.pid, token
     finally:
         node.terminate()
         node.wait()
@@ -216,7 +218,7 @@ def profile(
     folder: Path, case: str, executions: int, poll_s: float, *, chain: bool = True
 ) -> Profile:
     """Run `executions` of `case` after the warm-up, timing the adapter's phases."""
-    with node_up(folder) as (url, keys, pid), NodeFlows(url) as client:
+    with node_up(folder) as (url, keys, pid, token), NodeFlows(url, token=token) as client:
         adapter = python_adapter(url, keys, chain=chain)
         serving = threading.Thread(target=lambda: adapter.run(install_signals=False))
         serving.start()

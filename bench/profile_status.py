@@ -28,8 +28,8 @@ def main() -> None:
     options = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="aos-profile-status-") as folder,
-        node_up(Path(folder)) as (url, _, pid),
-        NodeFlows(url) as client,
+        node_up(Path(folder)) as (url, _, pid, token),
+        NodeFlows(url, token=token) as client,
     ):
         file = AOS_FILES["loop20"]
         name = client.deploy_text(file.read_text(), source=str(file)).name
