@@ -18,7 +18,8 @@ from aos.cli.common import (
     world_option,
 )
 from aos.cli.remote import node_option, world_client
-from aos.cli.world_cmd import opened_world, read_world, world_group
+from aos.cli.world_cmd import opened_world, read_world
+from aos.cli.world_group import world_group
 from aos.kernel import cbor
 from aos.kernel.audit import export, gc, integrity, replay
 from aos.kernel.world import worldkey

@@ -28,9 +28,10 @@ from aos.cli.common import (
     world_option,
 )
 from aos.cli.remote import node_option, world_client
-from aos.cli.world_cmd import cell_text as _cell
-from aos.cli.world_cmd import key_text as _key
-from aos.cli.world_cmd import read_world, short
+from aos.cli.world_cmd import read_world
+from aos.cli.world_text import cell_text as _cell
+from aos.cli.world_text import key_text as _key
+from aos.cli.world_text import short
 from aos.kernel import cbor
 from aos.kernel.air import AirCheckError
 from aos.kernel.air.loader import load_manifest_dir, read_document

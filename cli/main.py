@@ -41,7 +41,7 @@ COMMANDS: dict[str, CommandRef] = {
         "Workflow modules: build Python or C sources into WASM.",
     ),
     "world": CommandRef(
-        ("aos.cli.world_cmd", "aos.cli.audit_cmd", "aos.cli.ops_cmd"),
+        ("aos.cli.world_group",),
         "world_group",
         "A world: create it, send it events, inspect cells, journal and traces.",
     ),

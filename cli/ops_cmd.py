@@ -19,17 +19,9 @@ import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, world_option
 from aos.cli.remote import node_option, world_client
-from aos.cli.world_cmd import (
-    cell_text,
-    clip,
-    key_value,
-    read_world,
-    record_json,
-    record_line,
-    run_json,
-    run_lines,
-    world_group,
-)
+from aos.cli.world_cmd import read_world, record_json, record_line, run_json, run_lines
+from aos.cli.world_group import world_group
+from aos.cli.world_text import cell_text, clip, key_value
 from aos.kernel.cbor import from_json
 from aos.kernel.world import records
 from aos.kernel.world.explain import EXPLAIN_RECORDS_MAX, Explanation, explain

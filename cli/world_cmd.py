@@ -15,7 +15,6 @@ so a command that writes fails with `store.locked` while another process has it 
 
 from __future__ import annotations
 
-import datetime
 import itertools
 import json
 import sys
@@ -37,6 +36,15 @@ from aos.cli.common import (
 )
 from aos.cli.identity_cmd import echo_first_admin, first_admin_token
 from aos.cli.remote import node_option, world_client
+from aos.cli.world_group import world_group
+from aos.cli.world_text import (
+    cell_text,
+    clip,
+    compact_text,
+    key_text,
+    key_value,
+    short,
+)
 from aos.kernel import cbor
 from aos.kernel.air import AirCheckError
 from aos.kernel.text import jsontext
@@ -60,10 +68,6 @@ JOURNAL_TAIL_LIMIT_DEFAULT = 20
 JOURNAL_TAIL_SCAN_RECORDS_MAX = 100_000
 """Most records `journal tail --kind` reads looking for matches."""
 CELLS_LIMIT_DEFAULT = 100
-STATUS_INTENTS_MAX = 100
-"""Most open intents `status` lists (it always counts them all)."""
-SUMMARY_CHARS_MAX = 100
-HASH_DIGITS_SHORT = 12
 _TAIL_WINDOW_RECORDS = 256
 
 
@@ -82,11 +86,6 @@ def read_world(world_path: str) -> AbstractContextManager[World]:
     """Open the world read-only for a read command: no writer lock, so it works while
     `aos node up` (or any writer) has the world; every read sees one commit."""
     return World.reading(world_path)
-
-
-@click.group("world")
-def world_group() -> None:
-    """A world: create it, send it events, inspect cells, journal and traces."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,46 +158,6 @@ def create_command(
     click.echo(f"manifest  {body['manifest']}")
     click.echo(f"height    {body['height']}")
     echo_first_admin(admin_token)
-
-
-@world_group.command("status")
-@world_option
-@json_option
-@handles_errors
-def status_command(world_path: str, as_json: bool) -> None:
-    """Height, manifest, logical time, cells and failed cells per workflow, open intents and
-    queued deliveries."""
-    with read_world(world_path) as world:
-        status = world.reader.status()
-        intents = world.reader.open_intents()
-    listed = [_intent_json(intent) for intent in intents[:STATUS_INTENTS_MAX]]
-    if as_json:
-        emit_json({"world": world_path, **status, "intents": listed})
-        return
-    click.echo(f"world         {world_path}")
-    click.echo(f"height        {status['height']}")
-    click.echo(f"manifest      {status['manifest']}")
-    click.echo(f"logical time  {_time_text(status['logical_ns'])}  (clock {status['clock']})")
-    click.echo(f"open intents  {status['open_intents']}")
-    click.echo(f"queued        {status['queued']}")
-    rows = [[name, w["cells"], w["failed"]] for name, w in status["workflows"].items()]
-    click.echo("")
-    click.echo(table(["WORKFLOW", "CELLS", "FAILED"], rows))
-    if intents:
-        click.echo("")
-        click.echo(table(["INTENT", "EFFECT", "CELL", "SEQ"], [_intent_row(i) for i in listed]))
-        if len(intents) > len(listed):
-            click.echo(f"... and {len(intents) - len(listed)} more")
-
-
-def _intent_json(intent: dict[str, Any]) -> dict[str, Any]:
-    return {**intent, "key": key_json(intent["key"])}
-
-
-def _intent_row(intent: dict[str, Any]) -> list[Any]:
-    """A table row of an intent as `_intent_json` gives it (its key already decoded)."""
-    cell = cell_text(intent["workflow"], intent["key"])
-    return [short(intent["intent"]), intent["effect"], cell, intent["seq"]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -590,7 +549,7 @@ def _summary(value: Any) -> str:
         return record.manifest
     if isinstance(record, records.IngressEvent | records.DerivedEvent):
         cause = f"  (from step {record.cause})" if isinstance(record, records.DerivedEvent) else ""
-        return f"{record.schema} {clip(_compact(record.value))}{cause}"
+        return f"{record.schema} {clip(compact_text(record.value))}{cause}"
     if isinstance(record, records.IngressRejected):
         return f"{record.schema} {record.code}: {clip(record.message)}"
     if isinstance(record, records.EffectIntentRecord):
@@ -600,7 +559,7 @@ def _summary(value: Any) -> str:
         return f"{cell_text(record.workflow, key_value(record.key))} input {record.input_seq}  " + (
             _delivery_summary(record)
         )
-    return clip(_compact(value))
+    return clip(compact_text(value))
 
 
 def _delivery_summary(
@@ -612,42 +571,3 @@ def _delivery_summary(
     if isinstance(record, records.StepFaultRecord):
         return f"{record.code}: {clip(record.message)}"
     return f"dropped: {record.reason}"
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(
-        cbor.to_json(value), sort_keys=True, ensure_ascii=False, separators=(",", ":")
-    )
-
-
-def clip(text: str) -> str:
-    return text if len(text) <= SUMMARY_CHARS_MAX else text[: SUMMARY_CHARS_MAX - 3] + "..."
-
-
-def short(hash_text: str) -> str:
-    prefix, _, digits = hash_text.partition(":")
-    return f"{prefix}:{digits[:HASH_DIGITS_SHORT]}"
-
-
-def key_value(key_bytes: Any) -> Any:
-    """Decode canonical key bytes as journaled (None for an unkeyed cell)."""
-    return cbor.decode(key_bytes) if isinstance(key_bytes, bytes) and key_bytes else None
-
-
-def key_json(key_bytes: Any) -> Any:
-    return cbor.to_json(key_value(key_bytes))
-
-
-def key_text(key: Any) -> str:
-    if key is None:
-        return "-"
-    return key if isinstance(key, str) else _compact(key)
-
-
-def cell_text(workflow: str, key: Any) -> str:
-    return workflow if key is None else f"{workflow}[{key_text(key)}]"
-
-
-def _time_text(ns: int) -> str:
-    moment = datetime.datetime.fromtimestamp(ns // 1_000_000_000, tz=datetime.UTC)
-    return f"{ns}  ({moment.strftime('%Y-%m-%dT%H:%M:%SZ')})"

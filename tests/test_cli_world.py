@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from aos.cli import world_cmd
+from aos.cli import world_cmd, world_text
 from aos.cli.main import main
 from aos.kernel import cbor
 from aos.kernel.hashing import hash_value
@@ -508,7 +508,7 @@ def test_state_cells(counter: Path) -> None:
     rows = {line.split()[0]: line.split() for line in lines[2:]}
     assert rows["a"][1] == "completed" and rows["a"][3] == "5"
     assert rows["b"][3] == "8"
-    assert len(rows["a"][2]) == len("blake3:") + world_cmd.HASH_DIGITS_SHORT
+    assert len(rows["a"][2]) == len("blake3:") + world_text.HASH_DIGITS_SHORT
 
 
 def test_state_cells_json_and_limit(counter: Path) -> None:

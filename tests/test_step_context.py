@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.air.builtins import BUILTIN_SCHEMAS, WORKFLOW_CONTEXT
+from aos.kernel.air.builtin_names import WORKFLOW_CONTEXT
+from aos.kernel.air.builtins import BUILTIN_SCHEMAS
 from aos.kernel.air.normalize import normalize
 from aos.kernel.wasm.envelope import decode_input
 from tests.test_world import EVENT, create, inc

@@ -2,7 +2,7 @@
 status`, the inspector's cells): the cell of an execution that waits for a signal or a child
 is idle, and one its interpreter failed has no step fault, so the kernel alone would call
 both `completed`. The execution's own status says `running` or `failed` (a `partial` end is
-a failure of some branch), and the kernel asks it (kernel/world/queries.py,
+a failure of some branch), and the kernel asks it (kernel/world/state_status.py,
 `status_from_state`; spec/11 §9).
 
 Imported by every module that opens flow worlds (flows/serve/flow_world.py) and by the kernel's own
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from aos.kernel.world.cells import STATUS_COMPLETED, STATUS_FAILED, STATUS_RUNNING
-from aos.kernel.world.queries import status_from_state
+from aos.kernel.world.state_status import status_from_state
 
 EXEC_WORKFLOW = "aos/FlowExec@1"
 CELL_STATUS_OF_EXECUTION = {

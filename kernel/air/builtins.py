@@ -51,21 +51,19 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
+from aos.kernel.air.builtin_names import (
+    RECEIPT_ENVELOPE,
+    RECEIPT_REJECTED,
+    RECEIPT_STATUS,
+    STEP_FAULT,
+    TIMER_ADAPTER,
+    TIMER_SET_EFFECT,
+    TIMER_SET_PARAMS,
+    TIMER_SET_RECEIPT,
+    WORKFLOW_CONTEXT,
+)
 from aos.kernel.air.model import DefEffect, DefSchema
 from aos.kernel.air.types import TypeExpr
-
-WORKFLOW_CONTEXT = "sys/WorkflowContext@1"
-RECEIPT_STATUS = "sys/EffectReceiptStatus@1"
-RECEIPT_ENVELOPE = "sys/EffectReceiptEnvelope@1"
-RECEIPT_REJECTED = "sys/EffectReceiptRejected@1"
-STEP_FAULT = "sys/StepFault@1"
-TIMER_SET_PARAMS = "sys/TimerSetParams@1"
-TIMER_SET_RECEIPT = "sys/TimerSetReceipt@1"
-TIMER_SET_EFFECT = "sys/timer.set@1"
-TIMER_ADAPTER = "sys/timer@1"
-
-BUILTIN_ADAPTER_NAMES = frozenset({TIMER_ADAPTER})
-"""Adapter identities internal to the kernel: effects may name them without a defadapter."""
 
 ENTROPY_BYTES = 64
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from aos.kernel.air import builtins
+from aos.kernel.air import builtin_names, builtins
 from aos.kernel.air.errors import AirError, Issue
 from aos.kernel.air.model import (
     REF_LISTS,
@@ -86,7 +86,7 @@ class _Context:
     def __post_init__(self) -> None:
         for name, builtin in builtins.BUILTIN_DEFINITIONS.items():
             self.kinds[name] = builtin.kind
-        for name in builtins.BUILTIN_ADAPTER_NAMES:
+        for name in builtin_names.BUILTIN_ADAPTER_NAMES:
             self.kinds[name] = "defadapter"
         for name, definition in self.definitions.items():
             self.kinds.setdefault(name, definition.kind)
@@ -218,11 +218,11 @@ def _check_workflow(context: _Context, workflow: DefWorkflow, acyclic: set[str])
     elif workflow.key_schema is not None:
         for target, path in iter_refs(workflow.key_schema, f"{name}.key_schema"):
             context.expect(target, "defschema", path, name)
-    if workflow.context is not None and workflow.context != builtins.WORKFLOW_CONTEXT:
+    if workflow.context is not None and workflow.context != builtin_names.WORKFLOW_CONTEXT:
         context.add(
             "air.context_unsupported",
             f"{name}.context",
-            f"the kernel provides {builtins.WORKFLOW_CONTEXT} as context, not {workflow.context}",
+            f"the kernel provides {builtin_names.WORKFLOW_CONTEXT} as context, not {workflow.context}",
             name,
         )
     seen: set[str] = set()
@@ -234,13 +234,13 @@ def _check_workflow(context: _Context, workflow: DefWorkflow, acyclic: set[str])
         context.expect(effect, "defeffect", path, name)
     context.expect(workflow.impl.module, "defmodule", f"{name}.impl.module", name)
     if workflow.effects_emitted and workflow.event in acyclic:
-        arms = _accepting_arms(workflow.event, builtins.RECEIPT_ENVELOPE, context.types)
+        arms = _accepting_arms(workflow.event, builtin_names.RECEIPT_ENVELOPE, context.types)
         if not arms:
             context.add(
                 "air.receipt_undeliverable",
                 f"{name}.event",
                 f"the workflow emits effects, so its event schema must be "
-                f"{builtins.RECEIPT_ENVELOPE} or a variant with an arm that refs it",
+                f"{builtin_names.RECEIPT_ENVELOPE} or a variant with an arm that refs it",
                 name,
             )
 
@@ -255,7 +255,7 @@ def _check_effect(context: _Context, effect: DefEffect) -> None:
         if adapter in seen:
             context.add("air.duplicate_entry", path, f"{adapter} is listed twice", name)
         seen.add(adapter)
-        if adapter in builtins.BUILTIN_ADAPTER_NAMES:
+        if adapter in builtin_names.BUILTIN_ADAPTER_NAMES:
             context.add(
                 "air.reserved_name",
                 path,

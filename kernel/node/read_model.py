@@ -28,7 +28,7 @@ from aos.kernel.world import records
 from aos.kernel.world.cellindex import key_hash
 from aos.kernel.world.cells import STATUS_FAILED
 from aos.kernel.world.errors import CellMissingError
-from aos.kernel.world.queries import state_status
+from aos.kernel.world.state_status import state_status
 from aos.kernel.world.trace import Trace, trace
 from aos.kernel.world.world import CellInfo, World
 
@@ -93,7 +93,7 @@ decoded, ~42 µs): a bound on how long it holds the world's writer."""
 def cell_status_of(world: World, cell: CellInfo) -> str:
     """A cell's status as the node's reads say it: `failed` when the kernel says so, else
     what its state says, for a workflow whose layer reads its cells' states
-    (`queries.status_from_state`: flows say an execution's status, flows/serve/cell_status.py),
+    (`state_status.status_from_state`: flows say an execution's status, flows/serve/cell_status.py),
     else the kernel's. Where the kernel sees an execution that waits on an intent, this says
     `running`; the kernel's own `status` is answered beside it (`/v1/cell` `kernel_status`)."""
     reader = state_status(cell.workflow)

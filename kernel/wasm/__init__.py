@@ -5,40 +5,99 @@ faults and determinism profiles (spec/08-wasm.md).
     module = engine.load(wasm_bytes, abi="core")
     runner = StepRunner(module, limits=StepLimits(), determinism="strict")
     result = runner.step(encode_input(state=None, event_schema=..., event_value=...), seq=7)
+
+Importing the package imports none of its modules: each name is imported from its module on
+first use (PEP 562), so that code which needs only a fault class or the limits (the world's
+errors, `aos world status`) does not load wasmtime and the engine.
 """
 
-from aos.kernel.wasm.engine import Abi, EngineStats, LoadedModule, WasmEngine, default_cache_dir
-from aos.kernel.wasm.envelope import (
-    EmittedEffect,
-    EmittedEvent,
-    StepInput,
-    StepOutput,
-    WorkflowContext,
-    decode_input,
-    decode_output,
-    encode_input,
-    encode_output,
-)
-from aos.kernel.wasm.faults import (
-    StepFault,
-    StepFuelExhaustedError,
-    StepGuestExceptionError,
-    StepMemoryExhaustedError,
-    StepNondeterministicError,
-    StepOutputMalformedError,
-    StepOutputTooLargeError,
-    StepTooManyEffectsError,
-    StepTooManyEventsError,
-    StepTooManyWritesError,
-    StepTrapError,
-    WasmAbiMismatchError,
-    WasmImportsForbiddenError,
-    WasmInvalidModuleError,
-    WasmLoadError,
-    WasmUsageError,
-)
-from aos.kernel.wasm.limits import StepLimits
-from aos.kernel.wasm.runner import Determinism, StepResult, StepRunner, is_sampled
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aos.kernel.wasm.engine import Abi, EngineStats, LoadedModule, WasmEngine, default_cache_dir
+    from aos.kernel.wasm.envelope import (
+        EmittedEffect,
+        EmittedEvent,
+        StepInput,
+        StepOutput,
+        WorkflowContext,
+        decode_input,
+        decode_output,
+        encode_input,
+        encode_output,
+    )
+    from aos.kernel.wasm.faults import (
+        StepFault,
+        StepFuelExhaustedError,
+        StepGuestExceptionError,
+        StepMemoryExhaustedError,
+        StepNondeterministicError,
+        StepOutputMalformedError,
+        StepOutputTooLargeError,
+        StepTooManyEffectsError,
+        StepTooManyEventsError,
+        StepTooManyWritesError,
+        StepTrapError,
+        WasmAbiMismatchError,
+        WasmImportsForbiddenError,
+        WasmInvalidModuleError,
+        WasmLoadError,
+        WasmUsageError,
+    )
+    from aos.kernel.wasm.limits import StepLimits
+    from aos.kernel.wasm.runner import Determinism, StepResult, StepRunner, is_sampled
+
+# Where each public name lives (a module of this package).
+_HOMES: dict[str, str] = {
+    "Abi": "engine",
+    "EngineStats": "engine",
+    "LoadedModule": "engine",
+    "WasmEngine": "engine",
+    "default_cache_dir": "engine",
+    "EmittedEffect": "envelope",
+    "EmittedEvent": "envelope",
+    "StepInput": "envelope",
+    "StepOutput": "envelope",
+    "WorkflowContext": "envelope",
+    "decode_input": "envelope",
+    "decode_output": "envelope",
+    "encode_input": "envelope",
+    "encode_output": "envelope",
+    "StepFault": "faults",
+    "StepFuelExhaustedError": "faults",
+    "StepGuestExceptionError": "faults",
+    "StepMemoryExhaustedError": "faults",
+    "StepNondeterministicError": "faults",
+    "StepOutputMalformedError": "faults",
+    "StepOutputTooLargeError": "faults",
+    "StepTooManyEffectsError": "faults",
+    "StepTooManyEventsError": "faults",
+    "StepTooManyWritesError": "faults",
+    "StepTrapError": "faults",
+    "WasmAbiMismatchError": "faults",
+    "WasmImportsForbiddenError": "faults",
+    "WasmInvalidModuleError": "faults",
+    "WasmLoadError": "faults",
+    "WasmUsageError": "faults",
+    "StepLimits": "limits",
+    "Determinism": "runner",
+    "StepResult": "runner",
+    "StepRunner": "runner",
+    "is_sampled": "runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
 
 __all__ = [
     "Abi",

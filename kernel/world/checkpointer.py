@@ -10,16 +10,18 @@ snapshot list and its retention, and the reclaim epoch the pending writes work i
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import Hash
 from aos.kernel.store.codec import SEQ_MAX
 from aos.kernel.store.interface import Store
 from aos.kernel.world.errors import WorldCorruptError
-from aos.kernel.world.limits import WorldLimits
 from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.tables import reclaiming
+
+if TYPE_CHECKING:  # the world's limits import its receipts' checks; a status read needs neither
+    from aos.kernel.world.limits import WorldLimits
 
 META_HEAD = "world.head"
 META_SNAPSHOTS = "world.snapshots"

@@ -27,6 +27,7 @@ from aos.kernel.world import worldkey
 from aos.kernel.world.checkpointer import META_HEAD, head_usable
 from aos.kernel.world.errors import WorldCorruptError, WorldExistsError, WorldMissingError
 from aos.kernel.world.limits import WorldLimits, recorded_limits
+from aos.kernel.world.meta import META_CONFIG, META_FORMAT, WORLD_FORMAT
 from aos.kernel.world.modules import building_resolver
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.staged import StagedWrites
@@ -35,10 +36,6 @@ from aos.kernel.world.timers import CLOCK_MANUAL, CLOCK_WALL
 
 if TYPE_CHECKING:
     from aos.kernel.world.world import World
-
-WORLD_FORMAT = 1
-META_FORMAT = "world.format"
-META_CONFIG = "world.config"
 
 
 def create(

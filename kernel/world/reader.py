@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from aos.kernel.world import queries
+from aos.kernel.world import cell_keys
 from aos.kernel.world.intents import IntentTracker
 from aos.kernel.world.journaler import Journaler
 from aos.kernel.world.queries import CellReads
@@ -51,11 +51,11 @@ class WorldReader:
 
     def key_bytes(self, workflow: str, key: Any) -> bytes | None:
         """The canonical key bytes of a cell, from a key value (normalized like routing)."""
-        return queries.key_bytes(self._runtime(), workflow, key)
+        return cell_keys.key_bytes(self._runtime(), workflow, key)
 
     def key_from_text(self, workflow: str, text: str | None) -> tuple[Any, bytes | None]:
-        """The key value and key bytes a user's KEY names (queries.key_from_text)."""
-        return queries.key_from_text(self._runtime(), workflow, text)
+        """The key value and key bytes a user's KEY names (cell_keys.key_from_text)."""
+        return cell_keys.key_from_text(self._runtime(), workflow, text)
 
     def state(self, workflow: str, key: Any = None) -> Any:
         """The state of a cell (None if it does not exist)."""

@@ -4,11 +4,13 @@ receipt, a cell's summary, and a checked step output."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aos.kernel.hashing import Hash
-from aos.kernel.world.effects import AdmittedEffect
-from aos.kernel.world.router import Delivery
+
+if TYPE_CHECKING:  # annotations only: the cell reads (queries.py) need no effect machinery
+    from aos.kernel.world.effects import AdmittedEffect
+    from aos.kernel.world.router import Delivery
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class CellInfo:
     status: str
     last_active_seq: int
     faulted: bool = False  # the kernel failed it (a step fault); `status` may say failed too
-    # when the workflow's own state says so (queries.status_from_state)
+    # when the workflow's own state says so (state_status.status_from_state)
 
 
 @dataclass(frozen=True)

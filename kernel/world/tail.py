@@ -19,14 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aos.kernel import cbor
-from aos.kernel.air import TIMER_SET_EFFECT
+from aos.kernel.air.builtin_names import TIMER_SET_EFFECT
 from aos.kernel.hashing import Hash
 from aos.kernel.store import codec
 from aos.kernel.store.interface import Journal
 from aos.kernel.world import records
 from aos.kernel.world.errors import WorldCorruptError
-from aos.kernel.world.intents import OpenIntent
-from aos.kernel.world.scheduler import CellId
+from aos.kernel.world.intents import IntentTracker, OpenIntent
+from aos.kernel.world.scheduler import CellId, Message, Scheduler
+from aos.kernel.world.tables import CellTables
 
 # What a tail may hold; anything else forces a checkpoint when it is written.
 FOLDABLE_KINDS = frozenset(
@@ -68,6 +69,38 @@ def records_after(
             yield seq, codec.decode_chained_record(seq, raw)
         else:
             yield seq, codec.decode_record(seq, raw)
+
+
+def restore_cells(
+    head: dict[str, Any],
+    journal: Journal,
+    tables: CellTables,
+    intents: IntentTracker,
+    scheduler: Scheduler,
+    *,
+    chained_through: int = 0,
+) -> TailFold:
+    """Restore the cell tables, open intents and queued deliveries a head checkpoint names
+    into empty ones, with the journal tail after it folded in; what the world is at then
+    (height, logical time, state height). The one restore of a world's cells: opening a world
+    (world.py) and reading its status without opening it (world_status.py) both call it."""
+    height = head["height"]
+    tables.restore(head["roots"])
+    intents.restore(head["open_intents"])
+    scheduler.restore([Message.from_value(value) for value in head["queued"]])
+    state_height = int(head.get("state_height", height))
+    end = journal.head()
+    if end <= height:
+        return TailFold(height, head["logical_ns"], state_height)
+    tail = records_after(journal, height, end, chained_through)
+    folded = fold(height, head["logical_ns"], state_height, tail)
+    tables.put_folded(folded.cells)
+    for intent in folded.closed:
+        intents.close(intent)
+    for intent, open_intent in folded.opened.items():
+        intents.open(intent, open_intent)
+    scheduler.restore([])  # a tail ends quiescent
+    return folded
 
 
 def fold(

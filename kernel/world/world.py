@@ -22,7 +22,7 @@ state left is the last durable one, which reopening restores.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
@@ -35,7 +35,7 @@ from aos.kernel.hashing import Hash, hash_bytes, hash_value, is_hash
 from aos.kernel.store.interface import Store
 from aos.kernel.wasm import StepResult, WasmEngine
 from aos.kernel.world import chain as journal_chain
-from aos.kernel.world import opening, receipts, records, worldkey
+from aos.kernel.world import meta, opening, receipts, records, worldkey
 from aos.kernel.world.checkpointer import stored_snapshots
 from aos.kernel.world.errors import (
     BlobTooLargeError,
@@ -74,7 +74,7 @@ from aos.kernel.world.staged import StagedWrites
 from aos.kernel.world.stamps import Stamp, StampSource
 from aos.kernel.world.stepping import Stepper, cell_delivery, dropped
 from aos.kernel.world.tables import CellTables
-from aos.kernel.world.tail import fold, records_after
+from aos.kernel.world.tail import restore_cells
 from aos.kernel.world.timers import CLOCK_MANUAL as CLOCK_MANUAL
 from aos.kernel.world.timers import CLOCK_WALL as CLOCK_WALL
 from aos.kernel.world.timers import LOGICAL_NS_MAX as LOGICAL_NS_MAX
@@ -82,7 +82,7 @@ from aos.kernel.world.timers import Timers
 
 # The `X as X` imports re-export limits and results: callers keep naming them through here.
 
-WORLD_FORMAT = opening.WORLD_FORMAT
+WORLD_FORMAT = meta.WORLD_FORMAT
 
 
 class World:
@@ -260,8 +260,8 @@ class World:
         self.world_id = str(hash_value(genesis.to_value()))
         self.journaler.chain = journal_chain.JournalChain.genesis(self.world_id)
         self.append(genesis)
-        self._pending.meta[opening.META_FORMAT] = WORLD_FORMAT
-        self._pending.meta[opening.META_CONFIG] = world_config(
+        self._pending.meta[meta.META_FORMAT] = WORLD_FORMAT
+        self._pending.meta[meta.META_CONFIG] = world_config(
             self.clock, self.world_id, self.limits
         )
         self.commit()
@@ -754,36 +754,22 @@ class World:
                 f"the head checkpoint is at {head['height']}, past the journal at "
                 f"{self.store.journal.head()}"
             )
-        self.journaler.height = head["height"]
-        self.logical_ns = head["logical_ns"]
-        self._cells.restore(head["roots"])
-        self.intents.restore(head["open_intents"])
-        self._scheduler.restore([Message.from_value(v) for v in head["queued"]])
-        self.proposals = {key: dict(value) for key, value in head.get("proposals", {}).items()}
-        self.journaler.state_height = int(head.get("state_height", self.journaler.height))
-        for value in head.get("faulted", []):
-            message = Message.from_value(value)
-            self._stepper.faulted[(message.workflow, message.key)] = message
-        self._checkpoints.restored(self.journaler.height)
-        end = self.store.journal.head()
-        if end > self.journaler.height:
-            self._apply_tail(
-                records_after(self.store.journal, self.journaler.height, end, chained_through)
-            )
-
-    def _apply_tail(self, tail: Iterable[tuple[int, Any]]) -> None:
-        """Fold the records after the head checkpoint into the head (tail.py): no step runs
-        and nothing is appended."""
-        folded = fold(self.journaler.height, self.logical_ns, self.state_height, tail)
-        self._cells.put_folded(folded.cells)
-        for intent in folded.closed:
-            self.intents.close(intent)
-        for intent, open_intent in folded.opened.items():
-            self.intents.open(intent, open_intent)
-        self._scheduler.restore([])  # a tail ends quiescent
+        self._checkpoints.restored(head["height"])
+        folded = restore_cells(
+            head,
+            self.store.journal,
+            self._cells,
+            self.intents,
+            self._scheduler,
+            chained_through=chained_through,
+        )
         self.journaler.height = folded.height
         self.logical_ns = folded.logical_ns
         self.journaler.state_height = folded.state_height
+        self.proposals = {key: dict(value) for key, value in head.get("proposals", {}).items()}
+        for value in head.get("faulted", []):
+            message = Message.from_value(value)
+            self._stepper.faulted[(message.workflow, message.key)] = message
 
     def current_head(self) -> dict[str, Any]:
         """The head checkpoint as it would be written now (materializes the cells; nothing
