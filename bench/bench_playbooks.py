@@ -270,7 +270,8 @@ class AosNode:
     def host_figures(self) -> dict[str, float]:
         """The node's host batches (count, seconds, seconds by phase), single operations and
         store commits (count, seconds), from its metrics."""
-        text = httpx.get(f"{self.client.url}/metrics", timeout=START_S_MAX).text
+        headers = {"authorization": f"Bearer {self.token}"}
+        text = httpx.get(f"{self.client.url}/metrics", timeout=START_S_MAX, headers=headers).text
         found = {
             (sample.name, sample.labels.get("phase", "")): sample.value
             for family in text_string_to_metric_families(text)

@@ -187,3 +187,13 @@ def test_side_times_each_execution_counts_its_cpu_and_checks_them_all() -> None:
     assert "wal_syncs_per_execution" not in extra
     side.check_all()
     assert checked == ["e1", "e2", "e3", "e4"]
+
+
+def test_the_aos_side_runs_a_playbook_on_a_node_it_starts_as_its_admin(tmp_path: Path) -> None:
+    """The bench's own node side, end to end (a node refuses callers without a token since
+    issue 31: the bench must present the world's first admin's)."""
+    with bp.AosNode.started(tmp_path, in_process=True) as node:
+        name = node.register(bp.AOS_FILES["hello_world"])
+        _, execution = node.execute(name)
+        node.check("hello_world", execution)
+        assert node.host_figures()["commits"] >= 1
