@@ -29,7 +29,7 @@ PARITY_GUEST = Path(__file__).parent / "fixtures" / "cbor_parity"
 FUEL_MAX = 10_000_000_000
 MEMORY_BYTES_MAX = 256 * 1024 * 1024
 OUTPUT_BYTES_MAX = 16 * 1024 * 1024
-ANSWER_DEPTH_MAX = 256  # the guest's answers wrap a value in three more levels
+ANSWER_DEPTH_MAX = 512  # the guest's answers wrap a value in three more levels
 
 
 def _instance(wasm_path: Path) -> ComponentInstance:
@@ -141,6 +141,17 @@ def test_the_depth_limit_is_the_references(depth: int) -> None:
     for depth_max in (1, 63, 64):
         _agree("encode", data, depth_max=depth_max)
         _agree("decode", data, depth_max=depth_max)
+
+
+def test_a_limit_deeper_than_the_compiled_codec_takes_is_left_to_the_reference() -> None:
+    value: Any = 1
+    for _ in range(300):
+        value = [value]
+    data = sdk_cbor.encode_python(value, depth_max=400)
+    # The compiled codec recurses on the component's stack: past its own bound it declines.
+    assert _agree("encode", data, depth_max=400) == ["ok", data]
+    assert _agree("decode", data, depth_max=400)[0] == "ok"
+    assert _both("decode", data, depth_max=400)[2]  # declined
 
 
 @pytest.mark.parametrize("value", [*INT_EDGES, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1])

@@ -46,6 +46,9 @@ typedef struct {
 } PyModuleDef;
 
 #define METH_FASTCALL 0x0080
+/* Deeper limits are left to the Python codec: this code recurses once per level on the
+ * component's stack, where an overflow would trap the step instead of raising. */
+#define DEPTH_MAX_COMPILED 256
 #define PYTHON_API_VERSION 1013
 
 extern PyObject PyLong_Type, PyUnicode_Type, PyDict_Type, PyList_Type, PyTuple_Type,
@@ -343,7 +346,7 @@ static PyObject *cbor_decode(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *data = args[0], *decline = args[3];
     if (TYPE(data) != &PyBytes_Type || TYPE(args[1]) != &PyLong_Type) return new_ref(decline);
     long long depth_max = PyLong_AsLongLong(args[1]);
-    if (depth_max < 0 || depth_max > 100000) {
+    if (depth_max < 0 || depth_max > DEPTH_MAX_COMPILED) {
         PyErr_Clear();
         return new_ref(decline);
     }
@@ -524,9 +527,9 @@ static int write_item(Writer *w, PyObject *value, int depth_left) {
 /* encode(value, depth_max: int) -> bytes (self-described) | None */
 static PyObject *cbor_encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 2 || TYPE(args[1]) != &PyLong_Type) return 0;
+    if (nargs != 2 || TYPE(args[1]) != &PyLong_Type) return new_ref(NONE);
     long long depth_max = PyLong_AsLongLong(args[1]);
-    if (depth_max < 0 || depth_max > 100000) {
+    if (depth_max < 0 || depth_max > DEPTH_MAX_COMPILED) {
         PyErr_Clear();
         return new_ref(NONE);
     }
