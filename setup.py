@@ -36,6 +36,8 @@ PACKAGE_ROOTS = {
 
 PACKAGE_DATA = {
     "aos.kernel.wasm.wit": ["*.wit"],
+    # The SDK's compiled codec, built into every Python component (aos.kernel.wasm.build).
+    "aos_sdk": ["*.c"],
     "aos.flows.examples": ["*.yaml", "*.flow", "*.json"],
     # The web inspector's pages, styles and vendored htmx; the flow pages' templates.
     "aos.kernel.node": ["templates/*.html", "static/*"],

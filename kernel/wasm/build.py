@@ -75,6 +75,24 @@ C_FLAGS = (
     "-Wl,--no-entry",
     "-Wl,--export-memory",
 )
+# The SDK's compiled codec (`aos_sdk/_cbor_c.c`): a CPython extension module for the
+# component's interpreter (componentize-py 0.25's CPython 3.14, wasm32-wasi), built as a
+# WebAssembly shared library that componentize-py links into the component. Compiled without
+# CPython's headers (it declares the stable-ABI calls it makes) and without debug information
+# or any path, so its bytes depend on the source and the zig version only.
+SDK_EXTENSION_SOURCE = "_cbor_c.c"
+SDK_EXTENSION_SUFFIX = ".cpython-314-wasm32-wasi.so"
+SDK_EXTENSION_CFLAGS = (
+    "--target=wasm32-wasi",
+    "-O2",
+    "-g0",
+    "-fPIC",
+    "-fno-stack-protector",
+    "-nostdlib",
+    "-Wall",
+    "-Werror",
+)
+SDK_EXTENSION_LDFLAGS = ("--shared", "--experimental-pic", "--unresolved-symbols=import-dynamic")
 _PYTHON_SUFFIXES = (".py",)
 _C_SUFFIXES = (".c", ".zig")
 BUNDLE_FILE = "bundle.txt"
@@ -263,6 +281,9 @@ def build_python(
         return hit
     cache.mkdir(parents=True, exist_ok=True)
     with _temp_output(cache) as out, _staged(sources.trees) as (stage_root, staged):
+        if sources.sdk_extension is not None:
+            sdk_package = staged[-1] / "aos_sdk"
+            _build_sdk_extension(sources.sdk_extension, sdk_package, timeout_s=timeout_s)
         command = [
             *_componentize_py(),
             "-q",
@@ -322,6 +343,8 @@ class _PythonSources:
     # site-packages, which must not become the component's Python path).
     trees: list[_Tree]
     key: Hash
+    # The SDK's codec source, compiled into the staged SDK; None for an SDK without one.
+    sdk_extension: Path | None
 
 
 def _python_sources(
@@ -338,6 +361,8 @@ def _python_sources(
     wit = Path(wit_dir) if wit_dir is not None else package_path(WIT_PACKAGE, "wit")
     module_files = _python_files(src_dir)
     _check_exports_world(src_dir / f"{module}.py")
+    extension = sdk_root / "aos_sdk" / SDK_EXTENSION_SOURCE
+    sdk_extension = extension if extension.is_file() else None
     inputs: dict[str, Any] = {
         "entry": module,
         "module": _file_hashes(src_dir, module_files),
@@ -348,14 +373,38 @@ def _python_sources(
         "tools": {"componentize-py": _tool_version("componentize-py")},
         "options": {"stub_wasi": True, "world": WORLD_NAME},
     }
+    if sdk_extension is not None:
+        inputs["sdk_extension"] = {
+            "source": _file_hashes(sdk_root, [sdk_extension]),
+            "tools": {"ziglang": _tool_version("ziglang")},
+            "options": {"cflags": SDK_EXTENSION_CFLAGS, "ldflags": SDK_EXTENSION_LDFLAGS},
+            "suffix": SDK_EXTENSION_SUFFIX,
+        }
     trees = [
         _python_tree(src_dir, module_files),
         *[_python_tree(p, _python_files(p)) for p in extra],
         _bundle_tree([*bundled, ("aos_sdk", sdk_root / "aos_sdk")]),
     ]
-    return _PythonSources(
-        src_dir, module, module_files, wit, trees, _source_key("python-component", inputs)
-    )
+    key = _source_key("python-component", inputs)
+    return _PythonSources(src_dir, module, module_files, wit, trees, key, sdk_extension)
+
+
+def _build_sdk_extension(source: Path, package: Path, *, timeout_s: float) -> None:
+    """Compile the SDK's codec into `package` as the extension module componentize-py links
+    in: `zig cc -c`, then zig's `wasm-ld --shared` (the CPython symbols it calls stay imports
+    that componentize-py resolves against the component's libpython). Fixed file names in a
+    fresh folder, so nothing of the machine reaches the bytes."""
+    name = Path(SDK_EXTENSION_SOURCE).stem
+    with tempfile.TemporaryDirectory(prefix="aos-ext-") as tmp:
+        folder = Path(tmp)
+        shutil.copyfile(source, folder / SDK_EXTENSION_SOURCE)
+        zig = [sys.executable, "-m", "ziglang"]
+        compile_ = [*zig, "cc", *SDK_EXTENSION_CFLAGS, "-c", "-o", f"{name}.o"]
+        _run_tool([*compile_, SDK_EXTENSION_SOURCE], timeout_s=timeout_s, cwd=folder, tool="zig cc")
+        library = f"{name}{SDK_EXTENSION_SUFFIX}"
+        link = [*zig, "wasm-ld", *SDK_EXTENSION_LDFLAGS, "-o", library, f"{name}.o"]
+        _run_tool(link, timeout_s=timeout_s, cwd=folder, tool="zig wasm-ld")
+        shutil.copyfile(folder / library, package / library)
 
 
 def bundled_package_names(src_dir: Path) -> list[str]:

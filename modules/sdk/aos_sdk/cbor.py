@@ -17,10 +17,17 @@ Every step decodes its input and encodes its output with this module, in an inte
 runs inside WebAssembly, so it is written for speed: the encodings of short texts and the
 sorted key order of each map shape are memoized (bounded tables; the bytes never depend on
 them), and the decoder checks canonical form while it reads instead of re-encoding.
+
+Inside a component the work is done by `aos_sdk._cbor_c` (`_cbor_c.c`, compiled for
+wasm32-wasi and linked in by `aos.kernel.wasm.build`) when it is there: it gives exactly what
+this module's code gives or declines, and then this code runs, so the bytes, values and errors
+are this module's in every case (`encode_python` and `decode_python`, the reference, which
+`tests/test_sdk_cbor_compiled.py` compares it with). Natively there is no such module.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import struct
 from typing import Any
@@ -61,6 +68,20 @@ class CborError(ValueError):
         self.code = code
 
 
+def _compiled_codec() -> Any:
+    """The compiled codec when this interpreter has it (a component's), else None."""
+    try:
+        return importlib.import_module("aos_sdk._cbor_c")
+    except ImportError:
+        return None
+
+
+COMPILED: Any = _compiled_codec()
+"""`aos_sdk._cbor_c`, or None: natively, and in a component built without it."""
+
+_DECLINED: Any = object()  # what the compiled decoder returns when it leaves a value to us
+
+
 # --------------------------------------------------------------------------------------------
 # Encoding
 
@@ -69,6 +90,17 @@ def encode(
     value: Any, *, self_describe: bool = True, depth_max: int = NESTING_DEPTH_MAX_DEFAULT
 ) -> bytes:
     """Encode `value` canonically; with `self_describe` the bytes start with tag 55799."""
+    if COMPILED is not None:
+        found = COMPILED.encode(value, depth_max)
+        if found is not None:
+            return found if self_describe else found[len(SELF_DESCRIBE_PREFIX) :]
+    return encode_python(value, self_describe=self_describe, depth_max=depth_max)
+
+
+def encode_python(
+    value: Any, *, self_describe: bool = True, depth_max: int = NESTING_DEPTH_MAX_DEFAULT
+) -> bytes:
+    """`encode` by this module's own code: the reference the compiled codec is held to."""
     out = bytearray(SELF_DESCRIBE_PREFIX if self_describe else b"")
     _encode_into(out, value, depth_max)
     return bytes(out)
@@ -235,7 +267,14 @@ def _encode_array(out: bytearray, value: list[Any] | tuple[Any, ...], depth_left
 def encode_copied(value: Any, *, depth_max: int = NESTING_DEPTH_MAX_DEFAULT) -> tuple[bytes, Any]:
     """`encode(value)` (self-described) and `decoded_copy(value)` in one walk: a step's state
     is encoded and kept for the next input (`envelope.StateMemo`), and walking it once is
-    cheaper than walking it twice. Raises what `encode` raises."""
+    cheaper than walking it twice. Raises what `encode` raises. With the compiled codec, the
+    copy is what decoding the bytes gives (the copy's definition), at C speed."""
+    if COMPILED is not None:
+        encoded = COMPILED.encode(value, depth_max)
+        if encoded is not None:
+            copy = COMPILED.decode(encoded, NESTING_DEPTH_MAX_DEFAULT, True, _DECLINED)
+            if copy is not _DECLINED:
+                return encoded, copy
     out = bytearray(SELF_DESCRIBE_PREFIX)
     copy = _encode_copy_into(out, value, depth_max)
     return bytes(out), copy
@@ -400,6 +439,21 @@ def decode(
     reported only once the bytes are otherwise well formed, as the kernel reports it.
     `trusted` skips that check: for bytes the kernel built and checked itself, the step's
     input envelope. Everything else is still checked while reading."""
+    raw = data if type(data) is bytes else bytes(data)
+    if COMPILED is not None:
+        found = COMPILED.decode(raw, depth_max, trusted, _DECLINED)
+        if found is not _DECLINED:
+            return found
+    return decode_python(raw, depth_max=depth_max, trusted=trusted)
+
+
+def decode_python(
+    data: bytes | bytearray | memoryview,
+    *,
+    depth_max: int = NESTING_DEPTH_MAX_DEFAULT,
+    trusted: bool = False,
+) -> Any:
+    """`decode` by this module's own code: the reference the compiled codec is held to."""
     raw = bytes(data)
     if not raw.startswith(SELF_DESCRIBE_PREFIX):
         raise CborError(
