@@ -46,6 +46,10 @@ _op = st.one_of(
     ),
     st.tuples(st.just("settle"), st.integers(0, 5), st.sampled_from(["ok", "error", "timeout"])),
     st.tuples(st.just("bad_receipt")),
+    # Refused inputs: a value its schema does not admit, a schema nobody routes.
+    st.tuples(
+        st.just("refused"), st.sampled_from(KEYS), st.sampled_from(["bad_value", "unrouted"])
+    ),
     st.tuples(st.just("snapshot")),
     st.tuples(st.just("advance"), st.integers(0, 5_000)),
     st.tuples(st.just("counter"), st.sampled_from(KEYS), st.integers(-3, 3), st.booleans()),
@@ -78,6 +82,12 @@ def _apply(scripted: World, counter: World, op: tuple[Any, ...]) -> None:
     elif kind == "bad_receipt":
         with pytest.raises(ReceiptError):
             scripted.settle(_receipt(scripted, "blake3:" + "0" * 64, "ok"))
+    elif kind == "refused":
+        _, key, how = op
+        if how == "bad_value":
+            scripted.ingress(PING, {"id": key, "n": -1, "action": "none"})
+        else:
+            scripted.ingress("demo/Unrouted@1", {"id": key})
     elif kind == "snapshot":
         scripted.snapshot()
         counter.snapshot()
@@ -117,7 +127,7 @@ def play(ops: list[tuple[Any, ...]], root: str) -> dict[str, Any]:
         for op in ops:
             try:
                 _apply(scripted, counter, tuple(op))
-            except AosError as refused:  # a counter's negative step: the same refusal on both
+            except AosError as refused:  # the same refusal, type, code and text, on both
                 refusals.append([type(refused).__name__, refused.code, str(refused)])
         outcome = {
             "scripted": _outcome(scripted),
