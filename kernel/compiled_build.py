@@ -55,6 +55,9 @@ MODULES = (
 )
 # The build's shared library: `aos_kernel__mypyc`, a top-level module the finder serves too.
 GROUP_NAME = "aos_kernel"
+# Builds kept in the cache (~3 MB each), the most recently used: one per version of the
+# kernel's sources, so every checkout and branch on the machine keeps its own while it is used.
+BUILDS_KEPT_MAX = 8
 OPT_LEVEL = "3"
 PACKAGE = "aos.kernel"
 
@@ -210,6 +213,7 @@ def build(cache_dir: Path, kernel_dir: Path = KERNEL_DIR) -> tuple[Path, bool]:
     sources = closure(MODULES, kernel_dir)
     folder = cache_dir / build_key(sources, kernel_dir)
     if (folder / MANIFEST_NAME).is_file():
+        os.utime(folder / MANIFEST_NAME)  # recently used: the last the pruning drops
         return folder, True
     cache_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".building-") as scratch_name:
@@ -222,7 +226,17 @@ def build(cache_dir: Path, kernel_dir: Path = KERNEL_DIR) -> tuple[Path, bool]:
         except OSError:
             if not (folder / MANIFEST_NAME).is_file():
                 raise  # not a concurrent build that finished first
+    prune(cache_dir, keep=folder)
     return folder, False
+
+
+def prune(cache_dir: Path, *, keep: Path, kept_max: int = BUILDS_KEPT_MAX) -> None:
+    """Drop all but the `kept_max` most recently used builds (`keep` always stays). A virtualenv
+    whose build went runs its sources until its next `make setup`."""
+    builds = [f for f in cache_dir.iterdir() if (f / MANIFEST_NAME).is_file() and f != keep]
+    builds.sort(key=lambda f: (f / MANIFEST_NAME).stat().st_mtime, reverse=True)
+    for old in builds[max(kept_max - 1, 0) :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _point_at(folder: Path) -> None:

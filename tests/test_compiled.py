@@ -227,6 +227,26 @@ def test_the_build_closure_holds_what_the_modules_import() -> None:
     assert "node/app.py" not in sources
 
 
+def test_the_cache_keeps_the_most_recently_used_builds(tmp_path: Path) -> None:
+    kept_max = compiled_build.BUILDS_KEPT_MAX
+    folders = []
+    for age in range(kept_max + 2):  # folder 0 is the newest
+        folder = tmp_path / f"build-{age}"
+        folder.mkdir()
+        (folder / compiled.MANIFEST_NAME).write_text("{}")
+        os.utime(folder / compiled.MANIFEST_NAME, (10**9 - age, 10**9 - age))
+        folders.append(folder)
+    (tmp_path / "last-build.log").write_text("")
+    oldest = folders[-1]  # the one just built, whatever its time
+    compiled_build.prune(tmp_path, keep=oldest)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(
+        ["last-build.log", oldest.name, *(f.name for f in folders[: kept_max - 1])]
+    )
+    compiled_build.prune(tmp_path, keep=oldest, kept_max=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["last-build.log", oldest.name])
+
+
 def test_without_a_compiler_setup_says_so_once_and_succeeds(tmp_path: Path) -> None:
     env = {
         **os.environ,
