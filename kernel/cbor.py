@@ -22,11 +22,28 @@ import io
 import math
 import struct
 from collections.abc import Iterator, Mapping
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, NoReturn, TypeAlias, cast
 
 import cbor2
 
-from aos.kernel.errors import AosError
+# The codec's errors, re-exported (`cbor.CborError`): they live apart, uncompiled.
+# isort: off
+from aos.kernel.cbor_errors import (
+    CborDepthError as CborDepthError,
+    CborDuplicateKeyError as CborDuplicateKeyError,
+    CborError as CborError,
+    CborIndefiniteLengthError as CborIndefiniteLengthError,
+    CborIntegerRangeError as CborIntegerRangeError,
+    CborKeyTypeError as CborKeyTypeError,
+    CborMalformedError as CborMalformedError,
+    CborNonCanonicalError as CborNonCanonicalError,
+    CborTooLargeError as CborTooLargeError,
+    CborTrailingBytesError as CborTrailingBytesError,
+    CborTruncatedError as CborTruncatedError,
+    CborUnknownTagError as CborUnknownTagError,
+    CborUnsupportedValueError as CborUnsupportedValueError,
+)
+# isort: on
 
 SELF_DESCRIBE_TAG = 55799
 SELF_DESCRIBE_PREFIX = b"\xd9\xd9\xf7"
@@ -39,76 +56,6 @@ INT_MIN = -(2**64)
 INT_MAX = 2**64 - 1
 
 Value: TypeAlias = "bool | int | float | str | bytes | list[Value] | dict[str | int, Value] | None"
-
-
-# --------------------------------------------------------------------------------------------
-# Errors
-
-
-class CborError(AosError):
-    """Base of the canonical-CBOR errors."""
-
-    code = "cbor.error"
-
-
-class CborMalformedError(CborError):
-    code = "cbor.malformed"
-    hint = "the bytes are not well-formed CBOR"
-
-
-class CborTruncatedError(CborError):
-    code = "cbor.truncated"
-    hint = "the input ends in the middle of a data item"
-
-
-class CborTrailingBytesError(CborError):
-    code = "cbor.trailing_bytes"
-    hint = "one data item was expected; more bytes follow it"
-
-
-class CborIndefiniteLengthError(CborError):
-    code = "cbor.indefinite_length"
-    hint = "aos accepts definite-length strings, arrays and maps only"
-
-
-class CborDuplicateKeyError(CborError):
-    code = "cbor.duplicate_key"
-    hint = "a map names the same key twice"
-
-
-class CborKeyTypeError(CborError):
-    code = "cbor.key_type"
-    hint = "map keys must be text strings or integers"
-
-
-class CborUnknownTagError(CborError):
-    code = "cbor.unknown_tag"
-    hint = "values may not carry CBOR tags; only a leading self-describe tag 55799 is allowed"
-
-
-class CborUnsupportedValueError(CborError):
-    code = "cbor.unsupported_value"
-    hint = "values are null, booleans, integers, floats, text, bytes, arrays and maps"
-
-
-class CborIntegerRangeError(CborError):
-    code = "cbor.integer_range"
-    hint = "integers must fit CBOR major types 0/1: -2**64 .. 2**64-1"
-
-
-class CborDepthError(CborError):
-    code = "cbor.depth_exceeded"
-    hint = "nesting is deeper than the configured limit"
-
-
-class CborTooLargeError(CborError):
-    code = "cbor.too_large"
-    hint = "the input is larger than the configured limit"
-
-
-class CborNonCanonicalError(CborError):
-    code = "cbor.non_canonical"
-    hint = "the bytes decode, but are not the canonical encoding of their value"
 
 
 # --------------------------------------------------------------------------------------------
@@ -402,9 +349,10 @@ def decode(
     if len(raw) > bytes_max:
         raise CborTooLargeError(f"input is {len(raw)} bytes; the limit is {bytes_max}")
     if canonical:
-        accepted: Value = _decode_canonical_fast(raw, depth_max)
+        # Any, not Value: the sentinel is no value, and compiled code checks declared types.
+        accepted: Any = _decode_canonical_fast(raw, depth_max)
         if accepted is not _REFUSED:
-            return accepted
+            return cast(Value, accepted)
     return _decode_checked(raw, canonical, depth_max)
 
 
@@ -501,7 +449,7 @@ def _decode_checked(raw: bytes, canonical: bool, depth_max: int) -> Value:
     start = 3 if raw.startswith(SELF_DESCRIBE_PREFIX) else 0
     if canonical and start == 0:
         raise CborNonCanonicalError("canonical bytes start with the self-describe tag d9d9f7")
-    value: Value = _decode_structure(raw, start, depth_max)
+    value: Any = _decode_structure(raw, start, depth_max)  # checked below, then a Value
     if not _plain_decoded(value):
         _check_decoded(value, depth_max, "$")  # raises, naming the path of the fault
     if canonical:
@@ -511,7 +459,7 @@ def _decode_checked(raw: bytes, canonical: bool, depth_max: int) -> Value:
             raise CborNonCanonicalError(
                 f"not the canonical encoding (first difference at byte {offset})", offset=offset
             )
-    return value
+    return cast(Value, value)
 
 
 def is_canonical(data: bytes) -> bool:
@@ -535,18 +483,19 @@ def _decode_structure(raw: bytes, start: int, depth_max: int) -> Any:
         allow_indefinite=False,
         allow_duplicate_keys=False,
     )
+    # A name per handler: compiled (spec/09 §5), one name would keep the first handler's type.
     try:
         value = decoder.decode()
-    except _TagRejectedError as exc:  # raised directly on some paths
-        raise CborUnknownTagError(f"tag {exc.tag} is not allowed") from None
+    except _TagRejectedError as rejected:  # raised directly on some paths
+        raise CborUnknownTagError(f"tag {rejected.tag} is not allowed") from None
     except cbor2.CBORDecodeEOF:
         raise CborTruncatedError("input ends inside a data item") from None
-    except cbor2.CBORDecodeError as exc:
-        raise _translate(exc) from None
+    except cbor2.CBORDecodeError as failed:
+        raise _translate(failed) from None
     except RecursionError:
         raise CborDepthError("nesting is too deep to decode") from None
-    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
-        raise CborMalformedError(f"malformed CBOR: {exc}") from None
+    except (ValueError, TypeError, OverflowError, MemoryError) as malformed:
+        raise CborMalformedError(f"malformed CBOR: {malformed}") from None
     end = stream.tell()
     if end != len(raw):
         raise CborTrailingBytesError(

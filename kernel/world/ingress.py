@@ -66,7 +66,7 @@ class Ingress:
     # -- events ------------------------------------------------------------------------------
 
     def check_event(
-        self, runtime: Runtime, schema: str, value: Any, idempotency_key: str | None
+        self, runtime: Runtime, schema: str, value: Any, idempotency_key: object
     ) -> CheckedEvent:
         key = check_key(idempotency_key) if idempotency_key is not None else None
         if is_sys_name(schema):

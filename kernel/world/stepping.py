@@ -397,9 +397,9 @@ def _checked_events(runtime: Runtime, output: StepOutput, module: str) -> list[S
         encoded = emitted.value if cbor.same_encoding(value, decoded) else cbor.encode_built(value)
         try:
             deliveries = runtime.router.route(emitted.schema, value, encoded)
-        except RouteError as error:
+        except RouteError as refused:  # not `error`: compiled, a name keeps its first handler type
             raise StepRouteError(
-                f"{error.code}: {error}", path=path, module=module, route_code=error.code
+                f"{refused.code}: {refused}", path=path, module=module, route_code=refused.code
             ) from None
         events.append(StepEvent(emitted.schema, value, deliveries, encoded))
     return events
