@@ -504,8 +504,9 @@ def test_a_failed_build_leaves_nothing_in_the_cache(
 ) -> None:
     from aos.kernel.wasm import build
 
-    def failing_tool(command: list[str], **kwargs: object) -> None:
-        Path(command[command.index("-o") + 1]).write_bytes(b"partial")
+    def failing_tool(command: list[str], *, cwd: Path, **kwargs: object) -> None:
+        # The first tool is zig compiling the SDK's codec, its output relative to `cwd`.
+        (cwd / command[command.index("-o") + 1]).write_bytes(b"partial")
         raise BuildFailedError("componentize-py exited with 1")
 
     monkeypatch.setattr(build, "_run_tool", failing_tool)
