@@ -261,9 +261,7 @@ class World:
         self.journaler.chain = journal_chain.JournalChain.genesis(self.world_id)
         self.append(genesis)
         self._pending.meta[meta.META_FORMAT] = WORLD_FORMAT
-        self._pending.meta[meta.META_CONFIG] = world_config(
-            self.clock, self.world_id, self.limits
-        )
+        self._pending.meta[meta.META_CONFIG] = world_config(self.clock, self.world_id, self.limits)
         self.commit()
 
     # ----------------------------------------------------------------------------------------
