@@ -21,9 +21,9 @@ from aos.kernel.air import (
     canonical_form,
     def_hash,
     load_manifest_dir,
-    normalize,
 )
 from aos.kernel.air.loader import DOCUMENT_DEPTH_MAX, read_document
+from aos.kernel.air.normalize import normalize
 from aos.kernel.air.types import TYPE_DEPTH_MAX
 from aos.kernel.hashing import hash_bytes
 

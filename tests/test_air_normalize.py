@@ -14,7 +14,6 @@ from aos.kernel.air import (
     DefSchema,
     SchemaUnknownError,
     ValueInvalidError,
-    normalize,
     normalize_to_bytes,
     parse_type,
 )
@@ -25,6 +24,7 @@ from aos.kernel.air.normalize import (
     INT_MIN,
     NAT_MAX,
     TIME_NS_MAX,
+    normalize,
 )
 from aos.kernel.air.types import MAP_KEY_TAGS, RefCycleError, TypeExpr
 

@@ -4,7 +4,7 @@
 
     loaded = air.load_manifest_dir("manifests/counter")     # raises AirCheckError
     loaded.manifest_hash, loaded.definitions, loaded.schemas
-    air.normalize(value, "demo/CounterEvent@1", loaded.schemas)
+    normalize(value, "demo/CounterEvent@1", loaded.schemas)  # from aos.kernel.air.normalize
     air.def_hash(definition)
 
 Modules: `types` (the type language), `model` (definitions, manifest, patches, hashes),
@@ -13,7 +13,9 @@ Modules: `types` (the type language), `model` (definitions, manifest, patches, h
 Importing the package imports none of its modules: each name below is imported from its
 module on first use (PEP 562), so that a command which needs only a constant or an error
 class (`aos world status`, spec/03 §12) does not pay for the pydantic models and the wasm
-limits behind the rest (~0.5 s).
+limits behind the rest (~0.5 s). `normalize` is not among the names: it is also a module of
+the package, which importing it binds over any lazy name (import it from
+`aos.kernel.air.normalize`).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ if TYPE_CHECKING:
         resolve_determinism,
     )
     from aos.kernel.air.names import is_sys_name, name_problem, parse_name
-    from aos.kernel.air.normalize import VALUE_DEPTH_MAX_DEFAULT, normalize, normalize_to_bytes
+    from aos.kernel.air.normalize import VALUE_DEPTH_MAX_DEFAULT, normalize_to_bytes
     from aos.kernel.air.types import TypeExpr, dump_type, parse_type
 
 # Where each public name lives (a module of this package).
@@ -148,7 +150,6 @@ _HOMES: dict[str, str] = {
     "name_problem": "names",
     "parse_name": "names",
     "VALUE_DEPTH_MAX_DEFAULT": "normalize",
-    "normalize": "normalize",
     "normalize_to_bytes": "normalize",
     "TypeExpr": "types",
     "dump_type": "types",
@@ -224,7 +225,6 @@ __all__ = [
     "is_sys_name",
     "load_manifest_dir",
     "name_problem",
-    "normalize",
     "normalize_to_bytes",
     "parse_name",
     "parse_type",
