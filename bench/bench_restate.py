@@ -215,6 +215,10 @@ def bearer(token: str | None) -> dict[str, str]:
     return {} if token is None else {"authorization": f"Bearer {token}"}
 
 
+KEEPALIVE_S = 1.0
+"""How long the bench client keeps an idle connection."""
+
+
 class BenchClient:
     """The bench's one client for every side."""
 
@@ -222,6 +226,10 @@ class BenchClient:
         limits = httpx.Limits(
             max_connections=restate_stack.CONNECTIONS_MAX,
             max_keepalive_connections=restate_stack.CONNECTIONS_MAX,
+            # Under the node's keep-alive (uvicorn's 5 s, httpx's default expiry too): a
+            # connection idle since the last round is dropped here before the node closes it,
+            # not raced (`Server disconnected without sending a response` in a fan-out).
+            keepalive_expiry=KEEPALIVE_S,
         )
         self.client = httpx.Client(timeout=EXECUTION_S_MAX, limits=limits, trust_env=False)
 
