@@ -20,8 +20,9 @@ the package, which importing it binds over any lazy name (import it from
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aos.kernel.lazy_names import module_getattr
 
 if TYPE_CHECKING:
     from aos.kernel.air.builtin_names import (
@@ -156,14 +157,7 @@ _HOMES: dict[str, str] = {
     "parse_type": "types",
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # later reads skip this function
-    return value
+__getattr__ = module_getattr(__name__, _HOMES, globals())
 
 
 __all__ = [

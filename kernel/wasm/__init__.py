@@ -13,8 +13,9 @@ errors, `aos world status`) does not load wasmtime and the engine.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aos.kernel.lazy_names import module_getattr
 
 if TYPE_CHECKING:
     from aos.kernel.wasm.engine import Abi, EngineStats, LoadedModule, WasmEngine, default_cache_dir
@@ -89,14 +90,7 @@ _HOMES: dict[str, str] = {
     "is_sampled": "runner",
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # later reads skip this function
-    return value
+__getattr__ = module_getattr(__name__, _HOMES, globals())
 
 
 __all__ = [
