@@ -226,9 +226,10 @@ class BenchClient:
         limits = httpx.Limits(
             max_connections=restate_stack.CONNECTIONS_MAX,
             max_keepalive_connections=restate_stack.CONNECTIONS_MAX,
-            # Under the node's keep-alive (uvicorn's 5 s, httpx's default expiry too): a
-            # connection idle since the last round is dropped here before the node closes it,
-            # not raced (`Server disconnected without sending a response` in a fan-out).
+            # Under either server's keep-alive (the node's was uvicorn's 5 s, httpx's default
+            # expiry too, before `idle_connection_s`): a connection idle since the last round
+            # is dropped here before a server closes it, not raced (`Server disconnected
+            # without sending a response` in a fan-out).
             keepalive_expiry=KEEPALIVE_S,
         )
         self.client = httpx.Client(timeout=EXECUTION_S_MAX, limits=limits, trust_env=False)

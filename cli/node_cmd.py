@@ -227,6 +227,7 @@ def up_command(settings: _UpSettings) -> None:
             access_log=settings.access_log,
             lifespan="off",
             timeout_graceful_shutdown=max(1, settings.limits.shutdown_grace_ms // 1000),
+            timeout_keep_alive=settings.limits.idle_connection_s,
             http=bounded_protocol(settings.limits, raise_open_files_limit()),
             backlog=LISTEN_BACKLOG,
             **uvicorn_options(tls),

@@ -39,6 +39,10 @@ T = TypeVar("T")
 
 REQUEST_TIMEOUT_S = 60.0
 """How long one request may take (a write runs the world to idle before it is answered)."""
+CONNECTIONS_MAX = 100
+"""Connections one `NodeConnection` opens to its node at once (httpx's default)."""
+IDLE_CONNECTIONS_MAX = 20
+"""Idle connections it keeps for reuse (httpx's default)."""
 SHADOW_TIMEOUT_S = 900.0
 """How long a shadow may take over HTTP (the node bounds it by its own `shadow_ms_max`, 600 s
 by default)."""
@@ -134,10 +138,18 @@ class NodeConnection:
 
         if self._http is None:
             headers = {} if self.token is None else {"authorization": f"Bearer {self.token}"}
+            from aos.kernel.node.limits import CLIENT_IDLE_CONNECTION_S
             from aos.kernel.node.tls import client_verify
 
             self._http = httpx.Client(
-                timeout=self.timeout_s, verify=client_verify(self.url), headers=headers
+                timeout=self.timeout_s,
+                verify=client_verify(self.url),
+                headers=headers,
+                limits=httpx.Limits(
+                    max_connections=CONNECTIONS_MAX,
+                    max_keepalive_connections=IDLE_CONNECTIONS_MAX,
+                    keepalive_expiry=CLIENT_IDLE_CONNECTION_S,  # before the node lets go
+                ),
             )
         content, headers = None, {}
         if cbor_body is not None:

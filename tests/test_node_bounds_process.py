@@ -3,12 +3,14 @@ issue 31: a 60 MB JSON proposal is 413 within a second and the node's resident m
 moves; 5,000 half-open request heads leave a normal client answered within a second and are
 closed at the head timeout; past the connection cap the oldest half-open sockets are closed;
 an endless head is 431; bodies over request_bytes_max wait their turn; the node lifts its own
-open-files limit; a YAML bomb and a templated shell command sent to deploy are refused."""
+open-files limit; a YAML bomb and a templated shell command sent to deploy are refused; an
+idle connection is closed at `idle_connection_s`, never before aos's clients let go of it."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import resource
 import select
 import socket
@@ -17,7 +19,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from aos.flows.serve.flow_world import create_flow_world
+from aos.kernel.client import NodeConnection
+from aos.kernel.node.errors import NodeConfigError
+from aos.kernel.node.limits import (
+    CLIENT_IDLE_CONNECTION_S,
+    IDLE_CONNECTION_S_MAX,
+    IDLE_CONNECTION_S_MIN,
+    NodeLimits,
+)
 from aos.kernel.signing.request_auth import HEADER_ADAPTER, HEADER_SIGNATURE
 from tests.auth_fixtures import admin_headers, node_http
 from tests.flows_tools.test_shell_check import INJECTED
@@ -286,3 +298,51 @@ def test_a_yaml_bomb_and_a_templated_shell_command_are_refused_by_a_node(
         assert injected.status_code == 400, injected.text
         assert "flow.shell_templated" in injected.text
         assert node_http.get(f"{url}/v1/world").json()["height"] == height
+
+
+# --------------------------------------------------------------------------------------------
+# Idle connections (keep-alive)
+
+
+def whole_response(sock: socket.socket) -> bytes:
+    """One response read to its last byte (by its content-length), nothing left unread."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(4096)
+    head, body = answer.split(b"\r\n\r\n", 1)
+    length = re.search(rb"(?i)content-length: *(\d+)", head)
+    assert length is not None
+    while len(body) < int(length.group(1)):
+        body += sock.recv(4096)
+    return head + b"\r\n\r\n" + body
+
+
+def test_an_idle_connection_outlives_the_clients_expiry_and_closes_at_idle_connection_s(
+    tmp_path: Path,
+) -> None:
+    idle_s = IDLE_CONNECTION_S_MIN
+    options = ["--idle-connection-s", str(idle_s)]
+    with node_process(make_world(tmp_path / "w"), *options) as (url, _):
+        sock = socket.create_connection(host_port(url), timeout=10)
+        sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: node\r\n\r\n")
+        assert whole_response(sock).startswith(b"HTTP/1.1 200 ")
+        answered = time.monotonic()
+        # aos's clients let an idle connection go first, so none meets a socket being closed.
+        assert closed_by_peer([sock], CLIENT_IDLE_CONNECTION_S + 0.5) == 0
+        assert closed_by_peer([sock], idle_s + 2.0) == 1
+        assert idle_s - 0.2 <= time.monotonic() - answered <= idle_s + 2.0
+        sock.close()
+        # A client that kept its connection past its expiry opens a new one, and is answered.
+        connection = NodeConnection(url)
+        assert connection.call("GET", "/v1/health")["status"]
+        time.sleep(CLIENT_IDLE_CONNECTION_S + 0.2)
+        assert connection.call("GET", "/v1/health")["status"]
+        connection.close()
+
+
+def test_an_idle_connection_limit_at_or_under_the_clients_expiry_is_refused() -> None:
+    with pytest.raises(NodeConfigError, match="idle_connection_s must be at least 3"):
+        NodeLimits(idle_connection_s=IDLE_CONNECTION_S_MIN - 1)
+    with pytest.raises(NodeConfigError, match="idle_connection_s must be at most 3600"):
+        NodeLimits(idle_connection_s=IDLE_CONNECTION_S_MAX + 1)
+    assert CLIENT_IDLE_CONNECTION_S < IDLE_CONNECTION_S_MIN <= NodeLimits().idle_connection_s

@@ -40,6 +40,7 @@ from aos.kernel import cbor
 from aos.kernel.adapters.trace_context import in_trace_context
 from aos.kernel.errors import AosError
 from aos.kernel.hashing import hash_bytes
+from aos.kernel.node.limits import CLIENT_IDLE_CONNECTION_S
 from aos.kernel.node.progress import PROGRESS_MESSAGE_CHARS_MAX
 from aos.kernel.node.tls import client_verify
 from aos.kernel.signing.request_auth import AdapterAuth
@@ -439,7 +440,11 @@ class NodeClient:
         self._client = _Http(
             transport=transport,
             timeout=timeout_s,
-            limits=httpx.Limits(max_connections=connections_max),
+            limits=httpx.Limits(
+                max_connections=connections_max,
+                max_keepalive_connections=connections_max,
+                keepalive_expiry=CLIENT_IDLE_CONNECTION_S,  # before the node lets go
+            ),
             trust_env=False,  # a loopback node must not be sent through an HTTP proxy
             # An https node is verified (AOS_CA for a private CA, AOS_CLIENT_CERT/KEY for
             # mutual TLS); a route may move the world to another node, so with a route the

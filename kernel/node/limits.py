@@ -73,6 +73,18 @@ HOST_BATCH_MAX_DEFAULT = 256
 to idle once (one flush) for all of them: group commit."""
 SHUTDOWN_GRACE_MS_DEFAULT = 5000
 """How long a stopping node waits for in-flight requests."""
+CLIENT_IDLE_CONNECTION_S = 2.0
+"""How long aos's own clients keep an idle pooled connection before they close it. A request
+sent on a connection the node is closing at that instant fails in flight, and a POST cannot be
+retried safely (the node may have read it), so a client must let go first."""
+IDLE_CONNECTION_S_DEFAULT = 20
+"""How long the node keeps a client's connection open with no request on it (HTTP keep-alive).
+Longer than the clients' own expiry: aos's (`CLIENT_IDLE_CONNECTION_S`) and httpx's default
+5 s, which uvicorn's default 5 s raced (bench/HISTORY.md, issue 34)."""
+IDLE_CONNECTION_S_MIN = 3
+"""Never at or under `CLIENT_IDLE_CONNECTION_S`, so aos's clients always close first."""
+IDLE_CONNECTION_S_MAX = 3600
+"""An idle socket is held at most an hour (they count against `connections_max`)."""
 HEADER_TIMEOUT_MS_DEFAULT = 10_000
 """How long a client has to send a whole request head (request line and headers), from the
 connection's start or its first byte after a response; then the socket is closed."""
@@ -187,6 +199,12 @@ class NodeLimits:
     )
     shutdown_grace_ms: int = _positive(
         SHUTDOWN_GRACE_MS_DEFAULT, "How long a stopping node waits for in-flight requests."
+    )
+    idle_connection_s: int = limit(
+        IDLE_CONNECTION_S_DEFAULT,
+        "How long a client's connection stays open with no request on it (keep-alive).",
+        minimum=IDLE_CONNECTION_S_MIN,
+        maximum=IDLE_CONNECTION_S_MAX,
     )
     # The transport (kernel/node/transport.py) and the write rate (kernel/node/rate.py).
     header_timeout_ms: int = _positive(
