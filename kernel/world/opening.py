@@ -25,9 +25,10 @@ from aos.kernel.store.interface import Store
 from aos.kernel.wasm import WasmEngine
 from aos.kernel.world import worldkey
 from aos.kernel.world.checkpointer import META_HEAD, head_usable
+from aos.kernel.world.committed import as_map, check_format, committed_store, head_checkpoint
 from aos.kernel.world.errors import WorldCorruptError, WorldExistsError, WorldMissingError
 from aos.kernel.world.limits import WorldLimits, recorded_limits
-from aos.kernel.world.meta import META_CONFIG, META_FORMAT, WORLD_FORMAT
+from aos.kernel.world.meta import META_CONFIG
 from aos.kernel.world.modules import building_resolver
 from aos.kernel.world.runtime import Runtime, stored_definitions
 from aos.kernel.world.staged import StagedWrites
@@ -114,18 +115,8 @@ def open_writing(
 @contextmanager
 def open_reading(factory: type[World], root: Path, *, engine: WasmEngine | None) -> Iterator[World]:
     """The world at `root` as of its last commit, read-only (see `World.reading`)."""
-    if not (root / "store").is_dir():
-        raise WorldMissingError(f"no world at {root}")
-    store = open_store(root, readonly=True)
-    try:
-        with store.consistent():
-            if not head_usable(store):
-                raise WorldCorruptError(
-                    "the world's head is being rebuilt or is damaged: open it for writing"
-                )
-            yield from_store(factory, store, engine, None, None)
-    finally:
-        store.close()
+    with committed_store(root) as store:
+        yield from_store(factory, store, engine, None, None)
 
 
 def from_store(
@@ -136,8 +127,7 @@ def from_store(
     limits: WorldLimits | None,
 ) -> World:
     """A world over an open store, at its head checkpoint with the journal tail folded in."""
-    if store.meta.get(META_FORMAT, None) != WORLD_FORMAT:
-        raise WorldCorruptError("the store is not an aos world of a format this kernel reads")
+    check_format(store)
     config = as_map(store.meta.get(META_CONFIG), "world config")
     head_hash = Hash(str(store.meta.get(META_HEAD)))
     head = as_map(store.cas.get_value(head_hash), "head checkpoint")
@@ -194,13 +184,7 @@ def scratch_limits(limits: WorldLimits | None) -> WorldLimits:
 def head_at_end(factory: type[World], store: Store, engine: WasmEngine) -> dict[str, Any]:
     """The head of the world in `store` at its journal's end: the stored head checkpoint,
     with the journal tail after it folded in (read-only: nothing is written)."""
-    head = as_map(store.cas.get_value(Hash(str(store.meta.get(META_HEAD)))), "head checkpoint")
+    head = head_checkpoint(store)
     if head["height"] == store.journal.head():
         return head
     return from_store(factory, store, engine, None, None).current_head()
-
-
-def as_map(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise WorldCorruptError(f"the stored {what} is not a map")
-    return value

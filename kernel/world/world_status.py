@@ -21,13 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from aos.kernel.hashing import Hash
-from aos.kernel.store import open_store
 from aos.kernel.store.interface import Store
 from aos.kernel.world.cells import CACHE_CELLS_MAX_DEFAULT, RESIDENT_STATE_BYTES_MAX_DEFAULT
-from aos.kernel.world.checkpointer import META_HEAD, head_usable
-from aos.kernel.world.errors import WorldCorruptError, WorldMissingError
+from aos.kernel.world.committed import as_map, check_format, committed_store, head_checkpoint
 from aos.kernel.world.intents import IntentTracker
-from aos.kernel.world.meta import META_CONFIG, META_FORMAT, WORLD_FORMAT
+from aos.kernel.world.meta import META_CONFIG
 from aos.kernel.world.queries import CellReads
 from aos.kernel.world.scheduler import Scheduler
 from aos.kernel.world.staged import StagedWrites
@@ -64,27 +62,15 @@ def read_status(root: str | Path) -> WorldStatus:
     """The status of the world at `root` as of its last commit, read-only (no writer lock:
     it works while a node serves the world). `world.missing` where there is none, and
     `world.corrupt` for a head only a writer can rebuild, as `World.reading` says."""
-    root = Path(root)
-    if not (root / "store").is_dir():
-        raise WorldMissingError(f"no world at {root}")
-    store = open_store(root, readonly=True)
-    try:
-        with store.consistent():
-            if not head_usable(store):
-                raise WorldCorruptError(
-                    "the world's head is being rebuilt or is damaged: open it for writing"
-                )
-            return _status(store)
-    finally:
-        store.close()
+    with committed_store(Path(root)) as store:
+        return _status(store)
 
 
 def _status(store: Store) -> WorldStatus:
-    if store.meta.get(META_FORMAT, None) != WORLD_FORMAT:
-        raise WorldCorruptError("the store is not an aos world of a format this kernel reads")
-    config = _as_map(store.meta.get(META_CONFIG), "world config")
-    head = _as_map(store.cas.get_value(Hash(str(store.meta.get(META_HEAD)))), "head checkpoint")
-    manifest = _as_map(store.cas.get_value(Hash(str(head["manifest"]))), "manifest")
+    check_format(store)
+    config = as_map(store.meta.get(META_CONFIG), "world config")
+    head = head_checkpoint(store)
+    manifest = as_map(store.cas.get_value(Hash(str(head["manifest"]))), "manifest")
     pending = StagedWrites(store)
     tables = CellTables(
         pending,
@@ -106,9 +92,3 @@ def _status(store: Store) -> WorldStatus:
         open_intents=intents.values(),
         queued=len(scheduler),
     )
-
-
-def _as_map(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise WorldCorruptError(f"the stored {what} is not a map")
-    return value
