@@ -6,8 +6,8 @@
     aos identity whoami --node URL
 
 Each writes the world's identities file (`--world`, the default) or another one (`--file`,
-as `aos node up --identities` reads it), or asks a node (`--node URL`, with an `admin`
-token). A running node sees the change at its next request. `create` prints the token once:
+as `aos node up --identities` reads it), noting the change in the audit log beside the file
+(the world's own for the world's file), or asks a node (`--node URL`, with an `admin` token). A running node sees the change at its next request. `create` prints the token once:
 the file keeps only its hash.
 """
 
@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import click
 
 from aos.cli.common import emit_json, handles_errors, json_option, table
 from aos.cli.remote import credentials_options, node_call
-from aos.kernel.node.audit import AuditLog
+from aos.kernel.node.audit import AUDIT_FILE_NAME, AuditLog
 from aos.kernel.node.identities import (
     SCOPES,
-    Identity,
     IdentityStore,
     create_first_admin,
     parse_ttl,
@@ -72,12 +71,79 @@ def _where(fn: Any) -> Any:
     )(fn)
 
 
-def _store(world_path: str, file_path: str | None) -> IdentityStore:
+class Identities(Protocol):
+    """The identities of one place; the commands call one and render what it answers, the
+    same whichever it is (`identities_at`)."""
+
+    def create(
+        self, name: str, scopes: list[str], roles: list[str], ttl: str | None
+    ) -> tuple[dict[str, Any], str]: ...
+
+    def listed(self) -> list[dict[str, Any]]: ...
+
+    def revoke(self, name: str) -> dict[str, Any]: ...
+
+
+class FileIdentities:
+    """An identities file written here, each change noted in the audit log beside it (the
+    world's own log for the world's file)."""
+
+    def __init__(self, store: IdentityStore, audit: AuditLog) -> None:
+        self.store, self.audit = store, audit
+
+    def create(
+        self, name: str, scopes: list[str], roles: list[str], ttl: str | None
+    ) -> tuple[dict[str, Any], str]:
+        ttl_ms = None if ttl is None else parse_ttl(ttl)
+        made, token = self.store.create(name, scopes, roles, ttl_ms=ttl_ms)
+        self.audit.write("identity.created", identity=name, by="local")
+        return made.to_json(), token
+
+    def listed(self) -> list[dict[str, Any]]:
+        return [identity.to_json() for identity in self.store.identities()]
+
+    def revoke(self, name: str) -> dict[str, Any]:
+        identity = self.store.revoke(name)
+        self.audit.write("identity.revoked", identity=name, by="local")
+        return identity.to_json()
+
+
+class NodeIdentities:
+    """A node's identities, asked as an admin (the node writes and audits them)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def create(
+        self, name: str, scopes: list[str], roles: list[str], ttl: str | None
+    ) -> tuple[dict[str, Any], str]:
+        request = {"name": name, "scopes": scopes, "roles": roles, "ttl": ttl}
+        found = node_call(self.url, "/v1/identities", request)
+        return found["identity"], found["token"]
+
+    def listed(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = node_call(self.url, "/v1/identities", method="GET")[
+            "identities"
+        ]
+        return found
+
+    def revoke(self, name: str) -> dict[str, Any]:
+        identity: dict[str, Any] = node_call(self.url, f"/v1/identities/{name}/revoke", {})[
+            "identity"
+        ]
+        return identity
+
+
+def identities_at(world_path: str, file_path: str | None, node_url: str | None) -> Identities:
+    """The place the options name: `--node`, else `--file`, else the world."""
+    if node_url is not None:
+        return NodeIdentities(node_url)
     if file_path is not None:
-        return IdentityStore(Path(file_path))
+        audit = AuditLog(Path(file_path).resolve().parent / AUDIT_FILE_NAME)
+        return FileIdentities(IdentityStore(Path(file_path)), audit)
     if not Path(world_path).is_dir():
         raise click.UsageError(f"no world at {world_path} (give --world, --file or --node)")
-    return IdentityStore.of_world(world_path)
+    return FileIdentities(IdentityStore.of_world(world_path), AuditLog.of_world(world_path))
 
 
 @click.group("identity")
@@ -114,16 +180,8 @@ def create_command(
 ) -> None:
     """Make identity NAME and print its token (once: only its hash is kept)."""
     wanted = list(SCOPES) if ALL_SCOPES in scopes else list(dict.fromkeys(scopes))
-    if node_url is not None:
-        request = {"name": name, "scopes": wanted, "roles": list(roles), "ttl": ttl}
-        found = node_call(node_url, "/v1/identities", request)
-        identity, token = found["identity"], found["token"]
-    else:
-        made, token = _store(world_path, file_path).create(
-            name, wanted, roles, ttl_ms=None if ttl is None else parse_ttl(ttl)
-        )
-        identity = made.to_json()
-        AuditLog.of_world(world_path).write("identity.created", identity=name, by="local")
+    place = identities_at(world_path, file_path, node_url)
+    identity, token = place.create(name, wanted, list(roles), ttl)
     if as_json:
         emit_json({"identity": identity, "token": token})
         return
@@ -143,10 +201,7 @@ def list_command(
     world_path: str, file_path: str | None, node_url: str | None, as_json: bool
 ) -> None:
     """Every identity, revoked ones too (never a token)."""
-    if node_url is not None:
-        found = node_call(node_url, "/v1/identities", method="GET")["identities"]
-    else:
-        found = [i.to_json() for i in _store(world_path, file_path).identities()]
+    found = identities_at(world_path, file_path, node_url).listed()
     if as_json:
         emit_json({"identities": found})
         return
@@ -172,12 +227,7 @@ def revoke_command(
     name: str, world_path: str, file_path: str | None, node_url: str | None, as_json: bool
 ) -> None:
     """Revoke NAME's token, at once on a running node (the name is never reused)."""
-    if node_url is not None:
-        identity = node_call(node_url, f"/v1/identities/{name}/revoke", {})["identity"]
-    else:
-        revoked: Identity = _store(world_path, file_path).revoke(name)
-        identity = revoked.to_json()
-        AuditLog.of_world(world_path).write("identity.revoked", identity=name, by="local")
+    identity = identities_at(world_path, file_path, node_url).revoke(name)
     if as_json:
         emit_json({"identity": identity})
         return

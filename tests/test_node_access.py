@@ -374,6 +374,38 @@ def test_the_identity_commands_make_list_and_revoke(tmp_path: Path) -> None:
     assert [(i["name"], i["revoked_unix_ms"] is not None) for i in listed] == [("viewer", True)]
 
 
+def test_an_identities_file_is_audited_beside_it_wherever_the_command_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--file` writes that file and the audit log in its folder, not a world's (there was
+    none here: the change was made and the audit line lost, with a traceback)."""
+    from click.testing import CliRunner
+
+    from aos.cli.main import main
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no ./.aos world here
+    file = tmp_path / "etc" / "identities.json"
+    file.parent.mkdir()
+
+    def aos(*args: str) -> Any:
+        done = CliRunner().invoke(main, [*args, "--file", str(file), "--json"])
+        assert done.exit_code == 0, done.output
+        return json.loads(done.output)
+
+    made = aos("identity", "create", "ops", "--scope", "operate")
+    aos("identity", "revoke", "ops")
+    assert [i["name"] for i in aos("identity", "list")["identities"]] == ["ops"]
+    audit = (file.parent / "audit.jsonl").read_text()
+    entries = [json.loads(line) for line in audit.splitlines()]
+    assert [(e["event"], e["identity"], e["by"]) for e in entries] == [
+        ("identity.created", "ops", "local"),
+        ("identity.revoked", "ops", "local"),
+    ]
+    assert made["token"] not in audit and list(elsewhere.iterdir()) == []
+
+
 def test_insecure_local_is_refused_off_loopback(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
