@@ -6,7 +6,8 @@ the system's C compiler, once per set of sources, Python and mypy.
 The build's key hashes the modules' sources and every kernel source they import (mypyc reads
 those too: a `Final` constant of another module is inlined), the Python it is for and mypy's
 version; a key already in the cache builds nothing. The build goes to a scratch folder and is
-renamed into place whole, so a killed build leaves no half of one. It never fails the caller:
+renamed into place whole, so a killed build leaves no half of one; a copy of its sources stays
+beside it, so a compiled frame of a traceback shows its line. It never fails the caller:
 without a C compiler, or when mypyc refuses, it says so in one line on stderr, and the kernel
 runs from its sources (`aos.kernel.compiled`).
 """
@@ -58,6 +59,8 @@ GROUP_NAME = "aos_kernel"
 # Builds kept in the cache (~3 MB each), the most recently used: one per version of the
 # kernel's sources, so every checkout and branch on the machine keeps its own while it is used.
 BUILDS_KEPT_MAX = 8
+# A build `KEY` keeps the source tree it was compiled from in `KEY.src` (`source_tree`).
+SOURCE_TREE_SUFFIX = ".src"
 OPT_LEVEL = "3"
 PACKAGE = "aos.kernel"
 
@@ -139,20 +142,47 @@ def missing_compiler() -> str | None:
     return None
 
 
-def _compile(scratch: Path, kernel_dir: Path) -> None:
-    """mypyc, then the C compiler, into `scratch/lib` (modules laid out by their names)."""
+def source_tree(folder: Path, kernel_dir: Path) -> Path:
+    """The folder beside a build (`KEY.src`) that mypy compiles from, `aos/kernel` in it a link
+    to `kernel_dir` (mypy resolves `aos.kernel.x` through it: the editable install's mapping
+    is invisible to it, as to `make lint`). mypyc records these paths in the compiled frames
+    of a traceback; `freeze_sources` then makes the folder hold copies of the build's sources,
+    so those frames show their lines whatever becomes of the checkout."""
+    tree = folder.with_name(folder.name + SOURCE_TREE_SUFFIX)
+    shutil.rmtree(tree, ignore_errors=True)  # a build that died before its folder was made
+    package = tree / "aos"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "kernel").symlink_to(kernel_dir.resolve(), target_is_directory=True)
+    return tree
+
+
+def freeze_sources(tree: Path, kernel_dir: Path, sources: list[str]) -> None:
+    """Replace the link of `source_tree` with copies of the build's `sources` (every compiled
+    module is one of them)."""
+    package = tree / "aos"
+    frozen = package / f".kernel-{os.getpid()}"
+    for name in sources:
+        (frozen / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kernel_dir / name, frozen / name)
+    link = package / "kernel"
+    try:
+        if link.is_symlink():
+            link.unlink()
+        os.rename(frozen, link)
+    except OSError:  # a concurrent build of these sources froze them first
+        shutil.rmtree(frozen, ignore_errors=True)
+
+
+def _compile(scratch: Path, tree: Path) -> None:
+    """mypyc, then the C compiler, into `scratch/lib` (modules laid out by their names), from
+    the sources under `tree` (`source_tree`)."""
     from mypyc.build import mypycify
     from setuptools import Distribution
 
-    # mypy resolves `aos.kernel.x` through a tree where aos/kernel is kernel/ (the editable
-    # install's mapping is invisible to it), as `make lint` does.
-    tree = scratch / "src" / "aos"
-    tree.mkdir(parents=True)
-    (tree / "__init__.py").write_text("")
-    (tree / "kernel").symlink_to(kernel_dir, target_is_directory=True)
-    os.environ["MYPYPATH"] = str(scratch / "src")
+    os.environ["MYPYPATH"] = str(tree)
     extensions = mypycify(
-        ["--no-warn-unused-configs", *(str(tree / "kernel" / m) for m in MODULES)],
+        ["--no-warn-unused-configs", *(str(tree / "aos" / "kernel" / m) for m in MODULES)],
         opt_level=OPT_LEVEL,
         target_dir=str(scratch / "c"),
         group_name=GROUP_NAME,
@@ -216,16 +246,18 @@ def build(cache_dir: Path, kernel_dir: Path = KERNEL_DIR) -> tuple[Path, bool]:
         os.utime(folder / MANIFEST_NAME)  # recently used: the last the pruning drops
         return folder, True
     cache_dir.mkdir(parents=True, exist_ok=True)
+    tree = source_tree(folder, kernel_dir)
     with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".building-") as scratch_name:
         scratch = Path(scratch_name)
         with _output_to(cache_dir / "last-build.log"):
-            _compile(scratch, kernel_dir)
+            _compile(scratch, tree)
         _record(scratch / "lib", sources, kernel_dir)
         try:
             os.rename(scratch / "lib", folder)
         except OSError:
             if not (folder / MANIFEST_NAME).is_file():
                 raise  # not a concurrent build that finished first
+    freeze_sources(tree, kernel_dir, sources)
     prune(cache_dir, keep=folder)
     return folder, False
 
@@ -237,6 +269,7 @@ def prune(cache_dir: Path, *, keep: Path, kept_max: int = BUILDS_KEPT_MAX) -> No
     builds.sort(key=lambda f: (f / MANIFEST_NAME).stat().st_mtime, reverse=True)
     for old in builds[max(kept_max - 1, 0) :]:
         shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(old.with_name(old.name + SOURCE_TREE_SUFFIX), ignore_errors=True)
 
 
 def _point_at(folder: Path) -> None:

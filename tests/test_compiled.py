@@ -281,3 +281,28 @@ def test_compiled_and_pure_python_journal_the_same_bytes(
     assert there.pop("compiled") == []
     assert bool(here.pop("compiled")) == _build_expected()
     assert here == there
+
+
+def test_a_compiled_frame_of_a_traceback_shows_its_source_line() -> None:
+    """A traceback through a compiled module names a file that exists (the copy of the
+    build's sources beside it, no link into a checkout) and shows the line that raised."""
+    if not _build_expected():
+        return
+    script = (
+        "import traceback, aos.kernel.cbor as c\n"
+        "try:\n"
+        "    c.decode(bytes.fromhex('f6'))  # canonical bytes start d9d9f7\n"
+        "except Exception as error:\n"
+        "    frame = traceback.extract_tb(error.__traceback__)[-1]\n"
+        "    print(c.__file__); print(frame.filename); print(frame.lineno); print(frame.line)\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    module, filename, lineno, line = found
+    assert module.endswith(".so")
+    source = REPO / "kernel" / "cbor.py"
+    assert Path(filename).read_bytes() == source.read_bytes()  # the build loads only then
+    assert not any(p.is_symlink() for p in (Path(filename), *Path(filename).parents))
+    assert line == source.read_text().splitlines()[int(lineno) - 1].strip()
+    assert "raise" in line
