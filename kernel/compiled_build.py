@@ -149,11 +149,16 @@ def source_tree(folder: Path, kernel_dir: Path) -> Path:
     of a traceback; `freeze_sources` then makes the folder hold copies of the build's sources,
     so those frames show their lines whatever becomes of the checkout."""
     tree = folder.with_name(folder.name + SOURCE_TREE_SUFFIX)
-    shutil.rmtree(tree, ignore_errors=True)  # a build that died before its folder was made
     package = tree / "aos"
-    package.mkdir(parents=True)
+    package.mkdir(parents=True, exist_ok=True)  # a build of these sources may be running too
     (package / "__init__.py").write_text("")
-    (package / "kernel").symlink_to(kernel_dir.resolve(), target_is_directory=True)
+    fresh = package / f".link-{os.getpid()}"
+    fresh.unlink(missing_ok=True)
+    fresh.symlink_to(kernel_dir.resolve(), target_is_directory=True)
+    try:
+        os.replace(fresh, package / "kernel")  # atomic over a link a died build left
+    except OSError:  # a concurrent build froze these sources already: mypy reads the copies
+        fresh.unlink()
     return tree
 
 
