@@ -304,6 +304,10 @@ def test_a_yaml_bomb_and_a_templated_shell_command_are_refused_by_a_node(
 # Idle connections (keep-alive)
 
 
+LATE_S = 5.0
+"""How late the node's keep-alive timer may fire on a loaded machine."""
+
+
 def whole_response(sock: socket.socket) -> bytes:
     """One response read to its last byte (by its content-length), nothing left unread."""
     answer = b""
@@ -328,9 +332,9 @@ def test_an_idle_connection_outlives_the_clients_expiry_and_closes_at_idle_conne
         assert whole_response(sock).startswith(b"HTTP/1.1 200 ")
         answered = time.monotonic()
         # aos's clients let an idle connection go first, so none meets a socket being closed.
-        assert closed_by_peer([sock], CLIENT_IDLE_CONNECTION_S + 0.5) == 0
-        assert closed_by_peer([sock], idle_s + 2.0) == 1
-        assert idle_s - 0.2 <= time.monotonic() - answered <= idle_s + 2.0
+        assert closed_by_peer([sock], CLIENT_IDLE_CONNECTION_S + 0.1) == 0
+        assert closed_by_peer([sock], idle_s + LATE_S) == 1  # late only on a busy machine
+        assert idle_s - 0.2 <= time.monotonic() - answered <= idle_s + LATE_S
         sock.close()
         # A client that kept its connection past its expiry opens a new one, and is answered.
         connection = NodeConnection(url)
