@@ -7,7 +7,8 @@
 
 Each writes the world's identities file (`--world`, the default) or another one (`--file`,
 as `aos node up --identities` reads it), noting the change in the audit log beside the file
-(the world's own for the world's file), or asks a node (`--node URL`, with an `admin` token). A running node sees the change at its next request. `create` prints the token once:
+(the world's own for the world's file), or asks a node (`--node URL`, with an `admin`
+token). A running node sees the change at its next request. `create` prints the token once:
 the file keeps only its hash.
 """
 
